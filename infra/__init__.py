@@ -1,0 +1,1 @@
+"""Settings, topic catalog, Kafka broker lifecycle, ClickHouse clients and DDL, the `flywheel` CLI."""

@@ -1,0 +1,64 @@
+"""The `flywheel` command line. Each package contributes its sub-commands through a ``cli``
+module exposing ``register(subparsers)``; each sub-command sets ``func(args) -> int``.
+
+A wrong setting or an unreachable dependency ends in one clear line on stderr (exit 2),
+never a stack trace; set FLYWHEEL_DEBUG=1 to see the trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+
+from infra.errors import UserError
+from infra.config import ConfigError
+
+COMMAND_MODULES = (
+    "infra.commands",
+    "infra.schemas_cli",
+    "producers.cli",
+    "streams.cli",
+    "consumers.cli",
+    "trainer.cli",
+    "infra.demo_cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flywheel", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        if importlib.util.find_spec(name) is None:
+            continue
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, ConfigError) as exc:
+        if os.environ.get("FLYWHEEL_DEBUG"):
+            raise
+        print(f"flywheel {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

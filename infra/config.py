@@ -1,0 +1,140 @@
+"""Typed configs resolved from arguments, then FLYWHEEL_* environment variables, then defaults.
+
+Every process has one config: a dataclass whose fields carry a one-line ``help`` in their
+metadata. ``add_arguments`` turns it into argparse options, ``resolve`` builds it with the
+precedence arguments > environment > defaults, and ``describe`` renders it for the start-up log
+with secrets masked.
+
+    @dataclass
+    class TrainerConfig:
+        batch_episodes: int = opt(32, "complete trajectories per PPO update")
+
+    cfg = resolve(TrainerConfig, vars(parser.parse_args()))
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+ENV_PREFIX = "FLYWHEEL_"
+_SECRET_WORDS = ("password", "secret", "token", "key_file", "ssl_key")
+
+
+class ConfigError(ValueError):
+    """A setting has a value that cannot be used; the message says which and how to fix it."""
+
+
+def opt(default: Any, help: str, *, secret: bool = False, choices: tuple | None = None) -> Any:
+    """A config field with its one-line documentation."""
+    meta = {"help": help, "secret": secret, "choices": choices}
+    if isinstance(default, (list, dict, set)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def env_name(field_name: str) -> str:
+    return ENV_PREFIX + field_name.upper()
+
+
+def _field_type(cls: type, f: dataclasses.Field) -> Any:
+    hints = typing.get_type_hints(cls)
+    return hints[f.name]
+
+
+def _base_type(tp: Any) -> Any:
+    """``int | None`` -> int; ``list[str]`` stays as is."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and args:
+        return args[0]
+    return tp
+
+
+def _parse(raw: Any, tp: Any, name: str, source: str) -> Any:
+    if raw is None:
+        return None
+    base = _base_type(tp)
+    if not isinstance(raw, str):
+        return raw
+    try:
+        if base is bool:
+            low = raw.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true/false")
+        if base is int:
+            return int(raw)
+        if base is float:
+            return float(raw)
+        if typing.get_origin(base) is list:
+            return [s.strip() for s in raw.split(",") if s.strip()]
+        if raw == "" and tp is not base:  # optional field set to empty -> None
+            return None
+        return raw
+    except ValueError as exc:
+        raise ConfigError(f"setting {name}={raw!r} from {source}: {exc}") from None
+
+
+def resolve(cls: type[T], args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> T:
+    """Build ``cls`` from explicit args (non-None wins), then FLYWHEEL_* env, then defaults."""
+    args = dict(args or {})
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        tp = _field_type(cls, f)
+        if args.get(f.name) is not None:
+            values[f.name] = _parse(args[f.name], tp, f.name, "arguments")
+        elif env_name(f.name) in env:
+            values[f.name] = _parse(env[env_name(f.name)], tp, f.name, env_name(f.name))
+        choices = f.metadata.get("choices")
+        if choices and f.name in values and values[f.name] not in choices:
+            raise ConfigError(f"setting {f.name}={values[f.name]!r}: choose one of {', '.join(map(str, choices))}")
+    return cls(**values)
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
+    """Add one ``--field-name`` option per field; defaults stay None so env/defaults apply."""
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        help_text = f"{f.metadata.get('help', '')} (env {env_name(f.name)}; default {default!r})"
+        kwargs: dict[str, Any] = {"dest": f.name, "default": None, "help": help_text}
+        if f.metadata.get("choices"):
+            kwargs["choices"] = f.metadata["choices"]
+        parser.add_argument(flag, **kwargs)
+
+
+def is_secret(f: dataclasses.Field) -> bool:
+    return bool(f.metadata.get("secret")) or any(w in f.name for w in _SECRET_WORDS)
+
+
+def describe(cfg: Any) -> dict[str, Any]:
+    """The resolved config as a dict for logging, secrets masked."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out[f.name] = describe(value)
+        elif is_secret(f) and value:
+            out[f.name] = "***"
+        else:
+            out[f.name] = value
+    return out
+
+
+def docs_table(cls: type) -> str:
+    """A Markdown table of the fields, for the README."""
+    rows = ["| setting | env | default | meaning |", "|---|---|---|---|"]
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        rows.append(f"| `{f.name}` | `{env_name(f.name)}` | `{default!r}` | {f.metadata.get('help', '')} |")
+    return "\n".join(rows)

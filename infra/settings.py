@@ -1,0 +1,71 @@
+"""Platform settings shared by every Flywheel process: Kafka, ClickHouse, blob store, data dir.
+
+Resolved from arguments, then FLYWHEEL_* environment variables, then the defaults below
+(see infra.config). Process-specific configs (rollout, streams, trainer, ...) live beside their
+process and embed nothing of this; they take a ``Settings`` next to their own config.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.config import ConfigError, describe, opt, resolve
+
+log = logging.getLogger("flywheel.settings")
+
+
+@dataclass
+class Settings:
+    data_dir: str = opt("./var", "root folder for local state: Kafka jars and logs, chDB data, blobs, checkpoints")
+    kafka_bootstrap: str = opt("", "Kafka bootstrap servers; empty means the local broker started by `flywheel up`")
+    kafka_port: int = opt(19092, "first client port of the local broker(s) on 127.0.0.1")
+    kafka_controller_port: int = opt(19093, "first controller port of the local KRaft quorum")
+    kafka_security_protocol: str = opt(
+        "PLAINTEXT", "Kafka security.protocol", choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+    )
+    kafka_sasl_mechanism: str = opt("", "SASL mechanism, e.g. SCRAM-SHA-512 (empty: none)")
+    kafka_sasl_username: str = opt("", "SASL user name")
+    kafka_sasl_password: str = opt("", "SASL password", secret=True)
+    kafka_ssl_ca: str = opt("", "path of the CA certificate for TLS")
+    kafka_ssl_cert: str = opt("", "path of the client certificate for TLS")
+    kafka_ssl_key: str = opt("", "path of the client key for TLS", secret=True)
+    topic_prefix: str = opt("", "prefix for every topic name (tests use a uuid prefix)")
+    replication_factor: int = opt(1, "replication factor for created topics (3 on a three-broker cluster)")
+    clickhouse_url: str = opt("", "ClickHouse server URL (http://host:8123); empty means embedded chDB under data_dir")
+    clickhouse_user: str = opt("default", "ClickHouse user")
+    clickhouse_password: str = opt("", "ClickHouse password", secret=True)
+    clickhouse_database: str = opt("flywheel", "ClickHouse database")
+    blob_url: str = opt("", "blob store URL (any fsspec URL); empty means <data_dir>/blobs")
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).resolve()
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka_bootstrap or f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def blob_root(self) -> str:
+        return self.blob_url or str(self.data_path / "blobs")
+
+    @property
+    def chdb_path(self) -> Path:
+        return self.data_path / "clickhouse"
+
+
+def load_settings(args: dict | None = None, env: dict | None = None) -> Settings:
+    s = resolve(Settings, args, env)
+    if s.replication_factor < 1:
+        raise ConfigError(f"replication_factor={s.replication_factor}: must be >= 1")
+    if s.clickhouse_url and not s.clickhouse_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"clickhouse_url={s.clickhouse_url!r}: expected http(s)://host:port, or leave it empty for embedded chDB"
+        )
+    return s
+
+
+def log_settings(s: Settings, logger: logging.Logger = log) -> None:
+    logger.info("settings %s", describe(s))

@@ -1,0 +1,237 @@
+"""Event models for every Flywheel topic (see DESIGN.md, topic catalog).
+
+Each top-level event has ``schema_version`` and a deterministic ``event_id`` derived from its
+content keys, so consumers and ClickHouse can dedupe replays.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field
+
+from schemas.actions import Action
+from schemas.base import Event, Id, Model, Name, RawText, Sha256, Text, Timestamp
+
+# ---------------------------------------------------------------- shared pieces
+
+
+class BlobRef(Model):
+    """A content-addressed blob (screenshot, weights): never inline in an event."""
+
+    sha256: Sha256
+    uri: Annotated[str, Field(min_length=1, max_length=4096)]
+    media_type: Annotated[str, Field(min_length=1, max_length=128)] = "image/png"
+    width: Annotated[int, Field(ge=0)] = 0
+    height: Annotated[int, Field(ge=0)] = 0
+    size_bytes: Annotated[int, Field(ge=0)] = 0
+
+
+class Observation(Model):
+    screenshot: BlobRef
+    screen_width: Annotated[int, Field(gt=0, le=16384)]
+    screen_height: Annotated[int, Field(gt=0, le=16384)]
+    instruction: Text = ""
+    url: Text = ""
+    window_title: Text = ""
+
+
+# ---------------------------------------------------------------- tasks
+
+
+class TaskSpec(Event):
+    task_id: Id
+    suite: Literal["miniwob", "desktop"]
+    name: Name  # e.g. "click-test" or "desktop.write-file"
+    seed: int = 0
+    max_steps: Annotated[int, Field(gt=0, le=1000)] = 10
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    params: dict[str, Any] = Field(default_factory=dict)
+    submitted_at: Timestamp = 0.0
+
+    @property
+    def event_id(self) -> str:
+        return self.task_id
+
+
+# ---------------------------------------------------------------- episode events (flywheel.steps.v1)
+
+
+class _EpisodeBase(Event):
+    episode_id: Id
+    ts: Timestamp
+
+
+class EpisodeStarted(_EpisodeBase):
+    kind: Literal["started"] = "started"
+    task: TaskSpec
+    sandbox: Name  # "browser" | "desktop"
+    worker_id: Name
+    policy: Name
+    policy_version: Annotated[int, Field(ge=0)]
+
+    @property
+    def event_id(self) -> str:
+        return f"{self.episode_id}:started"
+
+
+class Step(_EpisodeBase):
+    kind: Literal["step"] = "step"
+    step_index: Annotated[int, Field(ge=0)]
+    started_at: Timestamp
+    observation: Observation
+    thought: Text = ""
+    action: Action | None = None  # None when the model output could not be parsed
+    raw_output: RawText = ""
+    parse_error: Text | None = None
+    policy: Name
+    policy_version: Annotated[int, Field(ge=0)]
+    logprob: float  # behaviour log-prob of the whole action under policy_version
+    value: float | None = None
+    reward: float = 0.0  # environment reward observed after the action
+    done: bool = False
+    latency_policy_ms: Annotated[float, Field(ge=0)] = 0.0
+    latency_env_ms: Annotated[float, Field(ge=0)] = 0.0
+    error: Text | None = None  # the action failed to execute (e.g. refused SDK call)
+    next_screenshot_sha256: Sha256 | None = None  # lets the scorer see "nothing changed"
+
+    @property
+    def event_id(self) -> str:
+        return f"{self.episode_id}:step:{self.step_index}"
+
+
+class EpisodeEnded(_EpisodeBase):
+    kind: Literal["ended"] = "ended"
+    num_steps: Annotated[int, Field(ge=0)]
+    outcome_reward: float  # the environment's own verifier
+    success: bool
+    reason: Literal["done", "step_budget", "timeout"] = "done"
+
+    @property
+    def event_id(self) -> str:
+        return f"{self.episode_id}:end"
+
+
+class EpisodeAborted(_EpisodeBase):
+    kind: Literal["aborted"] = "aborted"
+    num_steps: Annotated[int, Field(ge=0)]
+    reason: Text
+    infra_failure: bool  # a crashed browser/display: never trained on as a zero reward
+
+    @property
+    def event_id(self) -> str:
+        return f"{self.episode_id}:end"
+
+
+EpisodeEvent = Annotated[Union[EpisodeStarted, Step, EpisodeEnded, EpisodeAborted], Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- trajectories
+
+
+class Trajectory(Event):
+    episode_id: Id
+    task: TaskSpec
+    sandbox: Name
+    worker_id: Name
+    policy: Name
+    steps: list[Step]
+    status: Literal["ended", "aborted"]
+    outcome_reward: float = 0.0
+    success: bool = False
+    end_reason: Text = ""
+    infra_failure: bool = False
+    started_at: Timestamp
+    ended_at: Timestamp
+    duplicates_dropped: Annotated[int, Field(ge=0)] = 0
+    missing_steps: list[int] = Field(default_factory=list)  # indices never seen (a gap upstream)
+
+    @property
+    def event_id(self) -> str:
+        return self.episode_id
+
+    @property
+    def policy_versions(self) -> tuple[int, int]:
+        versions = [s.policy_version for s in self.steps] or [0]
+        return min(versions), max(versions)
+
+
+class ScoredTrajectory(Event):
+    trajectory: Trajectory
+    scorer: Name
+    scorer_version: Name
+    reward: float
+    components: dict[str, float]  # outcome, format, length, shaping, ... summing to reward
+    verdict: Literal[0, 1]  # V(s): 1 -> SFT, 0 -> CT
+    rl_eligible: bool
+    routes: list[Literal["sft", "ct", "rl"]] = Field(default_factory=list)
+    route_reasons: list[Text] = Field(default_factory=list)
+    anomalies: list[Text] = Field(default_factory=list)
+    scored_at: Timestamp
+
+    @property
+    def episode_id(self) -> str:
+        return self.trajectory.episode_id
+
+    @property
+    def event_id(self) -> str:
+        return f"{self.trajectory.episode_id}:{self.scorer}:{self.scorer_version}"
+
+
+# ---------------------------------------------------------------- policy and trainer
+
+
+class PolicyVersion(Event):
+    policy: Name
+    version: Annotated[int, Field(ge=0)]
+    kind: Literal["pixel", "lm"]
+    uri: Annotated[str, Field(min_length=1, max_length=4096)]
+    sha256: Sha256
+    parent: int | None = None
+    created_at: Timestamp
+    metrics: dict[str, float] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)  # model config needed to rebuild it
+
+    @property
+    def event_id(self) -> str:
+        return f"{self.policy}:{self.version}"
+
+
+class TrainerMetrics(Event):
+    run_id: Id
+    update: Annotated[int, Field(ge=0)]
+    policy: Name
+    policy_version: Annotated[int, Field(ge=0)]
+    ts: Timestamp
+    metrics: dict[str, float]
+
+    @property
+    def event_id(self) -> str:
+        return f"{self.run_id}:{self.update}"
+
+
+class DeadLetter(Event):
+    stage: Name
+    error_type: Name
+    message: Text
+    source_topic: Name
+    source_partition: int
+    source_offset: int
+    original_key: str | None = None  # base64
+    original_value: str  # base64 of the exact bytes received
+    ts: Timestamp
+
+    @property
+    def event_id(self) -> str:
+        return f"{self.source_topic}:{self.source_partition}:{self.source_offset}:{self.stage}"
+
+
+EVENT_TYPES: dict[str, Any] = {
+    "TaskSpec": TaskSpec,
+    "EpisodeEvent": EpisodeEvent,
+    "Trajectory": Trajectory,
+    "ScoredTrajectory": ScoredTrajectory,
+    "PolicyVersion": PolicyVersion,
+    "TrainerMetrics": TrainerMetrics,
+    "DeadLetter": DeadLetter,
+}
