@@ -1,0 +1,120 @@
+"""PPO core vs values computed by hand (the arithmetic is in the comments)."""
+
+import math
+
+import pytest
+import torch
+
+from trainer import ppo
+
+
+def test_gae_padded_batch_by_hand():
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    values = torch.tensor([[0.5, 0.6, 0.7], [0.2, 9.0, 9.0]])  # 9.0 sits on padding: must not leak
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    adv, ret = ppo.compute_gae(rewards, values, mask, gamma=0.9, lam=0.8)
+    # t=2: 1 - 0.7 = 0.3 ; t=1: 0.9*0.7 - 0.6 = 0.03, + 0.72*0.3 = 0.246
+    # t=0: 0.9*0.6 - 0.5 = 0.04, + 0.72*0.246 = 0.21712 ; second: 1 - 0.2 = 0.8, padding 0
+    torch.testing.assert_close(adv, torch.tensor([[0.21712, 0.246, 0.3], [0.8, 0.0, 0.0]]))
+    torch.testing.assert_close(ret, torch.tensor([[0.71712, 0.846, 1.0], [1.0, 0.0, 0.0]]))
+
+
+def test_gae_lambda_one_gives_discounted_returns_and_per_trajectory_lambda():
+    rewards = torch.tensor([[0.0, 0.0, 1.0]])
+    values = torch.tensor([[0.5, 0.6, 0.7]])
+    mask = torch.ones(1, 3)
+    _, ret = ppo.compute_gae(rewards, values, mask, gamma=0.5, lam=1.0)
+    torch.testing.assert_close(ret, torch.tensor([[0.25, 0.5, 1.0]]))  # Monte-Carlo returns
+    adv0, _ = ppo.compute_gae(rewards, values, mask, gamma=0.9, lam=torch.tensor([0.0]))
+    # lambda 0: one-step TD errors 0.04, 0.03, 0.3
+    torch.testing.assert_close(adv0, torch.tensor([[0.04, 0.03, 0.3]]))
+
+
+def test_length_adaptive_lambda():
+    lam = ppo.length_adaptive_lam(torch.tensor([1, 2, 4]), alpha=1.0)
+    torch.testing.assert_close(lam, torch.tensor([0.0, 0.5, 0.75]))  # 1-1/1, 1-1/2, 1-1/4
+    lam = ppo.length_adaptive_lam(torch.tensor([1, 10]), alpha=0.5)
+    torch.testing.assert_close(lam, torch.tensor([0.0, 0.8]))  # 1-1/0.5 = -1 clamps to 0; 1-1/5
+    with pytest.raises(ValueError):
+        ppo.length_adaptive_lam(torch.tensor([1]), alpha=0.0)
+
+
+def test_decoupled_gae_uses_each_lambda():
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    values = torch.tensor([[0.5, 0.6, 0.7], [0.2, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    adv, ret = ppo.decoupled_gae(rewards, values, mask, gamma=1.0, lam_critic=1.0, alpha=1.0)
+    # critic (lambda 1, gamma 1): returns are the final reward everywhere
+    torch.testing.assert_close(ret, torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]]))
+    # actor: length 3 -> lam 2/3 ; deltas 0.1, 0.1, 0.3 ; A2=0.3, A1=0.1+0.2=0.3, A0=0.1+0.2=0.3
+    torch.testing.assert_close(adv, torch.tensor([[0.3, 0.3, 0.3], [0.8, 0.0, 0.0]]))
+    adv_fixed, _ = ppo.decoupled_gae(rewards, values, mask, gamma=1.0, lam_critic=1.0, lam_policy=0.0)
+    torch.testing.assert_close(adv_fixed, torch.tensor([[0.1, 0.1, 0.3], [0.8, 0.0, 0.0]]))
+
+
+def test_ppo_policy_loss_clip_higher_by_hand():
+    logprob = torch.log(torch.tensor([0.5, 0.5, 0.5]))
+    old = torch.log(torch.tensor([0.25, 0.5, 1.0]))  # ratios 2, 1, 0.5
+    adv = torch.tensor([1.0, 1.0, -1.0])
+    loss, stats = ppo.ppo_policy_loss(logprob, old, adv, eps_low=0.2, eps_high=0.28)
+    # -min(2, 1.28) = -1.28 ; -1 ; -min(-0.5, -0.8) = 0.8 -> mean -1.48/3
+    assert loss.item() == pytest.approx(-1.48 / 3, abs=1e-6)
+    assert stats["clip_frac"].item() == pytest.approx(2 / 3)
+    # truncated IS against the behaviour policy: weights exp(old - beh) = 2, 1, 1 -> capped 1.5
+    beh = torch.log(torch.tensor([0.125, 0.5, 1.0]))
+    loss_tis, _ = ppo.ppo_policy_loss(logprob, old, adv, 0.2, 0.28, behaviour_logprob=beh, tis_cap=1.5)
+    assert loss_tis.item() == pytest.approx((-1.28 * 1.5 - 1 + 0.8) / 3, abs=1e-6)
+    # the mask removes the third step: (-1.28 - 1) / 2
+    loss_m, _ = ppo.ppo_policy_loss(logprob, old, adv, 0.2, 0.28, mask=torch.tensor([1, 1, 0]))
+    assert loss_m.item() == pytest.approx(-1.14, abs=1e-6)
+
+
+def test_ppo_policy_loss_gradient_flows_only_inside_clip():
+    logprob = torch.log(torch.tensor([0.5, 0.5])).requires_grad_()
+    old = torch.log(torch.tensor([0.25, 0.5]))  # ratio 2 (clipped, A>0) and 1 (inside)
+    loss, _ = ppo.ppo_policy_loss(logprob, old, torch.tensor([1.0, 1.0]), 0.2, 0.28)
+    loss.backward()
+    assert logprob.grad[0].item() == 0.0
+    assert logprob.grad[1].item() == pytest.approx(-0.5)  # d(-ratio/2)/dlogprob at ratio 1
+
+
+def test_value_loss_entropy_kl_by_hand():
+    v, r = torch.tensor([1.0, 2.0]), torch.tensor([0.0, 0.0])
+    assert ppo.value_loss(v, r).item() == pytest.approx(1.25)  # 0.5 * (1 + 4) / 2
+    # clipped around old [0.5, 2.5] by 0.2 -> [0.7, 2.3]: max(1, .49)=1, max(4, 5.29)=5.29
+    clipped = ppo.value_loss(v, r, old_values=torch.tensor([0.5, 2.5]), clip=0.2)
+    assert clipped.item() == pytest.approx(0.5 * (1 + 5.29) / 2)
+    assert ppo.entropy_bonus(torch.tensor([1.0, 3.0, 100.0]), torch.tensor([1, 1, 0])).item() == 2.0
+    kl = ppo.kl_penalty(torch.log(torch.tensor([0.5])), torch.log(torch.tensor([0.25])))
+    assert kl.item() == pytest.approx(0.5 + math.log(2) - 1, abs=1e-6)  # exp(d) - d - 1, d = -ln 2
+    assert ppo.kl_penalty(torch.zeros(3), torch.zeros(3)).item() == 0.0
+
+
+def test_metrics_by_hand():
+    assert ppo.explained_variance(torch.tensor([1.0, 2.0, 2.0]), torch.tensor([1.0, 2.0, 3.0])) == pytest.approx(2 / 3)
+    assert math.isnan(ppo.explained_variance(torch.zeros(3), torch.ones(3)))
+    assert ppo.correlation(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.0, 4.0, 6.0])) == pytest.approx(1.0)
+    assert ppo.correlation(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([3.0, 2.0, 1.0])) == pytest.approx(-1.0)
+    ratio = torch.tensor([0.7, 0.9, 1.0, 1.3])
+    assert ppo.clip_fraction(ratio, 0.2, 0.28).item() == 0.5
+    w = ppo.masked_whiten(torch.tensor([1.0, 3.0, 50.0]), torch.tensor([1, 1, 0]))
+    torch.testing.assert_close(w, torch.tensor([-1.0, 1.0, 0.0]), atol=1e-4, rtol=0)
+
+
+def test_filter_stale_counts_dropped():
+    trajs = [("a", 5), ("b", 3), ("c", 1)]
+    kept, dropped = ppo.filter_stale(trajs, current_version=5, max_staleness=2, version_of=lambda t: t[1])
+    assert [t[0] for t in kept] == ["a", "b"] and dropped == 1
+    kept, dropped = ppo.filter_stale(trajs, current_version=5, max_staleness=0, version_of=lambda t: t[1])
+    assert [t[0] for t in kept] == ["a"] and dropped == 2
+
+
+def test_value_pretrain_criterion():
+    crit = ppo.ValuePretrainCriterion(min_explained_variance=0.8, rel_tol=0.05, patience=2, max_batches=10)
+    assert not ppo.value_pretrain_done([], [], crit)
+    assert not ppo.value_pretrain_done([1.0, 0.5], [0.1, 0.3], crit)
+    assert ppo.value_pretrain_done([1.0, 0.5], [0.1, 0.85], crit)  # explains the returns
+    assert ppo.value_pretrain_done([1.0, 0.50, 0.49, 0.48], [0.1] * 4, crit)  # loss flat 2 batches
+    assert not ppo.value_pretrain_done([1.0, 0.50, 0.49, 0.30], [0.1] * 4, crit)
+    assert ppo.value_pretrain_done([1.0, 0.5] * 5, [0.0] * 10, crit)  # the cap
+    assert ppo.value_pretrain_done([], [], ppo.ValuePretrainCriterion(max_batches=0))  # disabled
