@@ -1,0 +1,173 @@
+"""Reward scoring of trajectories (pure functions) and the scorer registry.
+
+    reward = outcome + format + length + shaping + anomaly [+ judge]
+
+- outcome: the environment verifier's ``outcome_reward`` (0 for an aborted episode);
+- format: ``-format_penalty`` times the fraction of steps whose model output did not parse;
+- length: ``-length_penalty`` times steps used / the task's step budget;
+- shaping: ``shaping`` times the sum of the per-step environment rewards (0 by default);
+- anomaly: ``-anomaly_penalty`` times the fraction of steps the anomaly filter flagged;
+- judge: ``judge`` times the score of an outcome reward model / judge, only when one is set.
+
+Every component is kept in ``ScoredTrajectory.components`` and they sum to ``reward``.
+
+The anomaly filter follows UI-TARS's rule-based filtering of its online traces: a pointer or
+keyboard action after which the screenshot hash did not change (``observation.screenshot.sha256``
+== ``next_screenshot_sha256``) did nothing visible, and the same action repeated on an unchanged
+screen is the agent stuck in a loop.
+
+The verdict V(s) (1: high quality, SFT; 0: CT) and the trajectory's intrinsic RL eligibility
+(not an infrastructure abort, at least one step, no gap) are decided here; staleness against
+the latest policy is the router's business. Scorers are registered by name with a version; a
+``ScoredTrajectory``'s ``event_id`` includes both, so re-scoring yields distinguishable records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from infra.errors import UserError
+from schemas.actions import SDK_ACTIONS, TERMINAL_ACTIONS
+from schemas.events import ScoredTrajectory, Step, Trajectory
+from streams.judge import OutcomeJudge
+
+# Actions that legitimately leave the screen as it was.
+NO_VISIBLE_EFFECT_EXPECTED = frozenset({"wait"}) | TERMINAL_ACTIONS | SDK_ACTIONS
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    format_penalty: float = 0.1
+    length_penalty: float = 0.05
+    shaping: float = 0.0
+    anomaly_penalty: float = 0.0
+    judge: float = 0.0
+    repeat_limit: int = 3  # this many identical actions on an unchanged screen is a loop
+    sft_max_anomaly_fraction: float = 0.5  # V(s)=1 needs no more anomalous steps than this
+    sft_allow_parse_errors: bool = True
+
+
+def no_effect_steps(steps: list[Step]) -> list[int]:
+    """Indices of steps whose action should have changed the screen but did not."""
+    out = []
+    for s in steps:
+        if s.action is None or s.next_screenshot_sha256 is None:
+            continue
+        if s.action.type in NO_VISIBLE_EFFECT_EXPECTED:
+            continue
+        if s.observation.screenshot.sha256 == s.next_screenshot_sha256:
+            out.append(s.step_index)
+    return out
+
+
+def repeated_action_steps(steps: list[Step], repeat_limit: int) -> list[int]:
+    """Indices of steps that repeat the previous action on the same screen, from the
+    ``repeat_limit``-th identical action of a run on."""
+    out, run = [], 1
+    for prev, cur in zip(steps, steps[1:]):
+        same = (cur.action is not None and cur.action == prev.action
+                and cur.observation.screenshot.sha256 == prev.observation.screenshot.sha256)
+        run = run + 1 if same else 1
+        if run >= repeat_limit:
+            out.append(cur.step_index)
+    return out
+
+
+def find_anomalies(steps: list[Step], repeat_limit: int) -> tuple[list[str], set[int]]:
+    """Human-readable anomalies and the set of flagged step indices."""
+    messages, flagged = [], set()
+    for i in no_effect_steps(steps):
+        messages.append(f"step {i}: action had no visible effect (screenshot unchanged)")
+        flagged.add(i)
+    for i in repeated_action_steps(steps, repeat_limit):
+        messages.append(f"step {i}: action repeated {repeat_limit}+ times on an unchanged screen")
+        flagged.add(i)
+    return messages, flagged
+
+
+def reward_components(traj: Trajectory, w: RewardWeights, flagged: set[int],
+                      judge_score: float | None = None) -> dict[str, float]:
+    n = len(traj.steps)
+    parse_errors = sum(1 for s in traj.steps if s.parse_error is not None or s.action is None)
+    components = {
+        "outcome": traj.outcome_reward if traj.status == "ended" else 0.0,
+        "format": -w.format_penalty * parse_errors / n if n else 0.0,
+        "length": -w.length_penalty * min(n / traj.task.max_steps, 1.0),
+        "shaping": w.shaping * sum(s.reward for s in traj.steps),
+        "anomaly": -w.anomaly_penalty * len(flagged) / n if n else 0.0,
+    }
+    if judge_score is not None:
+        components["judge"] = w.judge * judge_score
+    return components
+
+
+def rl_eligible(traj: Trajectory) -> tuple[bool, str]:
+    if traj.infra_failure:
+        return False, f"infrastructure abort ({traj.end_reason})"
+    if not traj.steps:
+        return False, "no steps"
+    if traj.missing_steps:
+        return False, f"missing steps {traj.missing_steps[:10]}"
+    return True, "valid"
+
+
+def verdict(traj: Trajectory, w: RewardWeights, flagged: set[int]) -> int:
+    """V(s): 1 for a successful, clean trajectory (SFT), else 0 (CT)."""
+    if traj.status != "ended" or not traj.success or not traj.steps or traj.missing_steps:
+        return 0
+    if len(flagged) / len(traj.steps) > w.sft_max_anomaly_fraction:
+        return 0
+    if not w.sft_allow_parse_errors and any(s.parse_error is not None or s.action is None for s in traj.steps):
+        return 0
+    return 1
+
+
+@dataclass(frozen=True)
+class Scorer:
+    name: str
+    version: str
+    weights: RewardWeights = field(default_factory=RewardWeights)
+    judge: OutcomeJudge | None = None
+
+    def score(self, traj: Trajectory, now: float) -> ScoredTrajectory:
+        anomalies, flagged = find_anomalies(traj.steps, self.weights.repeat_limit)
+        judge_score = self.judge.judge(traj) if self.judge is not None else None
+        components = reward_components(traj, self.weights, flagged, judge_score)
+        eligible, _ = rl_eligible(traj)
+        return ScoredTrajectory(
+            trajectory=traj, scorer=self.name, scorer_version=self.version,
+            reward=sum(components.values()), components=components,
+            verdict=verdict(traj, self.weights, flagged), rl_eligible=eligible,
+            anomalies=anomalies, scored_at=now,
+        )
+
+
+SCORERS: dict[str, Callable[[OutcomeJudge | None], Scorer]] = {}
+
+
+def register_scorer(name: str):
+    def deco(factory: Callable[[OutcomeJudge | None], Scorer]):
+        SCORERS[name] = factory
+        return factory
+    return deco
+
+
+@register_scorer("rule-v1")
+def _rule_v1(judge: OutcomeJudge | None = None) -> Scorer:
+    """Verifier outcome, mild format and length penalties; anomalies only gate SFT."""
+    return Scorer("rule-v1", "1.0", RewardWeights(judge=1.0 if judge else 0.0), judge)
+
+
+@register_scorer("strict-v1")
+def _strict_v1(judge: OutcomeJudge | None = None) -> Scorer:
+    """Penalises anomalies in the reward too; SFT only for spotless trajectories."""
+    w = RewardWeights(format_penalty=0.2, length_penalty=0.1, anomaly_penalty=0.2, judge=1.0 if judge else 0.0,
+                      repeat_limit=2, sft_max_anomaly_fraction=0.0, sft_allow_parse_errors=False)
+    return Scorer("strict-v1", "1.0", w, judge)
+
+
+def make_scorer(name: str, judge: OutcomeJudge | None = None) -> Scorer:
+    if name not in SCORERS:
+        raise UserError(f"unknown scorer {name!r}: choose one of {', '.join(sorted(SCORERS))}")
+    return SCORERS[name](judge)

@@ -1,0 +1,143 @@
+"""Reward scoring, anomaly filter, scorer registry and flywheel routing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from infra.errors import UserError
+from infra.topics import TOPICS
+from schemas.actions import Click, Wait
+from streams.assemble import add_event, close_abandoned
+from streams.route import route, staleness
+from streams.score import SCORERS, find_anomalies, make_scorer
+from streams.synthetic import episode_events, fake_sha, step
+
+
+def assemble(events):
+    state = None
+    for ev in events:
+        state, traj = add_event(state, ev, 0.0)
+        if traj is not None:
+            return traj
+    raise AssertionError("episode did not complete")
+
+
+def with_steps(traj, steps):
+    return traj.model_copy(update={"steps": steps})
+
+
+def test_components_sum_to_reward_and_success_is_sft():
+    traj = assemble(episode_events("ep-1", 4))
+    scored = make_scorer("rule-v1").score(traj, now=5.0)
+    assert set(scored.components) == {"outcome", "format", "length", "shaping", "anomaly"}
+    assert math.isclose(sum(scored.components.values()), scored.reward)
+    assert scored.components["outcome"] == 1.0 and scored.components["length"] == pytest.approx(-0.05 * 0.4)
+    assert scored.verdict == 1 and scored.rl_eligible and scored.anomalies == []
+    assert (scored.scorer, scored.scorer_version) == ("rule-v1", "1.0")
+    assert scored.event_id == "ep-1:rule-v1:1.0"
+
+
+def test_parse_errors_are_penalised_and_strict_refuses_sft():
+    traj = assemble(episode_events("ep-1", 2))
+    bad = step("ep-1", 1, action=None, parse_error="no Action:")
+    traj = with_steps(traj, [traj.steps[0], bad])
+    rule = make_scorer("rule-v1").score(traj, 0.0)
+    strict = make_scorer("strict-v1").score(traj, 0.0)
+    assert rule.components["format"] == pytest.approx(-0.1 * 0.5)
+    assert strict.components["format"] == pytest.approx(-0.2 * 0.5)
+    assert rule.verdict == 1 and strict.verdict == 0
+    assert strict.event_id != rule.event_id
+
+
+def test_anomaly_filter_finds_no_effect_and_loops():
+    same = fake_sha("frozen")
+    click = Click(x=0.1, y=0.1)
+    steps = [step("ep", i, action=click, screen=same, next_screen=same) for i in range(3)]
+    steps.append(step("ep", 3, action=Wait(), screen=same, next_screen=same))  # waiting may change nothing
+    messages, flagged = find_anomalies(steps, repeat_limit=3)
+    assert flagged == {0, 1, 2}
+    assert sum("no visible effect" in m for m in messages) == 3
+    assert sum("repeated" in m for m in messages) == 1
+
+
+def test_strict_scorer_penalises_anomalies():
+    traj = assemble(episode_events("ep-1", 2))
+    same = fake_sha("x")
+    traj = with_steps(traj, [step("ep-1", i, action=Click(x=0.2, y=0.2), screen=same, next_screen=same)
+                             for i in range(2)])
+    scored = make_scorer("strict-v1").score(traj, 0.0)
+    assert scored.components["anomaly"] == pytest.approx(-0.2) and scored.verdict == 0
+    assert math.isclose(sum(scored.components.values()), scored.reward)
+
+
+def test_judge_component_is_added_when_a_judge_is_set():
+    class Fixed:
+        def judge(self, traj):
+            return 0.25
+
+    scored = make_scorer("rule-v1", judge=Fixed()).score(assemble(episode_events("ep-1", 1)), 0.0)
+    assert scored.components["judge"] == 0.25
+    assert math.isclose(sum(scored.components.values()), scored.reward)
+
+
+def test_registry_names_and_unknown_scorer():
+    assert {"rule-v1", "strict-v1"} <= set(SCORERS)
+    with pytest.raises(UserError, match="unknown scorer"):
+        make_scorer("nope")
+
+
+def routed_topics(routing):
+    return [spec.name for spec, _ in routing.records]
+
+
+def test_success_goes_to_sft_and_rl():
+    scored = make_scorer("rule-v1").score(assemble(episode_events("ep-1", 2)), 0.0)
+    r = route(scored, {}, max_staleness=2)
+    assert routed_topics(r) == [TOPICS.sft.name, TOPICS.rl.name]
+    record = r.records[0][1]
+    assert record.routes == ["sft", "rl"] and record.rl_eligible and record.event_id == scored.event_id
+
+
+def test_failure_goes_to_ct_and_rl():
+    scored = make_scorer("rule-v1").score(assemble(episode_events("ep-1", 2, success=False)), 0.0)
+    assert routed_topics(route(scored, {}, 2)) == [TOPICS.ct.name, TOPICS.rl.name]
+
+
+def test_stale_policy_is_kept_out_of_rl():
+    scored = make_scorer("rule-v1").score(assemble(episode_events("ep-1", 2, policy_version=3)), 0.0)
+    assert staleness(scored, {"pixel-ppo": 6}) == 3
+    r = route(scored, {"pixel-ppo": 6}, max_staleness=2)
+    assert routed_topics(r) == [TOPICS.sft.name]
+    assert any("stale" in reason for reason in r.reasons) and not r.records[0][1].rl_eligible
+    assert routed_topics(route(scored, {"pixel-ppo": 5}, max_staleness=2))[-1] == TOPICS.rl.name
+
+
+def test_infra_abort_and_abandoned_never_reach_rl():
+    crashed = make_scorer("rule-v1").score(assemble(episode_events("ep-1", 2, aborted=True, infra_failure=True)), 0.0)
+    assert routed_topics(route(crashed, {}, 2)) == [TOPICS.ct.name]
+    state = None
+    for ev in episode_events("ep-2", 2)[:-1]:
+        state, _ = add_event(state, ev, 0.0)
+    _, abandoned = close_abandoned(state, now=100.0, idle_s=1.0)
+    scored = make_scorer("rule-v1").score(abandoned, 0.0)
+    assert scored.components["outcome"] == 0.0 and not scored.rl_eligible
+    assert TOPICS.rl.name not in routed_topics(route(scored, {}, 2))
+
+
+def test_policy_error_abort_is_rl_eligible():
+    scored = make_scorer("rule-v1").score(assemble(episode_events("ep-1", 2, aborted=True)), 0.0)
+    assert scored.verdict == 0 and routed_topics(route(scored, {}, 2)) == [TOPICS.ct.name, TOPICS.rl.name]
+
+
+def test_rl_clean_rule_drops_anomalous_from_rl():
+    traj = assemble(episode_events("ep-1", 2))
+    same = fake_sha("x")
+    traj = with_steps(traj, [step("ep-1", i, screen=same, next_screen=same) for i in range(2)])
+    scored = make_scorer("rule-v1").score(traj, 0.0)
+    assert TOPICS.rl.name in routed_topics(route(scored, {}, 2, rule="flywheel-v1"))
+    r = route(scored, {}, 2, rule="rl-clean-v1")
+    assert TOPICS.rl.name not in routed_topics(r) and "rl: 2 anomalies" in r.reasons
+    with pytest.raises(UserError, match="unknown routing rule"):
+        route(scored, {}, 2, rule="nope")
