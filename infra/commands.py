@@ -1,0 +1,136 @@
+"""`flywheel kafka-fetch | up | down | status | topics`: the local Kafka and the topic catalog.
+
+``up`` starts the local broker(s) under ``<data_dir>/kafka`` and is idempotent; ``down`` stops
+whatever ``up`` started (one or three nodes); ``status`` prints the brokers, the catalog topics
+with their partition counts and the lag of every consumer group; ``topics`` creates missing
+catalog topics and exits 1 when an existing one drifted from the catalog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from infra.config import add_arguments
+from infra.errors import UserError
+from infra.settings import Settings, load_settings, log_settings
+
+log = logging.getLogger("flywheel.kafka")
+MODES = (1, 3)
+
+
+def kafka_home(settings: Settings) -> Path:
+    return settings.data_path / "kafka"
+
+
+def libs_dir(settings: Settings) -> Path:
+    return kafka_home(settings) / "libs"
+
+
+def local_cluster(settings: Settings, brokers: int = 1):
+    from infra.broker import LocalCluster
+
+    return LocalCluster(kafka_home(settings) / f"brokers-{brokers}", libs_dir(settings), brokers,
+                        settings.kafka_port, settings.kafka_controller_port)
+
+
+def running_cluster(settings: Settings):
+    """The local cluster that has live nodes, or None."""
+    for n in MODES:
+        cluster = local_cluster(settings, n)
+        if cluster.running():
+            return cluster
+    return None
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    s = load_settings(vars(args))
+    log_settings(s)
+    return s
+
+
+def cmd_kafka_fetch(args: argparse.Namespace) -> int:
+    from infra.kafka_jars import fetch_jars
+
+    s = load_settings(vars(args))
+    fetched = fetch_jars(libs_dir(s))
+    print(f"Kafka jars {'fetched into' if fetched else 'already in'} {libs_dir(s)}")
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from infra.kafka_jars import fetch_jars
+
+    s = _settings(args)
+    brokers = args.brokers
+    other = running_cluster(s)
+    if other is not None and other.brokers != brokers:
+        raise UserError(f"a {other.brokers}-broker local Kafka is already running; `flywheel down` it first")
+    cluster = local_cluster(s, brokers)
+    if len(cluster.running()) == brokers:
+        print(f"Kafka already running: {brokers} broker(s) at {cluster.bootstrap}")
+        return 0
+    fetch_jars(cluster.libs)
+    took = cluster.start()
+    print(f"Kafka up in {took:.1f}s: {brokers} broker(s) at {cluster.bootstrap} (logs: {cluster.home}/node-*/server.log)")
+    if brokers > 1:
+        print(f"for replicated topics: FLYWHEEL_KAFKA_BOOTSTRAP={cluster.bootstrap} FLYWHEEL_REPLICATION_FACTOR={brokers}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    s = load_settings(vars(args))
+    stopped = False
+    for n in MODES:
+        cluster = local_cluster(s, n)
+        if cluster.running():
+            ids = cluster.stop()
+            print(f"Kafka stopped: node(s) {', '.join(map(str, ids))} of the {n}-broker cluster")
+            stopped = True
+    if not stopped:
+        print("Kafka is not running")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from infra.status import print_status
+
+    return print_status(load_settings(vars(args)), running_cluster, show_all=args.all)
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from infra.admin import ensure_topics
+
+    s = _settings(args)
+    report = ensure_topics(s, fix_config=args.fix_config)
+    for line in report.lines():
+        print(line)
+    return 1 if report.drift else 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("kafka-fetch", help="fetch the Kafka broker jars with mvn (once, cached)")
+    add_arguments(p, Settings)
+    p.set_defaults(func=cmd_kafka_fetch)
+
+    p = subparsers.add_parser("up", help="start the local Kafka (idempotent)")
+    p.add_argument("--brokers", type=int, choices=MODES, default=1,
+                   help="1 node, or 3 nodes with replication 3 and min.insync.replicas 2")
+    add_arguments(p, Settings)
+    p.set_defaults(func=cmd_up)
+
+    p = subparsers.add_parser("down", help="stop the local Kafka started by `flywheel up`")
+    add_arguments(p, Settings)
+    p.set_defaults(func=cmd_down)
+
+    p = subparsers.add_parser("status", help="brokers, topics with partitions, consumer group lag")
+    p.add_argument("--all", action="store_true", help="list every topic, not only the catalog's")
+    add_arguments(p, Settings)
+    p.set_defaults(func=cmd_status)
+
+    p = subparsers.add_parser("topics", help="create missing catalog topics; report drift (exit 1)")
+    p.add_argument("--fix-config", action="store_true",
+                   help="alter drifted topic configs to the catalog's (partition counts are never changed)")
+    add_arguments(p, Settings)
+    p.set_defaults(func=cmd_topics)

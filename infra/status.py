@@ -1,0 +1,54 @@
+"""`flywheel status`: local broker processes, cluster brokers, topics, consumer group lag."""
+
+from __future__ import annotations
+
+from infra.errors import UserError
+from infra.settings import Settings
+from infra.topics import TOPICS, topic_name
+
+
+def print_status(settings: Settings, running_cluster, show_all: bool = False) -> int:
+    from infra.admin import consumer_lag
+    from infra.probe import require_kafka
+
+    cluster = running_cluster(settings)
+    if cluster is None:
+        print("local Kafka: not running (start it with `flywheel up`)")
+    else:
+        pids = cluster.running()
+        for node in cluster.nodes:
+            state = f"pid {pids[node.node_id]}" if node.node_id in pids else "DOWN"
+            print(f"local Kafka node {node.node_id}: 127.0.0.1:{node.port} {state} (log {node.log_file})")
+    try:
+        _, md = require_kafka(settings)
+    except UserError as exc:
+        print(exc)
+        return 1
+    brokers = ", ".join(f"{b.id}={b.host}:{b.port}" for b in sorted(md.brokers.values(), key=lambda b: b.id))
+    print(f"cluster at {settings.bootstrap}: {len(md.brokers)} broker(s): {brokers}")
+
+    catalog = {topic_name(s, settings): s for s in TOPICS.all()}
+    names = sorted(n for n in md.topics if not n.startswith("__"))
+    shown = names if show_all else [n for n in names if n in catalog]
+    print("topics:")
+    for name in sorted(set(shown) | set(catalog)):
+        t = md.topics.get(name)
+        if t is None:
+            print(f"  {name:40s} MISSING (create it with `flywheel topics`)")
+            continue
+        replicas = len(next(iter(t.partitions.values())).replicas) if t.partitions else 0
+        print(f"  {name:40s} {len(t.partitions):3d} partitions  replication {replicas}")
+    hidden = len(names) - len(shown)
+    if hidden:
+        print(f"  (+{hidden} other topics; --all lists them)")
+
+    lag = consumer_lag(settings)
+    print("consumer groups (lag = messages not yet committed):")
+    if not lag:
+        print("  none")
+    for group, topics in sorted(lag.items()):
+        if not topics:
+            print(f"  {group}: no committed offsets on these topics")
+        for topic, n in sorted(topics.items()):
+            print(f"  {group:30s} {topic:40s} {n}")
+    return 0
