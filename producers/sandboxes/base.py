@@ -33,6 +33,7 @@ class StepResult:
     done: bool
     success: bool = False
     error: str | None = None
+    output: str | None = None  # what a GUI-SDK action returned (shell output, file contents)
 
 
 class Sandbox(Protocol):

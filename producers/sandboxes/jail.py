@@ -1,0 +1,241 @@
+"""The GUI-SDK jail: where a desktop episode's shell commands and file reads/writes run.
+
+Every SDK action is confined to the episode's working directory (the *jail*):
+
+- paths: ``jail_path`` resolves a path the agent gave (relative to the jail, or absolute inside
+  it) and refuses one that leaves it (``..``, an absolute path elsewhere, a symlink pointing
+  out). ``lexical_jail_path`` is the pure half of that check; ``jail_path`` adds the symlink
+  half against the real file system. Writes open the final component with ``O_NOFOLLOW``, so a
+  symlink swapped in after the check is refused too.
+- processes: commands run under bubblewrap (``bwrap``) when it is installed: no network
+  (``--unshare-all``), user ``nobody``, a read-only view of the system directories only
+  (``/usr``, ``/etc``), a private ``/tmp``, and the episode folder as the only writable place.
+  Without bwrap, ``unshare -rn`` (no network, same file system) is the fallback, and without
+  that, nothing (the cwd, timeout and caps still apply). ``probe_isolation`` says which one is
+  in force so the sandbox can log it; nothing silently pretends to be isolated.
+- limits: a wall-clock timeout (the whole process tree is killed), a cap on captured output
+  (the command is killed once it is exceeded), and RLIMIT_FSIZE on files it writes.
+
+A refused or failed SDK action raises ``SdkError``; the sandbox records its message on the
+step (``StepResult.error``) and the episode goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import posixpath
+import resource
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class SdkError(Exception):
+    """An SDK action was refused or failed; the message is recorded on the step."""
+
+
+# ---------------------------------------------------------------- paths
+
+
+def lexical_jail_path(jail: str, path: str) -> str:
+    """Pure: the absolute, normalised path ``path`` names inside ``jail``, or ``SdkError``.
+
+    ``jail`` must be absolute and normalised. Relative paths are taken from the jail; absolute
+    ones must already lie inside it. ``..`` is resolved lexically (no file system access).
+    """
+    if not path or "\x00" in path:
+        raise SdkError(f"invalid path {path!r}: empty or contains a NUL byte")
+    joined = posixpath.normpath(posixpath.join(jail, path))  # an absolute path replaces jail
+    if joined != jail and not joined.startswith(jail.rstrip("/") + "/"):
+        raise SdkError(f"path {path!r} leaves the episode's working directory")
+    return joined
+
+
+def jail_path(jail: str | Path, path: str, inside: str | None = None) -> Path:
+    """``lexical_jail_path`` plus symlinks: the real path must stay inside the real jail.
+
+    ``inside`` is where the jailed programs see the jail (``/home/agent/work`` under bwrap), so
+    an absolute path the agent read off the screen is accepted when it lies under it.
+    """
+    real_jail = os.path.realpath(jail)
+    rel = posixpath.relpath(lexical_jail_path(inside or real_jail, path), inside or real_jail)
+    lexical = posixpath.normpath(posixpath.join(real_jail, rel))
+    real = os.path.realpath(lexical)  # follows every symlink that exists along the way
+    if real != real_jail and not real.startswith(real_jail + "/"):
+        raise SdkError(f"path {path!r} resolves through a symlink to outside the working directory")
+    return Path(lexical)
+
+
+def read_jailed(jail: str | Path, path: str, cap_bytes: int, inside: str | None = None) -> str:
+    target = jail_path(jail, path, inside)
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise SdkError(f"no such file: {path!r}") from None
+    except IsADirectoryError:
+        raise SdkError(f"{path!r} is a directory") from None
+    except OSError as e:
+        raise SdkError(f"cannot read {path!r}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(cap_bytes + 1)
+    text = data[:cap_bytes].decode("utf-8", errors="replace")
+    return text + (f"\n[truncated at {cap_bytes} bytes]" if len(data) > cap_bytes else "")
+
+
+def write_jailed(jail: str | Path, path: str, content: str, cap_bytes: int, inside: str | None = None) -> int:
+    data = content.encode("utf-8")
+    if len(data) > cap_bytes:
+        raise SdkError(f"file_write of {len(data)} bytes exceeds the {cap_bytes}-byte cap")
+    target = jail_path(jail, path, inside)
+    if not target.parent.is_dir():
+        raise SdkError(f"directory of {path!r} does not exist")
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    except IsADirectoryError:
+        raise SdkError(f"{path!r} is a directory") from None
+    except OSError as e:
+        raise SdkError(f"cannot write {path!r}: {e.strerror}") from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return len(data)
+
+
+# ---------------------------------------------------------------- isolation
+
+
+@functools.lru_cache(maxsize=1)
+def probe_isolation() -> str:
+    """"bwrap" | "unshare" | "none": the strongest isolation that actually works here."""
+    def works(argv: list[str]) -> bool:
+        try:
+            return subprocess.run(argv, capture_output=True, timeout=10).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    if shutil.which("bwrap") and works(["bwrap", *_bwrap_system_args(), "--unshare-all", "true"]):
+        return "bwrap"
+    if shutil.which("unshare") and works(["unshare", "-rn", "true"]):
+        return "unshare"
+    return "none"
+
+
+def _bwrap_system_args() -> list[str]:
+    """Read-only system directories; top-level symlinks (merged /usr) recreated as symlinks."""
+    args: list[str] = []
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    return args + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+
+
+EPISODE_MOUNT = "/home/agent"  # where bwrap shows the episode folder: same paths in every sandbox
+
+
+@dataclass(frozen=True)
+class JailSpec:
+    """An episode folder (``host``) holding ``work/`` (the jail proper) and ``home/``."""
+
+    host: str
+    isolation: str = "bwrap"
+    ro_binds: tuple[str, ...] = ()  # e.g. the X socket folder and the Xauthority file for GUI apps
+
+    @property
+    def root(self) -> str:
+        """The episode folder as jailed programs see it."""
+        return EPISODE_MOUNT if self.isolation == "bwrap" else self.host
+
+    @property
+    def workdir(self) -> str:
+        return f"{self.root}/work"
+
+    @property
+    def home(self) -> str:
+        return f"{self.root}/home"
+
+
+def jail_argv(spec: JailSpec, argv: list[str]) -> list[str]:
+    """Pure: the command line that runs ``argv`` inside ``spec`` (cwd: the work folder)."""
+    if spec.isolation == "bwrap":
+        binds = ["--bind", spec.host, spec.root]
+        for path in spec.ro_binds:
+            binds += ["--ro-bind", path, path]
+        return ["bwrap", *_bwrap_system_args(), *binds, "--unshare-all", "--uid", "65534",
+                "--gid", "65534", "--die-with-parent", "--new-session", "--chdir", spec.workdir,
+                "--", *argv]
+    if spec.isolation == "unshare":
+        return ["unshare", "-rn", "--", *argv]
+    return list(argv)
+
+
+# ---------------------------------------------------------------- shell
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    exit_code: int | None  # None when it was killed (timeout or output cap)
+    output: str  # stdout and stderr interleaved, at most the cap
+    timed_out: bool = False
+    truncated: bool = False
+
+
+def _limit_child(file_cap: int) -> None:  # runs in the child between fork and exec
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_cap, file_cap))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+async def run_shell(spec: JailSpec, command: str, env: dict[str, str], timeout_s: float,
+                    output_cap: int, file_cap: int) -> ShellResult:
+    """Run ``command`` with bash inside the jail; kill the whole process group on timeout/cap."""
+    proc = await asyncio.create_subprocess_exec(
+        *jail_argv(spec, ["bash", "-c", command]), cwd=f"{spec.host}/work", env=env,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+        preexec_fn=functools.partial(_limit_child, file_cap))
+    buf = bytearray()
+    timed_out = truncated = False
+
+    async def pump() -> None:
+        nonlocal truncated
+        while chunk := await proc.stdout.read(65536):
+            buf.extend(chunk)
+            if len(buf) > output_cap:
+                truncated = True
+                return
+
+    async def finish() -> None:
+        await pump()
+        if not truncated:
+            await proc.wait()
+
+    try:
+        await asyncio.wait_for(finish(), timeout_s)
+    except asyncio.TimeoutError:
+        timed_out = True
+    if timed_out or truncated:
+        _kill_group(proc.pid)
+    code = await proc.wait()  # prompt: either it exited or it was just sent SIGKILL
+    text = bytes(buf[:output_cap]).decode("utf-8", errors="replace")
+    return ShellResult(exit_code=None if (timed_out or truncated) else code, output=text,
+                       timed_out=timed_out, truncated=truncated)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def format_shell_result(result: ShellResult, timeout_s: float, output_cap: int) -> tuple[str, str | None]:
+    """(output shown to the agent, error recorded on the step or None)."""
+    if result.timed_out:
+        return result.output, f"shell command timed out after {timeout_s:g}s and was killed"
+    if result.truncated:
+        return (result.output + f"\n[output truncated at {output_cap} bytes]",
+                f"shell output exceeded {output_cap} bytes; the command was killed")
+    return result.output + f"\n[exit status {result.exit_code}]", None
