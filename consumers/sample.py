@@ -134,3 +134,29 @@ def synthetic_run(n_episodes: int = 24, seed: int = 0, versions: int = 3, t0: fl
         run.trajectories.append(traj)
         run.scored.append(scored(traj))
     return run
+
+
+def publish(settings, run: SyntheticRun, copies: int = 1) -> int:
+    """Produce the run to its topics (``copies`` > 1 re-sends everything: a replay); returns count."""
+    from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
+    from infra.topics import TOPICS, topic_name
+    from schemas.codec import encode
+
+    producer, tracker = make_producer(settings), DeliveryTracker()
+    batches = [
+        (TOPICS.steps, run.episode_events, lambda e: e.episode_id),
+        (TOPICS.trajectories, run.trajectories, lambda e: e.episode_id),
+        (TOPICS.scored, run.scored, lambda e: e.episode_id),
+        (TOPICS.policy, run.policies, lambda e: e.policy),
+        (TOPICS.metrics, run.metrics, lambda e: e.run_id),
+    ]
+    sent = 0
+    for _ in range(copies):
+        for spec, events, key in batches:
+            name = topic_name(spec, settings)
+            for event in events:
+                producer.produce(name, key=key(event).encode(), value=encode(event), on_delivery=tracker)
+                producer.poll(0)
+                sent += 1
+    flush_or_raise(producer, tracker)
+    return sent

@@ -1,0 +1,84 @@
+"""`flywheel sink`, `flywheel export` and `flywheel sql`."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+
+from infra.config import add_arguments, describe, resolve
+from infra.settings import load_settings, log_settings
+
+log = logging.getLogger("flywheel.consumers")
+
+
+def _stop_on_signals() -> threading.Event:
+    """SIGTERM / SIGINT set the event; the loop then does its final flush and commit."""
+    stop = threading.Event()
+
+    def handler(signum, _frame):
+        log.info("signal %d: stopping after a final flush", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def cmd_sink(args) -> int:
+    from consumers.sink import Sink, SinkConfig
+
+    settings = load_settings(vars(args))
+    cfg = resolve(SinkConfig, vars(args))
+    log_settings(settings)
+    log.info("sink config %s", describe(cfg))
+    stop = _stop_on_signals()
+    Sink(settings, cfg).run(stop)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from consumers.export import ExportConfig, Exporter
+
+    settings = load_settings(vars(args))
+    cfg = resolve(ExportConfig, vars(args))
+    log_settings(settings)
+    log.info("export config %s", describe(cfg))
+    Exporter(settings, cfg).run(_stop_on_signals())
+    return 0
+
+
+def cmd_sql(args) -> int:
+    from infra.ch_query import execute, render
+
+    settings = load_settings(vars(args))
+    columns, rows, how = execute(settings, args.statement)
+    log.debug("ran on %s", how)
+    print(render(columns, rows, args.format))
+    return 0
+
+
+def register(subparsers) -> None:
+    from consumers.export import ExportConfig
+    from consumers.sink import SinkConfig
+    from infra.ch_query import FORMATS
+
+    p = subparsers.add_parser("sink", help="write steps, trajectories, scores, policies, metrics, dead letters to ClickHouse")
+    add_arguments(p, SinkConfig)
+    p.set_defaults(func=cmd_sink)
+
+    p = subparsers.add_parser("export", help="export the SFT and CT topics as sharded JSONL / Parquet chat datasets")
+    add_arguments(p, ExportConfig)
+    p.set_defaults(func=cmd_export)
+
+    p = subparsers.add_parser("sql", help="run SQL on ClickHouse (works while `flywheel sink` owns embedded chDB)")
+    p.add_argument("statement", help='e.g. "SELECT * FROM v_success_by_policy"')
+    p.add_argument("--format", choices=FORMATS, default="table", help="output format (default: aligned table)")
+    p.set_defaults(func=cmd_sql)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from infra.cli import main
+
+    sys.exit(main())

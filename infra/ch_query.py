@@ -1,0 +1,77 @@
+"""`flywheel sql`: run one statement where the data is, print it as a table, CSV or JSON.
+
+Where: the ClickHouse server when one is configured; else the process owning embedded chDB
+(the sink) through its local read-only endpoint; else chDB opened here (see infra.clickhouse).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from datetime import date, datetime
+from typing import Any, Sequence
+
+from infra.clickhouse import query_client
+from infra.errors import UserError
+from infra.settings import Settings
+
+_READS = re.compile(r"^\s*(\(?\s*SELECT|WITH|SHOW|DESC|DESCRIBE|EXPLAIN|EXISTS|VALUES)\b", re.IGNORECASE)
+FORMATS = ("table", "csv", "json")
+
+
+def execute(settings: Settings, sql: str) -> tuple[list[str], list[tuple], str]:
+    """(column names, rows, where it ran)."""
+    client, how = query_client(settings)
+    try:
+        if _READS.match(sql):
+            result = client.query(sql)
+            return list(result.column_names), list(result.result_rows), how
+        out = client.command(sql)
+        return ["result"], [(out if out not in (None, "") else "OK",)], how
+    except Exception as exc:
+        if isinstance(exc, UserError):
+            raise
+        message = str(exc)
+        idx = message.find("Code: ")
+        raise UserError((message[idx:] if idx >= 0 else message).splitlines()[0][:500]) from None
+    finally:
+        client.close()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ", timespec="milliseconds").replace("+00:00", "")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def render(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "table") -> str:
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([[_cell(v) if v is not None else "" for v in row] for row in rows])
+        return buf.getvalue().rstrip("\n")
+    if fmt == "json":
+        return json.dumps([dict(zip(columns, row)) for row in rows], default=str, indent=1)
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    numeric = [all(isinstance(row[i], (int, float)) and not isinstance(row[i], bool) for row in rows) and rows
+               for i in range(len(columns))]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    out = [line(list(columns)), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)
