@@ -15,8 +15,7 @@ import os
 import sys
 
 from infra.errors import UserError
-from infra.config import ConfigError, add_arguments
-from infra.settings import Settings
+from infra.config import ConfigError
 
 COMMAND_MODULES = (
     "infra.commands",
@@ -32,9 +31,6 @@ COMMAND_MODULES = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flywheel", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    # Platform settings go before the sub-command (`flywheel --data-dir D up`); every
-    # sub-command reads them with load_settings(vars(args)).
-    add_arguments(parser.add_argument_group("platform settings"), Settings)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         if importlib.util.find_spec(name) is None:
