@@ -1,0 +1,226 @@
+"""The browser sandbox: MiniWoB++ tasks in headless Chromium, driven by Playwright.
+
+One sandbox = one browser context + page (its own fake clock) in the process-wide Chromium of
+``browser_host``. ``reset`` loads the task page (only when the task changes), seeds it the way
+the miniwob package's own environment does (``Math.seedrandom(seed)``, ``core.setDataMode``,
+``core.startEpisodeReal()``), and screenshots the task area (MiniWoB's 160x210 ``#wrap``,
+instruction included). ``step`` performs a unified action through ``schemas.convert.to_playwright``
+with coordinates relative to that task area, advances the fake clock by ``step_ms`` and reads the
+task's own reward state (``WOB_DONE_GLOBAL``, ``WOB_REWARD_GLOBAL``, ``WOB_RAW_REWARD_GLOBAL``).
+
+Time: Playwright's clock is installed before the page loads and paused, so page time moves only
+when we advance it: a task's 10 s limit and its time-scaled reward depend on the number of
+steps, not on how busy the machine is, and every episode starts at the same wall-clock date.
+
+Every Playwright call has a timeout; a dead or hung browser raises ``SandboxCrashed``. An action
+that merely cannot be performed (an SDK action, an unknown key) is reported in
+``StepResult.error`` and the episode goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from producers.sandboxes.base import Obs, SandboxCrashed, StepResult, register_sandbox
+from producers.sandboxes.browser_host import BrowserHost, shared_host
+from producers.sandboxes.miniwob_server import (
+    TASK_HEIGHT, TASK_WIDTH, WINDOW_HEIGHT, WINDOW_WIDTH, task_names, task_url,
+)
+from schemas.blobs import BlobStore
+from schemas.convert import UnsupportedAction, apply_playwright, to_playwright
+from schemas.events import Observation, TaskSpec
+
+EPOCH_MS = 1_700_000_000_000  # the page's "now" at every episode start (fake clock)
+READY_POLL_MS = 50
+READY_MAX_POLLS = 100
+_STATE_JS = "[WOB_DONE_GLOBAL, WOB_REWARD_GLOBAL, WOB_RAW_REWARD_GLOBAL, String(WOB_REWARD_REASON)]"
+_POINTER_PATHS = frozenset({"mouse.click", "mouse.dblclick", "mouse.move"})
+_NOT_IN_BROWSER = frozenset({"press_back", "press_home", "open_app", "shell", "file_read", "file_write"})
+
+
+class BrowserSandbox:
+    kind = "browser"
+
+    def __init__(self, blobs: BlobStore, *, host: BrowserHost | None = None, step_ms: int = 100,
+                 call_timeout_s: float = 10.0, executable: str = "") -> None:
+        self.blobs = blobs
+        self.step_ms = step_ms
+        self.call_timeout_s = call_timeout_s
+        self._executable = executable
+        self.host = host
+        self._context: Any = None
+        self._page: Any = None
+        self._generation = -1
+        self._task: str | None = None  # the task whose page is loaded
+        self._box = (0.0, 0.0, float(TASK_WIDTH), float(TASK_HEIGHT))
+        self._instruction = ""
+        self._done = False
+
+    # ------------------------------------------------------------ guarded Playwright calls
+
+    async def _call(self, awaitable: Any, what: str) -> Any:
+        """Await one Playwright call under a timeout; a dead or hung browser -> SandboxCrashed."""
+        try:
+            return await asyncio.wait_for(awaitable, self.call_timeout_s)
+        except asyncio.TimeoutError:
+            raise SandboxCrashed(f"browser hung: {what} took more than {self.call_timeout_s:.0f}s") from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # playwright.Error and friends: the page or browser is gone
+            raise SandboxCrashed(f"browser failed during {what}: {type(exc).__name__}: {str(exc)[:300]}") from None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        if self.host is None:
+            self.host = shared_host(self._executable)
+        browser, self._generation = await self._call(self.host.browser(), "launch")
+        self._context = await self._call(
+            browser.new_context(viewport={"width": WINDOW_WIDTH, "height": WINDOW_HEIGHT}, device_scale_factor=1,
+                                service_workers="block"),
+            "new_context")
+        self._context.set_default_timeout(self.call_timeout_s * 1000)
+        await self._call(self._context.clock.install(time=EPOCH_MS), "clock.install")
+        await self._call(self._context.clock.pause_at(EPOCH_MS), "clock.pause_at")
+        self._page = await self._call(self._context.new_page(), "new_page")
+        self._task = None
+
+    async def restart(self) -> None:
+        """After a crash: drop this context and, if the browser itself is dead or hung, relaunch it."""
+        if self.host is not None and not await self._browser_healthy():
+            await self.host.relaunch(self._generation)
+        await self.close()
+        await self.start()
+
+    async def _browser_healthy(self) -> bool:
+        if self.host is None or not self.host.connected:
+            return False
+        if self._generation != self.host.generation:
+            return True  # another sandbox already replaced the browser we were using
+        try:
+            browser, _ = await asyncio.wait_for(self.host.browser(), 2.0)
+            probe = await asyncio.wait_for(browser.new_context(), 3.0)
+            await asyncio.wait_for(probe.close(), 3.0)
+            return True
+        except Exception:  # noqa: BLE001 - any failure means: replace it
+            return False
+
+    async def close(self) -> None:
+        ctx, self._context, self._page, self._task = self._context, None, None, None
+        if ctx is not None:
+            try:
+                await asyncio.wait_for(ctx.close(), 5.0)
+            except Exception:  # noqa: BLE001 - closing a dead context is best effort
+                pass
+
+    # ------------------------------------------------------------ episode
+
+    async def reset(self, task: TaskSpec) -> Obs:
+        if task.suite != "miniwob":
+            raise ValueError(f"the browser sandbox runs MiniWoB++ tasks, not suite {task.suite!r}")
+        if task.name not in task_names():
+            raise ValueError(f"unknown MiniWoB++ task {task.name!r}")
+        if self._page is None:
+            await self.start()
+        page, clock = self._page, self._context.clock
+        if self._task != task.name:
+            await self._call(page.goto(task_url(task.name), wait_until="load"), f"load {task.name}")
+            self._task = task.name
+            rect = await self._call(page.evaluate(
+                "(() => { const r = document.getElementById('wrap').getBoundingClientRect();"
+                " return [r.x, r.y, r.width, r.height]; })()"), "measure #wrap")
+            self._box = tuple(float(v) for v in rect)
+        await self._call(clock.set_system_time(EPOCH_MS), "clock.set_system_time")
+        mode = str(task.params.get("data_mode", "train"))
+        utterance = await self._call(page.evaluate(
+            f"(() => {{ Math.seedrandom({json.dumps(task.seed)}); core.setDataMode({json.dumps(mode)});"
+            " core.startEpisodeReal(); const u = core.getUtterance();"
+            " return [WOB_TASK_READY, typeof u === 'string' ? u : u.utterance]; })()"), "start episode")
+        ready, self._instruction = bool(utterance[0]), str(utterance[1])
+        for _ in range(READY_MAX_POLLS):  # tasks that build their problem asynchronously
+            if ready:
+                break
+            await self._call(clock.run_for(READY_POLL_MS), "clock.run_for")
+            ready = await self._call(page.evaluate("WOB_TASK_READY"), "poll ready")
+        else:
+            raise SandboxCrashed(f"task {task.name} did not become ready")
+        self._done = False
+        return await self._observe()
+
+    async def step(self, action: Any) -> StepResult:
+        error = None
+        if self._page is None:
+            raise SandboxCrashed("step before reset")
+        if action is None or action.type == "wait":
+            pass
+        elif action.type in ("finished", "call_user"):
+            return await self._result(terminal=True)
+        elif action.type in _NOT_IN_BROWSER:
+            error = f"{action.type!r} is not available in the browser sandbox"
+        else:
+            try:
+                calls = self._offset(to_playwright(action, int(self._box[2]), int(self._box[3])))
+            except UnsupportedAction as exc:
+                calls, error = [], str(exc)
+            if calls:
+                error = await self._perform(calls)
+        await self._call(self._context.clock.run_for(self.step_ms), "clock.run_for")
+        return await self._result(error=error)
+
+    async def _perform(self, calls: list) -> str | None:
+        try:
+            await asyncio.wait_for(apply_playwright(self._page, calls), self.call_timeout_s)
+            return None
+        except asyncio.TimeoutError:
+            raise SandboxCrashed(f"browser hung performing {calls[0][0]}") from None
+        except Exception as exc:  # noqa: BLE001
+            if self._page.is_closed() or not self.host.connected:
+                raise SandboxCrashed(f"browser died performing {calls[0][0]}: {exc}") from None
+            return f"{type(exc).__name__}: {str(exc)[:500]}"  # e.g. a key Playwright does not know
+
+    def _offset(self, calls: list) -> list:
+        """Shift pointer coordinates from the task area to the page."""
+        x0, y0 = self._box[0], self._box[1]
+        return [(p, (a[0] + x0, a[1] + y0, *a[2:]) if p in _POINTER_PATHS and len(a) >= 2 else a, k)
+                for p, a, k in calls]
+
+    async def _result(self, error: str | None = None, terminal: bool = False) -> StepResult:
+        done, reward, raw, _reason = await self._call(self._page.evaluate(_STATE_JS), "read reward")
+        obs = await self._observe()
+        done = bool(done)
+        reward = float(reward) if done else 0.0
+        return StepResult(obs=obs, reward=reward, done=done or terminal, success=done and float(raw) > 0,
+                          error=error)
+
+    async def _observe(self) -> Obs:
+        x, y, w, h = self._box
+        png = await self._call(
+            self._page.screenshot(clip={"x": x, "y": y, "width": w, "height": h}, type="png",
+                                  caret="initial", timeout=self.call_timeout_s * 1000),
+            "screenshot")
+        image, ref = await asyncio.to_thread(self._store, png)
+        observation = Observation(screenshot=ref, screen_width=image.shape[1], screen_height=image.shape[0],
+                                  instruction=self._instruction, url=f"miniwob/{self._task}.html")
+        return Obs(observation=observation, image=image)
+
+    def _store(self, png: bytes) -> tuple[np.ndarray, Any]:
+        image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+        ref = self.blobs.put(png, "image/png", image.shape[1], image.shape[0])
+        return image, ref
+
+    # ------------------------------------------------------------ for scripted solvers and tests
+
+    async def query(self, js: str) -> Any:
+        """Evaluate ``js`` on the task page (scripted solvers read the DOM through this)."""
+        return await self._call(self._page.evaluate(js), "query")
+
+
+@register_sandbox("browser")
+def make_browser_sandbox(blobs: BlobStore, **kwargs: Any) -> BrowserSandbox:
+    return BrowserSandbox(blobs, **kwargs)
