@@ -1,0 +1,308 @@
+"""A Hugging Face causal language model with a value head that writes UI-TARS text.
+
+The model is any ``AutoModelForCausalLM`` (a tiny Qwen2 built from a config in tests, a local
+checkpoint folder in production). Screenshots reach it through ``PatchVision``: a patch
+embedding over a downscaled screenshot, projected into the LM's embedding space and written over
+``image_tokens`` placeholder tokens. (A tiny Qwen2-VL cannot be built offline with a working
+processor, so a small adapter keeps tests self-contained; it also makes any text checkpoint a
+vision-language policy, its adapter learnt by SFT / PPO.)
+
+Invariant (see base.py): the log-prob ``act`` returns is that of the token sequence
+``encode(raw_output) + <|im_end|>`` — exactly what ``evaluate`` scores when the trainer rebuilds
+the decision from the step. When sampling produced another tokenization of the same text (or hit
+``max_new_tokens`` before ``<|im_end|>``), ``act`` rescores that canonical sequence with one
+forward pass, so behaviour and training log-probs always refer to the same tokens.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import nn
+
+from trainer.policies.base import Decision, PolicyInput, register_policy
+from trainer.policies.lm_text import (
+    IM_END, IMAGE, PAD, Rendered, Turn, make_tokenizer, render, system_prompt, uitars_turns,
+)
+
+log = logging.getLogger("flywheel.policy.lm")
+
+
+def tiny_lm_config(**overrides: Any) -> dict[str, Any]:
+    """A 2-layer, hidden-64 Qwen2 over the byte tokenizer: small enough for unit tests on CPU."""
+    cfg = {
+        "lm": {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+               "tie_word_embeddings": False},
+        "pretrained": "",          # a local checkpoint folder; overrides "lm" when set
+        "tokenizer": "bytes",      # "bytes" or a local tokenizer folder
+        "image_size": 32,          # screenshots are resized to image_size x image_size
+        "patch": 8,                # -> (image_size / patch)^2 image tokens per screenshot
+        "max_images": 5,           # UI-TARS keeps the last N screenshots in context
+        "max_new_tokens": 96,
+        "prompt": "short",         # "short", "uitars" (ui_tars.prompt.COMPUTER_USE_DOUBAO) or a template
+        "coord_mode": "qwen25vl",  # how the model writes coordinates (schemas.uitars.parse_output)
+        "seed": 0,                 # initial weights of a model built from "lm"
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+class PatchVision(nn.Module):
+    """Screenshot -> ``(image_size/patch)^2`` embeddings in the LM's hidden space."""
+
+    def __init__(self, image_size: int, patch: int, hidden: int) -> None:
+        super().__init__()
+        self.image_size, self.n_tokens = image_size, (image_size // patch) ** 2
+        self.patchify = nn.Conv2d(3, hidden, patch, patch)
+        self.pos = nn.Parameter(torch.zeros(self.n_tokens, hidden))
+        self.proj = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, hidden))
+
+    def preprocess(self, image: np.ndarray) -> np.ndarray:
+        """H x W x 3 uint8 -> 3 x S x S float32 in [-1, 1]."""
+        img = Image.fromarray(np.asarray(image, dtype=np.uint8)).convert("RGB")
+        img = img.resize((self.image_size, self.image_size), Image.BILINEAR)
+        return (np.asarray(img, dtype=np.float32).transpose(2, 0, 1) / 127.5) - 1.0
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        """pixels [N, 3, S, S] -> [N, n_tokens, hidden]."""
+        x = self.patchify(pixels).flatten(2).transpose(1, 2)
+        return self.proj(x + self.pos)
+
+
+@dataclass
+class Generation:
+    token_ids: list[int]
+    token_logprobs: list[float]
+    text: str
+    value: float
+    finished: bool  # ended with <|im_end|> rather than max_new_tokens
+
+
+@dataclass
+class LMBatch:
+    """Right-padded sequences; ``target`` [B, L-1] marks positions whose next token is scored."""
+
+    ids: torch.Tensor       # [B, L] long
+    attn: torch.Tensor      # [B, L] long
+    pixels: torch.Tensor    # [N, 3, S, S], N = images in the batch, in sequence order
+    target: torch.Tensor    # [B, L-1] bool
+
+
+class LMPolicy(nn.Module):
+    kind = "lm"
+
+    def __init__(self, name: str, config: dict[str, Any], version: int = 0, load_pretrained: bool = True,
+                 blob_store=None) -> None:
+        super().__init__()
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        self.name, self.version, self.config = name, version, tiny_lm_config(**config)
+        self.blob_store = blob_store  # lets act() show earlier screenshots from the history
+        self.tok = make_tokenizer(self.config["tokenizer"])
+        path = self.config["pretrained"]
+        torch.manual_seed(int(self.config["seed"]))  # a fresh model is a function of its config
+        if path and load_pretrained:
+            self.lm = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+        elif path:  # weights come from a published version next: the architecture is enough
+            self.lm = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path, local_files_only=True))
+        else:
+            lm_cfg = dict(self.config["lm"])
+            lm_cfg["vocab_size"] = self.tok.vocab_size
+            self.lm = AutoModelForCausalLM.from_config(AutoConfig.for_model(lm_cfg.pop("model_type"), **lm_cfg))
+        if self.lm.get_input_embeddings().num_embeddings < self.tok.vocab_size:
+            self.lm.resize_token_embeddings(self.tok.vocab_size)
+        hidden = self.lm.config.get_text_config().hidden_size
+        self.vision = PatchVision(self.config["image_size"], self.config["patch"], hidden)
+        self.value_head = nn.Linear(hidden, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+        self.prompt = system_prompt(self.config["prompt"])
+        self.eos, self.pad = self.tok.special(IM_END), self.tok.special(PAD)
+        self.eval()
+
+    def config_dict(self) -> dict[str, Any]:
+        return dict(self.config)
+
+    @property
+    def device(self) -> torch.device:
+        return self.value_head.weight.device
+
+    # ------------------------------------------------------------ contexts
+
+    def context(self, inp: PolicyInput) -> list[Turn]:
+        images = [self._history_image(step) for step in inp.history]
+        return uitars_turns(inp.instruction, inp.history, images, inp.image, self.config["max_images"],
+                            self.prompt, self.config["coord_mode"])
+
+    def _history_image(self, step) -> np.ndarray | None:
+        if self.blob_store is None:
+            return None
+        try:
+            return np.asarray(Image.open(io.BytesIO(self.blob_store.get(step.observation.screenshot))).convert("RGB"))
+        except Exception as exc:  # a missing screenshot shortens the context, it does not stop the agent
+            log.warning("history screenshot %s unavailable: %s", step.observation.screenshot.sha256[:12], exc)
+            return None
+
+    def render(self, turns: list[Turn], response: str | None = None, score: str = "last") -> Rendered:
+        """Render a context; with ``response``, append it (+ <|im_end|>) as the scored answer."""
+        if response is not None:
+            turns = turns + [Turn("assistant", [response])]
+        r = render(turns, self.tok, self.vision.n_tokens, open_assistant=response is None, score=score)
+        if response is not None:  # drop the trailing newline after the answer's <|im_end|>
+            n = len(self.tok.encode("\n"))
+            del r.ids[-n:], r.target[-n:]
+        return r
+
+    def decision_sample(self, inp: PolicyInput, raw_output: str) -> Rendered:
+        """What the trainer scores for one step: its context and the text the policy wrote."""
+        return self.render(self.context(inp), raw_output, score="last")
+
+    # ------------------------------------------------------------ forward passes
+
+    def _embed(self, ids: torch.Tensor, pixels: torch.Tensor, scored: torch.Tensor | None = None) -> torch.Tensor:
+        """Token embeddings with screenshots written over the image placeholders.
+
+        ``scored`` [B, L] marks generated tokens: a model may emit the placeholder id itself,
+        and that token is text, not an image slot.
+        """
+        emb = self.lm.get_input_embeddings()(ids)
+        slots = ids == self.tok.special(IMAGE)
+        if scored is not None:
+            slots &= ~scored
+        if pixels.shape[0]:
+            img = self.vision(pixels.to(emb.dtype)).reshape(-1, emb.shape[-1])
+            emb = emb.masked_scatter(slots.unsqueeze(-1), img)
+        return emb
+
+    def _pixels(self, images: list[np.ndarray]) -> torch.Tensor:
+        s = self.config["image_size"]
+        if not images:
+            return torch.zeros(0, 3, s, s, device=self.device)
+        return torch.from_numpy(np.stack([self.vision.preprocess(im) for im in images])).to(self.device)
+
+    def make_batch(self, samples: list[Rendered]) -> LMBatch:
+        L = max(len(s.ids) for s in samples)
+        ids = torch.full((len(samples), L), self.pad, dtype=torch.long)
+        attn = torch.zeros((len(samples), L), dtype=torch.long)
+        target = torch.zeros((len(samples), L), dtype=torch.bool)
+        for i, s in enumerate(samples):
+            ids[i, : len(s.ids)] = torch.tensor(s.ids)
+            attn[i, : len(s.ids)] = 1
+            target[i, : len(s.ids)] = torch.tensor(s.target)
+        pixels = self._pixels([im for s in samples for im in s.images])
+        return LMBatch(ids.to(self.device), attn.to(self.device), pixels, target[:, 1:].to(self.device))
+
+    def evaluate(self, batch: LMBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Token-level log-probs, values and entropies, each [B, L-1], zero off ``batch.target``.
+
+        Position t scores token t+1 given tokens 0..t; values[t] is the critic's estimate of the
+        state before that token. Logits are computed only at target positions (a real
+        vocabulary is large).
+        """
+        scored = F.pad(batch.target, (1, 0), value=False)
+        emb = self._embed(batch.ids, batch.pixels, scored)
+        hidden = self.lm.model(inputs_embeds=emb, attention_mask=batch.attn).last_hidden_state[:, :-1]
+        values = self.value_head(hidden).squeeze(-1) * batch.target
+        logits = self.lm.lm_head(hidden[batch.target]).float()
+        logp_all = F.log_softmax(logits, dim=-1)
+        next_ids = batch.ids[:, 1:][batch.target]
+        logprobs = torch.zeros(batch.target.shape, device=hidden.device, dtype=logp_all.dtype)
+        entropy = torch.zeros_like(logprobs)
+        logprobs[batch.target] = logp_all.gather(-1, next_ids.unsqueeze(-1)).squeeze(-1)
+        entropy[batch.target] = -(logp_all.exp() * logp_all).sum(-1)
+        return logprobs, values, entropy
+
+    def sequence_logprobs(self, samples: list[Rendered]) -> torch.Tensor:
+        """Sum of target-token log-probs per sample, [B]."""
+        batch = self.make_batch(samples)
+        logprobs, _, _ = self.evaluate(batch)
+        return (logprobs * batch.target).sum(-1)
+
+    @torch.no_grad()
+    def generate(self, contexts: list[Rendered], greedy: bool = False, temperature: float = 1.0,
+                 max_new_tokens: int | None = None) -> list[Generation]:
+        """Sample continuations for a batch of open-assistant contexts (left-padded, KV cache).
+
+        Token log-probs are under the model's own distribution (temperature 1), as vLLM reports
+        them; ``temperature`` only shapes sampling.
+        """
+        max_new = max_new_tokens or self.config["max_new_tokens"]
+        B, L = len(contexts), max(len(c.ids) for c in contexts)
+        ids = torch.full((B, L), self.pad, dtype=torch.long)
+        attn = torch.zeros((B, L), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, L - len(c.ids):] = torch.tensor(c.ids)
+            attn[i, L - len(c.ids):] = 1
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        emb = self._embed(ids, self._pixels([im for c in contexts for im in c.images]))
+        out = self.lm.model(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True)
+        h = out.last_hidden_state[:, -1]
+        values = self.value_head(h).squeeze(-1).tolist()
+        tokens: list[list[int]] = [[] for _ in range(B)]
+        logps: list[list[float]] = [[] for _ in range(B)]
+        done = torch.zeros(B, dtype=torch.bool, device=self.device)
+        next_pos = pos[:, -1:] + 1
+        for _ in range(max_new):
+            logp = F.log_softmax(self.lm.lm_head(h).float(), dim=-1)
+            if greedy or temperature <= 0:
+                tok = logp.argmax(-1)
+            else:
+                tok = torch.multinomial(F.softmax(logp / temperature, dim=-1), 1).squeeze(-1)
+            lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+            for i in (~done).nonzero().flatten().tolist():
+                tokens[i].append(int(tok[i]))
+                logps[i].append(float(lp[i]))
+            done |= tok == self.eos
+            if bool(done.all()):
+                break
+            attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=attn.device)], dim=1)
+            out = self.lm.model(input_ids=tok.unsqueeze(-1), attention_mask=attn, position_ids=next_pos,
+                                past_key_values=out.past_key_values, use_cache=True)
+            h, next_pos = out.last_hidden_state[:, -1], next_pos + 1
+        gens = []
+        for i in range(B):
+            finished = bool(tokens[i]) and tokens[i][-1] == self.eos
+            text = self.tok.decode(tokens[i][:-1] if finished else tokens[i])
+            gens.append(Generation(tokens[i], logps[i], text, values[i], finished))
+        return gens
+
+    def canonical(self, gen: Generation) -> bool:
+        """Whether the sampled tokens are exactly ``encode(text) + <|im_end|>``."""
+        return gen.finished and self.tok.encode(gen.text) + [self.eos] == gen.token_ids
+
+    # ------------------------------------------------------------ the Policy protocol
+
+    @torch.no_grad()
+    def act(self, inputs: list[PolicyInput], greedy: bool = False) -> list[Decision]:
+        turns = [self.context(inp) for inp in inputs]
+        gens = self.generate([self.render(t) for t in turns], greedy=greedy)
+        logprobs = [sum(g.token_logprobs) for g in gens]
+        redo = [i for i, g in enumerate(gens) if not self.canonical(g)]
+        if redo:  # keep the invariant: the log-prob is that of the tokens the trainer will rebuild
+            rescored = self.sequence_logprobs([self.render(turns[i], gens[i].text) for i in redo])
+            for i, lp in zip(redo, rescored.tolist()):
+                logprobs[i] = lp
+        return [self._decision(g, lp, inp) for g, lp, inp in zip(gens, logprobs, inputs)]
+
+    def _decision(self, gen: Generation, logprob: float, inp: PolicyInput) -> Decision:
+        from schemas.uitars import parse_output
+
+        try:
+            parsed = parse_output(gen.text, inp.screen_width, inp.screen_height, coord_mode=self.config["coord_mode"])
+        except Exception as exc:  # the parser's contract is to flag, but a crash must not stop a rollout
+            return Decision(None, logprob, gen.value, "", gen.text, f"{type(exc).__name__}: {exc}")
+        return Decision(parsed.action, logprob, gen.value, parsed.thought, gen.text, parsed.error)
+
+
+@register_policy("lm")
+def build_lm_policy(name: str = "lm", config: dict[str, Any] | None = None, **kwargs: Any) -> LMPolicy:
+    return LMPolicy(name, config or {}, **kwargs)
