@@ -75,6 +75,7 @@ class Sink:
         if unknown:
             raise ValueError(f"the sink does not read {sorted(unknown)}; choose from {SINK_KINDS}")
         self.settings, self.cfg = settings, cfg
+        self._owns_client = client is None
         self.client = client or make_client(settings)
         self.kind_by_topic = {topic_name(getattr(TOPICS, k), settings): k for k in cfg.kinds}
         self.consumer = make_consumer(settings, cfg.group_id)
@@ -207,6 +208,8 @@ class Sink:
                 endpoint.stop()
             self.consumer.close()
             self.producer.flush(10)
+            if self._owns_client:
+                self.client.close()  # releases the chDB engine for whoever opens the directory next
         log.info("stopped: %d messages, %d rows %s, %d dead letters", self.stats.messages, self.stats.rows,
                  self.stats.by_table, self.stats.dead_letters)
         return self.stats
