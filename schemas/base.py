@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StringConstraints
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
@@ -20,6 +21,29 @@ RawText = Annotated[str, StringConstraints(max_length=MAX_RAW_OUTPUT)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Timestamp = Annotated[float, Field(ge=0.0, description="seconds since the Unix epoch")]
+# Free-form JSON (task params, model config): JSON values only, so encode never fails later.
+JsonDict = dict[str, JsonValue]
+
+
+def _supported_version(v: int) -> int:
+    if v not in SUPPORTED_SCHEMA_VERSIONS:
+        raise ValueError(f"unsupported schema_version (this build reads {sorted(SUPPORTED_SCHEMA_VERSIONS)})")
+    return v
+
+
+SchemaVersion = Annotated[int, AfterValidator(_supported_version),
+                          Field(json_schema_extra={"enum": sorted(SUPPORTED_SCHEMA_VERSIONS)})]
+
+
+def _drop_non_finite(value: Any) -> Any:
+    # A metric that is undefined this update (explained variance of constant returns) is
+    # left out rather than sent as NaN, which JSON cannot carry.
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if not (isinstance(v, float) and not math.isfinite(v))}
+    return value
+
+
+Metrics = Annotated[dict[str, float], BeforeValidator(_drop_non_finite)]
 
 
 def now() -> float:
@@ -27,15 +51,20 @@ def now() -> float:
 
 
 class Model(BaseModel):
-    """Strict, closed, immutable: unknown fields and silent coercions are errors."""
+    """Strict, closed, immutable: unknown fields, silent coercions and NaN/inf are errors.
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=False)
+    NaN and infinities are refused because JSON has no spelling for them (orjson would write
+    null and the record would fail to decode on the next hop).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=False,
+                              allow_inf_nan=False)
 
 
 class Event(Model):
     """Top-level event on a topic: versioned, with a deterministic id for dedupe."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: SchemaVersion = SCHEMA_VERSION
 
     @property
     def event_id(self) -> str:  # pragma: no cover - every event overrides

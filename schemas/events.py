@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from schemas.actions import Action
-from schemas.base import Event, Id, Model, Name, RawText, Sha256, Text, Timestamp
+from schemas.base import Event, Id, JsonDict, Metrics, Model, Name, RawText, Sha256, Text, Timestamp
 
 # ---------------------------------------------------------------- shared pieces
+
+Base64 = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9+/]*={0,2}$")]
 
 
 class BlobRef(Model):
@@ -46,7 +48,7 @@ class TaskSpec(Event):
     seed: int = 0
     max_steps: Annotated[int, Field(gt=0, le=1000)] = 10
     timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: JsonDict = Field(default_factory=dict)
     submitted_at: Timestamp = 0.0
 
     @property
@@ -144,7 +146,7 @@ class Trajectory(Event):
     started_at: Timestamp
     ended_at: Timestamp
     duplicates_dropped: Annotated[int, Field(ge=0)] = 0
-    missing_steps: list[int] = Field(default_factory=list)  # indices never seen (a gap upstream)
+    missing_steps: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)  # indices never seen (a gap upstream)
 
     @property
     def event_id(self) -> str:
@@ -189,8 +191,8 @@ class PolicyVersion(Event):
     sha256: Sha256
     parent: int | None = None
     created_at: Timestamp
-    metrics: dict[str, float] = Field(default_factory=dict)
-    config: dict[str, Any] = Field(default_factory=dict)  # model config needed to rebuild it
+    metrics: Metrics = Field(default_factory=dict)  # non-finite values are dropped
+    config: JsonDict = Field(default_factory=dict)  # model config needed to rebuild it
 
     @property
     def event_id(self) -> str:
@@ -203,7 +205,7 @@ class TrainerMetrics(Event):
     policy: Name
     policy_version: Annotated[int, Field(ge=0)]
     ts: Timestamp
-    metrics: dict[str, float]
+    metrics: Metrics  # non-finite values (undefined this update) are dropped
 
     @property
     def event_id(self) -> str:
@@ -217,9 +219,11 @@ class DeadLetter(Event):
     source_topic: Name
     source_partition: int
     source_offset: int
-    original_key: str | None = None  # base64
-    original_value: str  # base64 of the exact bytes received
+    original_key: Base64 | None = None  # base64
+    original_value: Base64  # base64 of the exact bytes received (a prefix if original_truncated)
     ts: Timestamp
+    original_truncated: bool = False  # the record was too large to carry whole in a dead letter
+    original_size: Annotated[int, Field(ge=0)] | None = None  # bytes received
 
     @property
     def event_id(self) -> str:

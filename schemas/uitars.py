@@ -26,6 +26,7 @@ import contextlib
 import io
 import math
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -43,7 +44,8 @@ PointStyle = Literal["point", "box", "box_token"]
 IMAGE_FACTOR = 28  # Qwen2.5-VL patch merge size; smart_resize rounds to multiples of it
 
 _ACTION = TypeAdapter(Action)
-# Their parser print()s on failure; sys.stdout is process-wide, so redirect it under a lock.
+# Their parser print()s on failure; sys.stdout and the warning filters are process-wide, so
+# they are redirected under a lock.
 _STDOUT_LOCK = threading.Lock()
 
 
@@ -163,7 +165,8 @@ def parse_output(text: str, screen_width: int, screen_height: int, *, coord_mode
         return ParsedOutput("", None, "no 'Action:' in model output")
     printed = io.StringIO()
     try:
-        with _STDOUT_LOCK, contextlib.redirect_stdout(printed):
+        with _STDOUT_LOCK, contextlib.redirect_stdout(printed), warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)  # ast.parse of a bad escape in model text
             parsed = parse_action_to_structure_output(
                 _strip_box_tokens(text), factor, screen_height, screen_width,
                 model_type="qwen25vl" if coord_mode == "qwen25vl" else "qwen2vl",
