@@ -181,7 +181,8 @@ class Exporter:
                 if now - last_write >= self.cfg.flush_interval_s:
                     self.write_all()
                     last_write = now
-                if self.cfg.exit_when_idle_s and now - last_record >= self.cfg.exit_when_idle_s:
+                if self.cfg.exit_when_idle_s and now - last_record >= self.cfg.exit_when_idle_s \
+                        and self.consumer.assignment():
                     break
             self.write_all()
         finally:
