@@ -1,0 +1,103 @@
+"""`flywheel merge`: parameter interpolation of published versions into a new version.
+
+theta = sum_k alpha_k * theta_k (UI-TARS-2 merges vertical agents trained from one base this way).
+The alphas are >= 0 and sum to 1; every version must have the same kind, config, keys and shapes.
+Each input's weights are hash-verified before use; the result is published like any trained
+version, with ``parent`` = the version of largest alpha and the full recipe in its metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from infra.errors import UserError
+
+log = logging.getLogger("flywheel.merge")
+ALPHA_TOLERANCE = 1e-6
+
+
+class MergeError(UserError):
+    """The versions or alphas cannot be merged; the message says why."""
+
+
+def validate_alphas(alphas: Sequence[float], n: int) -> list[float]:
+    alphas = [float(a) for a in alphas]
+    if len(alphas) != n:
+        raise MergeError(f"{n} versions but {len(alphas)} alphas: give one alpha per version")
+    if n < 1:
+        raise MergeError("nothing to merge: give at least one version")
+    negative = [a for a in alphas if not a >= 0]  # also catches NaN
+    if negative:
+        raise MergeError(f"alphas must be >= 0, got {alphas}")
+    if abs(sum(alphas) - 1.0) > ALPHA_TOLERANCE:
+        raise MergeError(f"alphas must sum to 1 (within {ALPHA_TOLERANCE:g}), got {alphas} summing to {sum(alphas):.9g}")
+    return alphas
+
+
+def interpolate(state_dicts: Sequence[dict[str, torch.Tensor]], alphas: Sequence[float]) -> dict[str, torch.Tensor]:
+    """sum_k alphas[k] * state_dicts[k], key by key, accumulated in float64, cast back.
+
+    Every state dict must have the same keys, shapes and dtypes. Non-floating tensors (integer
+    buffers) cannot be interpolated: they must be equal across inputs and are copied.
+    """
+    alphas = validate_alphas(alphas, len(state_dicts))
+    keys = set(state_dicts[0])
+    for k, sd in enumerate(state_dicts[1:], start=1):
+        if set(sd) != keys:
+            missing, extra = sorted(keys - set(sd)), sorted(set(sd) - keys)
+            raise MergeError(f"input {k} has different parameters than input 0: missing {missing[:5]}, extra {extra[:5]}")
+    merged: dict[str, torch.Tensor] = {}
+    for key in state_dicts[0]:
+        first = state_dicts[0][key]
+        for k, sd in enumerate(state_dicts[1:], start=1):
+            if sd[key].shape != first.shape or sd[key].dtype != first.dtype:
+                raise MergeError(f"parameter {key!r}: input 0 is {tuple(first.shape)} {first.dtype}, "
+                                 f"input {k} is {tuple(sd[key].shape)} {sd[key].dtype}")
+        if not first.is_floating_point():
+            if any(not torch.equal(sd[key], first) for sd in state_dicts[1:]):
+                raise MergeError(f"non-floating parameter {key!r} differs between inputs and cannot be interpolated")
+            merged[key] = first.clone()
+            continue
+        acc = torch.zeros(first.shape, dtype=torch.float64)
+        for a, sd in zip(alphas, state_dicts):
+            acc += a * sd[key].detach().to(torch.float64)
+        merged[key] = acc.to(first.dtype)
+    return merged
+
+
+@dataclass
+class MergePlan:
+    """What a merge reads and what it records."""
+
+    policy: str
+    versions: list[int]
+    alphas: list[float]
+
+    @property
+    def parent(self) -> int:
+        return self.versions[max(range(len(self.alphas)), key=lambda i: self.alphas[i])]
+
+    def metrics(self) -> dict[str, float]:
+        return {f"merge_alpha_v{v}": a for v, a in zip(self.versions, self.alphas)}
+
+
+def merge_versions(pvs: list, alphas: Sequence[float], store) -> tuple[dict[str, torch.Tensor], dict]:
+    """Verify and load each version's weights, check they agree, interpolate; -> (state, config)."""
+    from safetensors.torch import load as load_safetensors
+
+    from trainer.policies import weights_bytes
+
+    alphas = validate_alphas(alphas, len(pvs))
+    kinds = {pv.kind for pv in pvs}
+    if len(kinds) != 1:
+        raise MergeError(f"cannot merge different policy kinds: {sorted(kinds)}")
+    for pv in pvs[1:]:
+        if pv.config != pvs[0].config:
+            diff = sorted(k for k in set(pv.config) | set(pvs[0].config) if pv.config.get(k) != pvs[0].config.get(k))
+            raise MergeError(f"v{pvs[0].version} and v{pv.version} have different model configs ({', '.join(diff)})")
+    states = [load_safetensors(weights_bytes(pv, store)) for pv in pvs]  # refuses a tampered file
+    return interpolate(states, alphas), dict(pvs[0].config)
