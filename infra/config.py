@@ -110,6 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str
         kwargs: dict[str, Any] = {"dest": f.name, "default": None, "help": help_text}
         if f.metadata.get("choices"):
             kwargs["choices"] = f.metadata["choices"]
+        if _base_type(_field_type(cls, f)) is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction  # --flag / --no-flag
         parser.add_argument(flag, **kwargs)
 
 

@@ -1,0 +1,219 @@
+"""`flywheel demo`: the whole closed loop on one machine, with a live progress view and a report.
+
+Starts (or reuses) the local broker, creates the run's topics (a per-run prefix keeps runs
+apart), then runs as child processes: the ClickHouse sink (owner of embedded chDB and its query
+endpoint), the Faust app, the PPO trainer, and rollout workers with browser sandboxes; submits
+MiniWoB++ tasks; prints one progress line every few seconds (episodes, success over the last
+100 episodes per task, published vs acting policy version, trainer updates, consumer lag, dead
+letters); stops on Ctrl-C, after --minutes, or (with --until-target) once every task reached its
+target; writes the report and prints its path.
+
+--sync alternates rollout and training without overlap: the rollout workers collect one batch
+under the current version and then wait for the next one, and the trainer updates only on a
+full batch; the same report then tells the wall-clock to the target in that mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from infra import demo_queries as Q
+from infra.config import describe, opt
+from infra.errors import UserError
+from infra.procs import Child, flywheel_argv, wait_until
+from infra.report import TARGETS, RunInfo, write_report
+from infra.settings import Settings, load_settings
+
+log = logging.getLogger("flywheel.demo")
+
+
+@dataclass
+class DemoConfig:
+    minutes: float = opt(15.0, "stop after this many minutes of wall-clock")
+    until_target: bool = opt(False, "stop early once every task's last-100 success reached its target")
+    tasks: list[str] = opt(["click-test", "click-test-2"], "MiniWoB++ tasks to train on")
+    episodes: int = opt(20000, "episodes submitted per task (the run stops before it uses them all)")
+    sandboxes: int = opt(4, "browser sandboxes per rollout worker")
+    workers: int = opt(1, "rollout worker processes")
+    sync: bool = opt(False, "alternate rollout and training without overlap (for the async/sync comparison)")
+    batch_episodes: int = opt(64, "complete trajectories per PPO update")
+    policy_kind: str = opt("pixel", "policy model the trainer learns", choices=("pixel", "lm"))
+    progress_s: float = opt(5.0, "seconds between progress lines")
+    run_id: str = opt("", "name of this run (default: a fresh id); prefixes its topics and policy name")
+    report_dir: str = opt("", "where the report goes (default <data_dir>/reports/<run_id>)")
+    trainer_args: str = opt("", "extra arguments for `flywheel train`, space separated")
+    rollout_args: str = opt("", "extra arguments for `flywheel rollout`, space separated")
+
+
+def run_names(cfg: DemoConfig) -> tuple[str, str, str]:
+    run_id = cfg.run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+    return run_id, f"demo-{run_id}.", f"{cfg.policy_kind}-{run_id}"
+
+
+def child_env(settings: Settings, prefix: str) -> dict[str, str]:
+    """Children read the platform settings from FLYWHEEL_* variables."""
+    env = {
+        "FLYWHEEL_DATA_DIR": str(settings.data_path),
+        "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap,
+        "FLYWHEEL_TOPIC_PREFIX": prefix,
+        "FLYWHEEL_REPLICATION_FACTOR": str(settings.replication_factor),
+        "FLYWHEEL_CLICKHOUSE_DATABASE": settings.clickhouse_database,
+        "PYTHONUNBUFFERED": "1",
+    }
+    if settings.clickhouse_url:
+        env["FLYWHEEL_CLICKHOUSE_URL"] = settings.clickhouse_url
+    if settings.blob_url:
+        env["FLYWHEEL_BLOB_URL"] = settings.blob_url
+    return env
+
+
+def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str, logs: Path) -> list[Child]:
+    """The processes of the loop, in start order (stop order is the reverse)."""
+    env = child_env(settings, prefix)
+    sync_batch = str(cfg.batch_episodes) if cfg.sync else "0"
+    children = [
+        Child("sink", flywheel_argv("sink", "--group-id", f"{prefix}sink"), logs / "sink.log", env),
+        Child("streams", flywheel_argv("streams", "--app-id", f"{prefix}streams"), logs / "streams.log", env),
+        Child("trainer", flywheel_argv(
+            "train", "--policy-kind", cfg.policy_kind, "--policy-name", policy,
+            "--min-batch", str(cfg.batch_episodes), "--group-id", f"{prefix}trainer",
+            *(["--max-wait-s", "100000"] if cfg.sync else []), *cfg.trainer_args.split(),
+        ), logs / "trainer.log", env),
+    ]
+    for i in range(cfg.workers):
+        children.append(Child(f"rollout-{i}", flywheel_argv(
+            "rollout", "--sandboxes", str(cfg.sandboxes), "--policy-backend", "torch",
+            "--policy-name", policy, "--worker-id", f"worker-{i}", "--group-id", f"{prefix}rollout",
+            "--sync-episodes", sync_batch, *cfg.rollout_args.split(),
+        ), logs / f"rollout-{i}.log", env))
+    return children
+
+
+def ensure_platform(settings: Settings) -> None:
+    """Start the local broker when none is named, then create the run's topics."""
+    from infra.admin import ensure_topics
+
+    if not settings.kafka_bootstrap:
+        from infra.commands import local_cluster, running_cluster
+        from infra.kafka_jars import fetch_jars
+
+        if running_cluster(settings) is None:
+            cluster = local_cluster(settings, 1)
+            fetch_jars(cluster.libs)
+            took = cluster.start()
+            print(f"Kafka up in {took:.1f}s at {cluster.bootstrap}", flush=True)
+    report = ensure_topics(settings)
+    if report.drift:
+        raise UserError("topic drift: " + "; ".join(report.lines()))
+
+
+def submit_tasks(cfg: DemoConfig, env: dict[str, str], logs: Path) -> None:
+    import subprocess
+
+    argv = flywheel_argv("tasks", "submit", "--suite", "miniwob", "--tasks", ",".join(cfg.tasks),
+                         "--episodes", str(cfg.episodes))
+    with open(logs / "tasks.log", "ab") as out:
+        rc = subprocess.run(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, timeout=600).returncode
+    if rc != 0:
+        raise UserError(f"task submission failed (exit {rc}); see {logs / 'tasks.log'}")
+
+
+def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
+    """One progress reading; every part is best effort (the sink may be starting)."""
+    from infra.ch_query import execute
+
+    snap: dict = {"rates": {}, "episodes": 0}
+    try:
+        _, rows, _ = execute(settings, Q.last_n_success(policy))
+        snap["rates"] = {r[0]: (r[2], r[1]) for r in rows}
+        _, rows, _ = execute(settings, Q.totals(policy))
+        snap["episodes"] = sum(r[1] for r in rows)
+        _, rows, _ = execute(settings, Q.latest_versions(policy))
+        if rows:
+            snap["published"], snap["acting"], snap["updates"], snap["dlq"] = rows[0]
+    except Exception as exc:  # noqa: BLE001 - progress must never stop the run
+        snap["error"] = str(exc)[:120]
+    try:
+        from infra.admin import consumer_lag
+
+        lag = consumer_lag(settings)
+        snap["lag"] = {g.removeprefix(prefix): sum(t.values()) for g, t in lag.items() if g.startswith(prefix)}
+    except Exception:  # noqa: BLE001
+        pass
+    return snap
+
+
+def format_progress(elapsed_s: float, snap: dict) -> str:
+    rates = " ".join(f"{t} {r:.2f}({n})" for t, (r, n) in sorted(snap.get("rates", {}).items())) or "-"
+    lag = " ".join(f"{g}={v}" for g, v in sorted(snap.get("lag", {}).items())) or "-"
+    m, s = divmod(int(elapsed_s), 60)
+    line = (f"[{m:02d}:{s:02d}] episodes {snap.get('episodes', 0)} | last-100 success {rates} | "
+            f"policy v{snap.get('published', '-')} acting v{snap.get('acting', '-')} | "
+            f"updates {snap.get('updates', '-')} | lag {lag} | dlq {snap.get('dlq', '-')}")
+    if snap.get("error"):
+        line += f" | ({snap['error']})"
+    return line
+
+
+def reached_targets(snap: dict, tasks: list[str]) -> bool:
+    rates = snap.get("rates", {})
+    return all(t in rates and rates[t][1] >= 100 and rates[t][0] >= TARGETS.get(t, 0.9) for t in tasks)
+
+
+def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
+    run_id, prefix, policy = run_names(cfg)
+    settings = load_settings({**asdict(settings), "topic_prefix": prefix})
+    out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    print(f"Flywheel demo {run_id}: mode {'sync' if cfg.sync else 'async'}, policy {policy}, "
+          f"{cfg.minutes:g} min; logs in {logs}", flush=True)
+    log.info("demo config %s", describe(cfg))
+    ensure_platform(settings)
+    children = plan_children(cfg, settings, prefix, policy, logs)
+    stop = {"flag": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
+    t0 = time.time()
+    notes: list[str] = []
+    try:
+        for child in children:
+            child.start()
+            if child.name == "sink":  # the query endpoint must be up before progress reads
+                wait_until(lambda: not child.alive or _endpoint_up(settings), 60)
+        submit_tasks(cfg, child_env(settings, prefix), logs)
+        deadline = t0 + cfg.minutes * 60
+        while not stop["flag"] and time.time() < deadline:
+            time.sleep(cfg.progress_s)
+            dead = [c for c in children if not c.alive]
+            if dead:
+                c = dead[0]
+                raise UserError(f"{c.name} exited with code {c.returncode()}: {c.tail(3)} (log {c.log_path})")
+            snap = snapshot(settings, policy, prefix)
+            print(format_progress(time.time() - t0, snap), flush=True)
+            if cfg.until_target and reached_targets(snap, cfg.tasks):
+                notes.append(f"every task reached its target after {(time.time() - t0) / 60:.1f} min")
+                break
+    except KeyboardInterrupt:
+        notes.append("stopped by Ctrl-C")
+    finally:
+        ended = time.time()
+        print("stopping: rollout workers, then the stream processors, trainer and sink", flush=True)
+        for child in reversed(children):
+            child.stop(grace=60 if child.name == "sink" else 30)
+    run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
+                  {"demo": asdict(cfg), "settings": describe(settings)}, notes)
+    path = write_report(settings, run, out)
+    print(f"report: {path}", flush=True)
+    return path
+
+
+def _endpoint_up(settings: Settings) -> bool:
+    from infra.ch_endpoint import find_endpoint
+
+    return settings.clickhouse_url != "" or find_endpoint(settings) is not None

@@ -1,0 +1,26 @@
+"""`flywheel demo` and `flywheel report` sub-commands (see infra.demo)."""
+
+from __future__ import annotations
+
+import argparse
+
+from infra.config import add_arguments, resolve
+from infra.settings import Settings, load_settings, log_settings
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from infra.demo import DemoConfig, run_demo
+
+    settings = load_settings(vars(args))
+    log_settings(settings)
+    run_demo(resolve(DemoConfig, vars(args)), settings)
+    return 0
+
+
+def register(subparsers) -> None:
+    from infra.demo import DemoConfig
+
+    p = subparsers.add_parser("demo", help="the whole closed learning loop, with live progress and a report")
+    add_arguments(p, DemoConfig)
+    add_arguments(p, Settings)
+    p.set_defaults(func=cmd_demo)

@@ -1,0 +1,108 @@
+"""The SQL the demo's progress view and report run, kept in one place so the report can print
+exactly the query that computed each figure. Every query filters on one policy name (a demo run
+trains its own policy) and reads tables with FINAL so replays count once."""
+
+from __future__ import annotations
+
+import re
+
+_SAFE = re.compile(r"^[A-Za-z0-9_.:\-]+$")
+
+
+def q(value: str) -> str:
+    """Quote an identifier-like value for a SQL literal; refuse anything unexpected."""
+    if not _SAFE.match(value):
+        raise ValueError(f"unsafe value for a query: {value!r}")
+    return f"'{value}'"
+
+
+def last_n_success(policy: str, n: int = 100) -> str:
+    """Success over the last ``n`` ended episodes of each task (infrastructure aborts excluded:
+    they say nothing about the policy)."""
+    return f"""SELECT task_name, count() AS episodes, round(avg(success), 4) AS success_rate
+FROM (
+    SELECT task_name, success, ended_at FROM trajectories FINAL
+    WHERE policy = {q(policy)} AND status = 'ended'
+    ORDER BY ended_at DESC LIMIT {int(n)} BY task_name
+)
+GROUP BY task_name ORDER BY task_name"""
+
+
+def first_n_success(policy: str, n: int = 100) -> str:
+    """Success over the first ``n`` ended episodes of each task: the 'before' figure."""
+    return f"""SELECT task_name, count() AS episodes, round(avg(success), 4) AS success_rate
+FROM (
+    SELECT task_name, success, ended_at FROM trajectories FINAL
+    WHERE policy = {q(policy)} AND status = 'ended'
+    ORDER BY ended_at ASC LIMIT {int(n)} BY task_name
+)
+GROUP BY task_name ORDER BY task_name"""
+
+
+def totals(policy: str) -> str:
+    return f"""SELECT task_name, count() AS episodes, countIf(status = 'aborted') AS aborted,
+    round(avg(success), 4) AS success_rate, sum(num_steps) AS steps
+FROM trajectories FINAL WHERE policy = {q(policy)}
+GROUP BY task_name ORDER BY task_name"""
+
+
+def latest_versions(policy: str) -> str:
+    """Newest version published by the trainer, newest version seen on a step (hot reload)."""
+    return f"""SELECT
+    (SELECT max(version) FROM policy_versions FINAL WHERE policy = {q(policy)}) AS published,
+    (SELECT max(policy_version) FROM steps WHERE policy = {q(policy)}) AS acting,
+    (SELECT count() FROM trainer_metrics FINAL WHERE policy = {q(policy)}) AS updates,
+    (SELECT count() FROM dead_letters FINAL) AS dead_letters"""
+
+
+def success_by_version(policy: str) -> str:
+    return f"""SELECT task_name, policy_version_min AS policy_version, count() AS episodes,
+    round(avg(success), 4) AS success_rate, round(avg(reward), 4) AS mean_reward,
+    round(avg(num_steps), 3) AS mean_steps
+FROM scored FINAL WHERE policy = {q(policy)} AND NOT infra_failure
+GROUP BY task_name, policy_version ORDER BY task_name, policy_version"""
+
+
+def success_over_time(policy: str, bucket_s: int = 30) -> str:
+    return f"""SELECT task_name,
+    toUnixTimestamp(toStartOfInterval(ended_at, INTERVAL {int(bucket_s)} SECOND)) AS t,
+    count() AS episodes, round(avg(success), 4) AS success_rate
+FROM trajectories FINAL WHERE policy = {q(policy)} AND status = 'ended'
+GROUP BY task_name, t ORDER BY task_name, t"""
+
+
+def throughput(policy: str, bucket_s: int = 30) -> str:
+    return f"""SELECT toUnixTimestamp(toStartOfInterval(ts, INTERVAL {int(bucket_s)} SECOND)) AS t,
+    count() AS steps, uniqExact(episode_id) AS episodes
+FROM steps FINAL WHERE policy = {q(policy)} GROUP BY t ORDER BY t"""
+
+
+def staleness(policy: str) -> str:
+    return f"""SELECT staleness, trajectories, rl_eligible FROM v_staleness_histogram
+WHERE policy = {q(policy)} ORDER BY staleness"""
+
+
+def trainer_metrics(policy: str) -> str:
+    return f"""SELECT update, policy_version, toUnixTimestamp(ts) AS t, metrics
+FROM trainer_metrics FINAL WHERE policy = {q(policy)} ORDER BY update"""
+
+
+def steps_per_episode(policy: str) -> str:
+    return f"""SELECT task_name, policy_version_min AS policy_version, round(avg(num_steps), 3) AS mean_steps
+FROM scored FINAL WHERE policy = {q(policy)} GROUP BY task_name, policy_version
+ORDER BY task_name, policy_version"""
+
+
+def first_success_time(policy: str, task: str, target: float, n: int = 100) -> str:
+    """Seconds from the first episode to the first moment the last ``n`` episodes of ``task``
+    reached ``target`` success (a window over episodes ordered by end time); -1 if never."""
+    return f"""SELECT if(count() = 0, -1, min(t) - (SELECT toUnixTimestamp64Milli(min(started_at)) / 1000
+                     FROM trajectories FINAL WHERE policy = {q(policy)})) AS seconds
+FROM (
+    SELECT toUnixTimestamp64Milli(ended_at) / 1000 AS t,
+        avg(toFloat64(success)) OVER (ORDER BY ended_at ROWS BETWEEN {int(n) - 1} PRECEDING AND CURRENT ROW) AS rate,
+        row_number() OVER (ORDER BY ended_at) AS k
+    FROM trajectories FINAL
+    WHERE policy = {q(policy)} AND task_name = {q(task)} AND status = 'ended'
+)
+WHERE k >= {int(n)} AND rate >= {float(target)}"""

@@ -1,0 +1,76 @@
+"""Child processes of the demo: each `flywheel <command>` runs in its own process group with its
+output in a log file, and stops with SIGTERM (its own clean shutdown: flush, commit) before a
+SIGKILL after a grace period."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("flywheel.procs")
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+
+    def start(self) -> "Child":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env}
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        log.info("started %s (pid %d): %s", self.name, self.proc.pid, " ".join(self.argv[1:]))
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def tail(self, lines: int = 5) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 30.0) -> int | None:
+        if not self.alive:
+            return self.returncode()
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return self.returncode()
+        try:
+            return self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop within %.0fs; killing it", self.name, grace)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait(10)
+
+
+def flywheel_argv(*args: str) -> list[str]:
+    """Run a sub-command with the same interpreter (works inside or outside the venv)."""
+    return [sys.executable, "-m", "infra.cli", *args]
+
+
+def wait_until(pred, timeout: float, interval: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return bool(pred())

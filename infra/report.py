@@ -1,0 +1,208 @@
+"""The demo's report: Markdown with PNG plots, every figure computed in ClickHouse by a query the
+report prints beside it (infra.demo_queries)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from infra import demo_queries as Q  # noqa: E402
+from infra.ch_query import execute, render  # noqa: E402
+from infra.settings import Settings  # noqa: E402
+
+log = logging.getLogger("flywheel.report")
+TARGETS = {"click-test": 0.95, "click-test-2": 0.90}
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    policy: str
+    mode: str  # "async" | "sync"
+    started_at: float
+    ended_at: float
+    config: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def query(settings: Settings, sql: str) -> tuple[list[str], list[tuple]]:
+    cols, rows, _ = execute(settings, sql)
+    return cols, rows
+
+
+def _series(rows: list[tuple], key_idx: int, x_idx: int, y_idx: int) -> dict[str, tuple[list, list]]:
+    out: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+    for r in rows:
+        xs, ys = out[r[key_idx]]
+        xs.append(r[x_idx])
+        ys.append(r[y_idx])
+    return dict(out)
+
+
+def _save(fig, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def plot_learning_curve(rows, t0: float, path: Path) -> str:
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for task, (ts, rates) in sorted(_series(rows, 0, 1, 3).items()):
+        ax.plot([(t - t0) / 60 for t in ts], rates, marker=".", label=task)
+        if task in TARGETS:
+            ax.axhline(TARGETS[task], ls=":", lw=0.8, color=ax.lines[-1].get_color())
+    ax.set(xlabel="minutes since start", ylabel="success rate (30 s buckets)", ylim=(-0.02, 1.02),
+           title="Learning curve")
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_by_version(rows, path: Path) -> str:
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(11, 3.3))
+    for task, (vs, rates) in sorted(_series(rows, 0, 1, 3).items()):
+        a1.plot(vs, rates, marker=".", label=task)
+    for task, (vs, rewards) in sorted(_series(rows, 0, 1, 4).items()):
+        a2.plot(vs, rewards, marker=".", label=task)
+    for task, (vs, steps) in sorted(_series(rows, 0, 1, 5).items()):
+        a3.plot(vs, steps, marker=".", label=task)
+    a1.set(xlabel="policy version", ylabel="success rate", ylim=(-0.02, 1.02), title="Success by version")
+    a2.set(xlabel="policy version", ylabel="mean reward", title="Reward by version")
+    a3.set(xlabel="policy version", ylabel="steps / episode", title="Steps per episode")
+    for a in (a1, a2, a3):
+        a.grid(alpha=0.3)
+    a1.legend()
+    return _save(fig, path)
+
+
+def plot_throughput(rows, t0: float, path: Path, bucket_s: int) -> str:
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ts = [(r[0] - t0) / 60 for r in rows]
+    ax.plot(ts, [r[1] / bucket_s for r in rows], label="env steps/s")
+    ax.plot(ts, [r[2] / bucket_s for r in rows], label="episodes/s")
+    ax.set(xlabel="minutes since start", ylabel="per second", title="Rollout throughput")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_staleness(rows, path: Path) -> str:
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.bar([r[0] for r in rows], [r[1] for r in rows], label="trajectories")
+    ax.bar([r[0] for r in rows], [r[2] for r in rows], label="RL-eligible", alpha=0.7)
+    ax.set(xlabel="staleness (versions behind the trainer)", ylabel="trajectories", title="Staleness")
+    ax.legend()
+    return _save(fig, path)
+
+
+def plot_trainer(rows, path: Path) -> str | None:
+    if not rows:
+        return None
+    keys = ["reward_mean", "entropy", "clip_frac", "explained_variance", "value_reward_corr",
+            "update_time_s", "idle_fraction", "staleness_mean", "dropped_stale"]
+    present = [k for k in keys if any(k in (r[3] or {}) for r in rows)]
+    if not present:
+        present = sorted({k for r in rows for k in (r[3] or {})})[:9]
+    n = len(present)
+    cols = 3
+    fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(11, 2.6 * ((n + cols - 1) // cols)), squeeze=False)
+    for ax, key in zip(axes.flat, present):
+        pts = [(r[0], r[3][key]) for r in rows if key in (r[3] or {})]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".")
+        ax.set(title=key, xlabel="update")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return _save(fig, path)
+
+
+def _md_table(cols, rows) -> str:
+    return render(cols, rows, "table")
+
+
+def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections: list[str] | None = None) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    p = run.policy
+    t0 = run.started_at
+    sections: list[str] = []
+
+    def figure(title: str, sql: str, plot=None, *args) -> tuple[list[str], list[tuple]]:
+        cols, rows = query(settings, sql)
+        block = [f"## {title}", ""]
+        if plot and rows:
+            name = plot(rows, *args)
+            if name:
+                block += [f"![{title}]({name})", ""]
+        block += ["```", _md_table(cols, rows) if rows else "(no rows)", "```", "",
+                  "<details><summary>SQL</summary>", "", "```sql", sql, "```", "</details>", ""]
+        sections.append("\n".join(block))
+        return cols, rows
+
+    before_sql, after_sql = Q.first_n_success(p), Q.last_n_success(p)
+    _, before = query(settings, before_sql)
+    _, after = query(settings, after_sql)
+    before_map = {r[0]: r for r in before}
+    lines = ["| task | target | before: first 100 | after: last 100 | episodes in window | time to target |",
+             "|---|---|---|---|---|---|"]
+    reached: dict[str, float] = {}
+    for task, n, rate in after:
+        target = TARGETS.get(task)
+        ttt = "-"
+        if target is not None:
+            _, r = query(settings, Q.first_success_time(p, task, target))
+            secs = r[0][0] if r else -1
+            if secs is not None and secs >= 0:
+                reached[task] = float(secs)
+                ttt = f"{secs / 60:.1f} min"
+            else:
+                ttt = "not reached"
+        b = before_map.get(task)
+        lines.append(f"| {task} | {target if target is not None else '-'} | "
+                     f"{b[2] if b else '-'} | {rate} | {n} | {ttt} |")
+    summary = "\n".join(lines)
+
+    figure("Learning curve: success over wall-clock", Q.success_over_time(p),
+           plot_learning_curve, t0, out_dir / "learning_curve.png")
+    figure("Success, reward and steps by policy version", Q.success_by_version(p),
+           plot_by_version, out_dir / "by_version.png")
+    figure("Rollout throughput", Q.throughput(p), plot_throughput, t0, out_dir / "throughput.png", 30)
+    figure("Staleness of trained trajectories", Q.staleness(p), plot_staleness, out_dir / "staleness.png")
+    cols, rows = query(settings, Q.trainer_metrics(p))
+    name = plot_trainer(rows, out_dir / "trainer.png")
+    sections.append("\n".join(["## Trainer metrics", "", f"![trainer]({name})" if name else "(no updates)", "",
+                               f"{len(rows)} updates. Last: `{json.dumps(rows[-1][3]) if rows else '{}'}`", "",
+                               "<details><summary>SQL</summary>", "", "```sql", Q.trainer_metrics(p), "```",
+                               "</details>", ""]))
+    figure("Episodes per task", Q.totals(p))
+
+    minutes = (run.ended_at - run.started_at) / 60
+    head = [
+        f"# Flywheel demo report — run {run.run_id}", "",
+        f"Mode **{run.mode}**, policy `{p}`, {minutes:.1f} minutes of wall-clock.", "",
+        "## Before and after", "",
+        "Success rate of the sampled (not greedy) policy over the first and the last 100 ended "
+        "episodes of each task, computed in ClickHouse:", "",
+        summary, "",
+        "<details><summary>SQL</summary>", "", "```sql", before_sql, "", after_sql, "```", "</details>", "",
+    ]
+    if run.notes:
+        head += ["## Notes", ""] + [f"- {n}" for n in run.notes] + [""]
+    tail = ["## Configuration", "", "```json", json.dumps(run.config, indent=2, default=str), "```", ""]
+    path = out_dir / "report.md"
+    path.write_text("\n".join(head + (extra_sections or []) + sections + tail))
+    (out_dir / "summary.json").write_text(json.dumps({
+        "run_id": run.run_id, "mode": run.mode, "policy": p, "minutes": minutes,
+        "after": {t: r for t, _, r in after}, "before": {t: r[2] for t, r in before_map.items()},
+        "seconds_to_target": reached,
+    }, indent=2))
+    return path
