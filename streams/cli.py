@@ -1,0 +1,47 @@
+"""`flywheel streams` (the Faust worker) and `flywheel rescore` (replay through another scorer)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from infra.config import add_arguments, describe, resolve
+from infra.settings import load_settings, log_settings
+
+from streams.config import RescoreConfig, StreamsConfig, app_id_for
+
+log = logging.getLogger("flywheel.streams")
+
+
+def _streams(args) -> int:
+    from streams.app import make_app, run_worker  # faust is slow to import: only when needed
+
+    settings = load_settings(vars(args))
+    cfg = resolve(StreamsConfig, vars(args))
+    log_settings(settings)
+    log.info("streams config %s (app id %s)", describe(cfg), app_id_for(settings, cfg))
+    app = make_app(settings, cfg)
+    sys.argv = [sys.argv[0]]  # Faust's worker parses argv itself; ours is already parsed
+    run_worker(app, cfg.loglevel)
+    return 0
+
+
+def _rescore(args) -> int:
+    from streams.rescore import rescore
+
+    settings = load_settings(vars(args))
+    cfg = resolve(RescoreConfig, vars(args))
+    log_settings(settings)
+    log.info("rescore config %s", describe(cfg))
+    counts = rescore(settings, cfg)
+    print(" ".join(f"{k}={v}" for k, v in counts.items()))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("streams", help="run the Faust stream processors (assemble, score, route)")
+    add_arguments(p, StreamsConfig)
+    p.set_defaults(func=_streams)
+    p = sub.add_parser("rescore", help="replay flywheel.trajectories.v1 through another scorer")
+    add_arguments(p, RescoreConfig)
+    p.set_defaults(func=_rescore)

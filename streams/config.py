@@ -1,0 +1,48 @@
+"""Typed configs of the stream processors (`flywheel streams`, `flywheel rescore`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from infra.config import opt
+from infra.settings import Settings
+
+
+@dataclass
+class StreamsConfig:
+    scorer: str = opt("rule-v1", "reward scorer, by registered name (streams.score.SCORERS)")
+    routing_rule: str = opt("flywheel-v1", "routing rule, by registered name (streams.route.RULES)")
+    max_staleness: int = opt(4, "a trajectory whose policy is more versions behind the latest is kept out of RL")
+    abandoned_timeout_s: float = opt(300.0, "an episode with no event for this long is closed as aborted (abandoned)")
+    abandoned_scan_s: float = opt(10.0, "how often the abandoned-episode timer scans the assembler table")
+    tombstone_retention_s: float = opt(3600.0, "how long an emitted episode is remembered to drop late duplicates")
+    judge_url: str = opt("", "HTTP outcome reward model / judge; empty: off")
+    judge_timeout_s: float = opt(10.0, "judge request timeout")
+    app_id: str = opt("", "Faust app id (consumer group, changelog prefix); empty: derived from the topic prefix")
+    commit_interval_s: float = opt(1.0, "how often Faust commits consumed offsets (after flushing the producer)")
+    standby_replicas: int = opt(1, "standby copies of the assembler table on other workers")
+    session_timeout_s: float = opt(30.0, "Kafka group session timeout: how soon a dead worker's partitions move")
+    stream_buffer_maxsize: int = opt(4096, "events buffered per partition before the consumer pauses")
+    loglevel: str = opt("info", "Faust worker log level", choices=("debug", "info", "warning", "error"))
+
+
+@dataclass
+class RescoreConfig:
+    scorer: str = opt("strict-v1", "scorer to replay flywheel.trajectories.v1 through")
+    routing_rule: str = opt("flywheel-v1", "routing rule for the re-scored records")
+    max_staleness: int = opt(4, "staleness bound for RL routing (policy versions)")
+    since: str = opt("", "replay from this time: ISO 8601, unix seconds, or a duration ago like 2h / 30m; empty: all")
+    until_caught_up: bool = opt(True, "stop once the end offsets seen at start are reached")
+    route: bool = opt(True, "also send the re-scored records to the sft/ct/rl topics")
+    judge_url: str = opt("", "HTTP outcome reward model / judge; empty: off")
+    judge_timeout_s: float = opt(10.0, "judge request timeout")
+    group_id: str = opt("", "consumer group; empty: flywheel-rescore-<scorer>")
+
+
+def app_id_for(settings: Settings, cfg: StreamsConfig) -> str:
+    """The Faust app id: explicit, or derived from the topic prefix so test runs never share state."""
+    if cfg.app_id:
+        return cfg.app_id
+    prefix = re.sub(r"[^A-Za-z0-9._-]", "-", settings.topic_prefix)
+    return f"{prefix}flywheel-streams"
