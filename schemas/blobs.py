@@ -1,25 +1,37 @@
 """Content-addressed blob store: screenshots and weights are stored by sha256, events carry refs.
 
-A local folder by default, any fsspec URL in production. Writes are atomic: the bytes go to a
-temporary name and are renamed into place, so a crash never leaves a half-written blob under its
-final name. Layout: ``<root>/<sha[:2]>/<sha>``.
+A local folder by default, any fsspec URL in production. Layout: ``<root>/<sha[:2]>/<sha>``.
+
+Atomicity: a local write goes to ``<final>.tmp-<uuid>``, is fsynced, then renamed into place
+(``os.replace`` is atomic on POSIX) and the folder is fsynced; a crash at any point leaves at
+worst a temporary file (ignored by get/exists, removed by ``sweep_temporaries``), never a
+half-written blob under its final name. Object stores (S3, GCS) write whole objects atomically,
+so other filesystems use ``pipe_file`` directly. Since the name is the content's hash, a put of
+bytes already present is a no-op and concurrent puts of the same bytes are harmless.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
+import re
+import time
 import uuid
 from pathlib import Path
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from schemas.events import BlobRef
 
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+TMP_MARK = ".tmp-"
+
 
 class BlobNotFound(KeyError):
-    """No blob with that sha256 in the store."""
+    """No blob with that sha256 in the store (or the name is not a sha256 at all)."""
 
 
 class BlobCorrupt(ValueError):
@@ -30,41 +42,74 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class BlobStore:
     def __init__(self, root: str) -> None:
         self.root = root.rstrip("/")
         self.fs, self._base = fsspec.core.url_to_fs(self.root)
-        self.local = self.fs.protocol in ("file", ("file", "local")) or "file" in self.fs.protocol
+        self._base = self._base.rstrip("/")
+        self.local = isinstance(self.fs, LocalFileSystem)
         if self.local:
             Path(self._base).mkdir(parents=True, exist_ok=True)
 
     def _path(self, sha: str) -> str:
+        if not isinstance(sha, str) or not _SHA.match(sha):
+            # also what keeps "../../etc/passwd" out of the store's paths
+            raise BlobNotFound(f"{sha!r} is not a sha256 hex digest")
         return f"{self._base}/{sha[:2]}/{sha}"
 
     def uri(self, sha: str) -> str:
-        return f"file://{self._path(sha)}" if self.local else f"{self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]}://{self._path(sha)}"
+        if self.local:
+            return f"file://{self._path(sha)}"
+        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        return f"{protocol}://{self._path(sha)}"
 
     def exists(self, sha: str) -> bool:
-        return self.fs.exists(self._path(sha))
+        try:
+            return bool(self.fs.exists(self._path(sha)))
+        except BlobNotFound:
+            return False
 
     def put(self, data: bytes, media_type: str = "application/octet-stream", width: int = 0, height: int = 0) -> BlobRef:
         sha = sha256_hex(data)
         path = self._path(sha)
         if not self.fs.exists(path):
             if self.local:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
+                self._write_local(path, data)
             else:  # object stores write whole objects atomically
                 self.fs.pipe_file(path, data)
         return BlobRef(sha256=sha, uri=self.uri(sha), media_type=media_type, width=width, height=height,
                        size_bytes=len(data))
 
+    @staticmethod
+    def _write_local(path: str, data: bytes) -> None:
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(folder)  # the rename itself survives a power loss
+
     def get(self, ref: BlobRef | str, verify: bool = False) -> bytes:
+        """The blob's bytes; ``verify`` re-hashes them (BlobCorrupt when they do not match)."""
         sha = ref.sha256 if isinstance(ref, BlobRef) else ref
         try:
             data = self.fs.cat_file(self._path(sha))
@@ -75,7 +120,21 @@ class BlobStore:
         return data
 
     def put_image(self, image, fmt: str = "PNG") -> BlobRef:
-        """Store a PIL image; the ref records format and size."""
+        """Store a PIL image; the ref records format (media type) and size."""
         buf = io.BytesIO()
         image.save(buf, format=fmt)
         return self.put(buf.getvalue(), f"image/{fmt.lower()}", image.width, image.height)
+
+    def sweep_temporaries(self, older_than_s: float = 3600.0) -> int:
+        """Remove temporary files left by crashed writers (local stores); returns how many."""
+        if not self.local:
+            return 0
+        removed, cutoff = 0, time.time() - older_than_s
+        for tmp in Path(self._base).glob(f"??/*{TMP_MARK}*"):
+            try:
+                if tmp.stat().st_mtime < cutoff:
+                    tmp.unlink()
+                    removed += 1
+            except FileNotFoundError:  # another sweeper or the writer itself
+                continue
+        return removed
