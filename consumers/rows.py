@@ -37,7 +37,7 @@ def step_row(step: Step) -> Row:
         "ts": utc(step.ts), "started_at": utc(step.started_at),
         "policy": step.policy, "policy_version": step.policy_version,
         "action_type": step.action.type if step.action is not None else "",
-        "action": orjson.dumps(step.action.model_dump(mode="json")).decode() if step.action is not None else "",
+        "action": step.action.model_dump_json() if step.action is not None else "",
         "thought": step.thought, "thought_chars": len(step.thought), "thought_words": len(step.thought.split()),
         "raw_output": step.raw_output, "parse_error": step.parse_error,
         "logprob": step.logprob, "value": step.value, "reward": step.reward, "done": step.done,

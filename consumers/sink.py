@@ -60,6 +60,8 @@ class SinkStats:
     skipped: int = 0
     flushes: int = 0
     insert_s: float = 0.0
+    first_record_at: float = 0.0  # time.monotonic() of the first record, for rates
+    last_flush_at: float = 0.0
     by_table: dict[str, int] = field(default_factory=dict)
 
 
@@ -150,6 +152,7 @@ class Sink:
         self.buffered_rows = 0
         self.uncommitted = 0
         self.stats.flushes += 1
+        self.stats.last_flush_at = time.monotonic()
 
     def _on_revoke(self, consumer, partitions) -> None:
         self.flush()  # hand over the partitions with everything consumed written and committed
@@ -190,6 +193,7 @@ class Sink:
                 now = time.monotonic()
                 if msgs:
                     last_record = now
+                    self.stats.first_record_at = self.stats.first_record_at or now
                 if self.buffered_rows >= self.cfg.batch_rows or now - last_flush >= self.cfg.flush_interval_s:
                     self.flush()
                     last_flush = now
