@@ -152,3 +152,11 @@ def shared_host(executable: str = "") -> BrowserHost:
     if entry is None or entry[0] is not loop:
         entry = _HOSTS[id(loop)] = (loop, BrowserHost(executable))
     return entry[1]
+
+
+async def close_shared_host() -> None:
+    """Close this loop's shared host, if one was ever made."""
+    loop = asyncio.get_running_loop()
+    entry = _HOSTS.pop(id(loop), None)
+    if entry is not None and entry[0] is loop:
+        await entry[1].close()

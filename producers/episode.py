@@ -1,0 +1,122 @@
+"""One episode: reset a sandbox, ask the policy, step, and emit the episode's events in order.
+
+``run_episode`` knows nothing of Kafka: it calls ``emit(event)`` for ``started``, each ``step``
+and exactly one of ``ended`` / ``aborted``, in that order (the worker produces them keyed by
+episode id, so they stay in order in one partition). It never raises for a sandbox or policy
+failure: a crashed or hung sandbox gives ``aborted`` with infra_failure=True (never trained on as
+a zero reward) and ``EpisodeResult.crashed`` tells the worker to restart the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from producers import scripted
+from producers.policy_client import PolicyClient, PolicyRequest
+from producers.sandboxes.base import SandboxCrashed
+from schemas.events import EpisodeAborted, EpisodeEnded, EpisodeStarted, Step, TaskSpec
+
+log = logging.getLogger("flywheel.episode")
+
+Emit = Callable[[Any], None]
+
+
+def episode_id(task_id: str, attempt: int) -> str:
+    """Deterministic: a re-run of the same task attempt reuses its id, so consumers can dedupe."""
+    return f"{task_id}:{attempt}"
+
+
+@dataclass
+class EpisodeResult:
+    episode_id: str
+    status: str  # "ended" | "aborted"
+    reason: str
+    num_steps: int
+    reward: float = 0.0
+    success: bool = False
+    infra_failure: bool = False
+    crashed: bool = False  # the sandbox must be restarted before its next episode
+
+
+class _Abort(Exception):
+    """Infrastructure gave out (sandbox, policy backend, shutdown): the episode is not the agent's fault."""
+
+    def __init__(self, reason: str, crashed: bool) -> None:
+        super().__init__(reason)
+        self.reason, self.crashed = reason, crashed
+
+
+async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: Emit, *, attempt: int = 0,
+                      sandbox_name: str, worker_id: str, abort: asyncio.Event | None = None,
+                      clock: Callable[[], float] = time.time) -> EpisodeResult:
+    eid = episode_id(task.task_id, attempt)
+    t0 = clock()
+    deadline = time.monotonic() + task.timeout_s
+    emit(EpisodeStarted(episode_id=eid, ts=t0, task=task, sandbox=sandbox_name, worker_id=worker_id,
+                        policy=client.name, policy_version=client.version))
+    steps: list[Step] = []
+    try:
+        try:
+            obs = await sandbox.reset(task)
+        except SandboxCrashed as exc:
+            raise _Abort(f"sandbox crashed on reset: {exc}", crashed=True) from None
+        except ValueError as exc:  # a task this sandbox cannot run: not an infra failure
+            emit(EpisodeAborted(episode_id=eid, ts=clock(), num_steps=0, reason=f"bad task: {exc}",
+                                infra_failure=False))
+            return EpisodeResult(eid, "aborted", f"bad task: {exc}", 0)
+        for index in range(task.max_steps):
+            if abort is not None and abort.is_set():
+                raise _Abort("worker shutting down", crashed=False)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return _end(emit, eid, clock, steps, "timeout")
+            started_at = clock()
+            t_policy = time.perf_counter()
+            try:
+                dom = await sandbox.query(scripted.DOM_PROBE_JS) if client.needs_dom and hasattr(sandbox, "query") else None
+                reply = await asyncio.wait_for(
+                    client.act(PolicyRequest(task=task, obs=obs, step_index=index, history=steps, dom=dom)),
+                    remaining)
+            except asyncio.TimeoutError:
+                return _end(emit, eid, clock, steps, "timeout")
+            except SandboxCrashed as exc:
+                raise _Abort(f"sandbox crashed: {exc}", crashed=True) from None
+            except Exception as exc:  # noqa: BLE001 - a policy backend failure is infrastructure
+                raise _Abort(f"policy {client.name} failed: {type(exc).__name__}: {exc}", crashed=False) from None
+            latency_policy = (time.perf_counter() - t_policy) * 1000
+            decision = reply.decision
+            t_env = time.perf_counter()
+            try:
+                result = await sandbox.step(decision.action)
+            except SandboxCrashed as exc:
+                raise _Abort(f"sandbox crashed: {exc}", crashed=True) from None
+            latency_env = (time.perf_counter() - t_env) * 1000
+            step = Step(
+                episode_id=eid, ts=clock(), step_index=index, started_at=started_at, observation=obs.observation,
+                thought=decision.thought, action=decision.action, raw_output=decision.raw_output,
+                parse_error=decision.parse_error, policy=client.name, policy_version=reply.version,
+                logprob=float(decision.logprob), value=decision.value, reward=float(result.reward),
+                done=bool(result.done), latency_policy_ms=latency_policy, latency_env_ms=latency_env,
+                error=result.error, next_screenshot_sha256=result.obs.observation.screenshot.sha256,
+            )
+            emit(step)
+            steps.append(step)
+            obs = result.obs
+            if result.done:
+                return _end(emit, eid, clock, steps, "done", reward=result.reward, success=result.success)
+        return _end(emit, eid, clock, steps, "step_budget")
+    except _Abort as exc:
+        emit(EpisodeAborted(episode_id=eid, ts=clock(), num_steps=len(steps), reason=exc.reason[:4000],
+                            infra_failure=True))
+        return EpisodeResult(eid, "aborted", exc.reason, len(steps), infra_failure=True, crashed=exc.crashed)
+
+
+def _end(emit: Emit, eid: str, clock: Callable[[], float], steps: list[Step], reason: str, *,
+         reward: float = 0.0, success: bool = False) -> EpisodeResult:
+    emit(EpisodeEnded(episode_id=eid, ts=clock(), num_steps=len(steps), outcome_reward=float(reward),
+                      success=bool(success), reason=reason))
+    return EpisodeResult(eid, "ended", reason, len(steps), reward=float(reward), success=bool(success))

@@ -1,0 +1,288 @@
+"""How a rollout worker asks a policy for the next action: PolicyClient implementations behind a
+registry keyed by name.
+
+- ``random``: uniform clicks on the screen (tests, baselines); log-prob of the pixel it chose.
+- ``scripted``: the DOM-reading MiniWoB++ solvers of ``producers.scripted`` (tests, smoke runs).
+- ``torch``: an in-process ``trainer.policies`` Policy; concurrent requests from the worker's
+  sandboxes are micro-batched into one ``act`` call run off the event loop.
+- ``http``: a policy server or vLLM speaking OpenAI-compatible chat completions (UI-TARS text
+  parsed with ``schemas.uitars.parse_output``), or a pixel policy server's ``/v1/act``.
+
+Invariant: a reply's ``version`` is the version of the weights that produced its decision (the
+torch client swaps its policy only between batches), and ``decision.logprob`` is the behaviour
+log-prob of exactly ``decision.action``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from producers import scripted
+from producers.sandboxes.base import Obs
+from schemas.actions import Click
+from schemas.blobs import BlobStore
+from schemas.events import PolicyVersion, Step, TaskSpec
+from trainer.policies.base import Decision, PolicyInput
+
+log = logging.getLogger("flywheel.policy_client")
+
+
+@dataclass
+class PolicyRequest:
+    task: TaskSpec
+    obs: Obs
+    step_index: int
+    history: list[Step] = field(default_factory=list)
+    dom: Any = None  # a DOM snapshot, only for clients with needs_dom (scripted)
+
+
+@dataclass
+class PolicyReply:
+    decision: Decision
+    version: int
+
+
+class PolicyClient:
+    """Base: name, current version, and the hooks the worker calls."""
+
+    backend = "base"
+    needs_dom = False  # True: the worker evaluates scripted.DOM_PROBE_JS and passes it in
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.version = 0
+
+    async def act(self, request: PolicyRequest) -> PolicyReply:
+        raise NotImplementedError
+
+    async def load_version(self, pv: PolicyVersion, blobs: BlobStore) -> None:
+        """Adopt a newer published version (the worker verified it is for this policy)."""
+        self.version = pv.version
+
+    async def close(self) -> None:
+        pass
+
+
+CLIENT_REGISTRY: dict[str, Callable[..., PolicyClient]] = {}
+
+
+def register_client(name: str):
+    def deco(factory):
+        CLIENT_REGISTRY[name] = factory
+        return factory
+    return deco
+
+
+def make_client(backend: str, name: str, **options: Any) -> PolicyClient:
+    from infra.errors import UserError
+
+    if backend not in CLIENT_REGISTRY:
+        raise UserError(f"unknown policy backend {backend!r}; known: {', '.join(sorted(CLIENT_REGISTRY))}")
+    return CLIENT_REGISTRY[backend](name=name, **options)
+
+
+def policy_input(request: PolicyRequest) -> PolicyInput:
+    o = request.obs.observation
+    return PolicyInput(image=request.obs.image, instruction=o.instruction, screen_width=o.screen_width,
+                       screen_height=o.screen_height, history=list(request.history))
+
+
+# ---------------------------------------------------------------- random and scripted
+
+
+@register_client("random")
+class RandomClient(PolicyClient):
+    backend = "random"
+
+    def __init__(self, name: str = "random", seed: int = 0, **_: Any) -> None:
+        super().__init__(name)
+        self._rng = random.Random(seed)
+
+    async def act(self, request: PolicyRequest) -> PolicyReply:
+        o = request.obs.observation
+        px, py = self._rng.randrange(o.screen_width), self._rng.randrange(o.screen_height)
+        action = Click(x=(px + 0.5) / o.screen_width, y=(py + 0.5) / o.screen_height)
+        logprob = -math.log(o.screen_width * o.screen_height)
+        return PolicyReply(Decision(action=action, logprob=logprob, thought="random click"), self.version)
+
+
+@register_client("scripted")
+class ScriptedClient(PolicyClient):
+    backend = "scripted"
+    needs_dom = True
+
+    def __init__(self, name: str = "scripted", **_: Any) -> None:
+        super().__init__(name)
+
+    async def act(self, request: PolicyRequest) -> PolicyReply:
+        action = scripted.solve(request.task.name, request.obs.observation.instruction, request.dom or {})
+        return PolicyReply(Decision(action=action, logprob=0.0, thought=f"scripted {request.task.name}"), self.version)
+
+
+# ---------------------------------------------------------------- in-process torch
+
+
+@register_client("torch")
+class TorchClient(PolicyClient):
+    """Wraps a trainer.policies Policy; requests arriving together are acted on as one batch."""
+
+    backend = "torch"
+
+    def __init__(self, name: str, kind: str = "pixel", config: dict[str, Any] | None = None,
+                 greedy: bool = False, policy: Any = None, **_: Any) -> None:
+        super().__init__(name)
+        if policy is None:
+            from trainer.policies import build_policy
+
+            policy = build_policy(kind, name, config or {})
+        self.policy = policy
+        self.version = int(getattr(policy, "version", 0))
+        self.greedy = greedy
+        self._pending: list[tuple[PolicyInput, asyncio.Future]] = []
+        self._flushing = False
+
+    async def act(self, request: PolicyRequest) -> PolicyReply:
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending.append((policy_input(request), fut))
+        if not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().create_task(self._flush())
+        return await fut
+
+    async def _flush(self) -> None:
+        try:
+            await asyncio.sleep(0)  # let the other sandboxes' requests of this tick join the batch
+            while self._pending:
+                batch, self._pending = self._pending, []
+                policy = self.policy  # one batch, one version: a reload swaps between batches
+                try:
+                    decisions = await asyncio.to_thread(policy.act, [b[0] for b in batch], self.greedy)
+                except Exception as exc:  # noqa: BLE001 - each waiting episode gets the error
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                version = int(policy.version)
+                for (_, fut), decision in zip(batch, decisions):
+                    if not fut.done():
+                        fut.set_result(PolicyReply(decision, version))
+        finally:
+            self._flushing = False
+
+    async def load_version(self, pv: PolicyVersion, blobs: BlobStore) -> None:
+        from trainer.policies import load_policy_version
+
+        # load_policy_version re-checks the sha256 of the bytes it loads
+        self.policy = await asyncio.to_thread(load_policy_version, pv, blobs)
+        self.version = pv.version
+
+
+# ---------------------------------------------------------------- HTTP (policy server / vLLM)
+
+
+def chat_request(model: str, instruction: str, png: bytes, history: list[Step], *, temperature: float,
+                 max_tokens: int) -> dict[str, Any]:
+    """An OpenAI-compatible chat-completions body: UI-TARS prompt, past outputs, the screenshot."""
+    from ui_tars.prompt import COMPUTER_USE_DOUBAO
+
+    prompt = COMPUTER_USE_DOUBAO.format(language="English", instruction=instruction)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+    for step in history[-5:]:  # UI-TARS keeps a short window of its own past outputs
+        messages.append({"role": "assistant", "content": step.raw_output or "Thought: \nAction: wait()"})
+    image_url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    messages.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": image_url}}]})
+    return {"model": model, "messages": messages, "logprobs": True, "temperature": temperature,
+            "max_tokens": max_tokens}
+
+
+def parse_chat_reply(body: dict[str, Any], width: int, height: int, coord_mode: str) -> tuple[Decision, int | None]:
+    """choices[0] -> Decision (UI-TARS text parsed; log-prob = sum of token log-probs)."""
+    from schemas.uitars import parse_output
+
+    choice = body["choices"][0]
+    text = choice["message"]["content"] or ""
+    tokens = ((choice.get("logprobs") or {}).get("content")) or []
+    logprob = float(sum(t["logprob"] for t in tokens))
+    parsed = parse_output(text, width, height, coord_mode=coord_mode)
+    decision = Decision(action=parsed.action, logprob=logprob, thought=parsed.thought, raw_output=text,
+                        parse_error=parsed.error)
+    version = body.get("policy_version")
+    return decision, int(version) if isinstance(version, int) else None
+
+
+def parse_act_reply(body: dict[str, Any]) -> tuple[Decision, int | None]:
+    """The pixel server's /v1/act reply -> Decision."""
+    from schemas.codec import validate
+    from schemas.actions import Action
+
+    action = validate(body["action"], Action)
+    value = body.get("value")
+    decision = Decision(action=action, logprob=float(body["logprob"]),
+                        value=None if value is None else float(value))
+    version = body.get("policy_version")
+    return decision, int(version) if isinstance(version, int) else None
+
+
+@register_client("http")
+class HttpClient(PolicyClient):
+    backend = "http"
+
+    def __init__(self, name: str, base_url: str = "http://127.0.0.1:8000", mode: str = "chat",
+                 blobs: BlobStore | None = None, timeout_s: float = 60.0, temperature: float = 1.0,
+                 max_tokens: int = 256, coord_mode: str = "qwen25vl", **_: Any) -> None:
+        super().__init__(name)
+        if mode not in ("chat", "act"):
+            raise ValueError(f"http policy mode must be 'chat' or 'act', not {mode!r}")
+        self.base_url, self.mode, self.blobs = base_url.rstrip("/"), mode, blobs
+        self.timeout_s, self.temperature, self.max_tokens = timeout_s, temperature, max_tokens
+        self.coord_mode = coord_mode
+        self._session: Any = None
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        async with self._session.post(self.base_url + path, json=body) as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"policy server {self.base_url}{path}: HTTP {resp.status}: {(await resp.text())[:300]}")
+            return await resp.json()
+
+    def _png(self, obs: Obs) -> bytes:
+        ref = obs.observation.screenshot
+        if self.blobs is not None and self.blobs.exists(ref.sha256):
+            return self.blobs.get(ref)
+        import io
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.fromarray(obs.image).save(buf, format="PNG")
+        return buf.getvalue()
+
+    async def act(self, request: PolicyRequest) -> PolicyReply:
+        o = request.obs.observation
+        png = await asyncio.to_thread(self._png, request.obs)
+        if self.mode == "chat":
+            body = chat_request(self.name, o.instruction, png, request.history,
+                                temperature=self.temperature, max_tokens=self.max_tokens)
+            decision, version = parse_chat_reply(await self._post("/v1/chat/completions", body),
+                                                 o.screen_width, o.screen_height, self.coord_mode)
+        else:
+            body = {"image_b64": base64.b64encode(png).decode("ascii"), "instruction": o.instruction,
+                    "screen_width": o.screen_width, "screen_height": o.screen_height}
+            decision, version = parse_act_reply(await self._post("/v1/act", body))
+        if version is not None:
+            self.version = max(self.version, version)
+            return PolicyReply(decision, version)
+        return PolicyReply(decision, self.version)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

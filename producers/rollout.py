@@ -1,0 +1,336 @@
+"""The rollout worker: tasks in, episode events out, N sandboxes at once.
+
+Delivery guarantee: the worker consumes flywheel.tasks.v1 in a consumer group (start more
+workers to scale out). Each episode's events (started, step..., ended | aborted) are produced
+to flywheel.steps.v1 by the idempotent producer (acks=all) keyed by episode id; a task's offset
+is committed only after every event of its episode was acknowledged, and only as part of the
+contiguous prefix of finished offsets of its partition (``OffsetTracker``). A task is therefore
+run at least once; a re-run after a worker crash reuses the episode id (``task_id:attempt``)
+so consumers can dedupe. A delivery failure stops the worker loudly (non-zero exit, nothing
+committed for that task). A malformed task goes to flywheel.dlq.v1; its offset is committed
+after the dead letter was acknowledged. On SIGTERM the worker takes no new task, lets in-flight
+episodes finish for ``shutdown_grace_s`` and then aborts them, flushes, commits and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from infra.config import opt
+from infra.dlq import dead_letter, send_dead_letter
+from infra.kafka import DeliveryError, DeliveryTracker, flush_or_raise, make_consumer, make_producer
+from infra.topics import TOPICS, topic_name
+from producers.episode import EpisodeResult, run_episode
+from producers.offsets import OffsetTracker
+from producers.policy_client import PolicyClient
+from producers.rollout_status import Counters, StatusWriter
+from producers.sandboxes.base import SANDBOX_REGISTRY
+from producers.tasks import SUITE_SANDBOX, check_task
+from schemas.blobs import BlobStore
+from schemas.codec import DecodeError, decode, encode
+from schemas.events import TaskSpec
+
+log = logging.getLogger("flywheel.rollout")
+
+
+@dataclass
+class RolloutConfig:
+    sandboxes: int = opt(4, "sandboxes run concurrently by this worker")
+    policy_backend: str = opt("random", "how the policy is asked", choices=("torch", "http", "random", "scripted"))
+    policy_name: str = opt("pixel-miniwob", "policy name: its key on flywheel.policy.v1, followed for hot reload")
+    policy_kind: str = opt("pixel", "model kind of a fresh torch policy (before any version is published)")
+    policy_config: str = opt("", "JSON model config of a fresh torch policy")
+    policy_url: str = opt("http://127.0.0.1:8000", "base URL of the policy server or vLLM (http backend)")
+    policy_mode: str = opt("chat", "http API: chat = OpenAI chat completions, act = pixel /v1/act", choices=("chat", "act"))
+    greedy: bool = opt(False, "take the most likely action instead of sampling (torch backend)")
+    group_id: str = opt("flywheel-rollout", "consumer group shared by all rollout workers")
+    worker_id: str = opt("", "this worker's name on its events; empty: rollout-<host>-<pid>")
+    step_ms: int = opt(100, "page time the browser's fake clock advances per step (ms)")
+    max_attempts: int = opt(2, "runs of a task whose episode an infrastructure failure aborted")
+    max_tasks: int = opt(0, "stop after taking this many tasks (0: until SIGTERM)")
+    idle_exit_s: float = opt(0.0, "stop after this many seconds without a task (0: never)")
+    shutdown_grace_s: float = opt(20.0, "on SIGTERM, seconds in-flight episodes may still run before being aborted")
+    status_interval_s: float = opt(2.0, "seconds between progress log lines and status file updates")
+    reload: bool = opt(True, "follow flywheel.policy.v1 and hot-reload newer versions of the policy")
+    ack_timeout_s: float = opt(30.0, "seconds to wait for the broker to acknowledge an episode's events")
+
+
+class RolloutWorker:
+    def __init__(self, cfg: RolloutConfig, settings: Any, client: PolicyClient, worker_id: str,
+                 sandbox_options: dict[str, dict[str, Any]] | None = None) -> None:
+        self.cfg, self.settings, self.client, self.worker_id = cfg, settings, client, worker_id
+        self.sandbox_options = sandbox_options or {"browser": {"step_ms": cfg.step_ms}}
+        self.blobs = BlobStore(settings.blob_root)
+        self.tasks_topic = topic_name(TOPICS.tasks, settings)
+        self.steps_topic = topic_name(TOPICS.steps, settings)
+        self.counters = Counters(policy=client.name)
+        self.stop = asyncio.Event()  # no new tasks
+        self.abort = asyncio.Event()  # in-flight episodes end now
+        self.fatal: BaseException | None = None
+        self.offsets = OffsetTracker()
+        self._offsets_lock = threading.Lock()
+        self._consumer_lock = threading.Lock()
+        self._producer: Any = None
+        self._consumer: Any = None
+        self._poller: threading.Thread | None = None
+        self._polling = False
+        self._sandboxes: list[Any] = []
+        self.watcher: Any = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def request_stop(self) -> None:
+        """SIGTERM: take no new task; in-flight episodes get ``shutdown_grace_s`` to finish."""
+        if not self.stop.is_set():
+            log.info("stopping: no new tasks; %d episode(s) in flight", self.counters.in_flight)
+            self.stop.set()
+            asyncio.get_running_loop().call_later(self.cfg.shutdown_grace_s, self.abort.set)
+
+    async def run(self) -> int:
+        self._producer = make_producer(self.settings)
+        self._polling = True
+        self._poller = threading.Thread(target=self._poll_producer, name="rollout-producer-poll", daemon=True)
+        self._poller.start()
+        self._consumer = make_consumer(self.settings, self.cfg.group_id)
+        self._consumer.subscribe([self.tasks_topic], on_revoke=self._on_revoke)
+        status = StatusWriter(self.settings, self.worker_id, self.counters, self.cfg.status_interval_s,
+                              refresh=self._refresh_counters)
+        background: list[asyncio.Task] = [asyncio.create_task(status.run(self.stop))]
+        if self.cfg.reload:
+            from producers.policy_watch import PolicyWatcher
+
+            self.watcher = PolicyWatcher(self.settings, self.client, self.blobs, self._producer)
+            await self.watcher.catch_up()
+            background.append(asyncio.create_task(self.watcher.run(self.stop)))
+        self._refresh_counters()
+        queue: asyncio.Queue = asyncio.Queue()
+        capacity = asyncio.Semaphore(self.cfg.sandboxes)
+        slots = [asyncio.create_task(self._slot(i, queue, capacity)) for i in range(self.cfg.sandboxes)]
+        try:
+            await self._feed(queue, capacity)
+        finally:
+            for _ in slots:
+                queue.put_nowait(None)
+            await asyncio.gather(*slots, return_exceptions=True)
+            self.stop.set()
+            await self._shutdown(background, status)
+        if self.fatal is not None:
+            log.error("rollout worker failed: %s", self.fatal)
+            return 1
+        return 0
+
+    async def _shutdown(self, background: list[asyncio.Task], status: Any) -> None:
+        for sb in self._sandboxes:
+            try:
+                await sb.close()
+            except Exception:  # noqa: BLE001
+                log.exception("closing a sandbox")
+        from producers.sandboxes.browser_host import close_shared_host
+
+        await close_shared_host()
+        await asyncio.gather(*background, return_exceptions=True)
+        if self.watcher is not None:
+            self.watcher.close()
+        try:
+            await asyncio.to_thread(flush_or_raise, self._producer, None, 30.0)
+        except DeliveryError as exc:
+            self.fatal = self.fatal or exc
+        self._polling = False
+        with self._consumer_lock:
+            self._consumer.close()
+        await self.client.close()
+        status.write(final=True)
+
+    def _poll_producer(self) -> None:
+        while self._polling:
+            self._producer.poll(0.05)
+
+    def _on_revoke(self, consumer: Any, partitions: list) -> None:
+        with self._offsets_lock:
+            for tp in partitions:
+                self.offsets.forget(tp.topic, tp.partition)
+
+    # ------------------------------------------------------------ tasks in
+
+    def _poll_task(self) -> Any:
+        with self._consumer_lock:
+            return self._consumer.poll(0.2)
+
+    async def _feed(self, queue: asyncio.Queue, capacity: asyncio.Semaphore) -> None:
+        loop = asyncio.get_running_loop()
+        taken, last_task = 0, loop.time()
+        while not self.stop.is_set():
+            await capacity.acquire()
+            msg = None
+            while msg is None and not self.stop.is_set():
+                msg = await asyncio.to_thread(self._poll_task)
+                if msg is not None and msg.error():
+                    log.warning("tasks topic: %s", msg.error())
+                    msg = None
+                idle = loop.time() - last_task
+                if msg is None and self.cfg.idle_exit_s and idle > self.cfg.idle_exit_s and self.counters.in_flight == 0:
+                    log.info("no task for %.0fs: stopping", idle)
+                    self.stop.set()
+            if msg is None:
+                capacity.release()
+                break
+            last_task = loop.time()
+            with self._offsets_lock:
+                self.offsets.taken(msg.topic(), msg.partition(), msg.offset())
+            task = await self._decode_task(msg)
+            if task is None:
+                capacity.release()
+            else:
+                self.counters.in_flight += 1
+                queue.put_nowait((msg, task))
+            taken += 1
+            if self.cfg.max_tasks and taken >= self.cfg.max_tasks:
+                log.info("took %d tasks: stopping after the in-flight ones", taken)
+                self.stop.set()
+
+    async def _decode_task(self, msg: Any) -> TaskSpec | None:
+        """A valid, runnable task; or None after its dead letter was acknowledged and committed."""
+        try:
+            task = decode(msg.value(), TaskSpec)
+            check_task(task)
+            return task
+        except (DecodeError, ValueError) as exc:
+            self.counters.dead_letters += 1
+            tracker = DeliveryTracker()
+            letter = dead_letter("rollout", exc, msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
+            send_dead_letter(self._producer, self.settings, letter, msg.key(), on_delivery=tracker)
+            if await self._acked(tracker, 1):
+                await self._finished(msg)
+            return None
+
+    # ------------------------------------------------------------ episodes
+
+    async def _slot(self, index: int, queue: asyncio.Queue, capacity: asyncio.Semaphore) -> None:
+        sandboxes: dict[str, Any] = {}
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            msg, task = item
+            try:
+                await self._run_task(index, sandboxes, msg, task)
+            except Exception as exc:  # noqa: BLE001 - a worker bug or delivery failure: stop loudly
+                log.exception("slot %d failed on task %s", index, task.task_id)
+                self.fatal = self.fatal or exc
+                self.stop.set()
+                self.abort.set()
+            finally:
+                self.counters.in_flight -= 1
+                capacity.release()
+
+    async def _sandbox(self, sandboxes: dict[str, Any], kind: str) -> Any:
+        if kind not in sandboxes:
+            if kind not in SANDBOX_REGISTRY:  # importing the module registers it
+                importlib.import_module(f"producers.sandboxes.{kind}")
+            sb = SANDBOX_REGISTRY[kind](self.blobs, **self.sandbox_options.get(kind, {}))
+            await sb.start()
+            sandboxes[kind] = sb
+            self._sandboxes.append(sb)
+        return sandboxes[kind]
+
+    async def _restart(self, sandboxes: dict[str, Any], kind: str) -> None:
+        sb = sandboxes.get(kind)
+        self.counters.sandbox_restarts += 1
+        if sb is not None and hasattr(sb, "restart"):
+            await sb.restart()
+            return
+        sandboxes.pop(kind, None)
+        if sb is not None:
+            self._sandboxes.remove(sb)
+            try:
+                await sb.close()
+            except Exception:  # noqa: BLE001
+                log.exception("closing a crashed %s sandbox", kind)
+
+    async def _run_task(self, index: int, sandboxes: dict[str, Any], msg: Any, task: TaskSpec) -> None:
+        kind = SUITE_SANDBOX[task.suite]
+        for attempt in range(self.cfg.max_attempts):
+            sandbox = await self._sandbox(sandboxes, kind)
+            tracker, produced = DeliveryTracker(), [0]
+
+            def emit(event: Any) -> None:
+                self._produce(event, tracker)
+                produced[0] += 1
+
+            result = await run_episode(task, sandbox, self.client, emit, attempt=attempt, sandbox_name=kind,
+                                       worker_id=self.worker_id, abort=self.abort)
+            if not await self._acked(tracker, produced[0]):
+                raise DeliveryError(f"episode {result.episode_id}: events not acknowledged")
+            self._count(result)
+            if result.crashed:
+                await self._restart(sandboxes, kind)
+            if not result.infra_failure or self.stop.is_set() or self.abort.is_set():
+                break
+        await self._finished(msg)
+
+    def _produce(self, event: Any, tracker: DeliveryTracker) -> None:
+        value, key = encode(event), event.episode_id.encode()
+        while True:
+            try:
+                self._producer.produce(self.steps_topic, key=key, value=value, on_delivery=tracker)
+                return
+            except BufferError:  # local queue full: the poller thread drains it
+                threading.Event().wait(0.01)
+
+    async def _acked(self, tracker: DeliveryTracker, expected: int) -> bool:
+        """Wait for ``expected`` acknowledgements; raise on a failure, False on timeout."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.cfg.ack_timeout_s
+        while tracker.acked + len(tracker.failures) < expected:
+            if loop.time() > end:
+                return False
+            await asyncio.sleep(0.005)
+        tracker.raise_if_failed()
+        return True
+
+    async def _finished(self, msg: Any) -> None:
+        with self._offsets_lock:
+            commit = self.offsets.finished(msg.topic(), msg.partition(), msg.offset())
+        if commit is None:
+            return
+        tp = TopicPartition(msg.topic(), msg.partition(), commit)
+        try:
+            await asyncio.to_thread(self._commit, tp)
+        except Exception as exc:  # noqa: BLE001 - e.g. the partition moved to another worker
+            log.warning("commit of %s[%d]@%d failed: %s", tp.topic, tp.partition, tp.offset, exc)
+
+    def _commit(self, tp: TopicPartition) -> None:
+        with self._consumer_lock:
+            self._consumer.commit(offsets=[tp], asynchronous=False)
+
+    def _refresh_counters(self) -> None:
+        self.counters.policy_version = self.client.version
+        self.counters.reloads = self.watcher.reloads if self.watcher is not None else 0
+
+    def _count(self, result: EpisodeResult) -> None:
+        c = self.counters
+        c.episodes += 1
+        c.steps += result.num_steps
+        self._refresh_counters()
+        if result.status == "ended":
+            c.ended += 1
+            c.successes += int(result.success)
+            c.reward_sum += result.reward
+        else:
+            c.aborted += 1
+            c.infra_failures += int(result.infra_failure)
+
+
+def default_worker_id() -> str:
+    import os
+    import socket
+
+    return f"rollout-{socket.gethostname()}-{os.getpid()}"
+

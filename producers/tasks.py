@@ -1,0 +1,110 @@
+"""Task specs: validation, building them from a suite + names or a JSONL file, and submission.
+
+Delivery: every TaskSpec is produced with the idempotent producer (acks=all), keyed by task_id,
+and ``submit`` returns only after the broker acknowledged all of them (it raises otherwise).
+Everything is validated before the first record is produced, so a bad line submits nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import orjson
+
+from infra.errors import UserError
+from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
+from infra.topics import TOPICS, topic_name
+from schemas.codec import DecodeError, encode, validate
+from schemas.events import TaskSpec
+
+SUITE_SANDBOX = {"miniwob": "browser", "desktop": "desktop"}
+
+
+def known_tasks(suite: str) -> tuple[str, ...]:
+    if suite == "miniwob":
+        from producers.sandboxes.miniwob_server import task_names
+
+        return task_names()
+    if suite == "desktop":
+        from producers.sandboxes.desktop_tasks import DESKTOP_TASKS
+
+        return tuple(sorted(DESKTOP_TASKS))
+    return ()
+
+
+def check_task(task: TaskSpec) -> None:
+    """Raise ValueError unless a sandbox of this build can run ``task``."""
+    names = known_tasks(task.suite)
+    if task.name not in names:
+        raise ValueError(f"unknown {task.suite} task {task.name!r} ({len(names)} known)")
+
+
+def build_tasks(suite: str, names: list[str], episodes: int, seed: int = 0, *, max_steps: int = 10,
+                timeout_s: float = 60.0, prefix: str = "") -> list[TaskSpec]:
+    """K episodes per task name; episode k of task n gets seed ``seed + k`` and a unique task_id."""
+    if episodes < 1:
+        raise UserError(f"--episodes must be >= 1, got {episodes}")
+    if not names:
+        raise UserError("no task names given (--tasks click-test,click-test-2)")
+    run = prefix or f"r{int(time.time() * 1000):x}"
+    out = []
+    for name in names:
+        for k in range(episodes):
+            try:
+                task = TaskSpec(task_id=f"{run}.{name}.{seed + k}", suite=suite, name=name, seed=seed + k,
+                                max_steps=max_steps, timeout_s=timeout_s, submitted_at=time.time())
+                check_task(task)
+            except (ValueError, DecodeError) as exc:  # pydantic's ValidationError is a ValueError
+                raise UserError(f"task {name!r}: {exc}") from None
+            out.append(task)
+    return out
+
+
+def read_jsonl(lines: Iterable[str], source: str = "<tasks>") -> list[TaskSpec]:
+    """Parse and validate every line first; the first bad one raises naming its line number."""
+    out = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj: Any = orjson.loads(line)
+            if isinstance(obj, dict):
+                obj.setdefault("submitted_at", time.time())
+            task = validate(obj, TaskSpec)
+            check_task(task)
+        except orjson.JSONDecodeError as exc:
+            raise UserError(f"{source}:{number}: not valid JSON: {exc}") from None
+        except (DecodeError, ValueError) as exc:
+            raise UserError(f"{source}:{number}: {exc}") from None
+        out.append(task)
+    return out
+
+
+def read_jsonl_file(path: str) -> list[TaskSpec]:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"task file {path} not found")
+    with p.open(encoding="utf-8", errors="strict") as f:
+        try:
+            return read_jsonl(f, str(path))
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{path}: not UTF-8: {exc}") from None
+
+
+def submit(settings: Any, tasks: list[TaskSpec], timeout_s: float = 30.0) -> int:
+    """Produce ``tasks`` keyed by task_id and wait for every acknowledgement; returns the count."""
+    producer = make_producer(settings)
+    tracker = DeliveryTracker()
+    topic = topic_name(TOPICS.tasks, settings)
+    for task in tasks:
+        while True:
+            try:
+                producer.produce(topic, key=task.task_id.encode(), value=encode(task), on_delivery=tracker)
+                break
+            except BufferError:  # local queue full: let deliveries drain
+                producer.poll(0.1)
+        producer.poll(0)
+    flush_or_raise(producer, tracker, timeout_s)
+    return tracker.acked
