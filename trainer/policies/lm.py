@@ -220,6 +220,17 @@ class LMPolicy(nn.Module):
         entropy[batch.target] = -(logp_all.exp() * logp_all).sum(-1)
         return logprobs, values, entropy
 
+    @torch.no_grad()
+    def response_logprobs(self, contexts: list[list[Turn]], texts: list[str]) -> list[tuple[list[int], list[float]]]:
+        """Per-token log-probs of the canonical answer ``encode(text) + <|im_end|>`` after each context."""
+        batch = self.make_batch([self.render(turns, text, score="last") for turns, text in zip(contexts, texts)])
+        logprobs, _, _ = self.evaluate(batch)
+        out = []
+        for i in range(len(texts)):
+            where = batch.target[i]
+            out.append((batch.ids[i, 1:][where].tolist(), logprobs[i][where].tolist()))
+        return out
+
     def sequence_logprobs(self, samples: list[Rendered]) -> torch.Tensor:
         """Sum of target-token log-probs per sample, [B]."""
         batch = self.make_batch(samples)
@@ -288,9 +299,9 @@ class LMPolicy(nn.Module):
         logprobs = [sum(g.token_logprobs) for g in gens]
         redo = [i for i, g in enumerate(gens) if not self.canonical(g)]
         if redo:  # keep the invariant: the log-prob is that of the tokens the trainer will rebuild
-            rescored = self.sequence_logprobs([self.render(turns[i], gens[i].text) for i in redo])
-            for i, lp in zip(redo, rescored.tolist()):
-                logprobs[i] = lp
+            rescored = self.response_logprobs([turns[i] for i in redo], [gens[i].text for i in redo])
+            for i, (_, lps) in zip(redo, rescored):
+                logprobs[i] = sum(lps)
         return [self._decision(g, lp, inp) for g, lp, inp in zip(gens, logprobs, inputs)]
 
     def _decision(self, gen: Generation, logprob: float, inp: PolicyInput) -> Decision:

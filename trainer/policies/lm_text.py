@@ -48,6 +48,13 @@ class ByteTokenizer:
     def special(self, name: str) -> int:
         return self._special[name]
 
+    def piece(self, token_id: int) -> tuple[str, list[int]]:
+        """One token as (text, its bytes), the way OpenAI log-prob entries show it."""
+        if token_id < 256:
+            return bytes([token_id]).decode("utf-8", errors="replace"), [token_id]
+        name = SPECIALS[token_id - 256]
+        return name, list(name.encode())
+
 
 class HFTokenizer:
     """A Hugging Face tokenizer from a local folder, with our specials added if missing."""
@@ -69,6 +76,10 @@ class HFTokenizer:
 
     def special(self, name: str) -> int:
         return self.tok.convert_tokens_to_ids(name)
+
+    def piece(self, token_id: int) -> tuple[str, list[int]]:
+        text = self.tok.decode([token_id])
+        return text, list(text.encode("utf-8"))
 
 
 def make_tokenizer(spec: str) -> ByteTokenizer | HFTokenizer:
