@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -63,13 +64,23 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_block(count: int) -> int:
-    """A base port with ``count`` consecutive free ports after it (for test clusters)."""
+    """A base port with ``count`` consecutive free ports after it (for test clusters).
+
+    Drawn below the kernel's ephemeral range: an outgoing connection (the nodes dial each
+    other while starting) must not take a port a node is about to listen on.
+    """
+    high = _ephemeral_low() - count
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count < 65535 and all(port_free(base + k) for k in range(count)):
+        base = random.randrange(20000, max(20001, high))
+        if all(port_free(base + k) for k in range(count)):
             return base
     raise RuntimeError(f"no block of {count} free ports on 127.0.0.1")
 
@@ -199,7 +210,7 @@ class LocalCluster:
             java, *HEAP_OPTS, "-XX:+UseG1GC", "-Djava.awt.headless=true",
             f"-Dlog4j.configuration=file:{node.dir / 'log4j.properties'}",
             f"-Dkafka.logs.dir={node.dir}",
-            "-cp", str(self.libs / "*"), *main,
+            "-cp", str(self.libs.resolve() / "*"), *main,
         ]
 
     def _prepare(self, java: str, node: Node) -> None:
@@ -216,13 +227,13 @@ class LocalCluster:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise UserError(f"formatting Kafka storage in {node.dir / 'data'} failed: {last[0]}")
 
-    def _spawn(self, java: str, node: Node) -> int:
+    def _spawn(self, java: str, node: Node) -> subprocess.Popen:
         cmd = self._java(java, node, ["kafka.Kafka", str(node.dir / "server.properties")])
-        with open(node.dir / "stdout.log", "ab") as out:
+        with open(node.dir / "stdout.log", "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=node.dir)
         node.pid_file.write_text(f"{proc.pid}\n")
-        return proc.pid
+        return proc
 
     def start(self, timeout: float = START_TIMEOUT_S, nodes: list[Node] | None = None) -> float:
         """Format (once) and start the nodes that are not running; wait until every broker
@@ -238,19 +249,19 @@ class LocalCluster:
         self._check_ports(todo)
         for node in todo:
             self._prepare(java, node)
-        pids = {node.node_id: self._spawn(java, node) for node in todo}
-        self.wait_ready(timeout, pids)
+        procs = {node.node_id: self._spawn(java, node) for node in todo}
+        self.wait_ready(timeout, procs)
         return time.monotonic() - t0
 
-    def wait_ready(self, timeout: float, pids: dict[int, int] | None = None) -> None:
+    def wait_ready(self, timeout: float, procs: dict[int, subprocess.Popen] | None = None) -> None:
         from infra.probe import probe_brokers  # lazy: keeps confluent-kafka out of `kafka-fetch`
 
         deadline = time.monotonic() + timeout
         while True:
             for node in self.nodes:
-                pid = (pids or {}).get(node.node_id)
-                if pid is not None and not pid_alive(pid):
-                    raise UserError(f"Kafka node {node.node_id} exited during start: {last_error(node.log_file)} "
+                proc = (procs or {}).get(node.node_id)
+                if proc is not None and proc.poll() is not None:
+                    raise UserError(f"Kafka node {node.node_id} exited during start: {exit_reason(node)} "
                                     f"(log: {node.log_file})")
             if len(probe_brokers({"bootstrap.servers": self.bootstrap}, timeout=1.0) or {}) >= self.brokers:
                 return
@@ -277,6 +288,8 @@ class LocalCluster:
         deadline = time.monotonic() + grace
         while any(pid_alive(pid) for _, pid in targets.values()) and time.monotonic() < deadline:
             time.sleep(0.2)
+            for _, pid in targets.values():
+                _reap(pid)
         for node, pid in targets.values():
             if pid_alive(pid):
                 log.warning("Kafka node %d did not stop within %.0fs; killing it", node.node_id, grace)
@@ -293,10 +306,29 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
+def _reap(pid: int) -> None:
+    """Collect the exit status of a node this process started, so it leaves no zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
 def _wait_gone(pid: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
+        _reap(pid)
+
+
+def exit_reason(node: Node) -> str:
+    """Why a node died: the JVM's own output (class path, memory) first, else the broker log."""
+    try:
+        out = [ln.strip() for ln in (node.dir / "stdout.log").read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        out = []
+    errors = [ln for ln in out if "Error" in ln or "Exception" in ln]
+    return errors[-1][:300] if errors else last_error(node.log_file)
 
 
 def last_error(log_file: Path) -> str:

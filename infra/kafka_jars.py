@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -49,9 +50,10 @@ def java_executable() -> str:
 
 
 def _mvn_error_line(output: str) -> str:
+    output = re.sub(r"\x1b\[[0-9;]*m", "", output)
     for line in output.splitlines():
         if "[ERROR]" in line and line.strip() != "[ERROR]":
-            return line.replace("[ERROR]", "").strip()
+            return line.replace("[ERROR]", "").replace(" -> [Help 1]", "").strip()
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     return lines[-1] if lines else "no output"
 
@@ -67,7 +69,7 @@ def fetch_jars(libs: Path, pom: Path = POM) -> bool:
     shutil.rmtree(staging, ignore_errors=True)
     staging.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
-        mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
+        mvn, "-B", "-q", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies",
         f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
     ]
     log.info("fetching the Kafka jars with mvn into %s (once)", libs)

@@ -7,6 +7,8 @@
   ``t<uuid8>.`` topic prefix; every catalog topic exists before the test starts and is deleted
   after it.
 - ``group_id`` (function): a fresh consumer group id.
+- ``kafka_libs`` (session): the fetched broker jars, for tests that run a dedicated cluster
+  (``infra.broker.LocalCluster``) because they stop or kill brokers.
 
 Kafka-related imports happen inside the fixtures so unit tests never need a broker.
 """
@@ -69,6 +71,20 @@ def kafka_bootstrap(tmp_path_factory):
         yield cluster.bootstrap
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_libs():
+    """The broker jars (fetched once), for tests that run their own dedicated cluster."""
+    from infra.errors import UserError
+    from infra.kafka_jars import fetch_jars
+
+    libs = _base_settings().data_path / "kafka" / "libs"
+    try:
+        fetch_jars(libs)
+    except UserError as exc:
+        pytest.fail(f"cannot fetch the Kafka jars: {exc}", pytrace=False)
+    return libs
 
 
 @pytest.fixture
