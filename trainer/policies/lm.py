@@ -138,8 +138,10 @@ class LMPolicy(nn.Module):
     # ------------------------------------------------------------ contexts
 
     def context(self, inp: PolicyInput) -> list[Turn]:
-        images = [self._history_image(step) for step in inp.history]
-        return uitars_turns(inp.instruction, inp.history, images, inp.image, self.config["max_images"],
+        return self.context_with_images(inp, [self._history_image(step) for step in inp.history])
+
+    def context_with_images(self, inp: PolicyInput, history_images: list[np.ndarray | None]) -> list[Turn]:
+        return uitars_turns(inp.instruction, inp.history, history_images, inp.image, self.config["max_images"],
                             self.prompt, self.config["coord_mode"])
 
     def _history_image(self, step) -> np.ndarray | None:

@@ -1,0 +1,82 @@
+"""SFT / CT samples from scored trajectories, one training step, checkpoints (no broker)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from serving_fixtures import scored_trajectory
+
+from schemas.blobs import BlobStore
+from trainer.ct import ct_samples
+from trainer.lm_stream import LMTrainConfig, load_checkpoint, mark_published, save_checkpoint, train_step
+from trainer.policies import build_policy
+from trainer.sft import sft_samples
+
+
+@pytest.fixture
+def store(tmp_path):
+    return BlobStore(str(tmp_path / "blobs"))
+
+
+def loader(store):
+    return lambda ref: np.asarray(Image.open(io.BytesIO(store.get(ref))).convert("RGB"))
+
+
+def scored_text(policy, sample) -> str:
+    return policy.tok.decode([t for t, m in zip(sample.ids, sample.target) if m])
+
+
+def test_sft_scores_each_steps_answer_in_the_context_it_was_written(store):
+    policy = build_policy("lm", "lm-t", {})
+    scored = scored_trajectory(store, "ep1", n_steps=3)
+    samples = sft_samples(policy, scored, loader(store))
+    assert len(samples) == 3
+    for step, sample in zip(scored.trajectory.steps, samples):
+        assert scored_text(policy, sample) == step.raw_output  # + <|im_end|>, which decodes to nothing
+        assert sum(sample.target) == len(policy.tok.encode(step.raw_output)) + 1
+    assert [len(s.images) for s in samples] == [1, 2, 3]  # screenshots so far, within max_images
+    # the sample for step 2 is exactly what the policy would score for that decision
+    steps = scored.trajectory.steps
+    from trainer.policies.base import PolicyInput
+
+    img = loader(store)(steps[2].observation.screenshot)
+    inp = PolicyInput(img, "Click the button.", 50, 40, history=list(steps[:2]))
+    policy.blob_store = store
+    assert policy.decision_sample(inp, steps[2].raw_output).ids == samples[2].ids
+
+
+def test_ct_scores_every_text_token_and_no_image_token(store):
+    policy = build_policy("lm", "lm-t", {})
+    (sample,) = ct_samples(policy, scored_trajectory(store, "ep2", n_steps=2), loader(store))
+    image_id = policy.tok.special("<|image|>")
+    assert not any(m for t, m in zip(sample.ids, sample.target) if t == image_id)
+    assert sum(sample.target) == sum(1 for t in sample.ids if t != image_id)
+
+
+def test_a_few_sft_steps_lower_the_loss(store):
+    torch.manual_seed(0)
+    policy = build_policy("lm", "lm-t", {})
+    samples = sft_samples(policy, scored_trajectory(store, "ep3"), loader(store))
+    opt = torch.optim.AdamW(policy.parameters(), lr=3e-3)
+    cfg = LMTrainConfig(minibatch_samples=1)
+    losses = [train_step(policy, opt, samples, cfg)["loss"] for _ in range(4)]
+    assert losses[-1] < losses[0]
+
+
+def test_checkpoint_round_trip(tmp_path):
+    policy = build_policy("lm", "lm-t", {})
+    policy.version = 3
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    folder = tmp_path / "ckpt"
+    save_checkpoint(folder, policy, opt, {0: 5, 2: 9}, published=False)
+    ck = load_checkpoint(folder)
+    assert ck["version"] == 3 and ck["offsets"] == {0: 5, 2: 9} and ck["published"] is False
+    assert torch.equal(ck["weights"]["value_head.weight"], policy.state_dict()["value_head.weight"])
+    mark_published(folder)
+    assert load_checkpoint(folder)["published"] is True
+    save_checkpoint(folder, policy, opt, {0: 6}, published=True)  # replaces the previous one whole
+    assert load_checkpoint(folder)["offsets"] == {0: 6}
