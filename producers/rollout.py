@@ -82,6 +82,7 @@ class RolloutWorker:
         self._poller: threading.Thread | None = None
         self._polling = False
         self._sandboxes: list[Any] = []
+        self._shared: dict[str, Any] = {}  # per sandbox kind: what its sandboxes share (one Chromium)
         self.watcher: Any = None
 
     # ------------------------------------------------------------ lifecycle
@@ -132,9 +133,8 @@ class RolloutWorker:
                 await sb.close()
             except Exception:  # noqa: BLE001
                 log.exception("closing a sandbox")
-        from producers.sandboxes.browser_host import close_shared_host
-
-        await close_shared_host()
+        for shared in self._shared.values():
+            await shared.close()
         await asyncio.gather(*background, return_exceptions=True)
         if self.watcher is not None:
             self.watcher.close()
@@ -234,7 +234,14 @@ class RolloutWorker:
         if kind not in sandboxes:
             if kind not in SANDBOX_REGISTRY:  # importing the module registers it
                 importlib.import_module(f"producers.sandboxes.{kind}")
-            sb = SANDBOX_REGISTRY[kind](self.blobs, **self.sandbox_options.get(kind, {}))
+            options = dict(self.sandbox_options.get(kind, {}))
+            if kind == "browser":  # this worker's sandboxes are pages of one Chromium
+                from producers.sandboxes.browser_host import BrowserHost
+
+                if "browser" not in self._shared:
+                    self._shared["browser"] = BrowserHost(options.pop("executable", ""))
+                options["host"] = self._shared["browser"]
+            sb = SANDBOX_REGISTRY[kind](self.blobs, **options)
             await sb.start()
             sandboxes[kind] = sb
             self._sandboxes.append(sb)

@@ -1,0 +1,105 @@
+"""Pure logic of the producers: offset commits, task files, policy-server replies, scripted solvers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from infra.errors import UserError
+from producers import scripted
+from producers.episode import episode_id
+from producers.offsets import OffsetTracker
+from producers.policy_client import CLIENT_REGISTRY, chat_request, parse_act_reply, parse_chat_reply
+from producers.tasks import build_tasks, read_jsonl
+from schemas.actions import Click, Type, Wait
+
+
+def test_offsets_commit_only_the_contiguous_finished_prefix():
+    t = OffsetTracker()
+    for o in (10, 11, 12):
+        t.taken("tasks", 0, o)
+    assert t.finished("tasks", 0, 12) is None  # 10 and 11 still running
+    assert t.finished("tasks", 0, 10) == 11
+    assert t.finished("tasks", 0, 11) == 13  # 11 and the earlier-finished 12
+    assert t.in_flight() == 0
+
+
+def test_offsets_are_per_partition_and_forgotten_on_revoke():
+    t = OffsetTracker()
+    t.taken("tasks", 0, 5)
+    t.taken("tasks", 1, 7)
+    assert t.finished("tasks", 1, 7) == 8
+    t.forget("tasks", 0)
+    assert t.in_flight() == 0
+
+
+def test_episode_ids_are_deterministic():
+    assert episode_id("run.click-test.3", 0) == episode_id("run.click-test.3", 0) == "run.click-test.3:0"
+    assert episode_id("run.click-test.3", 1) != episode_id("run.click-test.3", 0)
+
+
+def test_build_tasks_gives_k_seeded_tasks_per_name():
+    tasks = build_tasks("miniwob", ["click-test", "click-test-2"], 3, seed=10, prefix="run1")
+    assert [t.seed for t in tasks] == [10, 11, 12, 10, 11, 12]
+    assert len({t.task_id for t in tasks}) == 6
+    with pytest.raises(UserError, match="no-such-task"):
+        build_tasks("miniwob", ["no-such-task"], 1)
+
+
+def test_jsonl_bad_line_names_its_line_number():
+    good = '{"task_id": "a", "suite": "miniwob", "name": "click-test", "seed": 1}'
+    assert len(read_jsonl([good, "", good.replace('"a"', '"b"')])) == 2
+    with pytest.raises(UserError, match=r"tasks.jsonl:2: .*max_steps"):
+        read_jsonl([good, good.replace('"seed": 1', '"max_steps": -1')], "tasks.jsonl")
+    with pytest.raises(UserError, match=r"f:1: not valid JSON"):
+        read_jsonl(["{nope"], "f")
+    with pytest.raises(UserError, match=r"f:1: .*unknown miniwob task"):
+        read_jsonl([good.replace("click-test", "click-nothing")], "f")
+
+
+def test_chat_reply_is_parsed_with_summed_logprobs_and_server_version():
+    body = {
+        "choices": [{"message": {"content": "Thought: the button.\nAction: click(start_box='(80,100)')"},
+                     "logprobs": {"content": [{"token": "a", "logprob": -0.5}, {"token": "b", "logprob": -0.25}]}}],
+        "policy_version": 7,
+    }
+    decision, version = parse_chat_reply(body, 160, 210, "qwen25vl")
+    assert version == 7 and decision.logprob == pytest.approx(-0.75)
+    assert decision.action is not None and decision.action.type == "click" and decision.parse_error is None
+    bad = {"choices": [{"message": {"content": "no action here"}, "logprobs": None}]}
+    decision, version = parse_chat_reply(bad, 160, 210, "qwen25vl")
+    assert decision.action is None and decision.parse_error and version is None
+
+
+def test_chat_request_carries_instruction_and_image():
+    body = chat_request("m", "Click the button.", b"\x89PNG", [], temperature=1.0, max_tokens=64)
+    assert body["logprobs"] is True and "Click the button." in body["messages"][0]["content"]
+    assert body["messages"][-1]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
+
+
+def test_act_reply():
+    decision, version = parse_act_reply({"action": {"type": "click", "x": 0.5, "y": 0.25}, "logprob": -3.0,
+                                         "value": 0.1, "policy_version": 2})
+    assert decision.action == Click(x=0.5, y=0.25) and version == 2 and decision.value == 0.1
+
+
+def test_registry_has_every_backend():
+    assert {"random", "scripted", "torch", "http"} <= set(CLIENT_REGISTRY)
+
+
+def _dom(*els):
+    return {"width": 160, "height": 210, "elements": list(els)}
+
+
+def test_scripted_enter_text_clicks_types_then_submits():
+    instruction = 'Enter "Ann" into the text field and press Submit.'
+    field = {"tag": "input", "id": "tt", "text": "", "value": "", "focused": False, "x": 10, "y": 60, "w": 100, "h": 20}
+    submit = {"tag": "button", "id": "subbtn", "text": "Submit", "value": "", "focused": False, "x": 10, "y": 90,
+              "w": 50, "h": 20}
+    first = scripted.solve("enter-text", instruction, _dom(field, submit))
+    assert isinstance(first, Click) and math.isclose(first.x, 60 / 160)
+    assert scripted.solve("enter-text", instruction, _dom({**field, "focused": True}, submit)) == Type(content="Ann")
+    last = scripted.solve("enter-text", instruction, _dom({**field, "value": "Ann"}, submit))
+    assert isinstance(last, Click) and math.isclose(last.y, 100 / 210)
+    assert scripted.solve("no-solver", instruction, _dom()) == Wait()
