@@ -101,3 +101,25 @@ def merge_versions(pvs: list, alphas: Sequence[float], store) -> tuple[dict[str,
             raise MergeError(f"v{pvs[0].version} and v{pv.version} have different model configs ({', '.join(diff)})")
     states = [load_safetensors(weights_bytes(pv, store)) for pv in pvs]  # refuses a tampered file
     return interpolate(states, alphas), dict(pvs[0].config)
+
+
+def run_merge(settings, plan: MergePlan):
+    """Find, verify, interpolate and publish; -> the new PolicyVersion (latest known + 1)."""
+    from infra.kafka import DeliveryTracker, make_producer
+    from schemas.blobs import BlobStore
+    from trainer.policies import build_policy
+    from trainer.publish_lm import publish_version
+    from trainer.versions import find_versions
+
+    validate_alphas(plan.alphas, len(plan.versions))
+    known = find_versions(settings, plan.policy, plan.versions)
+    pvs = [known[v] for v in plan.versions]
+    store = BlobStore(settings.blob_root)
+    state, config = merge_versions(pvs, plan.alphas, store)
+    merged = build_policy(pvs[0].kind, plan.policy, config)
+    merged.load_state_dict(state, strict=True)
+    merged.version = max(known) + 1
+    pv = publish_version(settings, make_producer(settings), DeliveryTracker(), store, merged, plan.parent, plan.metrics())
+    log.info("published %s v%d = %s", pv.policy, pv.version,
+             " + ".join(f"{a:g} * v{v}" for v, a in zip(plan.versions, plan.alphas)))
+    return pv

@@ -39,6 +39,7 @@ class PolicyHolder:
     version: int = -1
     kind: str = ""
     loaded_at: float = 0.0
+    published: bool = False  # False while serving a fresh, never-published model (any version replaces it)
     refused: list[dict[str, Any]] = field(default_factory=list)
 
     def swap(self, policy: Any, pv: PolicyVersion | None) -> None:
@@ -46,11 +47,12 @@ class PolicyHolder:
         self.version = pv.version if pv is not None else getattr(policy, "version", 0)
         self.kind = pv.kind if pv is not None else getattr(policy, "kind", "")
         self.loaded_at = time.time()
+        self.published = pv is not None
 
 
 def apply_version(holder: PolicyHolder, pv: PolicyVersion, load: Callable[[PolicyVersion], Any]) -> str:
     """Load ``pv`` into ``holder`` if it is newer; -> "loaded" | "stale" | "refused"."""
-    if pv.policy != holder.name or pv.version <= holder.version:
+    if pv.policy != holder.name or (holder.published and pv.version <= holder.version):
         return "stale"
     try:
         policy = load(pv)

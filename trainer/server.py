@@ -33,6 +33,7 @@ from trainer.policies.base import PolicyInput
 from trainer.reload import PolicyHolder
 
 log = logging.getLogger("flywheel.serve")
+RELOADER = web.AppKey("reloader", object)
 
 
 @dataclass
@@ -134,7 +135,7 @@ class PolicyServer:
             "owned_by": "flywheel", "policy_version": self.holder.version, "kind": self.holder.kind}]})
 
     async def healthz(self, request: web.Request) -> web.Response:
-        reloader = request.app.get("reloader")
+        reloader = request.app.get(RELOADER)
         ok = self.holder.policy is not None
         return web.json_response({
             "status": "ok" if ok else "loading", "policy": self.holder.name, "kind": self.holder.kind,
@@ -234,3 +235,53 @@ async def serve_forever(app: web.Application, host: str, port: int) -> None:
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
+
+
+def torch_loader(store, device: str):
+    """PolicyVersion -> a verified, loaded policy on ``device`` (refuses a sha256 mismatch)."""
+    from trainer.policies import load_policy_version
+
+    def load(pv):
+        policy = load_policy_version(pv, store)
+        policy.to(device)
+        if hasattr(policy, "blob_store"):
+            policy.blob_store = store  # the LM policy shows earlier screenshots of an episode
+        return policy
+    return load
+
+
+def build_server(settings, cfg: ServeConfig):
+    """The server with its reloader started and caught up (or a version-0 policy if none is published)."""
+    from schemas.blobs import BlobStore
+    from trainer.policies import build_policy
+    from trainer.reload import PolicyReloader
+
+    store = BlobStore(settings.blob_root)
+    holder = PolicyHolder(cfg.policy)
+    try:
+        init = json.loads(cfg.init_config) if cfg.init_config else {}
+    except json.JSONDecodeError as exc:
+        raise UserError(f"init_config is not JSON: {exc}") from None
+    fresh = build_policy(cfg.kind, cfg.policy, init)
+    fresh.to(cfg.device)
+    holder.swap(fresh, None)  # unpublished: any published version, v0 included, replaces it
+    reloader = None
+    if cfg.follow:
+        reloader = PolicyReloader(settings, holder, torch_loader(store, cfg.device))
+        reloader.start()
+        if not reloader.caught_up.wait(cfg.catchup_timeout_s):
+            log.warning("policy topic not read to its end after %.0fs; serving %s v%d meanwhile",
+                        cfg.catchup_timeout_s, holder.name, max(holder.version, 0))
+    if not holder.published:
+        log.info("no published version of %s: serving a fresh %s policy as v0", cfg.policy, cfg.kind)
+    server = PolicyServer(holder, cfg)
+    app = server.app()
+    if reloader is not None:
+        app[RELOADER] = reloader
+        app.on_cleanup.append(lambda app: _stop_reloader(reloader))
+    return server, app
+
+
+async def _stop_reloader(reloader) -> None:
+    reloader.stop()
+    await asyncio.to_thread(reloader.join, 5)
