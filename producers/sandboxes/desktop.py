@@ -274,7 +274,13 @@ class DesktopSandbox:
 
     @property
     def jail(self) -> Path:
+        """The episode's working directory on this machine."""
         return self.root / "episode" / "work"
+
+    @property
+    def agent_workdir(self) -> str:
+        """The same directory as the jailed programs (and the screenshots) show it."""
+        return self._spec().workdir
 
     def _fresh_episode_dir(self) -> None:
         episode = self.root / "episode"

@@ -29,6 +29,7 @@ import posixpath
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,16 +71,23 @@ def jail_path(jail: str | Path, path: str, inside: str | None = None) -> Path:
     return Path(lexical)
 
 
+def _require_regular(fd: int, path: str) -> None:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SdkError(f"{path!r} is not a regular file")
+
+
 def read_jailed(jail: str | Path, path: str, cap_bytes: int, inside: str | None = None) -> str:
     target = jail_path(jail, path, inside)
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO must not hang us
     except FileNotFoundError:
         raise SdkError(f"no such file: {path!r}") from None
     except IsADirectoryError:
         raise SdkError(f"{path!r} is a directory") from None
     except OSError as e:
         raise SdkError(f"cannot read {path!r}: {e.strerror}") from None
+    _require_regular(fd, path)
     with os.fdopen(fd, "rb") as f:
         data = f.read(cap_bytes + 1)
     text = data[:cap_bytes].decode("utf-8", errors="replace")
@@ -94,11 +102,12 @@ def write_jailed(jail: str | Path, path: str, content: str, cap_bytes: int, insi
     if not target.parent.is_dir():
         raise SdkError(f"directory of {path!r} does not exist")
     try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except IsADirectoryError:
         raise SdkError(f"{path!r} is a directory") from None
     except OSError as e:
         raise SdkError(f"cannot write {path!r}: {e.strerror}") from None
+    _require_regular(fd, path)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     return len(data)
