@@ -18,6 +18,7 @@ from infra.errors import UserError
 
 log = logging.getLogger("flywheel.merge")
 ALPHA_TOLERANCE = 1e-6
+INIT_ONLY_KEYS = frozenset({"seed"})  # config keys that shape initial weights, not the architecture
 
 
 class MergeError(UserError):
@@ -96,8 +97,9 @@ def merge_versions(pvs: list, alphas: Sequence[float], store) -> tuple[dict[str,
     if len(kinds) != 1:
         raise MergeError(f"cannot merge different policy kinds: {sorted(kinds)}")
     for pv in pvs[1:]:
-        if pv.config != pvs[0].config:
-            diff = sorted(k for k in set(pv.config) | set(pvs[0].config) if pv.config.get(k) != pvs[0].config.get(k))
+        diff = sorted(k for k in set(pv.config) | set(pvs[0].config)
+                      if k not in INIT_ONLY_KEYS and pv.config.get(k) != pvs[0].config.get(k))
+        if diff:
             raise MergeError(f"v{pvs[0].version} and v{pv.version} have different model configs ({', '.join(diff)})")
     states = [load_safetensors(weights_bytes(pv, store)) for pv in pvs]  # refuses a tampered file
     return interpolate(states, alphas), dict(pvs[0].config)
