@@ -1,0 +1,123 @@
+"""Browser sandbox steps/s vs a bare Playwright loop, memory per sandbox, steps/s with N sandboxes.
+
+    python benchmarks/bench_rollout.py [--steps 200] [--sandboxes 1,2,4] [--policy none|pixel]
+
+All in one run, on one headless Chromium:
+1. bare: ``mouse.click`` + a PNG screenshot of the task area, in a loop, on the sandbox's own page;
+2. sandbox: ``BrowserSandbox.step(Click)`` on that same page (click, fake-clock advance, reward
+   read, screenshot, PNG decode, blob store write); ratio sandbox/bare;
+3. memory: RSS and USS of the renderer processes (one per sandbox page) with 4 pages open;
+4. N = 1, 2, 4 sandboxes stepping concurrently (random clicks on click-test-2, reset when done),
+   optionally with the in-process pixel policy choosing every action (``--policy pixel``, batched
+   like the rollout worker's torch client), total environment steps/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import tempfile
+import time
+
+import psutil
+
+from producers.sandboxes.browser import BrowserSandbox
+from producers.sandboxes.browser_host import BrowserHost
+from schemas.actions import Click
+from schemas.blobs import BlobStore
+from schemas.events import TaskSpec
+
+TASK = "click-test-2"  # two buttons: random clicks end an episode now and then, as in training
+
+
+def task(seed: int) -> TaskSpec:
+    return TaskSpec(task_id=f"bench.{seed}", suite="miniwob", name=TASK, seed=seed, max_steps=1000)
+
+
+async def bare_loop(page, steps: int, rng: random.Random) -> float:
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        await page.mouse.click(rng.randrange(160), rng.randrange(50, 210))
+        await page.screenshot(clip={"x": 0, "y": 0, "width": 160, "height": 210}, type="png")
+    return steps / (time.perf_counter() - t0)
+
+
+async def sandbox_loop(sb: BrowserSandbox, steps: int, rng: random.Random, seed: int, client=None) -> int:
+    obs = await sb.reset(task(seed))
+    for i in range(steps):
+        if client is None:
+            action = Click(x=rng.random(), y=0.25 + 0.75 * rng.random())
+        else:
+            from producers.policy_client import PolicyRequest
+
+            action = (await client.act(PolicyRequest(task=task(seed), obs=obs, step_index=i))).decision.action
+        result = await sb.step(action)
+        obs = result.obs
+        if result.done:
+            obs = await sb.reset(task(seed + i + 1))
+    return steps
+
+
+def renderer_memory(host: BrowserHost) -> tuple[float, float, int]:
+    rss = uss = 0
+    pids = host.renderer_pids()
+    for pid in pids:
+        info = psutil.Process(pid).memory_full_info()
+        rss, uss = rss + info.rss, uss + info.uss
+    return rss / 2**20, uss / 2**20, len(pids)
+
+
+async def main(args) -> None:
+    host = BrowserHost()
+    blobs = BlobStore(tempfile.mkdtemp(prefix="bench-blobs-"))
+    rng = random.Random(0)
+    boxes = [BrowserSandbox(blobs, host=host) for _ in range(max(args.sandboxes))]
+    for sb in boxes:
+        await sb.start()
+    one = boxes[0]
+    await one.reset(task(0))
+    await bare_loop(one._page, 20, rng)  # warm-up
+    bare = await bare_loop(one._page, args.steps, rng)
+    t0 = time.perf_counter()
+    await sandbox_loop(one, args.steps, rng, 0)
+    env = args.steps / (time.perf_counter() - t0)
+    print(f"one page: bare Playwright click+screenshot {bare:7.1f} steps/s | sandbox.step {env:7.1f} steps/s"
+          f" | sandbox/bare {env / bare:.2f}")
+
+    for sb in boxes[1:4]:
+        await sb.reset(task(1))
+    rss, uss, n = renderer_memory(host)
+    print(f"memory: {n} renderer processes for {min(4, len(boxes))} sandbox pages: RSS {rss:.0f} MiB "
+          f"({rss / max(n, 1):.0f} MiB each), USS {uss:.0f} MiB ({uss / max(n, 1):.0f} MiB each)")
+    try:
+        browser_rss = psutil.Process(host.pid).memory_info().rss / 2**20
+        print(f"memory: browser process RSS {browser_rss:.0f} MiB (shared by all pages)")
+    except (psutil.NoSuchProcess, TypeError):
+        pass
+
+    client = None
+    if args.policy == "pixel":
+        from producers.policy_client import TorchClient
+
+        client = TorchClient("bench", kind="pixel", config={"action_types": ["click"]})
+    for n in args.sandboxes:
+        t0 = time.perf_counter()
+        done = await asyncio.gather(*(sandbox_loop(sb, args.steps, random.Random(i), 100 * i, client)
+                                      for i, sb in enumerate(boxes[:n])))
+        rate = sum(done) / (time.perf_counter() - t0)
+        print(f"N={n}: {rate:7.1f} env steps/s in total ({rate / n:6.1f} per sandbox)"
+              + (" with the pixel policy acting" if client else ""))
+    for sb in boxes:
+        await sb.close()
+    await host.close()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=200, help="steps per loop (per sandbox for N > 1)")
+    p.add_argument("--sandboxes", default="1,2,4", help="comma-separated sandbox counts")
+    p.add_argument("--policy", default="none", choices=("none", "pixel"), help="who picks the actions")
+    a = p.parse_args()
+    a.sandboxes = [int(x) for x in a.sandboxes.split(",")]
+    asyncio.run(main(a))
