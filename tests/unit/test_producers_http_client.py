@@ -1,0 +1,100 @@
+"""The http PolicyClient against an in-process aiohttp server speaking both APIs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from aiohttp import web
+
+from producers.policy_client import PolicyRequest, make_client
+from producers.sandboxes.base import Obs
+from schemas.actions import Click
+from schemas.events import BlobRef, Observation, TaskSpec
+
+
+def request() -> PolicyRequest:
+    ref = BlobRef(sha256="0" * 64, uri="file:///nowhere", width=160, height=210)
+    obs = Obs(observation=Observation(screenshot=ref, screen_width=160, screen_height=210,
+                                      instruction="Click the button."),
+              image=np.zeros((210, 160, 3), np.uint8))
+    return PolicyRequest(task=TaskSpec(task_id="t", suite="miniwob", name="click-test"), obs=obs, step_index=0)
+
+
+async def serve(seen: list):
+    async def chat(req):
+        body = await req.json()
+        seen.append(body)
+        return web.json_response({
+            "choices": [{"message": {"role": "assistant",
+                                     "content": "Thought: press it\nAction: click(start_box='(80,105)')"},
+                         "logprobs": {"content": [{"token": "x", "logprob": -1.5}, {"token": "y", "logprob": -0.5}]}}],
+            "policy_version": 4})
+
+    async def act(req):
+        body = await req.json()
+        seen.append(body)
+        return web.json_response({"action": {"type": "click", "x": 0.25, "y": 0.75}, "logprob": -2.0, "value": 0.5,
+                                   "policy_version": 9})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/act", act)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("mode", ["chat", "act"])
+def test_http_client_both_modes(mode):
+    async def main():
+        seen: list = []
+        runner, url = await serve(seen)
+        client = make_client("http", "uitars", base_url=url, mode=mode)
+        try:
+            reply = await client.act(request())
+        finally:
+            await client.close()
+            await runner.cleanup()
+        return reply, seen
+
+    reply, seen = asyncio.run(main())
+    if mode == "chat":
+        assert reply.version == 4 and reply.decision.logprob == pytest.approx(-2.0)
+        assert reply.decision.action is not None and reply.decision.action.type == "click"
+        assert reply.decision.thought == "press it" and "Action:" in reply.decision.raw_output
+        assert seen[0]["logprobs"] is True
+        assert seen[0]["messages"][-1]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
+    else:
+        assert reply.version == 9 and reply.decision.action == Click(x=0.25, y=0.75)
+        assert reply.decision.value == 0.5
+        assert set(seen[0]) == {"image_b64", "instruction", "screen_width", "screen_height"}
+
+
+def test_torch_client_batches_concurrent_requests_under_one_version():
+    from producers.policy_client import TorchClient
+
+    class Recording:
+        kind, name, version = "pixel", "p", 3
+
+        def __init__(self):
+            self.batches = []
+
+        def act(self, inputs, greedy=False):
+            from trainer.policies.base import Decision
+
+            self.batches.append(len(inputs))
+            return [Decision(action=Click(x=0.5, y=0.5), logprob=-1.0, value=0.0) for _ in inputs]
+
+    policy = Recording()
+    client = TorchClient("p", policy=policy)
+
+    async def main():
+        return await asyncio.gather(*(client.act(request()) for _ in range(4)))
+
+    replies = asyncio.run(main())
+    assert policy.batches == [4] and all(r.version == 3 for r in replies)
