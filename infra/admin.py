@@ -18,6 +18,7 @@ from infra.settings import Settings
 from infra.topics import TOPICS, TopicSpec, topic_name
 
 CREATE_TIMEOUT_S = 30.0
+BROKER_WAIT_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,10 @@ def ensure_topics(settings: Settings, catalog=TOPICS, fix_config: bool = False) 
     from infra.probe import require_kafka
 
     admin, md = require_kafka(settings)
+    deadline = time.monotonic() + BROKER_WAIT_S
+    while settings.replication_factor > len(md.brokers) and time.monotonic() < deadline:
+        time.sleep(0.5)  # a broker that just started (or a loaded one) may be fenced briefly
+        md = admin.list_topics(timeout=5)
     if settings.replication_factor > len(md.brokers):
         raise UserError(f"replication_factor={settings.replication_factor} but the cluster at "
                         f"{settings.bootstrap} has {len(md.brokers)} broker(s); set FLYWHEEL_REPLICATION_FACTOR")

@@ -46,9 +46,15 @@ def print_status(settings: Settings, running_cluster, show_all: bool = False) ->
     print("consumer groups (lag = messages not yet committed):")
     if not lag:
         print("  none")
+    quiet = 0
     for group, topics in sorted(lag.items()):
+        if not topics and not show_all:
+            quiet += 1
+            continue
         if not topics:
             print(f"  {group}: no committed offsets on these topics")
         for topic, n in sorted(topics.items()):
             print(f"  {group:30s} {topic:40s} {n}")
+    if quiet:
+        print(f"  (+{quiet} groups with no offsets on existing topics; --all lists them)")
     return 0
