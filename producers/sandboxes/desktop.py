@@ -49,7 +49,7 @@ from producers.sandboxes.jail import (
     JailSpec, SdkError, format_shell_result, jail_argv, probe_isolation, read_jailed, run_shell,
     write_jailed,
 )
-from producers.sandboxes.xvfb import X_SOCKET_DIR, XDisplay, start_xvfb
+from producers.sandboxes.xvfb import X_SOCKET_DIR, XDisplay, die_with_parent, start_xvfb
 from schemas.actions import Action
 from schemas.blobs import BlobStore
 from schemas.convert import UnsupportedAction, to_pyautogui
@@ -94,7 +94,7 @@ class _Executor:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "producers.sandboxes.x_executor", env=env,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
-                limit=1 << 24, start_new_session=True)
+                limit=1 << 24, start_new_session=True, preexec_fn=die_with_parent)
         return cls(proc, timeout_s, log_path)
 
     def _tail(self) -> str:

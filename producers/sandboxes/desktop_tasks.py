@@ -172,7 +172,8 @@ register_desktop_task(DesktopTask(
     verify=_hybrid_verify,
     solve=lambda p: [
         FileWrite(path=p["file"], content=p["first"] + "\n"),  # SDK half
-        Click(x=0.3, y=0.3), Type(content=f"mousepad {p['file']} &\n"), Wait(),  # GUI half
+        Click(x=0.3, y=0.3), Type(content=f"mousepad {p['file']} &\n"),  # GUI half
+        Wait(), Wait(), Wait(),  # a cold mousepad start takes up to ~3 s on a loaded machine
         Click(x=0.3, y=0.3), Hotkey(key="ctrl end"), Type(content=p["second"]), Hotkey(key="ctrl s"),
     ],
     needs_windows=True,

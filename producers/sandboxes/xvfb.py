@@ -10,6 +10,7 @@ clients. Only processes given that file can connect; ``-nolisten tcp`` keeps it 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import secrets
 import shutil
 import signal
@@ -20,6 +21,12 @@ from pathlib import Path
 from producers.sandboxes.base import SandboxCrashed
 
 X_SOCKET_DIR = "/tmp/.X11-unix"  # where Xvfb puts its unix socket; fixed by the X server
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the kernel SIGKILLs the child when this process dies, even by SIGKILL, so a
+    crashed worker leaves no orphaned Xvfb or executor behind (Linux PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 == PR_SET_PDEATHSIG
 
 
 def missing_programs() -> list[str]:
@@ -80,7 +87,7 @@ async def start_xvfb(workdir: Path, width: int, height: int, depth: int = 24,
             "Xvfb", "-displayfd", "1", "-screen", "0", f"{width}x{height}x{depth}",
             "-nolisten", "tcp", "-auth", xauthority, "-noreset", "-nocursor",
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log,
-            start_new_session=True)
+            start_new_session=True, preexec_fn=die_with_parent)
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
         number = int(line.strip())

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from producers.sandboxes.base import SANDBOX_REGISTRY, SandboxCrashed
+import producers.sandboxes.desktop  # noqa: F401  registers sandbox "desktop"
 from producers.sandboxes.desktop_tasks import DESKTOP_TASKS, get_task
 from producers.sandboxes.xvfb import missing_programs
 from schemas.actions import Click, FileRead, FileWrite, Finished, Hotkey, OpenApp, PressHome, Shell, Type
@@ -157,3 +158,29 @@ def test_a_hung_x_server_raises_sandbox_crashed(blobs):
             os.kill(runner.sandbox.display.proc.pid, signal.SIGCONT)
     finally:
         runner.close()
+
+
+def test_two_sandboxes_in_one_loop_stay_apart(blobs):
+    """Own display, own cookie, own mousepad instance (no shared D-Bus session) per sandbox."""
+    require_desktop()
+    loop = asyncio.new_event_loop()
+    sandboxes = [SANDBOX_REGISTRY["desktop"](blobs, width=640, height=480) for _ in range(2)]
+    task = get_task("desktop.type-in-editor")
+
+    async def episode(sandbox, text):
+        await sandbox.start()
+        await sandbox.reset(TaskSpec(task_id=text.replace(" ", "-"), suite="desktop", name=task.name, params={"text": text}))
+        results = [await sandbox.step(a) for a in task.solve(task.params(0, {"text": text}))]
+        return results[-1].success, (sandbox.jail / "note.txt").read_text().strip()
+
+    async def both():
+        try:
+            return await asyncio.gather(episode(sandboxes[0], "first one"), episode(sandboxes[1], "second one"))
+        finally:
+            for sandbox in sandboxes:
+                await sandbox.close()
+
+    try:
+        assert loop.run_until_complete(both()) == [(True, "first one"), (True, "second one")]
+    finally:
+        loop.close()
