@@ -43,6 +43,8 @@ def print_status(settings: Settings, running_cluster, show_all: bool = False) ->
         print(f"  (+{hidden} other topics; --all lists them)")
 
     lag = consumer_lag(settings)
+    if not show_all:  # other prefixes (test runs) and internal topics only with --all
+        lag = {g: {t: n for t, n in topics.items() if t in catalog} for g, topics in lag.items()}
     print("consumer groups (lag = messages not yet committed):")
     if not lag:
         print("  none")
@@ -56,5 +58,5 @@ def print_status(settings: Settings, running_cluster, show_all: bool = False) ->
         for topic, n in sorted(topics.items()):
             print(f"  {group:30s} {topic:40s} {n}")
     if quiet:
-        print(f"  (+{quiet} groups with no offsets on existing topics; --all lists them)")
+        print(f"  (+{quiet} groups with no offsets on catalog topics; --all lists them)")
     return 0

@@ -49,3 +49,32 @@ def test_idempotence_is_on_for_the_factory_producer(settings):
 
     cfg = producer_config(settings)
     assert cfg["enable.idempotence"] is True and cfg["acks"] == "all"
+
+
+def test_transactions_work_on_the_local_broker(settings, group_id):
+    """The transaction state topic is configured for the cluster size (one node included)."""
+    import uuid
+
+    from infra.kafka import producer_config
+    from confluent_kafka import Producer
+
+    topic = topic_name(TOPICS.metrics, settings)
+    producer = Producer(producer_config(settings, **{"transactional.id": f"tx-{uuid.uuid4().hex[:8]}"}))
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, key=b"r", value=b"aborted")
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, key=b"r", value=b"committed")
+    producer.commit_transaction(30)
+
+    consumer = make_consumer(settings, group_id)  # read_committed
+    consumer.subscribe([topic])
+    values, deadline = [], time.monotonic() + 30
+    while not values and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            values.append(msg.value())
+    extra = consumer.poll(1.0)
+    consumer.close()
+    assert values == [b"committed"] and (extra is None or extra.error())
