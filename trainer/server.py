@@ -2,9 +2,12 @@
 
 Endpoints:
 - ``POST /v1/chat/completions``: OpenAI-compatible, for language policies (trainer.openai_chat);
-- ``POST /v1/act``: ``{"image_b64", "instruction", "screen_width", "screen_height", "greedy"?}``
+- ``POST /v1/act``: ``{"image_b64", "instruction", "screen_width", "screen_height", "greedy"?,
+  "history"?: [Step JSON]}``
   -> ``{"action": unified action JSON | null, "logprob", "value", "policy_version", "thought",
-  "raw_output", "parse_error"}``, for any policy kind (the pixel policy's endpoint);
+  "raw_output", "parse_error"}``, for any policy kind (the pixel policy's endpoint). For a
+  language policy with ``history`` the context is exactly the one the trainer rebuilds from the
+  steps (earlier screenshots read from the shared blob store), so its log-prob needs no care;
 - ``GET /v1/models``, ``GET /healthz``.
 
 Concurrent requests are batched dynamically (trainer.batching); every batch runs on one policy
@@ -44,10 +47,10 @@ class ServeConfig:
     backend: str = opt("torch", "torch: in-process model; vllm: a vLLM OpenAI server (the vllm extra)",
                        choices=("torch", "vllm"))
     host: str = opt("127.0.0.1", "address to listen on")
-    port: int = opt(8400, "port to listen on")
+    port: int = opt(8000, "port to listen on (the rollout worker's HTTP policy client defaults to 8000)")
     max_batch: int = opt(8, "most requests run in one forward pass (1 turns batching off)")
     max_wait_ms: float = opt(5.0, "how long a request waits for others to share its forward pass")
-    max_tokens: int = opt(512, "largest max_tokens a chat request may ask for")
+    max_completion: int = opt(512, "largest max_tokens a chat request may ask for")
     device: str = opt("cpu", "torch device of the model (cpu, cuda, cuda:1, ...)")
     follow: bool = opt(True, "follow flywheel.policy.v1 and hot-reload new versions")
     catchup_timeout_s: float = opt(60.0, "how long start-up waits to load the latest published version")
@@ -116,7 +119,7 @@ class PolicyServer:
     async def chat_completions(self, request: web.Request) -> web.Response:
         body = await _json(request)
         try:
-            item = ChatItem(parse_messages(body.get("messages")), parse_params(body, self.cfg.max_tokens))
+            item = ChatItem(parse_messages(body.get("messages")), parse_params(body, self.cfg.max_completion))
             return web.json_response(await self.chat.submit(item))
         except BadRequest as exc:
             return _error(400, str(exc))
@@ -177,7 +180,20 @@ def _act_input(body: dict[str, Any]) -> PolicyInput:
     instruction = body.get("instruction", "")
     if not isinstance(instruction, str):
         raise BadRequest("instruction must be a string")
-    return PolicyInput(decode_image(image), instruction, w, h)
+    return PolicyInput(decode_image(image), instruction, w, h, history=_history(body.get("history", [])))
+
+
+def _history(raw: Any) -> list:
+    """Earlier steps of the episode (Step JSON): the LM policy's UI-TARS context, as in training."""
+    from schemas.codec import DecodeError, validate
+    from schemas.events import Step
+
+    if not isinstance(raw, list):
+        raise BadRequest("history must be a list of Step objects")
+    try:
+        return [validate(s, Step) for s in raw]
+    except DecodeError as exc:
+        raise BadRequest(f"history: {exc}") from None
 
 
 def _mean_batch(*stats) -> float:

@@ -129,3 +129,30 @@ def test_bad_requests_get_400_with_a_reason(lm, body, fragment):
     status, out, bad_status = with_client(holder, fn)
     assert status == 400 and fragment in out["error"]["message"]
     assert bad_status == 400
+
+
+def test_act_endpoint_for_the_lm_policy_uses_the_episode_history(lm):
+    from schemas.actions import Click
+    from schemas.events import BlobRef, Observation, Step
+    from trainer.policies.base import PolicyInput
+
+    holder = PolicyHolder("lm-srv")
+    holder.swap(lm, None)
+    obs = Observation(screenshot=BlobRef(sha256="ab" * 32, uri="file:///nowhere"), screen_width=80, screen_height=60)
+    earlier = Step(episode_id="e", ts=1.0, step_index=0, started_at=1.0, observation=obs, action=Click(x=0.1, y=0.2),
+                   raw_output="Thought: first\nAction: click(point='<point>8 12</point>')", policy="lm-srv",
+                   policy_version=0, logprob=-1.0)
+
+    async def fn(client, server):
+        body = {"image_b64": encode_png_b64(IMG), "instruction": "go", "screen_width": 80, "screen_height": 60,
+                "history": [earlier.model_dump(mode="json")]}
+        r = await client.post("/v1/act", json=body)
+        bad = await client.post("/v1/act", json={**body, "history": [{"kind": "step"}]})
+        return await r.json(), bad.status
+
+    out, bad_status = with_client(holder, fn)
+    assert bad_status == 400
+    inp = PolicyInput(IMG, "go", 80, 60, history=[earlier])
+    assert "Thought: first" in lm.tok.decode(lm.decision_sample(inp, out["raw_output"]).ids)
+    recomputed = float(lm.sequence_logprobs([lm.decision_sample(inp, out["raw_output"])]))
+    assert out["logprob"] == pytest.approx(recomputed, abs=1e-3)
