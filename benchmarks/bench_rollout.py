@@ -5,7 +5,8 @@
 All in one run, on one headless Chromium:
 1. bare: ``mouse.click`` + a PNG screenshot of the task area, in a loop, on the sandbox's own page;
 2. sandbox: ``BrowserSandbox.step(Click)`` on that same page (click, fake-clock advance, reward
-   read, screenshot, PNG decode, blob store write); ratio sandbox/bare;
+   read, screenshot, PNG decode, durable blob store write overlapped with the next action choice,
+   as in the rollout worker); ratio sandbox/bare;
 3. memory: RSS and USS of the renderer processes (one per sandbox page) with 4 pages open;
 4. N = 1, 2, 4 sandboxes stepping concurrently (random clicks on click-test-2, reset when done),
    optionally with the in-process pixel policy choosing every action (``--policy pixel``, batched
@@ -52,10 +53,12 @@ async def sandbox_loop(sb: BrowserSandbox, steps: int, rng: random.Random, seed:
             from producers.policy_client import PolicyRequest
 
             action = (await client.act(PolicyRequest(task=task(seed), obs=obs, step_index=i))).decision.action
+        await sb.flush()  # as the rollout worker does before publishing a step: screenshots are stored
         result = await sb.step(action)
         obs = result.obs
         if result.done:
             obs = await sb.reset(task(seed + i + 1))
+    await sb.flush()
     return steps
 
 
@@ -72,7 +75,7 @@ async def main(args) -> None:
     host = BrowserHost()
     blobs = BlobStore(tempfile.mkdtemp(prefix="bench-blobs-"))
     rng = random.Random(0)
-    boxes = [BrowserSandbox(blobs, host=host) for _ in range(max(args.sandboxes))]
+    boxes = [BrowserSandbox(blobs, host=host, defer_writes=True) for _ in range(max(args.sandboxes))]
     for sb in boxes:
         await sb.start()
     one = boxes[0]

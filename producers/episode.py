@@ -59,6 +59,7 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
     emit(EpisodeStarted(episode_id=eid, ts=t0, task=task, sandbox=sandbox_name, worker_id=worker_id,
                         policy=client.name, policy_version=client.version))
     steps: list[Step] = []
+    out = _Outbox(emit, sandbox)
     try:
         try:
             obs = await sandbox.reset(task)
@@ -73,7 +74,7 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
                 raise _Abort("worker shutting down", crashed=False)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return _end(emit, eid, clock, steps, "timeout")
+                return await _end(out, eid, clock, "timeout")
             started_at = clock()
             t_policy = time.perf_counter()
             try:
@@ -82,12 +83,13 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
                     client.act(PolicyRequest(task=task, obs=obs, step_index=index, history=steps, dom=dom)),
                     remaining)
             except asyncio.TimeoutError:
-                return _end(emit, eid, clock, steps, "timeout")
+                return await _end(out, eid, clock, "timeout")
             except SandboxCrashed as exc:
                 raise _Abort(f"sandbox crashed: {exc}", crashed=True) from None
             except Exception as exc:  # noqa: BLE001 - a policy backend failure is infrastructure
                 raise _Abort(f"policy {client.name} failed: {type(exc).__name__}: {exc}", crashed=False) from None
             latency_policy = (time.perf_counter() - t_policy) * 1000
+            await out.release()  # the previous step: its screenshot was stored while the policy thought
             decision = reply.decision
             t_env = time.perf_counter()
             try:
@@ -103,20 +105,58 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
                 done=bool(result.done), latency_policy_ms=latency_policy, latency_env_ms=latency_env,
                 error=result.error, next_screenshot_sha256=result.obs.observation.screenshot.sha256,
             )
-            emit(step)
+            out.hold(step)
             steps.append(step)
             obs = result.obs
             if result.done:
-                return _end(emit, eid, clock, steps, "done", reward=result.reward, success=result.success)
-        return _end(emit, eid, clock, steps, "step_budget")
+                return await _end(out, eid, clock, "done", reward=result.reward, success=result.success)
+        return await _end(out, eid, clock, "step_budget")
     except _Abort as exc:
-        emit(EpisodeAborted(episode_id=eid, ts=clock(), num_steps=len(steps), reason=exc.reason[:4000],
+        try:
+            await out.release()
+        except _Abort:
+            out.drop()  # its screenshot never reached the blob store: the step cannot be published
+        emit(EpisodeAborted(episode_id=eid, ts=clock(), num_steps=out.emitted, reason=exc.reason[:4000],
                             infra_failure=True))
-        return EpisodeResult(eid, "aborted", exc.reason, len(steps), infra_failure=True, crashed=exc.crashed)
+        return EpisodeResult(eid, "aborted", exc.reason, out.emitted, infra_failure=True, crashed=exc.crashed)
 
 
-def _end(emit: Emit, eid: str, clock: Callable[[], float], steps: list[Step], reason: str, *,
-         reward: float = 0.0, success: bool = False) -> EpisodeResult:
-    emit(EpisodeEnded(episode_id=eid, ts=clock(), num_steps=len(steps), outcome_reward=float(reward),
-                      success=bool(success), reason=reason))
-    return EpisodeResult(eid, "ended", reason, len(steps), reward=float(reward), success=bool(success))
+class _Outbox:
+    """Emits steps in order, each only after the screenshots it refers to are in the blob store.
+
+    The newest step is held back until the next one is about to be taken (or the episode ends), so a
+    sandbox that stores screenshots in the background (``flush``) overlaps that write with the
+    policy's turn.
+    """
+
+    def __init__(self, emit: Emit, sandbox: Any) -> None:
+        self.emit, self._flush = emit, getattr(sandbox, "flush", None)
+        self.held: Step | None = None
+        self.emitted = 0
+
+    def hold(self, step: Step) -> None:
+        assert self.held is None, "release() the previous step first"
+        self.held = step
+
+    def drop(self) -> None:
+        self.held = None
+
+    async def release(self) -> None:
+        if self.held is None:
+            return
+        if self._flush is not None:
+            try:
+                await self._flush()
+            except Exception as exc:  # noqa: BLE001 - the blob store is infrastructure
+                raise _Abort(f"screenshot not stored: {type(exc).__name__}: {exc}", crashed=False) from None
+        step, self.held = self.held, None
+        self.emit(step)
+        self.emitted += 1
+
+
+async def _end(out: _Outbox, eid: str, clock: Callable[[], float], reason: str, *,
+               reward: float = 0.0, success: bool = False) -> EpisodeResult:
+    await out.release()
+    out.emit(EpisodeEnded(episode_id=eid, ts=clock(), num_steps=out.emitted, outcome_reward=float(reward),
+                          success=bool(success), reason=reason))
+    return EpisodeResult(eid, "ended", reason, out.emitted, reward=float(reward), success=bool(success))

@@ -66,7 +66,7 @@ class RolloutWorker:
     def __init__(self, cfg: RolloutConfig, settings: Any, client: PolicyClient, worker_id: str,
                  sandbox_options: dict[str, dict[str, Any]] | None = None) -> None:
         self.cfg, self.settings, self.client, self.worker_id = cfg, settings, client, worker_id
-        self.sandbox_options = sandbox_options or {"browser": {"step_ms": cfg.step_ms}}
+        self.sandbox_options = sandbox_options or {"browser": {"step_ms": cfg.step_ms, "defer_writes": True}}
         self.blobs = BlobStore(settings.blob_root)
         self.tasks_topic = topic_name(TOPICS.tasks, settings)
         self.steps_topic = topic_name(TOPICS.steps, settings)

@@ -32,9 +32,9 @@ from producers.sandboxes.browser_host import BrowserHost, shared_host
 from producers.sandboxes.miniwob_server import (
     TASK_HEIGHT, TASK_WIDTH, WINDOW_HEIGHT, WINDOW_WIDTH, task_names, task_url,
 )
-from schemas.blobs import BlobStore
+from schemas.blobs import BlobStore, sha256_hex
 from schemas.convert import UnsupportedAction, apply_playwright, to_playwright
-from schemas.events import Observation, TaskSpec
+from schemas.events import BlobRef, Observation, TaskSpec
 
 EPOCH_MS = 1_700_000_000_000  # the page's "now" at every episode start (fake clock)
 READY_POLL_MS = 50
@@ -48,8 +48,13 @@ class BrowserSandbox:
     kind = "browser"
 
     def __init__(self, blobs: BlobStore, *, host: BrowserHost | None = None, step_ms: int = 100,
-                 call_timeout_s: float = 10.0, executable: str = "") -> None:
+                 call_timeout_s: float = 10.0, executable: str = "", defer_writes: bool = False) -> None:
         self.blobs = blobs
+        # defer_writes: screenshots are written to the blob store in the background and the caller
+        # awaits flush() before publishing an event that refers to them (the rollout worker does),
+        # so the durable write overlaps the policy's turn instead of adding to every step.
+        self.defer_writes = defer_writes
+        self._writes: list[asyncio.Future] = []
         self.step_ms = step_ms
         self.call_timeout_s = call_timeout_s
         self._executable = executable
@@ -112,6 +117,10 @@ class BrowserSandbox:
             return False
 
     async def close(self) -> None:
+        try:
+            await self.flush()
+        except Exception:  # noqa: BLE001 - a failed write was already reported to whoever flushed
+            pass
         ctx, self._context, self._page, self._task = self._context, None, None, None
         if ctx is not None:
             try:
@@ -204,15 +213,27 @@ class BrowserSandbox:
             self._page.screenshot(clip={"x": x, "y": y, "width": w, "height": h}, type="png",
                                   caret="initial", timeout=self.call_timeout_s * 1000),
             "screenshot")
-        image, ref = await asyncio.to_thread(self._store, png)
+        image, ref = await asyncio.to_thread(self._decode, png)
+        write = asyncio.ensure_future(asyncio.to_thread(self.blobs.put, png, "image/png", ref.width, ref.height))
+        self._writes.append(write)
+        if not self.defer_writes:
+            await self.flush()
         observation = Observation(screenshot=ref, screen_width=image.shape[1], screen_height=image.shape[0],
                                   instruction=self._instruction, url=f"miniwob/{self._task}.html")
         return Obs(observation=observation, image=image)
 
-    def _store(self, png: bytes) -> tuple[np.ndarray, Any]:
+    def _decode(self, png: bytes) -> tuple[np.ndarray, BlobRef]:
         image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
-        ref = self.blobs.put(png, "image/png", image.shape[1], image.shape[0])
+        sha = sha256_hex(png)
+        ref = BlobRef(sha256=sha, uri=self.blobs.uri(sha), media_type="image/png", width=image.shape[1],
+                      height=image.shape[0], size_bytes=len(png))
         return image, ref
+
+    async def flush(self) -> None:
+        """Wait until every screenshot taken so far is in the blob store (raises if a write failed)."""
+        writes, self._writes = self._writes, []
+        for write in writes:
+            await write
 
     # ------------------------------------------------------------ for scripted solvers and tests
 
