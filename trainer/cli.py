@@ -1,0 +1,39 @@
+"""`flywheel train` (the streaming PPO trainer). The serving helpers' sub-commands (`serve`,
+`merge`, `sft`, `ct`) live in trainer/cli_serving.py and are registered from here if present."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import signal
+import threading
+
+from infra.config import add_arguments, resolve
+from infra.settings import load_settings, log_settings
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from trainer.config import TrainConfig
+    from trainer.stream import train
+
+    settings = load_settings(vars(args))
+    log_settings(settings)
+    cfg = resolve(TrainConfig, vars(args)).validate()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # finish the current step, close cleanly
+        signal.signal(sig, lambda *_: stop.set())
+    summary = train(cfg, settings, stop)
+    print(f"trained {summary['updates']} updates -> version {summary['version']}, "
+          f"{summary['trained']} trajectories, idle fraction {summary['idle_fraction']:.2f}")
+    return 0
+
+
+def register(sub) -> None:
+    from trainer.config import TrainConfig
+
+    p = sub.add_parser("train", help="streaming PPO trainer: flywheel.rl.v1 -> policy versions")
+    add_arguments(p, TrainConfig)
+    p.set_defaults(func=cmd_train)
+    if importlib.util.find_spec("trainer.cli_serving") is not None:
+        importlib.import_module("trainer.cli_serving").register(sub)

@@ -1,0 +1,64 @@
+"""The trainer's typed config (``flywheel train``): arguments > FLYWHEEL_* env > defaults."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from infra.config import ConfigError, opt
+
+
+@dataclass
+class TrainConfig:
+    policy_kind: str = opt("pixel", "policy kind to train (a registered kind)", choices=("pixel", "lm"))
+    policy_name: str = opt("pixel-miniwob", "policy name: the key on flywheel.policy.v1 and the checkpoint folder")
+    policy_config: str = opt("", "JSON object merged into the policy's default config (grid, action_types, ...)")
+    lr: float = opt(1e-3, "Adam learning rate")
+    gamma: float = opt(1.0, "discount per step")
+    lam_critic: float = opt(1.0, "GAE lambda of the critic's value targets (decoupled GAE)")
+    alpha: float = opt(1.0, "length-adaptive GAE: lam_policy = 1 - 1/(alpha * trajectory length)")
+    eps_low: float = opt(0.2, "PPO clip below: ratio >= 1 - eps_low")
+    eps_high: float = opt(0.28, "PPO clip above (clip-higher): ratio <= 1 + eps_high")
+    tis_cap: float = opt(0.0, "truncated importance weight cap against the behaviour policy (0: off; then the behaviour log-prob is PPO's old log-prob)")
+    ent_coef: float = opt(0.003, "entropy bonus coefficient")
+    vf_coef: float = opt(0.5, "value loss coefficient")
+    kl_coef: float = opt(0.0, "KL penalty (k3) coefficient against the behaviour policy (0: off)")
+    norm_adv: bool = opt(True, "whiten advantages per update")
+    max_grad_norm: float = opt(1.0, "gradient clipping norm")
+    epochs: int = opt(4, "PPO epochs over each batch")
+    minibatch_size: int = opt(64, "steps per minibatch")
+    min_batch: int = opt(32, "complete trajectories that trigger an update (partially-filled rollout pool)")
+    max_wait_s: float = opt(20.0, "update with fewer trajectories once the oldest has waited this long")
+    max_staleness: int = opt(4, "drop trajectories whose oldest step is more than this many versions old")
+    value_pretrain_max_batches: int = opt(0, "value pretraining: critic-only batches at most, before PPO starts (0: off)")
+    value_pretrain_min_ev: float = opt(0.5, "value pretraining ends once explained variance reaches this")
+    value_pretrain_rel_tol: float = opt(0.05, "... or once the loss changes by less than this fraction ...")
+    value_pretrain_patience: int = opt(3, "... for this many batches in a row")
+    seed: int = opt(0, "seed of the initial weights and of sampling")
+    device: str = opt("cpu", "torch device")
+    torch_threads: int = opt(0, "torch intra-op threads (0: torch's default)")
+    group_id: str = opt("", "consumer group on flywheel.rl.v1 (default: trainer-<policy_name>)")
+    run_id: str = opt("", "key of this run's TrainerMetrics (default: <policy_name>-<start time>)")
+    max_updates: int = opt(0, "stop after this many updates (0: run until stopped)")
+    poll_s: float = opt(0.5, "longest wait for records in one poll")
+
+    def policy_overrides(self) -> dict[str, Any]:
+        if not self.policy_config:
+            return {"seed": self.seed}
+        try:
+            extra = json.loads(self.policy_config)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"policy_config is not JSON: {exc}") from None
+        if not isinstance(extra, dict):
+            raise ConfigError("policy_config must be a JSON object")
+        return {"seed": self.seed, **extra}
+
+    def validate(self) -> "TrainConfig":
+        if self.min_batch < 1 or self.epochs < 1 or self.minibatch_size < 1:
+            raise ConfigError("min_batch, epochs and minibatch_size must be >= 1")
+        if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
+            raise ConfigError(f"eps_low={self.eps_low} must be in [0, 1) and eps_high={self.eps_high} >= 0")
+        if self.max_staleness < 0:
+            raise ConfigError("max_staleness must be >= 0")
+        return self

@@ -1,0 +1,65 @@
+"""A tiny offline stand-in for MiniWoB click-test / click-test-2, for tuning and tests.
+
+Renders the 160 x 210 task area (a 50 px instruction bar, then the page) with buttons at random
+positions; one click ends the episode with reward 1 inside the target button, else 0. Numpy and
+PIL only: no browser, so the learning loop can be checked anywhere in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+W, H, BAR = 160, 210, 50
+
+
+@dataclass
+class ClickEpisode:
+    image: np.ndarray  # H x W x 3 uint8
+    instruction: str
+    target: tuple[int, int, int, int]  # x0, y0, x1, y1 pixels of the button to click
+
+    def reward(self, x: float, y: float) -> float:
+        """x, y normalised to the task area, as in a Click."""
+        px, py = x * W, y * H
+        x0, y0, x1, y1 = self.target
+        return 1.0 if x0 <= px < x1 and y0 <= py < y1 else 0.0
+
+
+def _button(rng: np.random.Generator, label: str, avoid: list[tuple[int, int, int, int]]) -> tuple[int, int, int, int]:
+    w, h = 8 + 7 * len(label) + int(rng.integers(0, 8)), int(rng.integers(20, 27))
+    for _ in range(100):
+        x0, y0 = int(rng.integers(2, W - w - 2)), int(rng.integers(BAR + 2, H - h - 2))
+        box = (x0, y0, x0 + w, y0 + h)
+        if all(box[2] + 4 <= a[0] or a[2] + 4 <= box[0] or box[3] + 4 <= a[1] or a[3] + 4 <= box[1] for a in avoid):
+            return box
+    raise RuntimeError("could not place a button")
+
+
+def make_episode(task: str, rng: np.random.Generator) -> ClickEpisode:
+    """``task``: "click-test" (one "Click Me!" button) or "click-test-2" (buttons ONE and TWO)."""
+    img = Image.new("RGB", (W, H), (255, 255, 255))
+    draw = ImageDraw.Draw(img)
+    draw.rectangle((0, 0, W - 1, BAR - 1), fill=(255, 255, 0))
+    if task == "click-test":
+        labels, target_label, instruction = ["Click Me!"], "Click Me!", "Click the button."
+    elif task == "click-test-2":
+        labels = ["ONE", "TWO"]
+        target_label = labels[int(rng.integers(0, 2))]
+        instruction = f"Click button {target_label}."
+    else:
+        raise ValueError(f"unknown synthetic task {task!r}")
+    draw.text((4, 4), instruction, fill=(0, 0, 0))
+    boxes: list[tuple[int, int, int, int]] = []
+    target = None
+    for label in labels:
+        box = _button(rng, label, boxes)
+        boxes.append(box)
+        draw.rectangle(box, fill=(239, 239, 239), outline=(118, 118, 118))
+        draw.text((box[0] + 4, box[1] + (box[3] - box[1]) // 2 - 5), label, fill=(0, 0, 0))
+        if label == target_label:
+            target = box
+    assert target is not None
+    return ClickEpisode(np.asarray(img, dtype=np.uint8), instruction, target)
