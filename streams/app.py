@@ -131,6 +131,7 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
     # Faust derives a table's codecs from its types (bytes -> raw, else json); ours goes on the
     # changelog before its topic is created, so recovery decodes EpisodeState objects.
     episodes.value_serializer = _StateCodec()
+    episodes.changelog_topic = episodes._new_changelog_topic()  # the first one was built with json
     latest_policy = app.GlobalTable("policy-latest", partitions=1)  # json: policy name -> version
 
     scorer = make_scorer(cfg.scorer, make_judge(cfg.judge_url, cfg.judge_timeout_s))
