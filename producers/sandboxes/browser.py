@@ -200,8 +200,9 @@ class BrowserSandbox:
                 for p, a, k in calls]
 
     async def _result(self, error: str | None = None, terminal: bool = False) -> StepResult:
-        done, reward, raw, _reason = await self._call(self._page.evaluate(_STATE_JS), "read reward")
-        obs = await self._observe()
+        # two independent reads of the same page state: overlap their round trips
+        (done, reward, raw, _reason), obs = await asyncio.gather(
+            self._call(self._page.evaluate(_STATE_JS), "read reward"), self._observe())
         done = bool(done)
         reward = float(reward) if done else 0.0
         return StepResult(obs=obs, reward=reward, done=done or terminal, success=done and float(raw) > 0,
