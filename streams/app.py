@@ -113,6 +113,7 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
         broker_heartbeat_interval=min(3.0, cfg.session_timeout_s / 3),
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        producer_linger=cfg.producer_linger_ms / 1000,
         producer_max_request_size=TOPICS.trajectories.max_message_bytes,
         stream_buffer_maxsize=cfg.stream_buffer_maxsize,
         web_enabled=False,

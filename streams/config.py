@@ -23,6 +23,7 @@ class StreamsConfig:
     commit_interval_s: float = opt(1.0, "how often Faust commits consumed offsets (after flushing the producer)")
     standby_replicas: int = opt(1, "standby copies of the assembler table on other workers")
     session_timeout_s: float = opt(30.0, "Kafka group session timeout: how soon a dead worker's partitions move")
+    producer_linger_ms: float = opt(5.0, "producer linger: batch sends for this long (fewer requests under load)")
     stream_buffer_maxsize: int = opt(4096, "events buffered per partition before the consumer pauses")
     loglevel: str = opt("info", "Faust worker log level", choices=("debug", "info", "warning", "error"))
 

@@ -141,3 +141,20 @@ def test_rl_clean_rule_drops_anomalous_from_rl():
     assert TOPICS.rl.name not in routed_topics(r) and "rl: 2 anomalies" in r.reasons
     with pytest.raises(UserError, match="unknown routing rule"):
         route(scored, {}, 2, rule="nope")
+
+
+def test_rescore_since_and_app_id():
+    from datetime import datetime, timezone
+
+    from infra.settings import Settings
+    from streams.config import StreamsConfig, app_id_for
+    from streams.rescore import parse_since
+
+    assert parse_since("") is None
+    assert parse_since("2h", clock=10_000.0) == 10_000.0 - 7200
+    assert parse_since("1700000000") == 1_700_000_000.0
+    assert parse_since("2024-01-02T03:04:05+00:00") == datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc).timestamp()
+    with pytest.raises(UserError, match="--since"):
+        parse_since("yesterday-ish")
+    assert app_id_for(Settings(topic_prefix="t1234."), StreamsConfig()) == "t1234.flywheel-streams"
+    assert app_id_for(Settings(), StreamsConfig(app_id="mine")) == "mine"
