@@ -266,7 +266,9 @@ class DesktopSandbox:
             head, _ = await self.executor.request({"op": "windows"})
             if any(pattern.search(w["title"]) for w in head["windows"]):
                 return
-            self._check_apps()
+            if any(proc.returncode is not None for proc in self.apps):
+                raise SandboxCrashed(f"a task program exited before its window /{title_regex}/ "
+                                     f"appeared: {self._apps_log_tail()}")
             await asyncio.sleep(0.05)
         raise SandboxCrashed(f"no window titled /{title_regex}/ within {self.cfg.app_start_timeout_s}s")
 
@@ -310,6 +312,12 @@ class DesktopSandbox:
                 *jail_argv(self._spec(gui=True), list(argv)), cwd=str(self.jail), env=self._env(gui=True),
                 stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
         self.apps.append(proc)
+
+    def _apps_log_tail(self) -> str:
+        try:
+            return (self.root / "apps.log").read_text(errors="replace")[-300:].strip()
+        except OSError:
+            return ""
 
     def _check_apps(self) -> None:
         """A task program killed by a signal (not by us) is a crash, not the agent's doing."""

@@ -10,7 +10,7 @@ Every SDK action is confined to the episode's working directory (the *jail*):
 - processes: commands run under bubblewrap (``bwrap``) when it is installed: no network
   (``--unshare-all``), user ``nobody``, a read-only view of the system directories only
   (``/usr``, ``/etc``), a private ``/tmp``, and the episode folder as the only writable place.
-  Without bwrap, ``unshare -rn`` (no network, same file system) is the fallback, and without
+  Without bwrap, ``unshare -n`` (no network, same file system) is the fallback, and without
   that, nothing (the cwd, timeout and caps still apply). ``probe_isolation`` says which one is
   in force so the sandbox can log it; nothing silently pretends to be isolated.
 - limits: a wall-clock timeout (the whole process tree is killed), a cap on captured output
@@ -126,9 +126,15 @@ def probe_isolation() -> str:
             return False
     if shutil.which("bwrap") and works(["bwrap", *_bwrap_system_args(), "--unshare-all", "true"]):
         return "bwrap"
-    if shutil.which("unshare") and works(["unshare", "-rn", "true"]):
+    if shutil.which("unshare") and works([*_unshare_argv(), "true"]):
         return "unshare"
     return "none"
+
+
+def _unshare_argv() -> list[str]:
+    """Root needs only a network namespace; others map themselves to root in a user namespace
+    (where xterm cannot chown its pty: GUI terminals need bwrap or root)."""
+    return ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]
 
 
 def _bwrap_system_args() -> list[str]:
@@ -177,7 +183,7 @@ def jail_argv(spec: JailSpec, argv: list[str]) -> list[str]:
                 "--gid", "65534", "--die-with-parent", "--new-session", "--chdir", spec.workdir,
                 "--", *argv]
     if spec.isolation == "unshare":
-        return ["unshare", "-rn", "--", *argv]
+        return [*_unshare_argv(), "--", *argv]
     return list(argv)
 
 
@@ -227,7 +233,14 @@ async def run_shell(spec: JailSpec, command: str, env: dict[str, str], timeout_s
         timed_out = True
     if timed_out or truncated:
         _kill_group(proc.pid)
-    code = await proc.wait()  # prompt: either it exited or it was just sent SIGKILL
+    try:
+        # Python 3.11's wait() returns only once stdout reached EOF, and a reader we stopped at
+        # the cap may be paused: drain what the killed command left in the pipe.
+        await asyncio.wait_for(asyncio.gather(proc.stdout.read(), proc.wait()), 5)
+        code = proc.returncode
+    except asyncio.TimeoutError:  # a process that escaped the group still holds the pipe
+        proc._transport.close()  # no public way to give up on the pipe; this also kills bash
+        code = None
     text = bytes(buf[:output_cap]).decode("utf-8", errors="replace")
     return ShellResult(exit_code=None if (timed_out or truncated) else code, output=text,
                        timed_out=timed_out, truncated=truncated)
