@@ -32,7 +32,7 @@ from infra.kafka_jars import java_executable, jars_ready
 log = logging.getLogger("flywheel.kafka")
 
 HEAP_OPTS = ["-Xms128m", "-Xmx512m"]  # the host is shared with browsers, chDB and torch
-START_TIMEOUT_S = 90.0
+START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 30.0
 
 LOG4J = """\

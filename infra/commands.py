@@ -9,7 +9,9 @@ catalog topics and exits 1 when an existing one drifted from the catalog.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import os
 from pathlib import Path
 
 from infra.config import add_arguments
@@ -50,6 +52,19 @@ def _settings(args: argparse.Namespace) -> Settings:
     return s
 
 
+def with_local_cluster(s: Settings, args: argparse.Namespace) -> Settings:
+    """With no bootstrap configured, talk to the local cluster `flywheel up` started: all its
+    nodes as bootstrap, and (unless set) its replication factor, so `up --brokers 3` then
+    `topics` creates replicated topics."""
+    cluster = None if s.kafka_bootstrap else running_cluster(s)
+    if cluster is None or cluster.brokers == 1:
+        return s
+    replication = s.replication_factor
+    if getattr(args, "replication_factor", None) is None and "FLYWHEEL_REPLICATION_FACTOR" not in os.environ:
+        replication = min(cluster.brokers, 3)
+    return dataclasses.replace(s, kafka_bootstrap=cluster.bootstrap, replication_factor=replication)
+
+
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
     from infra.kafka_jars import fetch_jars
 
@@ -75,7 +90,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     took = cluster.start()
     print(f"Kafka up in {took:.1f}s: {brokers} broker(s) at {cluster.bootstrap} (logs: {cluster.home}/node-*/server.log)")
     if brokers > 1:
-        print(f"for replicated topics: FLYWHEEL_KAFKA_BOOTSTRAP={cluster.bootstrap} FLYWHEEL_REPLICATION_FACTOR={brokers}")
+        print(f"`flywheel topics`/`status` use it directly; other processes need "
+              f"FLYWHEEL_KAFKA_BOOTSTRAP={cluster.bootstrap} FLYWHEEL_REPLICATION_FACTOR={brokers}")
     return 0
 
 
@@ -96,13 +112,13 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from infra.status import print_status
 
-    return print_status(load_settings(vars(args)), running_cluster, show_all=args.all)
+    return print_status(with_local_cluster(load_settings(vars(args)), args), running_cluster, show_all=args.all)
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
     from infra.admin import ensure_topics
 
-    s = _settings(args)
+    s = with_local_cluster(_settings(args), args)
     report = ensure_topics(s, fix_config=args.fix_config)
     for line in report.lines():
         print(line)
