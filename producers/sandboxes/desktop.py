@@ -163,6 +163,11 @@ class DesktopSandbox:
                  self.isolation, describe(self.cfg))
 
     async def close(self) -> None:
+        if self.executor is not None and self.display is not None and self.display.alive:
+            try:  # programs started from the terminal left our process groups (outside bwrap)
+                await self.executor.request({"op": "kill_clients"})
+            except SandboxCrashed:
+                pass
         await self._stop_apps()
         if self.executor is not None:
             self.executor.kill()
