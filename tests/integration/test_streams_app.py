@@ -124,7 +124,9 @@ def test_worker_assembles_scores_routes_and_dead_letters(settings, group_id, tmp
     try:
         def trajectories():
             return {t.episode_id: t for t in collector.values(settings, TOPICS.trajectories, Trajectory)}
-        collector.wait(lambda: len(trajectories()) == 9 and len(collector.values(settings, TOPICS.rl, ScoredTrajectory)) == 8,
+        def rl_episodes():
+            return {s.episode_id for s in collector.values(settings, TOPICS.rl, ScoredTrajectory)}
+        collector.wait(lambda: len(trajectories()) == 9 and len(rl_episodes()) == 8,
                        STARTUP_S + 30, worker, "9 trajectories and 8 RL records")
         trajs = trajectories()
         for ep, events in episodes.items():
@@ -205,7 +207,7 @@ def test_rescore_adds_a_distinguishable_scored_set(settings, group_id, tmp_path)
     collector = Collector(settings, group_id, [TOPICS.scored, TOPICS.sft, TOPICS.dlq])
     worker = start_worker(settings, tmp_path / "worker.log")
     try:
-        collector.wait(lambda: len(collector.values(settings, TOPICS.scored, ScoredTrajectory)) >= 6,
+        collector.wait(lambda: len({s.event_id for s in collector.values(settings, TOPICS.scored, ScoredTrajectory)}) >= 6,
                        STARTUP_S, worker, "rule-v1 scores")
     finally:
         stop(worker)
@@ -217,12 +219,12 @@ def test_rescore_adds_a_distinguishable_scored_set(settings, group_id, tmp_path)
     counts = rescore(settings, RescoreConfig(scorer="strict-v1", since=str(since), group_id=group_id + "-rescore"))
     assert counts == {"consumed": 7, "scored": 6, "routed": counts["routed"], "dead": 1}
     try:
-        collector.wait(lambda: len(collector.values(settings, TOPICS.scored, ScoredTrajectory)) >= 12,
+        collector.wait(lambda: len({s.event_id for s in collector.values(settings, TOPICS.scored, ScoredTrajectory)}) >= 12,
                        30, None, "strict-v1 scores")
         scored = collector.values(settings, TOPICS.scored, ScoredTrajectory)
-        by_scorer = Counter((s.scorer, s.scorer_version) for s in scored)
+        by_scorer = Counter((s.scorer, s.scorer_version) for s in {s.event_id: s for s in scored}.values())
         assert by_scorer == {("rule-v1", "1.0"): 6, ("strict-v1", "1.0"): 6}
-        assert len({s.event_id for s in scored}) == 12
+        assert len({s.event_id for s in scored}) == 12  # distinguishable by event id
         strict = [s for s in scored if s.scorer == "strict-v1"]
         assert all(s.components["length"] == pytest.approx(-0.1 * 3 / 10) for s in strict)
         collector.wait(lambda: any(d.stage == "rescore" for d in collector.values(settings, TOPICS.dlq, DeadLetter)),
