@@ -63,3 +63,47 @@ def test_jar_stamp_tracks_the_pom(tmp_path):
 def test_cluster_ids_look_like_kafka_uuids():
     ids = {new_cluster_id() for _ in range(200)}
     assert len(ids) == 200 and all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def test_missing_java_and_maven_give_one_clear_line(monkeypatch, tmp_path):
+    import pytest
+
+    from infra.errors import UserError
+    from infra.kafka_jars import fetch_jars, java_executable
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(UserError, match="java not found.*JAVA_HOME"):
+        java_executable()
+    with pytest.raises(UserError, match="mvn not found"):
+        fetch_jars(tmp_path / "libs")
+
+
+def test_busy_port_is_refused_before_starting(tmp_path):
+    import socket
+
+    import pytest
+
+    from infra.broker import free_port_block
+    from infra.errors import UserError
+
+    port = free_port_block(2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port + 1))
+        s.listen()
+        cluster = LocalCluster(tmp_path, tmp_path, 1, port, port + 1)
+        with pytest.raises(UserError, match=f"port {port + 1} .*in use"):
+            cluster._check_ports(cluster.nodes)
+
+
+def test_unreachable_bootstrap_is_one_clear_line():
+    import pytest
+
+    from infra.errors import UserError
+    from infra.probe import require_kafka
+
+    with pytest.raises(UserError) as info:
+        require_kafka(load_settings({"kafka_bootstrap": "127.0.0.1:1"}, env={}), timeout=1.0)
+    msg = str(info.value)
+    assert "\n" not in msg and "cannot reach Kafka at 127.0.0.1:1" in msg
+    assert "flywheel up" in msg and "FLYWHEEL_KAFKA_BOOTSTRAP" in msg
