@@ -27,6 +27,21 @@ ROOT = Path(__file__).resolve().parents[2]
 STARTUP_S = 60.0
 
 
+@pytest.fixture(autouse=True)
+def _delete_faust_internal_topics(settings):
+    """Faust creates its changelog/assignor topics under the app id (the test's prefix)."""
+    yield
+    from confluent_kafka.admin import AdminClient
+
+    from infra.admin import delete_topics
+    from infra.kafka import client_config
+
+    topics = AdminClient(client_config(settings)).list_topics(timeout=10).topics
+    internal = [t for t in topics if t.startswith(settings.topic_prefix + "flywheel-streams")]
+    if internal:
+        delete_topics(settings, internal)
+
+
 def start_worker(settings, log_path: Path, **config) -> subprocess.Popen:
     env = dict(os.environ, FLYWHEEL_KAFKA_BOOTSTRAP=settings.bootstrap, FLYWHEEL_TOPIC_PREFIX=settings.topic_prefix,
                FLYWHEEL_DATA_DIR=settings.data_dir, FLYWHEEL_COMMIT_INTERVAL_S="0.5", FLYWHEEL_SESSION_TIMEOUT_S="8",
