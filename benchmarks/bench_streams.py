@@ -148,7 +148,12 @@ def main() -> None:
         if worker is not None:
             worker.terminate()
             worker.wait(30)
-        delete_topics(settings, created)
+        from confluent_kafka.admin import AdminClient
+
+        from infra.kafka import client_config
+        topics = AdminClient(client_config(settings)).list_topics(timeout=10).topics
+        internal = [t for t in topics if t.startswith(settings.topic_prefix + "flywheel-streams")]
+        delete_topics(settings, created + internal)  # with Faust's changelog/assignor topics
 
 
 if __name__ == "__main__":
