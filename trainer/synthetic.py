@@ -63,3 +63,24 @@ def make_episode(task: str, rng: np.random.Generator) -> ClickEpisode:
             target = box
     assert target is not None
     return ClickEpisode(np.asarray(img, dtype=np.uint8), instruction, target)
+
+
+def scored_trajectory(episode: ClickEpisode, action, logprob: float, episode_id: str, policy_name: str,
+                      policy_version: int, store, ts: float = 1.0e9):
+    """Wrap one synthetic click episode as the ScoredTrajectory the rl topic carries (its
+    screenshot stored in ``store``), for tests and benchmarks of the streaming trainer."""
+    from schemas.events import Observation, ScoredTrajectory, Step, TaskSpec, Trajectory
+
+    ref = store.put_image(Image.fromarray(episode.image))
+    reward = episode.reward(action.x, action.y)
+    task = TaskSpec(task_id=f"task-{episode_id}", suite="miniwob", name="click-test", submitted_at=ts)
+    step = Step(episode_id=episode_id, ts=ts, step_index=0, started_at=ts,
+                observation=Observation(screenshot=ref, screen_width=W, screen_height=H, instruction=episode.instruction),
+                action=action, policy=policy_name, policy_version=policy_version, logprob=logprob,
+                reward=reward, done=True)
+    traj = Trajectory(episode_id=episode_id, task=task, sandbox="synthetic", worker_id="w0", policy=policy_name,
+                      steps=[step], status="ended", outcome_reward=reward, success=reward > 0,
+                      started_at=ts, ended_at=ts)
+    return ScoredTrajectory(trajectory=traj, scorer="outcome", scorer_version="1", reward=reward,
+                            components={"outcome": reward}, verdict=1 if reward > 0 else 0, rl_eligible=True,
+                            routes=["rl"], scored_at=ts)
