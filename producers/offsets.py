@@ -44,5 +44,9 @@ class OffsetTracker:
         """The partition was revoked: its in-flight offsets belong to the next owner now."""
         self._parts.pop((topic, partition), None)
 
+    def positions(self) -> list[tuple[str, int, int]]:
+        """Every partition's commit point so far: re-committed at shutdown in case one was lost."""
+        return [(t, p, part.committed) for (t, p), part in self._parts.items() if part.committed is not None]
+
     def in_flight(self) -> int:
         return sum(len(p.pending) for p in self._parts.values())

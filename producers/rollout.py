@@ -82,6 +82,7 @@ class RolloutWorker:
         self._poller: threading.Thread | None = None
         self._polling = False
         self._sandboxes: list[Any] = []
+        self._settling: set[asyncio.Task] = set()  # episodes waiting for their acks before the commit
         self._shared: dict[str, Any] = {}  # per sandbox kind: what its sandboxes share (one Chromium)
         self.watcher: Any = None
 
@@ -120,6 +121,7 @@ class RolloutWorker:
             for _ in slots:
                 queue.put_nowait(None)
             await asyncio.gather(*slots, return_exceptions=True)
+            await asyncio.gather(*list(self._settling), return_exceptions=True)
             self.stop.set()
             await self._shutdown(background, status)
         if self.fatal is not None:
@@ -144,6 +146,7 @@ class RolloutWorker:
             self.fatal = self.fatal or exc
         self._polling = False
         with self._consumer_lock:
+            self._final_commit()
             self._consumer.close()
         await self.client.close()
         status.write(final=True)
@@ -263,6 +266,7 @@ class RolloutWorker:
 
     async def _run_task(self, index: int, sandboxes: dict[str, Any], msg: Any, task: TaskSpec) -> None:
         kind = SUITE_SANDBOX[task.suite]
+        runs: list[tuple[str, DeliveryTracker, int]] = []
         for attempt in range(self.cfg.max_attempts):
             sandbox = await self._sandbox(sandboxes, kind)
             tracker, produced = DeliveryTracker(), [0]
@@ -273,14 +277,29 @@ class RolloutWorker:
 
             result = await run_episode(task, sandbox, self.client, emit, attempt=attempt, sandbox_name=kind,
                                        worker_id=self.worker_id, abort=self.abort)
-            if not await self._acked(tracker, produced[0]):
-                raise DeliveryError(f"episode {result.episode_id}: events not acknowledged")
+            runs.append((result.episode_id, tracker, produced[0]))
             self._count(result)
             if result.crashed:
                 await self._restart(sandboxes, kind)
             if not result.infra_failure or self.stop.is_set() or self.abort.is_set():
                 break
-        await self._finished(msg)
+        # The slot moves on; the task's offset is committed once the broker acknowledged its events.
+        settle = asyncio.create_task(self._settle(msg, runs))
+        self._settling.add(settle)
+        settle.add_done_callback(self._settling.discard)
+
+    async def _settle(self, msg: Any, runs: list[tuple[str, DeliveryTracker, int]]) -> None:
+        try:
+            for eid, tracker, expected in runs:
+                if not await self._acked(tracker, expected):
+                    raise DeliveryError(f"episode {eid}: {expected} events not acknowledged "
+                                        f"within {self.cfg.ack_timeout_s:.0f}s")
+            await self._finished(msg)
+        except Exception as exc:  # noqa: BLE001 - a lost event must stop the worker, loudly
+            log.error("not committing task at %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), exc)
+            self.fatal = self.fatal or exc
+            self.stop.set()
+            self.abort.set()
 
     def _produce(self, event: Any, tracker: DeliveryTracker) -> None:
         value, key = encode(event), event.episode_id.encode()
@@ -308,14 +327,30 @@ class RolloutWorker:
         if commit is None:
             return
         tp = TopicPartition(msg.topic(), msg.partition(), commit)
-        try:
-            await asyncio.to_thread(self._commit, tp)
-        except Exception as exc:  # noqa: BLE001 - e.g. the partition moved to another worker
-            log.warning("commit of %s[%d]@%d failed: %s", tp.topic, tp.partition, tp.offset, exc)
+        for attempt in range(3):  # a rebalance in progress fails a commit for a moment
+            try:
+                await asyncio.to_thread(self._commit, [tp])
+                return
+            except Exception as exc:  # noqa: BLE001 - e.g. the partition moved to another worker
+                log.warning("commit of %s[%d]@%d failed (try %d): %s", tp.topic, tp.partition, tp.offset,
+                            attempt + 1, exc)
+                await asyncio.sleep(0.5)
 
-    def _commit(self, tp: TopicPartition) -> None:
-        with self._consumer_lock:
-            self._consumer.commit(offsets=[tp], asynchronous=False)
+    def _commit(self, tps: list[TopicPartition]) -> None:
+        # librdkafka is thread-safe: the commit need not wait for the feeder's poll to return
+        self._consumer.commit(offsets=tps, asynchronous=False)
+
+    def _final_commit(self) -> None:
+        """Re-commit every commit point of the partitions still owned (one may have been lost)."""
+        with self._offsets_lock:
+            positions = self.offsets.positions()
+        owned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        tps = [TopicPartition(t, p, o) for t, p, o in positions if (t, p) in owned]
+        if tps:
+            try:
+                self._commit(tps)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("final commit failed: %s", exc)
 
     def _refresh_counters(self) -> None:
         self.counters.policy_version = self.client.version

@@ -59,11 +59,18 @@ class StatusWriter:
         self.path = status_path(settings, worker_id)
         self.worker_id, self.counters, self.interval_s = worker_id, counters, interval_s
         self.refresh = refresh  # pulls live values (policy version, reloads) into the counters
+        self._last = (time.time(), 0, 0)  # (when, steps, episodes) at the previous write
 
     def write(self, final: bool = False) -> dict[str, Any]:
         if self.refresh is not None:
             self.refresh()
-        snap = {"worker_id": self.worker_id, "updated_at": time.time(), "final": final, **self.counters.snapshot()}
+        now = time.time()
+        snap = {"worker_id": self.worker_id, "updated_at": now, "final": final, **self.counters.snapshot()}
+        then, steps, episodes = self._last
+        dt = max(now - then, 1e-9)
+        snap["recent_steps_per_s"] = (self.counters.steps - steps) / dt
+        snap["recent_episodes_per_s"] = (self.counters.episodes - episodes) / dt
+        self._last = (now, self.counters.steps, self.counters.episodes)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         tmp.write_bytes(orjson.dumps(snap))
@@ -77,7 +84,7 @@ class StatusWriter:
             except asyncio.TimeoutError:
                 pass
             s = self.write()
-            log.info("rollout %s: %d episodes (%.2f/s), %d steps (%.1f/s), success %.0f%%, %d aborted, "
-                     "policy %s v%d, %d reloads, %d in flight", self.worker_id, s["episodes"], s["episodes_per_s"],
-                     s["steps"], s["steps_per_s"], 100 * s["success_rate"], s["aborted"], s["policy"],
+            log.info("rollout %s: %d episodes (%.2f/s now), %d steps (%.1f/s now), success %.0f%%, %d aborted, "
+                     "policy %s v%d, %d reloads, %d in flight", self.worker_id, s["episodes"], s["recent_episodes_per_s"],
+                     s["steps"], s["recent_steps_per_s"], 100 * s["success_rate"], s["aborted"], s["policy"],
                      s["policy_version"], s["reloads"], s["in_flight"])
