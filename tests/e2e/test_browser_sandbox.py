@@ -98,3 +98,32 @@ def test_sdk_action_is_refused_not_crashed(env):
     loop.run(sandbox.reset(task("click-test")))
     result = loop.run(sandbox.step(Shell(command="ls")))
     assert result.error and "not available" in result.error and not result.done
+
+
+def test_a_hung_browser_raises_sandbox_crashed_and_restart_relaunches_it(tmp_path):
+    import os
+    import signal
+
+    from producers.sandboxes.base import SandboxCrashed
+    from producers.sandboxes.browser import BrowserSandbox
+    from producers.sandboxes.browser_host import BrowserHost
+
+    require_chromium()
+    loop = LoopThread()
+    host = BrowserHost()
+    sandbox = BrowserSandbox(BlobStore(str(tmp_path)), host=host, call_timeout_s=2.0)
+    try:
+        loop.run(sandbox.start())
+        loop.run(sandbox.reset(task("click-test")))
+        hung_pid = host.pid
+        os.kill(hung_pid, signal.SIGSTOP)  # alive but unresponsive
+        with pytest.raises(SandboxCrashed, match="hung"):
+            loop.run(sandbox.step(Click(x=0.5, y=0.5)))
+        loop.run(sandbox.restart())
+        assert host.pid != hung_pid and host.generation == 2
+        obs = loop.run(sandbox.reset(task("click-test")))
+        assert obs.image.shape == (TASK_HEIGHT, TASK_WIDTH, 3)
+    finally:
+        loop.run(sandbox.close())
+        loop.run(host.close())
+        loop.stop()
