@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from producers import scripted
 from producers.sandboxes.base import Obs
-from schemas.actions import Click
+from schemas.actions import Click, Wait
 from schemas.blobs import BlobStore
 from schemas.events import PolicyVersion, Step, TaskSpec
 from trainer.policies.base import Decision, PolicyInput
@@ -121,8 +121,16 @@ class ScriptedClient(PolicyClient):
         super().__init__(name)
 
     async def act(self, request: PolicyRequest) -> PolicyReply:
-        action = scripted.solve(request.task.name, request.obs.observation.instruction, request.dom or {})
-        return PolicyReply(Decision(action=action, logprob=0.0, thought=f"scripted {request.task.name}"), self.version)
+        task = request.task
+        if task.suite == "desktop":  # desktop tasks carry their own scripted solution
+            from producers.sandboxes.desktop_tasks import get_task
+
+            spec = get_task(task.name)
+            plan = spec.solve(spec.params(task.seed, dict(task.params)))
+            action = plan[request.step_index] if request.step_index < len(plan) else Wait()
+        else:
+            action = scripted.solve(task.name, request.obs.observation.instruction, request.dom or {})
+        return PolicyReply(Decision(action=action, logprob=0.0, thought=f"scripted {task.name}"), self.version)
 
 
 # ---------------------------------------------------------------- in-process torch

@@ -103,3 +103,24 @@ def test_scripted_enter_text_clicks_types_then_submits():
     last = scripted.solve("enter-text", instruction, _dom({**field, "value": "Ann"}, submit))
     assert isinstance(last, Click) and math.isclose(last.y, 100 / 210)
     assert scripted.solve("no-solver", instruction, _dom()) == Wait()
+
+
+def test_scripted_client_follows_a_desktop_tasks_own_plan():
+    import asyncio
+
+    import numpy as np
+
+    from producers.policy_client import PolicyRequest, make_client
+    from producers.sandboxes.base import Obs
+    from producers.sandboxes.desktop_tasks import get_task
+    from schemas.events import BlobRef, Observation, TaskSpec
+
+    task = TaskSpec(task_id="d", suite="desktop", name="desktop.type-in-editor", seed=3)
+    spec = get_task(task.name)
+    plan = spec.solve(spec.params(3, {}))
+    obs = Obs(Observation(screenshot=BlobRef(sha256="0" * 64, uri="file:///x"), screen_width=8, screen_height=8),
+              np.zeros((8, 8, 3), np.uint8))
+    client = make_client("scripted", "scripted")
+    got = [asyncio.run(client.act(PolicyRequest(task=task, obs=obs, step_index=i))).decision.action
+           for i in range(len(plan) + 1)]
+    assert got == [*plan, Wait()]
