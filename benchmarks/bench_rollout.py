@@ -66,7 +66,10 @@ def renderer_memory(host: BrowserHost) -> tuple[float, float, int]:
     rss = uss = 0
     pids = host.renderer_pids()
     for pid in pids:
-        info = psutil.Process(pid).memory_full_info()
+        try:
+            info = psutil.Process(pid).memory_full_info()
+        except psutil.Error:  # a renderer that just exited
+            continue
         rss, uss = rss + info.rss, uss + info.uss
     return rss / 2**20, uss / 2**20, len(pids)
 
@@ -91,8 +94,10 @@ async def main(args) -> None:
     for sb in boxes[1:4]:
         await sb.reset(task(1))
     rss, uss, n = renderer_memory(host)
-    print(f"memory: {n} renderer processes for {min(4, len(boxes))} sandbox pages: RSS {rss:.0f} MiB "
-          f"({rss / max(n, 1):.0f} MiB each), USS {uss:.0f} MiB ({uss / max(n, 1):.0f} MiB each)")
+    pages = min(4, len(boxes))
+    print(f"memory: {n} renderer processes for {pages} sandbox pages: USS {uss:.0f} MiB in all = "
+          f"{uss / pages:.0f} MiB per sandbox (RSS {rss:.0f} MiB, {rss / max(n, 1):.0f} MiB per renderer, "
+          f"shared pages counted in each)")
     try:
         browser_rss = psutil.Process(host.pid).memory_info().rss / 2**20
         print(f"memory: browser process RSS {browser_rss:.0f} MiB (shared by all pages)")

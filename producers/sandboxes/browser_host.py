@@ -48,7 +48,7 @@ def _chromium_mains() -> set[int]:
     for proc in psutil.Process().children(recursive=True):
         try:
             cmd = proc.cmdline()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except psutil.Error:
             continue
         if cmd and "chrom" in os.path.basename(cmd[0]) and not any(a.startswith("--type=") for a in cmd):
             out.add(proc.pid)
@@ -122,9 +122,16 @@ class BrowserHost:
             return []
         try:
             kids = psutil.Process(self.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
+        except psutil.Error:
             return []
-        return [p.pid for p in kids if "--type=renderer" in " ".join(p.cmdline())]
+        pids = []
+        for p in kids:
+            try:
+                if "--type=renderer" in " ".join(p.cmdline()):
+                    pids.append(p.pid)
+            except psutil.Error:  # exited meanwhile
+                pass
+        return pids
 
     async def close(self) -> None:
         async with self._lock:

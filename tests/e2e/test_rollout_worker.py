@@ -154,7 +154,7 @@ def test_killing_the_browser_aborts_the_episode_and_the_worker_carries_on(settin
 
 def test_two_workers_in_one_group_split_the_tasks_without_duplicates(settings, group_id):
     tasks = build_tasks("miniwob", ["click-test", "click-test-2", "click-button"], 4, prefix="split")
-    workers = [RolloutWorker(config(group_id, idle_exit_s=8.0), settings, make_client("scripted", "scripted"), f"w{i}")
+    workers = [RolloutWorker(config(group_id, idle_exit_s=5.0), settings, make_client("scripted", "scripted"), f"w{i}")
                for i in range(2)]
 
     async def assigned(w) -> bool:
