@@ -83,3 +83,24 @@ def test_load_policy_version_verifies_sha(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(PolicyIntegrityError, match="tampered"):
         load_policy_version(pv, store)
+
+
+def test_critic_only_update_keeps_the_acting_policy_fixed():
+    from trainer.config import TrainConfig
+    from trainer.update import EpisodeSample, collate, ppo_update
+
+    policy = build_policy("pixel", "p", {"grid": 4, "channels": [4, 8, 8]})
+    eps, inputs = _inputs(8, task="click-test")
+    decisions = policy.act(inputs)
+    samples = [EpisodeSample(f"e{k}", [policy.preprocess(i.image)], [i.instruction], [d.action], [d.logprob],
+                             [float(k % 2)], 0) for k, (i, d) in enumerate(zip(inputs, decisions))]
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    cfg = TrainConfig(epochs=2, minibatch_size=4)
+    m = ppo_update(policy, opt, collate(samples), cfg, critic_only=True)
+    after = policy.state_dict()
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and all(k.startswith("value_head") for k in moved), moved
+    assert m["critic_only"] == 1.0
+    m = ppo_update(policy, opt, collate(samples), cfg)  # then PPO moves the actor too
+    assert any(not torch.equal(before[k], policy.state_dict()[k]) for k in before if k.startswith("loc_head"))
