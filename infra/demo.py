@@ -78,7 +78,8 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
     env = child_env(settings, prefix)
     sync_batch = str(cfg.batch_episodes) if cfg.sync else "0"
     children = [
-        Child("sink", flywheel_argv("sink", "--group-id", f"{prefix}sink"), logs / "sink.log", env),
+        Child("sink", flywheel_argv("sink", "--group-id", f"{prefix}sink", "--query-port", "0"),
+              logs / "sink.log", env),
         Child("streams", flywheel_argv("streams", "--app-id", f"{prefix}streams"), logs / "streams.log", env),
         Child("trainer", flywheel_argv(
             "train", "--policy-kind", cfg.policy_kind, "--policy-name", policy,
@@ -89,8 +90,9 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
     for i in range(cfg.workers):
         children.append(Child(f"rollout-{i}", flywheel_argv(
             "rollout", "--sandboxes", str(cfg.sandboxes), "--policy-backend", "torch",
-            "--policy-name", policy, "--worker-id", f"worker-{i}", "--group-id", f"{prefix}rollout",
-            "--sync-episodes", sync_batch, *cfg.rollout_args.split(),
+            "--policy-kind", cfg.policy_kind, "--policy-name", policy, "--worker-id", f"worker-{i}",
+            "--group-id", f"{prefix}rollout", *(["--sync-episodes", sync_batch] if cfg.sync else []),
+            *cfg.rollout_args.split(),
         ), logs / f"rollout-{i}.log", env))
     return children
 

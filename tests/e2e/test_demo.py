@@ -1,0 +1,88 @@
+"""A short `flywheel demo` run end to end: browser sandboxes, Faust, sink, trainer, hot reload.
+
+It asserts what a new user should see: episodes flowed through every topic into ClickHouse, the
+trainer published at least one new policy version and a rollout worker acted with it (hot
+reload), and nothing reached the dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sql(env: dict, statement: str) -> list[dict]:
+    out = subprocess.run([sys.executable, "-m", "infra.cli", "sql", "--format", "json", statement],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    return data if isinstance(data, list) else data.get("rows", data.get("data", []))
+
+
+def _high_watermarks(settings, names: list[str]) -> dict[str, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from infra.kafka import consumer_config
+
+    c = Consumer(consumer_config(settings, "watermarks"))
+    try:
+        out = {}
+        for name in names:
+            meta = c.list_topics(name, timeout=10).topics[name]
+            out[name] = sum(c.get_watermark_offsets(TopicPartition(name, p), timeout=10)[1]
+                            for p in meta.partitions)
+        return out
+    finally:
+        c.close()
+
+
+def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        pytest.skip("Debian chromium is not installed (bash infra/run.sh installs it as root)")
+    from infra.settings import load_settings
+    from infra.topics import TOPICS, topic_name
+
+    env = {**os.environ, "FLYWHEEL_DATA_DIR": str(tmp_path), "FLYWHEEL_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    run_id = "e2e"
+    proc = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "demo", "--minutes", "4", "--run-id", run_id,
+         "--batch-episodes", "16", "--sandboxes", "2", "--episodes", "400", "--progress-s", "10"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    print(proc.stdout[-4000:])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = tmp_path / "reports" / run_id / "report.md"
+    assert report.exists() and "Before and after" in report.read_text()
+
+    policy = f"pixel-{run_id}"
+    counts = _sql(env, f"""SELECT
+        (SELECT count() FROM steps FINAL WHERE policy = '{policy}') AS steps,
+        (SELECT count() FROM trajectories FINAL WHERE policy = '{policy}') AS trajectories,
+        (SELECT count() FROM scored FINAL WHERE policy = '{policy}') AS scored,
+        (SELECT max(version) FROM policy_versions FINAL WHERE policy = '{policy}') AS published,
+        (SELECT max(policy_version) FROM steps FINAL WHERE policy = '{policy}') AS acted,
+        (SELECT count() FROM trainer_metrics FINAL WHERE policy = '{policy}') AS updates,
+        (SELECT count() FROM dead_letters FINAL) AS dead""")[0]
+    print(counts)
+    assert counts["steps"] > 0 and counts["trajectories"] > 0 and counts["scored"] > 0
+    assert counts["published"] >= 1, "the trainer published no new policy version"
+    assert counts["acted"] >= 1, "no rollout step was taken by a hot-reloaded version"
+    assert counts["updates"] >= 1
+    assert counts["dead"] == 0
+
+    settings = load_settings({"kafka_bootstrap": kafka_bootstrap, "topic_prefix": f"demo-{run_id}."})
+    marks = _high_watermarks(settings, [topic_name(t, settings) for t in TOPICS.all()])
+    print(marks)
+    for spec in (TOPICS.tasks, TOPICS.steps, TOPICS.trajectories, TOPICS.scored, TOPICS.rl,
+                 TOPICS.policy, TOPICS.metrics):
+        assert marks[topic_name(spec, settings)] > 0, f"nothing flowed through {spec.name}"
+    assert marks[topic_name(TOPICS.sft, settings)] + marks[topic_name(TOPICS.ct, settings)] > 0
+    assert marks[topic_name(TOPICS.dlq, settings)] == 0
