@@ -39,6 +39,7 @@ class DemoConfig:
     until_target: bool = opt(False, "stop early once every task's last-100 success reached its target")
     tasks: list[str] = opt(["click-test", "click-test-2"], "MiniWoB++ tasks to train on")
     episodes: int = opt(20000, "episodes submitted per task (the run stops before it uses them all)")
+    max_steps: int = opt(1, "step budget per episode: 1 means the first click must succeed")
     sandboxes: int = opt(4, "browser sandboxes per rollout worker")
     workers: int = opt(1, "rollout worker processes")
     sync: bool = opt(False, "alternate rollout and training without overlap (for the async/sync comparison)")
@@ -119,7 +120,7 @@ def submit_tasks(cfg: DemoConfig, env: dict[str, str], logs: Path) -> None:
     import subprocess
 
     argv = flywheel_argv("tasks", "submit", "--suite", "miniwob", "--tasks", ",".join(cfg.tasks),
-                         "--episodes", str(cfg.episodes))
+                         "--episodes", str(cfg.episodes), "--max-steps", str(cfg.max_steps))
     with open(logs / "tasks.log", "ab") as out:
         rc = subprocess.run(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, timeout=600).returncode
     if rc != 0:

@@ -43,15 +43,17 @@ def check_task(task: TaskSpec) -> None:
 
 def build_tasks(suite: str, names: list[str], episodes: int, seed: int = 0, *, max_steps: int = 10,
                 timeout_s: float = 60.0, prefix: str = "") -> list[TaskSpec]:
-    """K episodes per task name; episode k of task n gets seed ``seed + k`` and a unique task_id."""
+    """K episodes per task name; episode k of task n gets seed ``seed + k`` and a unique task_id.
+    Tasks are interleaved (k-th episode of every task before the (k+1)-th) so a worker that
+    consumes them in order sees every task from the start."""
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
     if not names:
         raise UserError("no task names given (--tasks click-test,click-test-2)")
     run = prefix or f"r{int(time.time() * 1000):x}"
     out = []
-    for name in names:
-        for k in range(episodes):
+    for k in range(episodes):
+        for name in names:
             try:
                 task = TaskSpec(task_id=f"{run}.{name}.{seed + k}", suite=suite, name=name, seed=seed + k,
                                 max_steps=max_steps, timeout_s=timeout_s, submitted_at=time.time())
