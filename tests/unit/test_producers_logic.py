@@ -41,7 +41,9 @@ def test_episode_ids_are_deterministic():
 
 def test_build_tasks_gives_k_seeded_tasks_per_name():
     tasks = build_tasks("miniwob", ["click-test", "click-test-2"], 3, seed=10, prefix="run1")
-    assert [t.seed for t in tasks] == [10, 11, 12, 10, 11, 12]
+    assert [(t.name, t.seed) for t in tasks] == [
+        ("click-test", 10), ("click-test-2", 10), ("click-test", 11), ("click-test-2", 11),
+        ("click-test", 12), ("click-test-2", 12)]  # interleaved
     assert len({t.task_id for t in tasks}) == 6
     with pytest.raises(UserError, match="no-such-task"):
         build_tasks("miniwob", ["no-such-task"], 1)
