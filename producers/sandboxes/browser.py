@@ -1,7 +1,8 @@
 """The browser sandbox: MiniWoB++ tasks in headless Chromium, driven by Playwright.
 
-One sandbox = one browser context + page (its own fake clock) in the process-wide Chromium of
-``browser_host``. ``reset`` loads the task page (only when the task changes), seeds it the way
+One sandbox = one browser context (its own fake clock) in a shared Chromium (``browser_host``),
+with a page per recently used task (``max_pages``, least recently used closed first), so a worker
+alternating between a few tasks never reloads them. ``reset`` makes the task's page current, seeds it the way
 the miniwob package's own environment does (``Math.seedrandom(seed)``, ``core.setDataMode``,
 ``core.startEpisodeReal()``), and screenshots the task area (MiniWoB's 160x210 ``#wrap``,
 instruction included). ``step`` performs a unified action through ``schemas.convert.to_playwright``
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -48,7 +50,8 @@ class BrowserSandbox:
     kind = "browser"
 
     def __init__(self, blobs: BlobStore, *, host: BrowserHost | None = None, step_ms: int = 100,
-                 call_timeout_s: float = 10.0, executable: str = "", defer_writes: bool = False) -> None:
+                 call_timeout_s: float = 10.0, executable: str = "", defer_writes: bool = False,
+                 max_pages: int = 4) -> None:
         self.blobs = blobs
         # defer_writes: screenshots are written to the blob store in the background and the caller
         # awaits flush() before publishing an event that refers to them (the rollout worker does),
@@ -62,7 +65,10 @@ class BrowserSandbox:
         self._context: Any = None
         self._page: Any = None
         self._generation = -1
-        self._task: str | None = None  # the task whose page is loaded
+        self._task: str | None = None  # the task of the current page
+        # Task pages kept loaded in this context (LRU): switching between a few tasks costs no reload.
+        self._loaded: OrderedDict[str, tuple[Any, tuple[float, ...]]] = OrderedDict()
+        self.max_pages = max(1, max_pages)
         self._box = (0.0, 0.0, float(TASK_WIDTH), float(TASK_HEIGHT))
         self._instruction = ""
         self._done = False
@@ -93,8 +99,8 @@ class BrowserSandbox:
         self._context.set_default_timeout(self.call_timeout_s * 1000)
         await self._call(self._context.clock.install(time=EPOCH_MS), "clock.install")
         await self._call(self._context.clock.pause_at(EPOCH_MS), "clock.pause_at")
-        self._page = await self._call(self._context.new_page(), "new_page")
-        self._task = None
+        self._page, self._task = None, None
+        self._loaded.clear()
 
     async def restart(self) -> None:
         """After a crash: drop this context and, if the browser itself is dead or hung, relaunch it."""
@@ -122,6 +128,7 @@ class BrowserSandbox:
         except Exception:  # noqa: BLE001 - a failed write was already reported to whoever flushed
             pass
         ctx, self._context, self._page, self._task = self._context, None, None, None
+        self._loaded.clear()
         if ctx is not None:
             try:
                 await asyncio.wait_for(ctx.close(), 5.0)
@@ -135,16 +142,10 @@ class BrowserSandbox:
             raise ValueError(f"the browser sandbox runs MiniWoB++ tasks, not suite {task.suite!r}")
         if task.name not in task_names():
             raise ValueError(f"unknown MiniWoB++ task {task.name!r}")
-        if self._page is None:
+        if self._context is None:
             await self.start()
+        await self._open(task.name)
         page, clock = self._page, self._context.clock
-        if self._task != task.name:
-            await self._call(page.goto(task_url(task.name), wait_until="load"), f"load {task.name}")
-            self._task = task.name
-            rect = await self._call(page.evaluate(
-                "(() => { const r = document.getElementById('wrap').getBoundingClientRect();"
-                " return [r.x, r.y, r.width, r.height]; })()"), "measure #wrap")
-            self._box = tuple(float(v) for v in rect)
         await self._call(clock.set_system_time(EPOCH_MS), "clock.set_system_time")
         mode = str(task.params.get("data_mode", "train"))
         utterance = await self._call(page.evaluate(
@@ -161,6 +162,21 @@ class BrowserSandbox:
             raise SandboxCrashed(f"task {task.name} did not become ready")
         self._done = False
         return await self._observe()
+
+    async def _open(self, name: str) -> None:
+        """Make ``name``'s page current, loading it (and evicting the least recently used) if needed."""
+        if name not in self._loaded:
+            if len(self._loaded) >= self.max_pages:
+                _, (old, _) = self._loaded.popitem(last=False)
+                await self._call(old.close(), "close page")
+            page = await self._call(self._context.new_page(), "new_page")
+            await self._call(page.goto(task_url(name), wait_until="load"), f"load {name}")
+            rect = await self._call(page.evaluate(
+                "(() => { const r = document.getElementById('wrap').getBoundingClientRect();"
+                " return [r.x, r.y, r.width, r.height]; })()"), "measure #wrap")
+            self._loaded[name] = (page, tuple(float(v) for v in rect))
+        self._loaded.move_to_end(name)
+        (self._page, self._box), self._task = self._loaded[name], name
 
     async def step(self, action: Any) -> StepResult:
         error = None

@@ -152,9 +152,19 @@ def test_killing_the_browser_aborts_the_episode_and_the_worker_carries_on(settin
     assert all_committed(settings, group_id)
 
 
+def submit_round_robin(settings, tasks) -> None:
+    """Every partition gets tasks, so each worker of the group has some to run (not left to key hashing)."""
+    producer, tracker = make_producer(settings), DeliveryTracker()
+    topic = topic_name(TOPICS.tasks, settings)
+    for i, t in enumerate(tasks):
+        producer.produce(topic, key=t.task_id.encode(), value=encode(t), partition=i % TOPICS.tasks.partitions,
+                         on_delivery=tracker)
+    flush_or_raise(producer, tracker)
+
+
 def test_two_workers_in_one_group_split_the_tasks_without_duplicates(settings, group_id):
     tasks = build_tasks("miniwob", ["click-test", "click-test-2", "click-button"], 4, prefix="split")
-    workers = [RolloutWorker(config(group_id, idle_exit_s=5.0), settings, make_client("scripted", "scripted"), f"w{i}")
+    workers = [RolloutWorker(config(group_id, idle_exit_s=8.0), settings, make_client("scripted", "scripted"), f"w{i}")
                for i in range(2)]
 
     async def assigned(w) -> bool:
@@ -167,7 +177,7 @@ def test_two_workers_in_one_group_split_the_tasks_without_duplicates(settings, g
         end = time.time() + 60
         while time.time() < end and not all([await assigned(w) for w in workers]):
             await asyncio.sleep(0.2)
-        await asyncio.to_thread(submit, settings, tasks)
+        await asyncio.to_thread(submit_round_robin, settings, tasks)
 
     async def main():
         return await asyncio.gather(*(w.run() for w in workers), submit_when_both_assigned())
