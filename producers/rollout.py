@@ -18,6 +18,7 @@ import asyncio
 import importlib
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,7 @@ class RolloutWorker:
         self._poller: threading.Thread | None = None
         self._polling = False
         self._sandboxes: list[Any] = []
+        self._assigned_at = time.monotonic()
         self._settling: set[asyncio.Task] = set()  # episodes waiting for their acks before the commit
         self._shared: dict[str, Any] = {}  # per sandbox kind: what its sandboxes share (one Chromium)
         self.watcher: Any = None
@@ -101,7 +103,7 @@ class RolloutWorker:
         self._poller = threading.Thread(target=self._poll_producer, name="rollout-producer-poll", daemon=True)
         self._poller.start()
         self._consumer = make_consumer(self.settings, self.cfg.group_id)
-        self._consumer.subscribe([self.tasks_topic], on_revoke=self._on_revoke)
+        self._consumer.subscribe([self.tasks_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         status = StatusWriter(self.settings, self.worker_id, self.counters, self.cfg.status_interval_s,
                               refresh=self._refresh_counters)
         background: list[asyncio.Task] = [asyncio.create_task(status.run(self.stop))]
@@ -155,6 +157,9 @@ class RolloutWorker:
         while self._polling:
             self._producer.poll(0.05)
 
+    def _on_assign(self, consumer: Any, partitions: list) -> None:
+        self._assigned_at = time.monotonic()  # idle time counts from the latest rebalance
+
     def _on_revoke(self, consumer: Any, partitions: list) -> None:
         with self._offsets_lock:
             for tp in partitions:
@@ -167,8 +172,7 @@ class RolloutWorker:
             return self._consumer.poll(0.2)
 
     async def _feed(self, queue: asyncio.Queue, capacity: asyncio.Semaphore) -> None:
-        loop = asyncio.get_running_loop()
-        taken, last_task = 0, loop.time()
+        taken, last_task = 0, time.monotonic()
         while not self.stop.is_set():
             await capacity.acquire()
             msg = None
@@ -177,14 +181,14 @@ class RolloutWorker:
                 if msg is not None and msg.error():
                     log.warning("tasks topic: %s", msg.error())
                     msg = None
-                idle = loop.time() - last_task
+                idle = time.monotonic() - max(last_task, self._assigned_at)
                 if msg is None and self.cfg.idle_exit_s and idle > self.cfg.idle_exit_s and self.counters.in_flight == 0:
                     log.info("no task for %.0fs: stopping", idle)
                     self.stop.set()
             if msg is None:
                 capacity.release()
                 break
-            last_task = loop.time()
+            last_task = time.monotonic()
             with self._offsets_lock:
                 self.offsets.taken(msg.topic(), msg.partition(), msg.offset())
             task = await self._decode_task(msg)
