@@ -1,0 +1,98 @@
+"""The episode loop without Kafka or a browser: a scripted in-memory sandbox and policy."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from producers.episode import run_episode
+from producers.policy_client import PolicyClient, PolicyReply
+from producers.sandboxes.base import Obs, SandboxCrashed, StepResult
+from schemas.actions import Click
+from schemas.events import BlobRef, Observation, TaskSpec
+from trainer.policies.base import Decision
+
+
+def obs(i: int) -> Obs:
+    ref = BlobRef(sha256=f"{i:064x}", uri=f"file:///{i}")
+    return Obs(Observation(screenshot=ref, screen_width=4, screen_height=4, instruction="do it"),
+               np.zeros((4, 4, 3), np.uint8))
+
+
+class Sandbox:
+    """Ends with reward 1 at step ``done_at``; crashes at step ``crash_at``; records flushes."""
+
+    def __init__(self, done_at: int | None = None, crash_at: int | None = None, slow_s: float = 0.0) -> None:
+        self.done_at, self.crash_at, self.slow_s = done_at, crash_at, slow_s
+        self.n, self.flushes = 0, 0
+
+    async def reset(self, task):
+        self.n = 0
+        return obs(0)
+
+    async def step(self, action):
+        if self.n == self.crash_at:
+            raise SandboxCrashed("renderer gone")
+        await asyncio.sleep(self.slow_s)
+        self.n += 1
+        done = self.n - 1 == self.done_at
+        return StepResult(obs=obs(self.n), reward=1.0 if done else 0.0, done=done, success=done)
+
+    async def flush(self):
+        self.flushes += 1
+
+
+class Policy(PolicyClient):
+    async def act(self, request):
+        return PolicyReply(Decision(action=Click(x=0.5, y=0.5), logprob=-2.0, value=0.25), self.version)
+
+
+def run(sandbox, max_steps=5, timeout_s=60.0, abort=None):
+    events = []
+    task = TaskSpec(task_id="t1", suite="miniwob", name="click-test", max_steps=max_steps, timeout_s=timeout_s)
+    result = asyncio.run(run_episode(task, sandbox, Policy("p"), events.append, sandbox_name="browser",
+                                     worker_id="w", abort=abort))
+    return result, events
+
+
+def test_done_episode_events_in_order():
+    sandbox = Sandbox(done_at=2)
+    result, events = run(sandbox)
+    assert [e.kind for e in events] == ["started", "step", "step", "step", "ended"]
+    assert [e.step_index for e in events[1:-1]] == [0, 1, 2]
+    assert events[-1].reason == "done" and events[-1].success and events[-1].num_steps == 3
+    steps = events[1:-1]
+    assert [s.next_screenshot_sha256 for s in steps] == [obs(i).observation.screenshot.sha256 for i in (1, 2, 3)]
+    assert all(s.logprob == -2.0 and s.value == 0.25 and s.policy == "p" for s in steps)
+    assert sandbox.flushes == 3  # every step published only after its screenshots were stored
+    assert result.episode_id == "t1:0" and result.success
+
+
+def test_step_budget_and_timeout():
+    result, events = run(Sandbox(), max_steps=3)
+    assert events[-1].reason == "step_budget" and events[-1].num_steps == 3 and not result.success
+    result, events = run(Sandbox(slow_s=0.2), max_steps=100, timeout_s=0.5)
+    assert events[-1].kind == "ended" and events[-1].reason == "timeout"
+    assert 1 <= events[-1].num_steps == len(events) - 2 < 100
+
+
+def test_crash_gives_an_infra_abort_after_the_completed_steps():
+    result, events = run(Sandbox(crash_at=2))
+    assert [e.kind for e in events] == ["started", "step", "step", "aborted"]
+    assert events[-1].infra_failure and "renderer gone" in events[-1].reason and events[-1].num_steps == 2
+    assert result.crashed and result.infra_failure
+
+
+def test_shutdown_aborts_between_steps():
+    async def main():
+        abort = asyncio.Event()
+        abort.set()
+        events = []
+        task = TaskSpec(task_id="t2", suite="miniwob", name="click-test")
+        await run_episode(task, Sandbox(), Policy("p"), events.append, sandbox_name="browser", worker_id="w",
+                          abort=abort)
+        return events
+
+    events = asyncio.run(main())
+    assert [e.kind for e in events] == ["started", "aborted"] and events[-1].infra_failure
