@@ -15,9 +15,10 @@ import threading
 import uuid
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from infra.dlq import dead_letter, send_dead_letter
+from infra.errors import UserError
 from infra.kafka import make_consumer
 from infra.topics import TOPICS, topic_name
 from producers.policy_client import PolicyClient
@@ -52,7 +53,12 @@ class PolicyWatcher:
         self.latest_seen: int | None = None
         self._consumer = make_consumer(settings, f"flywheel-policy-watch-{uuid.uuid4().hex[:12]}",
                                        **{"enable.partition.eof": True})
-        parts = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions or {0: None}
+        try:
+            parts = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions or {0: None}
+        except KafkaException as exc:
+            self._consumer.close()
+            raise UserError(f"cannot read {self.topic} from Kafka at {settings.bootstrap}: {exc} "
+                            "(is the broker up? `flywheel up`)") from None
         self._consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
         self._lock = threading.Lock()
         self._closed = False
