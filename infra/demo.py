@@ -85,7 +85,8 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
         Child("trainer", flywheel_argv(
             "train", "--policy-kind", cfg.policy_kind, "--policy-name", policy,
             "--min-batch", str(cfg.batch_episodes), "--group-id", f"{prefix}trainer",
-            *(["--max-wait-s", "100000"] if cfg.sync else []), *cfg.trainer_args.split(),
+            # sync: update on a full batch (a partial one only if trajectories were lost to aborts)
+            *(["--max-wait-s", "120"] if cfg.sync else []), *cfg.trainer_args.split(),
         ), logs / "trainer.log", env),
     ]
     for i in range(cfg.workers):
@@ -189,6 +190,9 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
             child.start()
             if child.name == "sink":  # the query endpoint must be up before progress reads
                 wait_until(lambda: not child.alive or _endpoint_up(settings), 60)
+            if child.name == "trainer":  # rollout acts only with weights the trainer published
+                if not wait_until(lambda: not child.alive or _published(settings, policy), 180, 1.0):
+                    raise UserError(f"the trainer published no version within 180s (log {child.log_path})")
         submit_tasks(cfg, child_env(settings, prefix), logs)
         deadline = t0 + cfg.minutes * 60
         while not stop["flag"] and time.time() < deadline:
@@ -214,6 +218,15 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     path = write_report(settings, run, out)
     print(f"report: {path}", flush=True)
     return path
+
+
+def _published(settings: Settings, policy: str) -> bool:
+    from trainer.publish import latest_version
+
+    try:
+        return latest_version(settings, policy) is not None
+    except Exception:  # noqa: BLE001 - not yet readable
+        return False
 
 
 def _endpoint_up(settings: Settings) -> bool:

@@ -61,6 +61,8 @@ class RolloutConfig:
     status_interval_s: float = opt(2.0, "seconds between progress log lines and status file updates")
     reload: bool = opt(True, "follow flywheel.policy.v1 and hot-reload newer versions of the policy")
     ack_timeout_s: float = opt(30.0, "seconds to wait for the broker to acknowledge an episode's events")
+    sync_episodes: int = opt(0, "synchronous mode: after this many tasks under one policy version, take no "
+                                "more until a newer version is loaded (0: asynchronous)")
 
 
 class RolloutWorker:
@@ -171,9 +173,22 @@ class RolloutWorker:
         with self._consumer_lock:
             return self._consumer.poll(0.2)
 
+    async def _wait_for_newer_policy(self, version: int) -> None:
+        """Sync mode: the batch under ``version`` is out; rollout pauses until training published
+        and this worker loaded the next version (so rollout and training never overlap)."""
+        t0 = time.monotonic()
+        while not self.stop.is_set() and self.client.version <= version:
+            await asyncio.sleep(0.1)
+        self.counters.sync_wait_s += time.monotonic() - t0
+
     async def _feed(self, queue: asyncio.Queue, capacity: asyncio.Semaphore) -> None:
         taken, last_task = 0, time.monotonic()
+        batch_version, batch_taken = self.client.version, 0
         while not self.stop.is_set():
+            if self.cfg.sync_episodes and batch_taken >= self.cfg.sync_episodes:
+                await self._wait_for_newer_policy(batch_version)
+                batch_version, batch_taken = self.client.version, 0
+                continue
             await capacity.acquire()
             msg = None
             while msg is None and not self.stop.is_set():
@@ -196,6 +211,7 @@ class RolloutWorker:
                 capacity.release()
             else:
                 self.counters.in_flight += 1
+                batch_taken += 1
                 queue.put_nowait((msg, task))
             taken += 1
             if self.cfg.max_tasks and taken >= self.cfg.max_tasks:

@@ -34,6 +34,7 @@ class Counters:
     dead_letters: int = 0
     sandbox_restarts: int = 0
     in_flight: int = 0
+    sync_wait_s: float = 0.0  # sync mode: time spent waiting for the next policy version
     started_at: float = field(default_factory=time.time)
 
     def snapshot(self) -> dict[str, Any]:
