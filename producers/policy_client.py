@@ -225,14 +225,17 @@ def parse_chat_reply(body: dict[str, Any], width: int, height: int, coord_mode: 
 
 
 def parse_act_reply(body: dict[str, Any]) -> tuple[Decision, int | None]:
-    """The pixel server's /v1/act reply -> Decision."""
+    """A policy server's /v1/act reply -> Decision. ``action`` is null when a language policy's
+    output did not parse: the step is still recorded, with the parse error."""
     from schemas.codec import validate
     from schemas.actions import Action
 
-    action = validate(body["action"], Action)
+    action = None if body.get("action") is None else validate(body["action"], Action)
     value = body.get("value")
     decision = Decision(action=action, logprob=float(body["logprob"]),
-                        value=None if value is None else float(value))
+                        value=None if value is None else float(value),
+                        thought=body.get("thought") or "", raw_output=body.get("raw_output") or "",
+                        parse_error=body.get("parse_error") or (None if action is not None else "no action"))
     version = body.get("policy_version")
     return decision, int(version) if isinstance(version, int) else None
 
@@ -282,8 +285,10 @@ class HttpClient(PolicyClient):
             decision, version = parse_chat_reply(await self._post("/v1/chat/completions", body),
                                                  o.screen_width, o.screen_height, self.coord_mode)
         else:
+            # the episode so far, so a language policy acts in exactly the context it is trained in
             body = {"image_b64": base64.b64encode(png).decode("ascii"), "instruction": o.instruction,
-                    "screen_width": o.screen_width, "screen_height": o.screen_height}
+                    "screen_width": o.screen_width, "screen_height": o.screen_height,
+                    "history": [step.model_dump(mode="json") for step in request.history]}
             decision, version = parse_act_reply(await self._post("/v1/act", body))
         if version is not None:
             self.version = max(self.version, version)
