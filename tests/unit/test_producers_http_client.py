@@ -72,7 +72,8 @@ def test_http_client_both_modes(mode):
     else:
         assert reply.version == 9 and reply.decision.action == Click(x=0.25, y=0.75)
         assert reply.decision.value == 0.5
-        assert set(seen[0]) == {"image_b64", "instruction", "screen_width", "screen_height"}
+        assert set(seen[0]) == {"image_b64", "instruction", "screen_width", "screen_height", "history"}
+        assert seen[0]["history"] == []  # first step of the episode
 
 
 def test_torch_client_batches_concurrent_requests_under_one_version():
