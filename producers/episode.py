@@ -103,7 +103,8 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
                 parse_error=decision.parse_error, policy=client.name, policy_version=reply.version,
                 logprob=float(decision.logprob), value=decision.value, reward=float(result.reward),
                 done=bool(result.done), latency_policy_ms=latency_policy, latency_env_ms=latency_env,
-                error=result.error, next_screenshot_sha256=result.obs.observation.screenshot.sha256,
+                error=result.error, output=_clip(getattr(result, "output", None)),
+                next_screenshot_sha256=result.obs.observation.screenshot.sha256,
             )
             out.hold(step)
             steps.append(step)
@@ -160,3 +161,10 @@ async def _end(out: _Outbox, eid: str, clock: Callable[[], float], reason: str, 
     out.emit(EpisodeEnded(episode_id=eid, ts=clock(), num_steps=out.emitted, outcome_reward=float(reward),
                           success=bool(success), reason=reason))
     return EpisodeResult(eid, "ended", reason, out.emitted, reward=float(reward), success=bool(success))
+
+
+def _clip(text: str | None, limit: int = 60_000) -> str | None:
+    """SDK output as the Step carries it: bounded below the schema's text limit."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[truncated: {len(text)} characters]"

@@ -95,6 +95,7 @@ class Step(_EpisodeBase):
     latency_policy_ms: Annotated[float, Field(ge=0)] = 0.0
     latency_env_ms: Annotated[float, Field(ge=0)] = 0.0
     error: Text | None = None  # the action failed to execute (e.g. refused SDK call)
+    output: Text | None = None  # what a GUI-SDK action returned (shell output, file contents)
     next_screenshot_sha256: Sha256 | None = None  # lets the scorer see "nothing changed"
 
     @property
