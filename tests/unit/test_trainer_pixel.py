@@ -41,7 +41,7 @@ def test_act_logprob_equals_evaluate_logprob():
 
 
 def test_uniform_init_and_click_at_cell_centre():
-    policy = build_policy("pixel", "p", {"grid": 4})
+    policy = build_policy("pixel", "p", {"grid": 4, "crop": [0.0, 0.0, 1.0, 1.0]})
     _, inputs = _inputs(3)
     for d in policy.act(inputs):
         assert isinstance(d.action, Click)
@@ -50,7 +50,7 @@ def test_uniform_init_and_click_at_cell_centre():
     assert policy._cell_of(Click(x=0.99, y=0.0)) == 3 and policy._cell_of(Click(x=0.0, y=1.0)) == 12
     assert not policy.can_represent(Wait()) and not policy.can_represent(None)
     with pytest.raises(ValueError):
-        policy.evaluate(torch.zeros(1, 3, 32, 32, dtype=torch.uint8), ["x"], [Wait()])
+        policy.evaluate(torch.zeros(1, 1, 32, 32, dtype=torch.uint8), ["x"], [Wait()])
 
 
 def test_crop_maps_cells_inside_the_crop():
@@ -58,6 +58,15 @@ def test_crop_maps_cells_inside_the_crop():
     _, inputs = _inputs(4)
     for d in policy.act(inputs):
         assert d.action.x in (0.125, 0.375) and d.action.y in (0.125, 0.375)
+
+
+def test_default_input_is_the_miniwob_area_below_the_instruction_bar_pixel_for_pixel():
+    policy = build_policy("pixel", "p", {})
+    image = np.zeros((210, 160, 3), dtype=np.uint8)
+    image[50:, :, :] = 200  # the 160 x 160 area under MiniWoB's 50 px bar
+    x = policy.preprocess(image)
+    assert x.shape == (1, 160, 160) and bool((x == 200).all())
+    assert policy._action(0, 0).y == pytest.approx((50 + 4) / 210)  # first row of 8 px cells, at its centre
 
 
 def test_registry_and_bad_config():

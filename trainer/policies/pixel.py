@@ -6,11 +6,14 @@ Invariant: a Click emitted by ``act`` sits at its grid cell's centre, and ``eval
 stored pointer action back to the cell containing it, so ``evaluate`` reproduces the behaviour
 log-prob exactly (up to float error) for the same weights.
 
-The screenshot is cropped to ``crop`` (fractions of the screen: x0, y0, x1, y1; MiniWoB's
-160 x 210 task area when the sandbox shows more) and resized to ``8 G`` pixels square: three
-stride-2 convolutions then give one feature per grid cell, and the location logits come from a
-1x1 convolution over those features (translation-equivariant, which is what makes "click the
-thing" learnable in a few hundred episodes). The instruction modulates the features (FiLM).
+The screenshot is cropped to ``crop`` (fractions of the screen: x0, y0, x1, y1; by default
+MiniWoB's 160 x 160 area below the instruction bar) and resized to ``8 G`` pixels square (by
+default 160: no resize, so 40 px buttons keep legible labels - downscaled colour input learned
+"click a button" but not "click ONE, not TWO"): three stride-2 convolutions then give one feature
+per grid cell, and the location logits come from a ``loc_kernel`` convolution over those
+features (translation-equivariant: "the ONE button looks like this" transfers across positions,
+which is what makes click-test-2 learnable in under a thousand episodes). The instruction
+modulates the features (FiLM), so one policy serves several tasks.
 """
 
 from __future__ import annotations
@@ -35,12 +38,15 @@ NOARG_TYPES = {"wait": A.Wait, "finished": A.Finished, "call_user": A.CallUser, 
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "action_types": ["click"],   # subset of the unified action space this head can emit
-    "grid": 16,                  # click location: categorical over grid x grid cells
+    "grid": 20,                  # click location: categorical over grid x grid cells (8 px on MiniWoB)
     "channels": [16, 32, 32],    # conv widths; the image side is 8 * grid
-    "grayscale": False,
+    "grayscale": True,           # full-resolution grey beats downscaled colour: button texts stay legible
     "embed_buckets": 4096,       # hashed instruction tokens
     "embed_dim": 32,
-    "crop": [0.0, 0.0, 1.0, 1.0],
+    # MiniWoB's 160 x 210 task area less its 50 px instruction bar (the instruction arrives as
+    # text): a 160 x 160 crop seen at 8 * 20 = 160 px, pixel for pixel, no resize
+    "crop": [0.0, 50 / 210, 1.0, 1.0],
+    "loc_kernel": 1,             # the location head's conv kernel (odd): context each cell's logit sees
     "seed": 0,                   # initial weights
 }
 
@@ -76,7 +82,8 @@ class PixelPolicy(nn.Module):
             ])
             self.embed = nn.EmbeddingBag(int(cfg["embed_buckets"]), int(cfg["embed_dim"]), mode="mean")
             self.film = nn.Linear(int(cfg["embed_dim"]), 2 * c3)
-            self.loc_head = nn.Conv2d(c3, 1, 1)
+            k = int(cfg["loc_kernel"])
+            self.loc_head = nn.Conv2d(c3, 1, k, padding=k // 2)
             trunk = 2 * c3 + int(cfg["embed_dim"])
             self.type_head = nn.Linear(trunk, len(self.types))
             self.value_head = nn.Sequential(nn.Linear(trunk, 64), nn.ReLU(), nn.Linear(64, 1))

@@ -1,0 +1,223 @@
+"""How fast does the pixel policy learn MiniWoB++ click-test and click-test-2 on the real pages?
+
+Offline, without Kafka: N browser sandboxes (producers.sandboxes.browser, one shared headless
+Chromium) run episodes of both tasks interleaved with a step budget of 1 (the first click must
+succeed, as in ``flywheel demo``); the pixel policy acts on the sandboxes' screenshots as one
+batch; every ``min_batch`` episodes one ``trainer.update.ppo_update`` (the streaming trainer's
+code) follows. Prints episodes and seconds until the last 100 episodes of each task reach
+their targets (0.95 click-test, 0.90 click-test-2), with act / update / environment timings.
+
+The trainer in the demo learns from the PNG screenshots in the blob store; this harness uses
+the decoded screenshot the sandbox returns, which is the same pixels.
+
+For fast tuning, ``--record FILE --frames N`` stores N real screenshots per task with the
+buttons' rectangles (from the page's DOM), and ``--replay FILE`` learns on those frames with the
+reward computed from the rectangles (inside the target button: 1; inside click-test-2's TWO:
+-1; elsewhere 0) - no browser, seconds per run. Confirm a replay result on the live pages.
+
+    python benchmarks/learn_miniwob.py --max-episodes 4000 --set lr=0.001 --policy '{"grid": 16}'
+    python benchmarks/learn_miniwob.py --record var/bench/miniwob_frames.npz --frames 1000
+    python benchmarks/learn_miniwob.py --replay var/bench/miniwob_frames.npz --set lr=0.003
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infra.config import resolve  # noqa: E402
+from schemas.blobs import BlobStore  # noqa: E402
+from schemas.events import TaskSpec  # noqa: E402
+from trainer.config import TrainConfig  # noqa: E402
+from trainer.policies import build_policy  # noqa: E402
+from trainer.policies.base import PolicyInput  # noqa: E402
+from trainer.update import EpisodeSample, collate, ppo_update  # noqa: E402
+
+TARGETS = {"click-test": 0.95, "click-test-2": 0.90}
+
+
+class LiveEnv:
+    """N browser sandboxes; ``reset`` then ``step`` one batch of one-step episodes."""
+
+    def __init__(self, n: int) -> None:
+        from producers.sandboxes.browser import BrowserSandbox
+        from producers.sandboxes.browser_host import BrowserHost
+
+        self.host = BrowserHost()
+        blobs = BlobStore(tempfile.mkdtemp(prefix="learn-miniwob-"))
+        self.sandboxes = [BrowserSandbox(blobs, host=self.host) for _ in range(n)]
+
+    async def start(self) -> None:
+        await asyncio.gather(*(s.start() for s in self.sandboxes))
+
+    async def reset(self, specs: list[TaskSpec]) -> list[tuple[np.ndarray, str]]:
+        obs = await asyncio.gather(*(s.reset(spec) for s, spec in zip(self.sandboxes, specs)))
+        return [(o.image, o.observation.instruction) for o in obs]
+
+    async def step(self, actions: list) -> list[tuple[float, bool]]:
+        results = await asyncio.gather(*(s.step(a) for s, a in zip(self.sandboxes, actions)))
+        return [(r.reward if r.done else 0.0, r.success) for r in results]
+
+    async def close(self) -> None:
+        await asyncio.gather(*(s.close() for s in self.sandboxes), return_exceptions=True)
+        await self.host.close()
+
+
+def button_boxes(dom: dict) -> dict[str, tuple[float, float, float, float]]:
+    """Button text -> (x0, y0, x1, y1) in task-area pixels."""
+    return {el["text"]: (el["x"], el["y"], el["x"] + el["w"], el["y"] + el["h"])
+            for el in dom["elements"] if el["tag"] == "button"}
+
+
+def replay_reward(task: str, boxes: dict, x: float, y: float, width: int, height: int) -> float:
+    px, py = x * width, y * height
+    inside = [t for t, (x0, y0, x1, y1) in boxes.items() if x0 <= px < x1 and y0 <= py < y1]
+    if task == "click-test-2":
+        return 1.0 if "ONE" in inside else -1.0 if "TWO" in inside else 0.0
+    return 1.0 if inside else 0.0
+
+
+class ReplayEnv:
+    """Recorded real frames; rewards from the recorded button rectangles."""
+
+    def __init__(self, path: str, rng: np.random.Generator) -> None:
+        data = np.load(path, allow_pickle=True)
+        self.frames = {t: (data[f"{t}/images"], list(data[f"{t}/meta"])) for t in TARGETS if f"{t}/images" in data}
+        self.rng, self.current = rng, []
+
+    async def start(self) -> None: ...
+
+    async def reset(self, specs: list[TaskSpec]) -> list[tuple[np.ndarray, str]]:
+        self.current = []
+        for spec in specs:
+            images, meta = self.frames[spec.name]
+            k = int(self.rng.integers(len(images)))
+            self.current.append((spec.name, images[k], meta[k]))
+        return [(img, meta["instruction"]) for _, img, meta in self.current]
+
+    async def step(self, actions: list) -> list[tuple[float, bool]]:
+        out = []
+        for (task, img, meta), a in zip(self.current, actions):
+            r = replay_reward(task, meta["boxes"], a.x, a.y, img.shape[1], img.shape[0])
+            out.append((r, r > 0))
+        return out
+
+    async def close(self) -> None: ...
+
+
+async def record(path: str, frames: int, n: int) -> None:
+    from producers.scripted import DOM_PROBE_JS
+
+    env = LiveEnv(n)
+    await env.start()
+    out: dict[str, np.ndarray] = {}
+    try:
+        for task in TARGETS:
+            images, meta = [], []
+            for i in range(0, frames, n):
+                specs = [TaskSpec(task_id=f"r{i + k}", suite="miniwob", name=task, seed=10_000 + i + k) for k in range(n)]
+                obs = await env.reset(specs)
+                doms = await asyncio.gather(*(s.query(DOM_PROBE_JS) for s in env.sandboxes))
+                for (img, instr), dom in zip(obs, doms):
+                    images.append(img)
+                    meta.append({"instruction": instr, "boxes": button_boxes(dom)})
+            out[f"{task}/images"], out[f"{task}/meta"] = np.stack(images), np.array(meta, dtype=object)
+            print(f"recorded {len(images)} frames of {task}", flush=True)
+    finally:
+        await env.close()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **out)
+
+
+async def run(args, cfg: TrainConfig) -> dict:
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    policy = build_policy("pixel", "miniwob-bench", {**cfg.policy_overrides(), **json.loads(args.policy or "{}")})
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    tasks = args.tasks.split(",")
+    recent = {t: deque(maxlen=100) for t in tasks}
+    reached: dict[str, dict] = {}
+    env = ReplayEnv(args.replay, rng) if args.replay else LiveEnv(args.sandboxes)
+    await env.start()
+    pool: list[EpisodeSample] = []
+    t0 = time.perf_counter()
+    episodes, env_s, act_s, upd = 0, 0.0, 0.0, []
+    try:
+        while episodes < args.max_episodes and len(reached) < len(tasks):
+            names = [tasks[(episodes + k) % len(tasks)] for k in range(args.sandboxes)]
+            specs = [TaskSpec(task_id=f"b{episodes + k}", suite="miniwob", name=n, seed=int(rng.integers(1 << 30)))
+                     for k, n in enumerate(names)]
+            te = time.perf_counter()
+            obs = await env.reset(specs)
+            ta = time.perf_counter()
+            decisions = policy.act([PolicyInput(img, instr, img.shape[1], img.shape[0]) for img, instr in obs])
+            tb = time.perf_counter()
+            results = await env.step([d.action for d in decisions])
+            env_s += (ta - te) + (time.perf_counter() - tb)
+            act_s += tb - ta
+            for k, ((img, instr), d, (reward, success)) in enumerate(zip(obs, decisions, results)):
+                recent[names[k]].append(1.0 if success else 0.0)
+                pool.append(EpisodeSample(f"e{episodes + k}", [policy.preprocess(img)], [instr],
+                                          [d.action], [d.logprob], [reward], policy.version))
+            episodes += len(names)
+            for t in tasks:
+                if t not in reached and len(recent[t]) == 100 and np.mean(recent[t]) >= TARGETS[t]:
+                    reached[t] = {"episodes": episodes, "seconds": round(time.perf_counter() - t0, 1)}
+                    print(f"  reached {t}: {reached[t]}", flush=True)
+            if len(pool) >= cfg.min_batch:
+                m = ppo_update(policy, optimizer, collate(pool), cfg)
+                policy.version += 1
+                upd.append(m["update_time_s"])
+                pool = []
+                if policy.version % args.log_every == 0:
+                    succ = " ".join(f"{t}={np.mean(recent[t]):.2f}" for t in tasks)
+                    print(f"  v{policy.version} ep={episodes} {succ} ent={m['entropy']:.2f} clip={m['clip_frac']:.2f} "
+                          f"kl={m['approx_kl']:.3f} upd={m['update_time_s']:.2f}s t={time.perf_counter() - t0:.0f}s",
+                          flush=True)
+    finally:
+        await env.close()
+    wall = time.perf_counter() - t0
+    return {"reached": reached, "episodes": episodes, "wall_s": round(wall, 1),
+            "final_success_last100": {t: round(float(np.mean(recent[t])), 3) for t in tasks},
+            "episodes_per_s": round(episodes / wall, 2), "env_s": round(env_s, 1),
+            "act_ms_per_batch": round(1000 * act_s / max(episodes / args.sandboxes, 1), 1),
+            "update_s_mean": round(float(np.mean(upd)), 3) if upd else None, "updates": len(upd),
+            "policy": policy.config_dict(), "lr": cfg.lr, "ent_coef": cfg.ent_coef, "epochs": cfg.epochs,
+            "minibatch_size": cfg.minibatch_size, "min_batch": cfg.min_batch, "replay": bool(args.replay)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", default="click-test,click-test-2")
+    ap.add_argument("--sandboxes", type=int, default=4)
+    ap.add_argument("--max-episodes", type=int, default=4000)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--log-every", type=int, default=5)
+    ap.add_argument("--policy", default="", help="JSON merged into the pixel policy config")
+    ap.add_argument("--set", action="append", default=[], help="TrainConfig override, e.g. lr=0.002")
+    ap.add_argument("--record", default="", help="record real frames to this .npz and exit")
+    ap.add_argument("--frames", type=int, default=1000, help="frames per task to record")
+    ap.add_argument("--replay", default="", help="learn on frames recorded with --record")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.record:
+        asyncio.run(record(args.record, args.frames, args.sandboxes))
+        return 0
+    cfg = resolve(TrainConfig, dict(kv.split("=", 1) for kv in args.set), env={})
+    print(json.dumps(asyncio.run(run(args, cfg))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
