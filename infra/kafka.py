@@ -102,3 +102,58 @@ def flush_or_raise(producer: Producer, tracker: DeliveryTracker | None = None, t
         raise DeliveryError(f"{remaining} message(s) still queued after {timeout:.0f}s flush")
     if tracker is not None:
         tracker.raise_if_failed()
+
+
+def high_watermarks(consumer: Consumer, topic: str, timeout_s: float = 15.0) -> dict[int, int]:
+    """partition -> high watermark. A topic created a moment ago may still answer 'not leader'
+    or 'unknown partition' for a short while: those are retried until ``timeout_s``."""
+    import time
+
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout_s
+    meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if meta is None or meta.error is not None:
+        raise KafkaException(meta.error if meta is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    ends: dict[int, int] = {}
+    for p in sorted(meta.partitions):
+        while True:
+            try:
+                ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+                break
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in (
+                    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                    KafkaError.UNKNOWN_TOPIC_OR_PART))
+                if not retriable or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    return ends
+
+
+def read_to_end(settings: Settings, topic: str, timeout_s: float = 15.0):
+    """Yield every record of ``topic`` from the beginning up to its current end (a compacted
+    topic's latest values), with a throw-away group that never commits."""
+    import time
+    import uuid
+
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    consumer = make_consumer(settings, f"flywheel-reader-{uuid.uuid4().hex[:12]}")
+    try:
+        ends = high_watermarks(consumer, topic, timeout_s)
+        todo = {p for p, high in ends.items() if high > 0}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
+        deadline = time.monotonic() + timeout_s
+        while todo and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                todo.discard(msg.partition())
+            yield msg
+        if todo:
+            raise TimeoutError(f"timed out after {timeout_s:.0f}s reading {topic} (partitions {sorted(todo)} unread)")
+    finally:
+        consumer.close()

@@ -10,12 +10,9 @@ caller never believes an unacknowledged publish.
 
 from __future__ import annotations
 
-import uuid
-
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from safetensors.torch import save as save_safetensors
 
-from infra.kafka import DeliveryTracker, consumer_config, flush_or_raise
+from infra.kafka import DeliveryTracker, flush_or_raise, read_to_end
 from infra.settings import Settings
 from infra.topics import TOPICS, topic_name
 from schemas.base import now
@@ -23,16 +20,13 @@ from schemas.blobs import BlobStore
 from schemas.codec import DecodeError, decode, encode
 from schemas.events import BlobRef, PolicyVersion, TrainerMetrics
 
-
 def weights_to_bytes(policy) -> bytes:
     """safetensors bytes of ``policy.state_dict()`` (tensors copied: shared storage is not allowed)."""
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in policy.state_dict().items()}
     return save_safetensors(tensors)
 
-
 def save_weights(policy, store: BlobStore) -> BlobRef:
     return store.put(weights_to_bytes(policy), "application/vnd.safetensors")
-
 
 def make_version(policy, ref: BlobRef, parent: int | None, metrics: dict[str, float] | None = None) -> PolicyVersion:
     return PolicyVersion(policy=policy.name, version=policy.version, kind=policy.kind, uri=ref.uri,
@@ -40,54 +34,28 @@ def make_version(policy, ref: BlobRef, parent: int | None, metrics: dict[str, fl
                          metrics={k: float(v) for k, v in (metrics or {}).items() if v == v},  # drop NaN
                          config=policy.config_dict())
 
-
 def publish_version(producer, tracker: DeliveryTracker, settings: Settings, pv: PolicyVersion) -> None:
     producer.produce(topic_name(TOPICS.policy, settings), key=pv.policy.encode(), value=encode(pv), on_delivery=tracker)
     flush_or_raise(producer, tracker)
 
-
 def publish_metrics(producer, tracker: DeliveryTracker, settings: Settings, m: TrainerMetrics) -> None:
     producer.produce(topic_name(TOPICS.metrics, settings), key=m.run_id.encode(), value=encode(m), on_delivery=tracker)
     flush_or_raise(producer, tracker)
-
 
 def read_versions(settings: Settings, policy_name: str | None = None, timeout_s: float = 15.0) -> list[PolicyVersion]:
     """Every PolicyVersion still on the compacted topic (for ``policy_name`` if given), oldest first.
 
     Reads from the beginning to the high watermark with a throw-away group and no commits.
     """
-    topic = topic_name(TOPICS.policy, settings)
-    consumer = Consumer(consumer_config(settings, f"policy-reader-{uuid.uuid4().hex}"))
     out: list[PolicyVersion] = []
-    try:
-        meta = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
-        if meta.error is not None:
-            raise RuntimeError(f"topic {topic}: {meta.error}")
-        ends = {}
-        for p in meta.partitions:
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-            ends[p] = high
-        todo = {p for p, high in ends.items() if high > 0}
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
-        deadline = now() + timeout_s
-        while todo and now() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                todo.discard(msg.partition())
-            try:
-                pv = decode(msg.value(), PolicyVersion)
-            except DecodeError:
-                continue  # not ours to judge here; the sink dead-letters it
-            if policy_name is None or pv.policy == policy_name:
-                out.append(pv)
-        if todo:
-            raise TimeoutError(f"could not read {topic} to its end within {timeout_s:.0f}s")
-    finally:
-        consumer.close()
+    for msg in read_to_end(settings, topic_name(TOPICS.policy, settings), timeout_s):
+        try:
+            pv = decode(msg.value(), PolicyVersion)
+        except DecodeError:
+            continue  # not ours to judge here; the sink dead-letters it
+        if policy_name is None or pv.policy == policy_name:
+            out.append(pv)
     return out
-
 
 def latest_version(settings: Settings, policy_name: str, timeout_s: float = 15.0) -> PolicyVersion | None:
     versions = read_versions(settings, policy_name, timeout_s)

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-import uuid
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import KafkaException
 
 from infra.errors import UserError
-from infra.kafka import make_consumer
+from infra.kafka import read_to_end
 from infra.settings import Settings
 from infra.topics import TOPICS, topic_name
 from schemas.codec import DecodeError, decode
@@ -27,23 +25,9 @@ log = logging.getLogger("flywheel.versions")
 def scan_policy_topic(settings: Settings, policy: str | None = None, timeout_s: float = 10.0) -> list[PolicyVersion]:
     """Every PolicyVersion still on the topic (for ``policy`` if given), in topic order."""
     topic = topic_name(TOPICS.policy, settings)
-    consumer = make_consumer(settings, f"flywheel-scan-{uuid.uuid4().hex[:12]}")
     found: list[PolicyVersion] = []
     try:
-        meta = consumer.list_topics(topic, timeout=timeout_s)
-        if topic not in meta.topics or meta.topics[topic].error is not None:
-            raise UserError(f"topic {topic} not found on {settings.bootstrap}; run `flywheel topics` first")
-        parts = sorted(meta.topics[topic].partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1] for p in parts}
-        pending = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        deadline = time.monotonic() + timeout_s
-        while pending and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                pending.discard(msg.partition())
+        for msg in read_to_end(settings, topic, timeout_s):
             try:
                 pv = decode(msg.value(), PolicyVersion)
             except DecodeError as exc:  # the sink already routes these to the DLQ; here just skip
@@ -51,10 +35,10 @@ def scan_policy_topic(settings: Settings, policy: str | None = None, timeout_s: 
                 continue
             if policy is None or pv.policy == policy:
                 found.append(pv)
-        if pending:
-            raise UserError(f"timed out after {timeout_s:.0f}s reading {topic} (partitions {sorted(pending)} unread)")
-    finally:
-        consumer.close()
+    except KafkaException as exc:
+        raise UserError(f"cannot read {topic} on {settings.bootstrap}: {exc}; run `flywheel topics` first") from None
+    except TimeoutError as exc:
+        raise UserError(str(exc)) from None
     return found
 
 
