@@ -29,7 +29,10 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flywheel", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="flywheel",
+        description="Flywheel: a Kafka-native data flywheel and streaming RL for GUI agents. "
+                    "Start with `flywheel demo`; every command has --help.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
