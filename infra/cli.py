@@ -16,6 +16,7 @@ import sys
 
 from infra.errors import UserError
 from infra.config import ConfigError
+from infra.kafka import DeliveryError
 
 COMMAND_MODULES = (
     "infra.commands",
@@ -59,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"flywheel {args.command}: {exc}", file=sys.stderr)
         return 2
+    except DeliveryError as exc:
+        if os.environ.get("FLYWHEEL_DEBUG"):
+            raise
+        print(f"flywheel {args.command}: {exc} (does Kafka answer? try `flywheel status`)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
