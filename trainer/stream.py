@@ -168,6 +168,7 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
     offsets: dict[int, int] = dict(state["offsets"])
     counts: Counter[str] = Counter(state["counts"])
     first_at: float | None = None  # when the oldest pooled (or uncommitted) record arrived
+    stale_before = counts["stale_dropped"]
     started, idle = time.monotonic(), 0.0
     try:
         while not stop.is_set() and not (cfg.max_updates and state["updates"] >= cfg.max_updates):
@@ -186,6 +187,13 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
                     if scored.trajectory.policy != cfg.policy_name or not scored.rl_eligible:
                         counts["skipped_other_policy"] += 1
                         continue
+                    if policy.version - scored.trajectory.policy_versions[0] > cfg.max_staleness:
+                        # dropped on arrival, before its screenshots are decoded: a trainer that fell
+                        # behind catches up cheaply, and the pool holds only trainable data, so an
+                        # update waits for min_batch fresh trajectories instead of training on the few
+                        # that survived a stale backlog
+                        counts["stale_dropped"] += 1
+                        continue
                     pool.append(to_episode(scored, policy, store))
                 except (DecodeError, ValueError, BlobNotFound) as exc:
                     counts["dead_lettered"] += 1
@@ -195,9 +203,11 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
             if len(pool) < cfg.min_batch and waited < cfg.max_wait_s:
                 continue
 
-            # 2. drop stale trajectories, then one PPO (or critic-only) update
+            # 2. drop stale trajectories (the version has not moved since they were pooled: a no-op
+            # kept as the invariant's statement), then one PPO (or critic-only) update
             kept, dropped = ppo.filter_stale(pool, policy.version, cfg.max_staleness, version_of=lambda e: e.policy_version)
             counts["stale_dropped"] += dropped
+            dropped = counts["stale_dropped"] - stale_before  # since the last update, on arrival or here
             metrics: dict[str, float] = {}
             if kept:
                 critic_only = not ppo.value_pretrain_done(state["vp_losses"], state["vp_evs"], criterion)
@@ -235,7 +245,7 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
             log.info("update %d -> v%d: %d trajectories (%d stale dropped) reward %.3f entropy %.3f idle %.2f",
                      state["updates"], policy.version, len(kept), dropped, metrics.get("reward_mean", float("nan")),
                      metrics.get("entropy", float("nan")), metrics["idle_fraction"])
-            pool, first_at = [], None
+            pool, first_at, stale_before = [], None, counts["stale_dropped"]
     finally:
         consumer.close()
         producer.flush(10)

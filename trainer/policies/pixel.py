@@ -39,7 +39,7 @@ NOARG_TYPES = {"wait": A.Wait, "finished": A.Finished, "call_user": A.CallUser, 
 DEFAULT_CONFIG: dict[str, Any] = {
     "action_types": ["click"],   # subset of the unified action space this head can emit
     "grid": 20,                  # click location: categorical over grid x grid cells (8 px on MiniWoB)
-    "channels": [16, 32, 32],    # conv widths; the image side is 8 * grid
+    "channels": [8, 16, 32],     # conv widths (narrow early layers: half the update and act time, same learning)
     "grayscale": True,           # full-resolution grey beats downscaled colour: button texts stay legible
     "embed_buckets": 4096,       # hashed instruction tokens
     "embed_dim": 32,
