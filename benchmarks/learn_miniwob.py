@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import sys
 import tempfile
@@ -148,6 +149,9 @@ async def run(args, cfg: TrainConfig) -> dict:
     tasks = args.tasks.split(",")
     recent = {t: deque(maxlen=100) for t in tasks}
     reached: dict[str, dict] = {}
+    # --lag K: act with the weights of K updates ago, like a rollout worker behind the trainer
+    snapshots: deque = deque([copy.deepcopy(policy.state_dict())], maxlen=args.lag + 1)
+    actor = copy.deepcopy(policy) if args.lag else policy
     env = ReplayEnv(args.replay, rng) if args.replay else LiveEnv(args.sandboxes)
     await env.start()
     pool: list[EpisodeSample] = []
@@ -161,7 +165,7 @@ async def run(args, cfg: TrainConfig) -> dict:
             te = time.perf_counter()
             obs = await env.reset(specs)
             ta = time.perf_counter()
-            decisions = policy.act([PolicyInput(img, instr, img.shape[1], img.shape[0]) for img, instr in obs])
+            decisions = actor.act([PolicyInput(img, instr, img.shape[1], img.shape[0]) for img, instr in obs])
             tb = time.perf_counter()
             results = await env.step([d.action for d in decisions])
             env_s += (ta - te) + (time.perf_counter() - tb)
@@ -169,7 +173,7 @@ async def run(args, cfg: TrainConfig) -> dict:
             for k, ((img, instr), d, (reward, success)) in enumerate(zip(obs, decisions, results)):
                 recent[names[k]].append(1.0 if success else 0.0)
                 pool.append(EpisodeSample(f"e{episodes + k}", [policy.preprocess(img)], [instr],
-                                          [d.action], [d.logprob], [reward], policy.version))
+                                          [d.action], [d.logprob], [reward], actor.version))
             episodes += len(names)
             for t in tasks:
                 if t not in reached and len(recent[t]) == 100 and np.mean(recent[t]) >= TARGETS[t]:
@@ -178,6 +182,10 @@ async def run(args, cfg: TrainConfig) -> dict:
             if len(pool) >= cfg.min_batch:
                 m = ppo_update(policy, optimizer, collate(pool), cfg)
                 policy.version += 1
+                if args.lag:
+                    snapshots.append(copy.deepcopy(policy.state_dict()))
+                    actor.load_state_dict(snapshots[0])
+                    actor.version = policy.version - len(snapshots) + 1
                 upd.append(m["update_time_s"])
                 pool = []
                 if policy.version % args.log_every == 0:
@@ -194,7 +202,8 @@ async def run(args, cfg: TrainConfig) -> dict:
             "act_ms_per_batch": round(1000 * act_s / max(episodes / args.sandboxes, 1), 1),
             "update_s_mean": round(float(np.mean(upd)), 3) if upd else None, "updates": len(upd),
             "policy": policy.config_dict(), "lr": cfg.lr, "ent_coef": cfg.ent_coef, "epochs": cfg.epochs,
-            "minibatch_size": cfg.minibatch_size, "min_batch": cfg.min_batch, "replay": bool(args.replay)}
+            "minibatch_size": cfg.minibatch_size, "min_batch": cfg.min_batch, "tis_cap": cfg.tis_cap,
+            "lag": args.lag, "replay": bool(args.replay)}
 
 
 def main() -> int:
@@ -203,6 +212,7 @@ def main() -> int:
     ap.add_argument("--sandboxes", type=int, default=4)
     ap.add_argument("--max-episodes", type=int, default=4000)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lag", type=int, default=0, help="act with the weights of this many updates ago")
     ap.add_argument("--log-every", type=int, default=5)
     ap.add_argument("--policy", default="", help="JSON merged into the pixel policy config")
     ap.add_argument("--set", action="append", default=[], help="TrainConfig override, e.g. lr=0.002")

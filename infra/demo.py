@@ -43,7 +43,7 @@ class DemoConfig:
     sandboxes: int = opt(4, "browser sandboxes per rollout worker")
     workers: int = opt(1, "rollout worker processes")
     sync: bool = opt(False, "alternate rollout and training without overlap (for the async/sync comparison)")
-    batch_episodes: int = opt(64, "complete trajectories per PPO update")
+    batch_episodes: int = opt(32, "complete trajectories per PPO update")
     policy_kind: str = opt("pixel", "policy model the trainer learns", choices=("pixel", "lm"))
     progress_s: float = opt(5.0, "seconds between progress lines")
     run_id: str = opt("", "name of this run (default: a fresh id); prefixes its topics and policy name")
@@ -66,6 +66,9 @@ def child_env(settings: Settings, prefix: str) -> dict[str, str]:
         "FLYWHEEL_REPLICATION_FACTOR": str(settings.replication_factor),
         "FLYWHEEL_CLICKHOUSE_DATABASE": settings.clickhouse_database,
         "PYTHONUNBUFFERED": "1",
+        # one torch/OpenMP thread per process: with every child sharing the cores, two spinning
+        # threads made a PPO update 3-5x slower and act() ~10x slower than one
+        "OMP_NUM_THREADS": "1",
     }
     if settings.clickhouse_url:
         env["FLYWHEEL_CLICKHOUSE_URL"] = settings.clickhouse_url
