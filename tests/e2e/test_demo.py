@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
     from infra.topics import TOPICS, topic_name
 
     env = {**os.environ, "FLYWHEEL_DATA_DIR": str(tmp_path), "FLYWHEEL_KAFKA_BOOTSTRAP": kafka_bootstrap}
-    run_id = "e2e"
+    run_id = f"e2e{uuid.uuid4().hex[:8]}"  # its own topics, even on a shared broker
     proc = subprocess.run(
         [sys.executable, "-m", "infra.cli", "demo", "--minutes", "4", "--run-id", run_id,
          "--batch-episodes", "16", "--sandboxes", "2", "--episodes", "400", "--progress-s", "10"],
@@ -86,3 +87,19 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
         assert marks[topic_name(spec, settings)] > 0, f"nothing flowed through {spec.name}"
     assert marks[topic_name(TOPICS.sft, settings)] + marks[topic_name(TOPICS.ct, settings)] > 0
     assert marks[topic_name(TOPICS.dlq, settings)] == 0
+    _delete_run_topics(settings)
+
+
+def _delete_run_topics(settings) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    from infra.kafka import client_config
+
+    admin = AdminClient(client_config(settings))
+    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.topic_prefix)]
+    if names:
+        for fut in admin.delete_topics(names, operation_timeout=30).values():
+            try:
+                fut.result()
+            except Exception:  # noqa: BLE001 - clean-up only
+                pass
