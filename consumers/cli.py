@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 
 from infra.config import add_arguments, describe, resolve
 from infra.settings import load_settings, log_settings
@@ -13,17 +11,10 @@ from infra.settings import load_settings, log_settings
 log = logging.getLogger("flywheel.consumers")
 
 
-def _stop_on_signals() -> threading.Event:
-    """SIGTERM / SIGINT set the event; the loop then does its final flush and commit."""
-    stop = threading.Event()
+def _stop_on_signals():
+    from infra.procs import stop_on_signals
 
-    def handler(signum, _frame):
-        log.info("signal %d: stopping after a final flush", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    return stop
+    return stop_on_signals(log, "stopping after a final flush")
 
 
 def cmd_sink(args) -> int:

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import sys
 import time
 from dataclasses import dataclass, field
@@ -74,3 +75,18 @@ def wait_until(pred, timeout: float, interval: float = 0.5) -> bool:
             return True
         time.sleep(interval)
     return bool(pred())
+
+
+def stop_on_signals(logger: logging.Logger, what: str = "stopping") -> threading.Event:
+    """SIGTERM / SIGINT set the returned event; the caller's loop then shuts down cleanly
+    (final flush, commit) instead of dying mid-write."""
+
+    stop = threading.Event()
+
+    def handler(signum, _frame):
+        logger.info("signal %d: %s", signum, what)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-import threading
 
 from infra.config import add_arguments, describe, resolve
 from infra.errors import UserError
@@ -14,16 +12,10 @@ from infra.settings import Settings, load_settings, log_settings
 log = logging.getLogger("flywheel.serving")
 
 
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
+def _stop_on_signals():
+    from infra.procs import stop_on_signals
 
-    def handler(signum, _frame):
-        log.info("signal %d: stopping after the current batch", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    return stop
+    return stop_on_signals(log, "stopping after the current batch")
 
 
 def cmd_serve(args) -> int:
