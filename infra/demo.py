@@ -27,7 +27,6 @@ from infra import demo_queries as Q
 from infra.config import describe, opt
 from infra.errors import UserError
 from infra.procs import Child, flywheel_argv, wait_until
-from infra.report import TARGETS, RunInfo, write_report
 from infra.settings import Settings, load_settings
 
 log = logging.getLogger("flywheel.demo")
@@ -169,6 +168,8 @@ def format_progress(elapsed_s: float, snap: dict) -> str:
 
 
 def reached_targets(snap: dict, tasks: list[str]) -> bool:
+    from infra.report import TARGETS  # matplotlib: imported when the demo runs, not for --help
+
     rates = snap.get("rates", {})
     return all(t in rates and rates[t][1] >= 100 and rates[t][0] >= TARGETS.get(t, 0.9) for t in tasks)
 
@@ -216,6 +217,8 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
         print("stopping: rollout workers, then the stream processors, trainer and sink", flush=True)
         for child in reversed(children):
             child.stop(grace=60 if child.name == "sink" else 30)
+    from infra.report import RunInfo, write_report
+
     run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
                   {"demo": asdict(cfg), "settings": describe(settings)}, notes)
     path = write_report(settings, run, out)

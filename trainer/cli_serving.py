@@ -73,7 +73,7 @@ def _cmd_lm_train(mode: str):
 
 
 def register(subparsers) -> None:
-    from trainer.lm_stream import LMTrainConfig
+    from trainer.lm_config import LMTrainConfig
     from trainer.server import ServeConfig
 
     p = subparsers.add_parser("serve", help="serve the current policy version over HTTP (OpenAI chat / act), hot-reloading new versions")

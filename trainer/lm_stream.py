@@ -21,7 +21,6 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,7 +29,7 @@ import torch
 from confluent_kafka import TopicPartition
 from PIL import Image
 
-from infra.config import ConfigError, opt
+from trainer.lm_config import LMTrainConfig  # noqa: F401 - re-exported: the config lives apart so the CLI need not import torch
 from infra.dlq import dead_letter, send_dead_letter
 from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
 from infra.settings import Settings
@@ -41,28 +40,6 @@ from schemas.events import ScoredTrajectory
 from trainer.publish_lm import publish_version
 
 log = logging.getLogger("flywheel.lm_stream")
-
-
-@dataclass
-class LMTrainConfig:
-    policy_name: str = opt("lm", "policy to train: its key on flywheel.policy.v1 and its checkpoint folder")
-    policy_config: str = opt("", "JSON model config when no version is published yet (see trainer.policies.lm)")
-    lr: float = opt(1e-4, "AdamW learning rate")
-    weight_decay: float = opt(0.0, "AdamW weight decay")
-    batch_trajectories: int = opt(8, "trajectories per update")
-    max_wait_s: float = opt(30.0, "update with fewer trajectories once the first has waited this long")
-    minibatch_samples: int = opt(8, "sequences per forward pass (gradients accumulate over the update)")
-    max_grad_norm: float = opt(1.0, "gradient clipping norm")
-    group_id: str = opt("", "consumer group (default: <mode>-<policy_name>)")
-    max_updates: int = opt(0, "stop after this many updates (0: run until stopped)")
-    idle_exit_s: float = opt(0.0, "stop after this long without records (0: never)")
-    device: str = opt("cpu", "torch device")
-    poll_s: float = opt(0.5, "longest wait for records in one poll")
-
-    def validate(self) -> "LMTrainConfig":
-        if self.batch_trajectories < 1 or self.minibatch_samples < 1 or self.lr <= 0:
-            raise ConfigError("batch_trajectories and minibatch_samples must be >= 1 and lr > 0")
-        return self
 
 
 SampleFn = Callable[[Any, ScoredTrajectory, Callable], list]
