@@ -141,8 +141,11 @@ def test_worker_assembles_scores_routes_and_dead_letters(settings, group_id, tmp
             return {t.episode_id: t for t in collector.values(settings, TOPICS.trajectories, Trajectory)}
         def rl_episodes():
             return {s.episode_id for s in collector.values(settings, TOPICS.rl, ScoredTrajectory)}
-        collector.wait(lambda: len(trajectories()) == 9 and len(rl_episodes()) == 8,
-                       STARTUP_S + 30, worker, "9 trajectories and 8 RL records")
+        def routed():  # scoring and routing run after assembly: wait for every hop's output
+            return {s.episode_id for spec in (TOPICS.sft, TOPICS.ct)
+                    for s in collector.values(settings, spec, ScoredTrajectory)}
+        collector.wait(lambda: len(trajectories()) == 9 and len(rl_episodes()) == 8 and len(routed()) == 9,
+                       STARTUP_S + 30, worker, "9 trajectories, 8 RL records and 9 SFT/CT records")
         trajs = trajectories()
         for ep, events in episodes.items():
             assert [s.step_index for s in trajs[ep].steps] == [0, 1, 2, 3] and trajs[ep].missing_steps == []
