@@ -20,13 +20,16 @@ from schemas.blobs import BlobStore
 from schemas.codec import DecodeError, decode, encode
 from schemas.events import BlobRef, PolicyVersion, TrainerMetrics
 
+
 def weights_to_bytes(policy) -> bytes:
     """safetensors bytes of ``policy.state_dict()`` (tensors copied: shared storage is not allowed)."""
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in policy.state_dict().items()}
     return save_safetensors(tensors)
 
+
 def save_weights(policy, store: BlobStore) -> BlobRef:
     return store.put(weights_to_bytes(policy), "application/vnd.safetensors")
+
 
 def make_version(policy, ref: BlobRef, parent: int | None, metrics: dict[str, float] | None = None) -> PolicyVersion:
     return PolicyVersion(policy=policy.name, version=policy.version, kind=policy.kind, uri=ref.uri,
@@ -34,13 +37,16 @@ def make_version(policy, ref: BlobRef, parent: int | None, metrics: dict[str, fl
                          metrics={k: float(v) for k, v in (metrics or {}).items() if v == v},  # drop NaN
                          config=policy.config_dict())
 
+
 def publish_version(producer, tracker: DeliveryTracker, settings: Settings, pv: PolicyVersion) -> None:
     producer.produce(topic_name(TOPICS.policy, settings), key=pv.policy.encode(), value=encode(pv), on_delivery=tracker)
     flush_or_raise(producer, tracker)
 
+
 def publish_metrics(producer, tracker: DeliveryTracker, settings: Settings, m: TrainerMetrics) -> None:
     producer.produce(topic_name(TOPICS.metrics, settings), key=m.run_id.encode(), value=encode(m), on_delivery=tracker)
     flush_or_raise(producer, tracker)
+
 
 def read_versions(settings: Settings, policy_name: str | None = None, timeout_s: float = 15.0) -> list[PolicyVersion]:
     """Every PolicyVersion still on the compacted topic (for ``policy_name`` if given), oldest first.
@@ -56,6 +62,7 @@ def read_versions(settings: Settings, policy_name: str | None = None, timeout_s:
         if policy_name is None or pv.policy == policy_name:
             out.append(pv)
     return out
+
 
 def latest_version(settings: Settings, policy_name: str, timeout_s: float = 15.0) -> PolicyVersion | None:
     versions = read_versions(settings, policy_name, timeout_s)
