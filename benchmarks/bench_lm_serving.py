@@ -28,7 +28,7 @@ from serving_fixtures import scored_trajectory  # noqa: E402
 from schemas.blobs import BlobStore  # noqa: E402
 from trainer.lm_stream import LMTrainConfig, train_step  # noqa: E402
 from trainer.openai_chat import encode_image  # noqa: E402
-from trainer.policies import build_policy  # noqa: E402
+from infra.policy import build_policy  # noqa: E402
 from trainer.reload import PolicyHolder  # noqa: E402
 from trainer.server import PolicyServer, ServeConfig  # noqa: E402
 from trainer.sft import sft_samples  # noqa: E402

@@ -112,7 +112,7 @@ def main() -> None:
         produce(settings, events)
         print(f"backlog: {len(events)} events in {args.episodes} episodes of {args.steps} steps")
 
-        worker = subprocess.Popen([sys.executable, "-m", "infra.cli", "streams"], cwd=ROOT, env=env,
+        worker = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "streams"], cwd=ROOT, env=env,
                                   stdout=open(Path(data_dir) / "worker.log", "wb"), stderr=subprocess.STDOUT)
         rl = collect(settings, TOPICS.rl, args.episodes, 300, f"bench-rl-{run}")
         trajs = collect(settings, TOPICS.trajectories, args.episodes, 30, f"bench-tr-{run}")

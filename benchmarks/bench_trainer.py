@@ -31,8 +31,8 @@ from infra.topics import TOPICS, topic_name  # noqa: E402
 from schemas.blobs import BlobStore  # noqa: E402
 from schemas.codec import encode  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
-from trainer.policies import build_policy  # noqa: E402
-from trainer.policies.base import PolicyInput  # noqa: E402
+from infra.policy import build_policy  # noqa: E402
+from infra.policy import PolicyInput  # noqa: E402
 from trainer.publish import read_versions  # noqa: E402
 from trainer.stream import train  # noqa: E402
 from trainer.synthetic import make_episode, scored_trajectory  # noqa: E402

@@ -41,8 +41,8 @@ from infra.config import resolve  # noqa: E402
 from schemas.blobs import BlobStore  # noqa: E402
 from schemas.events import TaskSpec  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
-from trainer.policies import build_policy  # noqa: E402
-from trainer.policies.base import PolicyInput  # noqa: E402
+from infra.policy import build_policy  # noqa: E402
+from infra.policy import PolicyInput  # noqa: E402
 from trainer.update import EpisodeSample, collate, ppo_update  # noqa: E402
 
 TARGETS = {"click-test": 0.95, "click-test-2": 0.90}

@@ -122,7 +122,7 @@ def demo_speedup(args) -> list[Row]:
     cmds = []
     for mode in ("async", "sync"):
         run_id = f"bench-{mode}-{int(time.time())}"
-        cmd = [sys.executable, "-m", "infra.cli", "demo", "--minutes", str(args.demo_minutes), "--until-target",
+        cmd = [sys.executable, "-m", "infra.app.cli", "demo", "--minutes", str(args.demo_minutes), "--until-target",
                "--run-id", run_id, *(["--sync"] if mode == "sync" else [])]
         shown = " ".join(["flywheel", *cmd[3:]])
         cmds.append(shown)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 from infra.config import add_arguments, describe, resolve
 from infra.settings import load_settings, log_settings
@@ -67,9 +66,3 @@ def register(subparsers) -> None:
     p.add_argument("statement", help='e.g. "SELECT * FROM v_success_by_policy"')
     p.add_argument("--format", choices=FORMATS, default="table", help="output format (default: aligned table)")
     p.set_defaults(func=cmd_sql)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from infra.cli import main
-
-    sys.exit(main())

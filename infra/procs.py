@@ -65,7 +65,7 @@ class Child:
 
 def flywheel_argv(*args: str) -> list[str]:
     """Run a sub-command with the same interpreter (works inside or outside the venv)."""
-    return [sys.executable, "-m", "infra.cli", *args]
+    return [sys.executable, "-m", "infra.app.cli", *args]
 
 
 def wait_until(pred, timeout: float, interval: float = 0.5) -> bool:

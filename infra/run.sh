@@ -64,7 +64,7 @@ shift || true
 case "$cmd" in
   setup) setup ;;
   demo) setup; exec "$VENV/bin/flywheel" demo "$@" ;;
-  test) setup; exec "$VENV/bin/python" -m pytest tests/unit tests/integration tests/e2e "$@" ;;
+  test) setup; "$VENV/bin/lint-imports" --config .importlinter; exec "$VENV/bin/python" -m pytest tests/unit tests/integration tests/e2e "$@" ;;
   flywheel) setup; exec "$VENV/bin/flywheel" "$@" ;;
   *) echo "usage: bash infra/run.sh {demo|test|setup|flywheel ARGS}" >&2; exit 2 ;;
 esac

@@ -3,7 +3,7 @@ registry keyed by name.
 
 - ``random``: uniform clicks on the screen (tests, baselines); log-prob of the pixel it chose.
 - ``scripted``: the DOM-reading MiniWoB++ solvers of ``producers.scripted`` (tests, smoke runs).
-- ``torch``: an in-process ``trainer.policies`` Policy; concurrent requests from the worker's
+- ``torch``: an in-process ``infra.policy`` Policy (implemented in trainer.policies); concurrent requests from the worker's
   sandboxes are micro-batched into one ``act`` call run off the event loop.
 - ``http``: a policy server or vLLM speaking OpenAI-compatible chat completions (UI-TARS text
   parsed with ``schemas.uitars.parse_output``), or a pixel policy server's ``/v1/act``.
@@ -28,7 +28,7 @@ from producers.sandboxes.base import Obs
 from schemas.actions import Click, Wait
 from schemas.blobs import BlobStore
 from schemas.events import PolicyVersion, Step, TaskSpec
-from trainer.policies.base import Decision, PolicyInput
+from infra.policy import Decision, PolicyInput
 
 log = logging.getLogger("flywheel.policy_client")
 
@@ -138,7 +138,7 @@ class ScriptedClient(PolicyClient):
 
 @register_client("torch")
 class TorchClient(PolicyClient):
-    """Wraps a trainer.policies Policy; requests arriving together are acted on as one batch."""
+    """Wraps an infra.policy Policy; requests arriving together are acted on as one batch."""
 
     backend = "torch"
 
@@ -146,7 +146,7 @@ class TorchClient(PolicyClient):
                  greedy: bool = False, policy: Any = None, **_: Any) -> None:
         super().__init__(name)
         if policy is None:
-            from trainer.policies import build_policy
+            from infra.policy import build_policy
 
             policy = build_policy(kind, name, config or {})
         self.policy = policy
@@ -184,7 +184,7 @@ class TorchClient(PolicyClient):
             self._flushing = False
 
     async def load_version(self, pv: PolicyVersion, blobs: BlobStore) -> None:
-        from trainer.policies import load_policy_version
+        from infra.policy import load_policy_version
 
         # load_policy_version re-checks the sha256 of the bytes it loads
         self.policy = await asyncio.to_thread(load_policy_version, pv, blobs)

@@ -134,7 +134,7 @@ class LMStreamTrainer:
 
     def _initial_policy(self):
         """Checkpoint > latest published version > a fresh model from ``policy_config``."""
-        from trainer.policies import build_policy, load_policy_version
+        from infra.policy import build_policy, load_policy_version
         from trainer.versions import scan_policy_topic
 
         ckpt = load_checkpoint(self.ckpt_dir)

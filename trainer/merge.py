@@ -90,7 +90,7 @@ def merge_versions(pvs: list, alphas: Sequence[float], store) -> tuple[dict[str,
     """Verify and load each version's weights, check they agree, interpolate; -> (state, config)."""
     from safetensors.torch import load as load_safetensors
 
-    from trainer.policies import weights_bytes
+    from infra.policy import weights_bytes
 
     alphas = validate_alphas(alphas, len(pvs))
     kinds = {pv.kind for pv in pvs}
@@ -109,7 +109,7 @@ def run_merge(settings, plan: MergePlan):
     """Find, verify, interpolate and publish; -> the new PolicyVersion (latest known + 1)."""
     from infra.kafka import DeliveryTracker, make_producer
     from schemas.blobs import BlobStore
-    from trainer.policies import build_policy
+    from infra.policy import build_policy
     from trainer.publish_lm import publish_version
     from trainer.versions import find_versions
 

@@ -32,7 +32,7 @@ from infra.config import opt
 from infra.errors import UserError
 from trainer.batching import DynamicBatcher
 from trainer.openai_chat import BadRequest, ChatParams, chat_response, decode_image, parse_messages, parse_params
-from trainer.policies.base import PolicyInput
+from infra.policy import PolicyInput
 from trainer.reload import PolicyHolder
 
 log = logging.getLogger("flywheel.serve")
@@ -255,7 +255,7 @@ async def serve_forever(app: web.Application, host: str, port: int) -> None:
 
 def torch_loader(store, device: str):
     """PolicyVersion -> a verified, loaded policy on ``device`` (refuses a sha256 mismatch)."""
-    from trainer.policies import load_policy_version
+    from infra.policy import load_policy_version
 
     def load(pv):
         policy = load_policy_version(pv, store)
@@ -269,7 +269,7 @@ def torch_loader(store, device: str):
 def build_server(settings, cfg: ServeConfig):
     """The server with its reloader started and caught up (or a version-0 policy if none is published)."""
     from schemas.blobs import BlobStore
-    from trainer.policies import build_policy
+    from infra.policy import build_policy
     from trainer.reload import PolicyReloader
 
     store = BlobStore(settings.blob_root)

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from schemas.events import ScoredTrajectory
-from trainer.policies.base import PolicyInput
+from infra.policy import PolicyInput
 from trainer.policies.lm_text import Rendered, format_step_output
 
 ImageLoader = Callable[[Any], "np.ndarray | None"]

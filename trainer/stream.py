@@ -42,7 +42,7 @@ from schemas.codec import DecodeError, decode
 from schemas.events import PolicyVersion, ScoredTrajectory, TrainerMetrics
 from trainer import ppo
 from trainer.config import TrainConfig
-from trainer.policies import build_policy, load_policy_version
+from infra.policy import build_policy, load_policy_version
 from trainer.publish import latest_version, make_version, publish_metrics, publish_version, save_weights
 from trainer.update import EpisodeSample, collate, ppo_update
 

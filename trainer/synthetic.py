@@ -93,8 +93,8 @@ def learn(task: str, target: float, max_episodes: int, cfg, log_every: int = 0) 
     policy, one ``ppo_update``, repeat, until the last 100 sampled episodes reach ``target``."""
     import torch
 
-    from trainer.policies import build_policy
-    from trainer.policies.base import PolicyInput
+    from infra.policy import build_policy
+    from infra.policy import PolicyInput
     from trainer.update import EpisodeSample, collate, ppo_update
 
     torch.manual_seed(cfg.seed)

@@ -42,7 +42,7 @@ def export_hf_folder(pv, store, out: Path) -> Path:
     """A vLLM-loadable folder for ``pv``: the base checkpoint's files, this version's LM weights."""
     from safetensors.torch import load, save_file
 
-    from trainer.policies import weights_bytes
+    from infra.policy import weights_bytes
 
     base = pv.config.get("pretrained")
     if not base:

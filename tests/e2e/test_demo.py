@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _sql(env: dict, statement: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "infra.cli", "sql", "--format", "json", statement],
+    out = subprocess.run([sys.executable, "-m", "infra.app.cli", "sql", "--format", "json", statement],
                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -54,7 +54,7 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
     env = {**os.environ, "FLYWHEEL_DATA_DIR": str(tmp_path), "FLYWHEEL_KAFKA_BOOTSTRAP": kafka_bootstrap}
     run_id = f"e2e{uuid.uuid4().hex[:8]}"  # its own topics, even on a shared broker
     proc = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "demo", "--minutes", "4", "--run-id", run_id,
+        [sys.executable, "-m", "infra.app.cli", "demo", "--minutes", "4", "--run-id", run_id,
          "--batch-episodes", "16", "--sandboxes", "2", "--episodes", "400", "--progress-s", "10"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,
     )

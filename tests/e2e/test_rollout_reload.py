@@ -39,7 +39,7 @@ def publish(settings, version: int, seed: int, tamper: bool = False) -> PolicyVe
     """Store weights of a fresh policy in the blob store and announce them on the policy topic."""
     from safetensors.torch import save
 
-    from trainer.policies import build_policy
+    from infra.policy import build_policy
 
     policy = build_policy("pixel", NAME, {**WAIT_ONLY, "seed": seed})
     data = save({k: v.contiguous() for k, v in policy.state_dict().items()})
@@ -96,7 +96,7 @@ def test_flywheel_rollout_stops_cleanly_on_sigterm(settings, group_id, tmp_path)
     submit(settings, build_tasks("miniwob", ["click-test"], 50, prefix="term", max_steps=5))
     env = {**os.environ, "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap, "FLYWHEEL_TOPIC_PREFIX": settings.topic_prefix,
            "FLYWHEEL_DATA_DIR": settings.data_dir}
-    proc = subprocess.Popen([sys.executable, "-m", "infra.cli", "rollout", "--sandboxes", "2", "--policy-backend",
+    proc = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "rollout", "--sandboxes", "2", "--policy-backend",
                              "random", "--policy-name", "random", "--group-id", group_id, "--worker-id", "w-term",
                              "--status-interval-s", "0.5", "--no-reload"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -20,7 +20,7 @@ from producers.tasks import build_tasks, submit
 from schemas.actions import Click
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, EpisodeEvent, TaskSpec
-from trainer.policies.base import Decision
+from infra.policy import Decision
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from infra.topics import TOPICS, topic_name
 from schemas.blobs import BlobStore
 from schemas.codec import encode
 from schemas.events import PolicyVersion
-from trainer.policies import build_policy, load_policy_version
+from infra.policy import build_policy, load_policy_version
 from trainer.publish_lm import publish_version, weights_blob
 from trainer.versions import scan_policy_topic
 

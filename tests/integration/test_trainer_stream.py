@@ -20,8 +20,8 @@ from infra.topics import TOPICS, topic_name
 from schemas.blobs import BlobStore
 from schemas.codec import encode
 from trainer.config import TrainConfig
-from trainer.policies import build_policy, load_policy_version
-from trainer.policies.base import PolicyInput
+from infra.policy import build_policy, load_policy_version
+from infra.policy import PolicyInput
 from trainer.publish import read_versions
 from trainer.stream import checkpoint_path, load_checkpoint, train
 from trainer.synthetic import make_episode, scored_trajectory
@@ -74,7 +74,7 @@ def _run_trainer(settings, group_id: str, max_updates: int, fault: str | None = 
     env.pop("FLYWHEEL_TRAINER_FAULT", None)
     if fault:
         env["FLYWHEEL_TRAINER_FAULT"] = fault
-    cmd = [sys.executable, "-m", "infra.cli", "train", "--policy-name", POLICY, "--policy-config", POLICY_CONFIG,
+    cmd = [sys.executable, "-m", "infra.app.cli", "train", "--policy-name", POLICY, "--policy-config", POLICY_CONFIG,
            "--min-batch", "4", "--max-wait-s", "60", "--max-updates", str(max_updates), "--group-id", group_id,
            "--epochs", "1", "--minibatch-size", "4", "--torch-threads", "1", "--max-staleness", "100"]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

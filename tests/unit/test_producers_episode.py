@@ -11,7 +11,7 @@ from producers.policy_client import PolicyClient, PolicyReply
 from producers.sandboxes.base import Obs, SandboxCrashed, StepResult
 from schemas.actions import Click
 from schemas.events import BlobRef, Observation, TaskSpec
-from trainer.policies.base import Decision
+from infra.policy import Decision
 
 
 def obs(i: int) -> Obs:

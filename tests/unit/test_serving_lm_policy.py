@@ -11,8 +11,8 @@ import torch
 from schemas.actions import Click
 from schemas.blobs import BlobStore
 from schemas.events import BlobRef, Observation, Step
-from trainer.policies import build_policy
-from trainer.policies.base import PolicyInput
+from infra.policy import build_policy
+from infra.policy import PolicyInput
 from trainer.policies.lm import LMPolicy
 from trainer.policies.lm_text import IMAGE, Rendered, format_step_output
 

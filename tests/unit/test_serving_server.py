@@ -9,7 +9,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from trainer.openai_chat import encode_image
-from trainer.policies import build_policy
+from infra.policy import build_policy
 from trainer.reload import PolicyHolder
 from trainer.server import PolicyServer, ServeConfig, encode_png_b64
 
@@ -134,7 +134,7 @@ def test_bad_requests_get_400_with_a_reason(lm, body, fragment):
 def test_act_endpoint_for_the_lm_policy_uses_the_episode_history(lm):
     from schemas.actions import Click
     from schemas.events import BlobRef, Observation, Step
-    from trainer.policies.base import PolicyInput
+    from infra.policy import PolicyInput
 
     holder = PolicyHolder("lm-srv")
     holder.swap(lm, None)

@@ -13,7 +13,7 @@ from serving_fixtures import scored_trajectory
 from schemas.blobs import BlobStore
 from trainer.ct import ct_samples
 from trainer.lm_stream import LMTrainConfig, load_checkpoint, mark_published, save_checkpoint, train_step
-from trainer.policies import build_policy
+from infra.policy import build_policy
 from trainer.sft import sft_samples
 
 
@@ -41,7 +41,7 @@ def test_sft_scores_each_steps_answer_in_the_context_it_was_written(store):
     assert [len(s.images) for s in samples] == [1, 2, 3]  # screenshots so far, within max_images
     # the sample for step 2 is exactly what the policy would score for that decision
     steps = scored.trajectory.steps
-    from trainer.policies.base import PolicyInput
+    from infra.policy import PolicyInput
 
     img = loader(store)(steps[2].observation.screenshot)
     inp = PolicyInput(img, "Click the button.", 50, 40, history=list(steps[:2]))

@@ -7,8 +7,8 @@ import torch
 from infra.errors import UserError
 from schemas.actions import Click, Wait
 from schemas.blobs import BlobStore
-from trainer.policies import PolicyIntegrityError, build_policy, load_policy_version
-from trainer.policies.base import PolicyInput
+from infra.policy import PolicyIntegrityError, build_policy, load_policy_version
+from infra.policy import PolicyInput
 from trainer.publish import make_version, save_weights
 from trainer.synthetic import make_episode
 

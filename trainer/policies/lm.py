@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from trainer.policies.base import Decision, PolicyInput, register_policy
+from infra.policy import Decision, PolicyInput, register_policy
 from trainer.policies.lm_text import (
     IM_END, IMAGE, PAD, Rendered, Turn, make_tokenizer, render, system_prompt, uitars_turns,
 )

@@ -29,7 +29,7 @@ from PIL import Image
 from torch import nn
 
 from schemas import actions as A
-from trainer.policies.base import Decision, PolicyInput, register_policy
+from infra.policy import Decision, PolicyInput, register_policy
 
 POINTER_TYPES = {"click": A.Click, "left_double": A.LeftDouble, "right_single": A.RightSingle,
                  "long_press": A.LongPress}

@@ -19,13 +19,13 @@ from infra.config import ConfigError
 from infra.kafka import DeliveryError
 
 COMMAND_MODULES = (
-    "infra.commands",
-    "infra.schemas_cli",
+    "infra.app.commands",
+    "infra.app.schemas_cli",
     "producers.cli",
     "streams.cli",
     "consumers.cli",
     "trainer.cli",
-    "infra.demo_cli",
+    "infra.app.demo_cli",
 )
 
 

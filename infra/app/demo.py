@@ -23,7 +23,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from infra import demo_queries as Q
+from infra.app import demo_queries as Q
 from infra.config import describe, opt
 from infra.errors import UserError
 from infra.procs import Child, flywheel_argv, wait_until
@@ -106,7 +106,7 @@ def ensure_platform(settings: Settings) -> None:
     from infra.admin import ensure_topics
 
     if not settings.kafka_bootstrap:
-        from infra.commands import local_cluster, running_cluster
+        from infra.app.commands import local_cluster, running_cluster
         from infra.kafka_jars import fetch_jars
 
         if running_cluster(settings) is None:
@@ -168,7 +168,7 @@ def format_progress(elapsed_s: float, snap: dict) -> str:
 
 
 def reached_targets(snap: dict, tasks: list[str]) -> bool:
-    from infra.report import TARGETS  # matplotlib: imported when the demo runs, not for --help
+    from infra.app.report import TARGETS  # matplotlib: imported when the demo runs, not for --help
 
     rates = snap.get("rates", {})
     return all(t in rates and rates[t][1] >= 100 and rates[t][0] >= TARGETS.get(t, 0.9) for t in tasks)
@@ -217,7 +217,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
         print("stopping: rollout workers, then the stream processors, trainer and sink", flush=True)
         for child in reversed(children):
             child.stop(grace=60 if child.name == "sink" else 30)
-    from infra.report import RunInfo, write_report
+    from infra.app.report import RunInfo, write_report
 
     run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
                   {"demo": asdict(cfg), "settings": describe(settings)}, notes)

@@ -1,5 +1,5 @@
 """The demo's report: Markdown with PNG plots, every figure computed in ClickHouse by a query the
-report prints beside it (infra.demo_queries)."""
+report prints beside it (infra.app.demo_queries)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from infra import demo_queries as Q  # noqa: E402
+from infra.app import demo_queries as Q  # noqa: E402
 from infra.ch_query import execute, render  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 

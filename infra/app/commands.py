@@ -110,7 +110,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from infra.status import print_status
+    from infra.app.status import print_status
 
     return print_status(with_local_cluster(load_settings(vars(args)), args), running_cluster, show_all=args.all)
 

@@ -1,4 +1,4 @@
-"""`flywheel demo` and `flywheel report` sub-commands (see infra.demo)."""
+"""`flywheel demo` and `flywheel report` sub-commands (see infra.app.demo)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from infra.settings import Settings, load_settings, log_settings
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from infra.demo import DemoConfig, run_demo
+    from infra.app.demo import DemoConfig, run_demo
 
     settings = load_settings(vars(args))
     log_settings(settings)
@@ -18,7 +18,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    from infra.demo import DemoConfig
+    from infra.app.demo import DemoConfig
 
     p = subparsers.add_parser("demo", help="the whole closed learning loop, with live progress and a report")
     add_arguments(p, DemoConfig)
