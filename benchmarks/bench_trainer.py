@@ -33,7 +33,7 @@ from schemas.codec import encode  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from infra.policy import build_policy  # noqa: E402
 from infra.policy import PolicyInput  # noqa: E402
-from trainer.publish import read_versions  # noqa: E402
+from infra.versions import scan as read_versions  # noqa: E402
 from trainer.stream import train  # noqa: E402
 from trainer.synthetic import make_episode, scored_trajectory  # noqa: E402
 

@@ -135,7 +135,7 @@ class LMStreamTrainer:
     def _initial_policy(self):
         """Checkpoint > latest published version > a fresh model from ``policy_config``."""
         from infra.policy import build_policy, load_policy_version
-        from trainer.versions import scan_policy_topic
+        from infra import versions
 
         ckpt = load_checkpoint(self.ckpt_dir)
         if ckpt is not None:
@@ -144,7 +144,7 @@ class LMStreamTrainer:
             policy.version = ckpt["version"]
             log.info("resuming %s v%d from %s", self.cfg.policy_name, policy.version, self.ckpt_dir)
             return policy, ckpt
-        published = [pv for pv in scan_policy_topic(self.settings, self.cfg.policy_name) if pv.kind == "lm"]
+        published = [pv for pv in versions.scan(self.settings, self.cfg.policy_name) if pv.kind == "lm"]
         if published:
             pv = max(published, key=lambda p: p.version)
             log.info("starting from published %s v%d", pv.policy, pv.version)

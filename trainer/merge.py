@@ -111,10 +111,10 @@ def run_merge(settings, plan: MergePlan):
     from schemas.blobs import BlobStore
     from infra.policy import build_policy
     from trainer.publish_lm import publish_version
-    from trainer.versions import find_versions
+    from infra import versions
 
     validate_alphas(plan.alphas, len(plan.versions))
-    known = find_versions(settings, plan.policy, plan.versions)
+    known = versions.history(settings, plan.policy, plan.versions)
     pvs = [known[v] for v in plan.versions]
     store = BlobStore(settings.blob_root)
     state, config = merge_versions(pvs, plan.alphas, store)

@@ -1,23 +1,22 @@
-"""Publish policy versions and trainer metrics.
+"""Store a policy's weights, describe them as a PolicyVersion, and publish trainer metrics.
 
 Weights go to the content-addressed blob store as safetensors (their sha256 is the blob's
-name), then a ``PolicyVersion`` goes to the compacted flywheel.policy.v1 keyed by policy name,
-and ``TrainerMetrics`` to flywheel.metrics.v1 keyed by run id. Delivery: the idempotent
-producer from infra.kafka (acks=all); each publish flushes and raises ``DeliveryError`` unless
-the broker acknowledged it, so a version is announced only after its weights are stored, and a
-caller never believes an unacknowledged publish.
+name); the ``PolicyVersion`` built from them is announced with ``infra.versions.publish`` only
+after that, and ``TrainerMetrics`` go to flywheel.metrics.v1 keyed by run id. Delivery: the
+idempotent producer from infra.kafka (acks=all); ``publish_metrics`` flushes and raises
+``DeliveryError`` unless the broker acknowledged the record.
 """
 
 from __future__ import annotations
 
 from safetensors.torch import save as save_safetensors
 
-from infra.kafka import DeliveryTracker, flush_or_raise, read_to_end
+from infra.kafka import DeliveryTracker, flush_or_raise
 from infra.settings import Settings
 from infra.topics import TOPICS, topic_name
 from schemas.base import now
 from schemas.blobs import BlobStore
-from schemas.codec import DecodeError, decode, encode
+from schemas.codec import encode
 from schemas.events import BlobRef, PolicyVersion, TrainerMetrics
 
 
@@ -38,32 +37,6 @@ def make_version(policy, ref: BlobRef, parent: int | None, metrics: dict[str, fl
                          config=policy.config_dict())
 
 
-def publish_version(producer, tracker: DeliveryTracker, settings: Settings, pv: PolicyVersion) -> None:
-    producer.produce(topic_name(TOPICS.policy, settings), key=pv.policy.encode(), value=encode(pv), on_delivery=tracker)
-    flush_or_raise(producer, tracker)
-
-
 def publish_metrics(producer, tracker: DeliveryTracker, settings: Settings, m: TrainerMetrics) -> None:
     producer.produce(topic_name(TOPICS.metrics, settings), key=m.run_id.encode(), value=encode(m), on_delivery=tracker)
     flush_or_raise(producer, tracker)
-
-
-def read_versions(settings: Settings, policy_name: str | None = None, timeout_s: float = 15.0) -> list[PolicyVersion]:
-    """Every PolicyVersion still on the compacted topic (for ``policy_name`` if given), oldest first.
-
-    Reads from the beginning to the high watermark with a throw-away group and no commits.
-    """
-    out: list[PolicyVersion] = []
-    for msg in read_to_end(settings, topic_name(TOPICS.policy, settings), timeout_s):
-        try:
-            pv = decode(msg.value(), PolicyVersion)
-        except DecodeError:
-            continue  # not ours to judge here; the sink dead-letters it
-        if policy_name is None or pv.policy == policy_name:
-            out.append(pv)
-    return out
-
-
-def latest_version(settings: Settings, policy_name: str, timeout_s: float = 15.0) -> PolicyVersion | None:
-    versions = read_versions(settings, policy_name, timeout_s)
-    return max(versions, key=lambda v: v.version) if versions else None

@@ -1,6 +1,6 @@
 """Publish a language policy's weights as a new version (used by SFT / CT / merge).
 
-A thin call-shape adapter over trainer.publish, which holds the one implementation: the
+A thin call-shape adapter over trainer.publish and infra.versions, which hold the one implementation: the
 safetensors bytes of ``state_dict()`` go to the content-addressed blob store first, then a
 PolicyVersion (uri, sha256, parent, metrics, config) keyed by policy name goes to the compacted
 flywheel.policy.v1, flushed and acknowledged (acks=all) before this returns.
@@ -14,7 +14,8 @@ from infra.kafka import DeliveryTracker
 from infra.settings import Settings
 from schemas.blobs import BlobStore
 from schemas.events import PolicyVersion
-from trainer.publish import make_version, publish_version as _publish, save_weights, weights_to_bytes
+from infra.versions import publish as _publish
+from trainer.publish import make_version, save_weights, weights_to_bytes
 
 weights_blob = weights_to_bytes
 

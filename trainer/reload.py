@@ -15,16 +15,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-from infra.kafka import make_consumer
 from infra.settings import Settings
-from infra.topics import TOPICS, topic_name
-from schemas.codec import DecodeError, decode
+from infra.versions import VersionFollower
 from schemas.events import PolicyVersion
 
 log = logging.getLogger("flywheel.reload")
@@ -85,44 +80,33 @@ class PolicyReloader(threading.Thread):
         return outcome
 
     def run(self) -> None:
-        topic = topic_name(TOPICS.policy, self.settings)
         try:
-            consumer = make_consumer(self.settings, f"flywheel-serve-{uuid.uuid4().hex[:12]}")
+            follower = VersionFollower(self.settings, "serve")
         except Exception as exc:
-            self.error = f"cannot create a consumer: {exc}"
+            self.error = f"cannot follow the policy topic: {exc}"
             log.error("%s", self.error)
+            self.caught_up.set()
             return
         try:
-            ends = self._assign_from_start(consumer, topic)
             backlog: dict[int, PolicyVersion] = {}
             while not self._stopping.is_set():
-                msg = consumer.poll(0.5)
-                if msg is not None and not msg.error():
-                    pv = self._decode(msg)
-                    if pv is not None and pv.policy == self.holder.name:
-                        if self.caught_up.is_set():
-                            self._apply(pv)
-                        else:
-                            backlog[pv.version] = pv
-                    if msg.offset() + 1 >= ends.get(msg.partition(), 0):
-                        ends.pop(msg.partition(), None)
-                if not self.caught_up.is_set() and not ends:
+                ann = follower.poll(0.5)
+                if ann is not None and ann.version is None:
+                    # the sink routes bad records to the DLQ; a server only skips them
+                    log.warning("skipping undecodable policy record at offset %d: %s", ann.msg.offset(), ann.error)
+                elif ann is not None and ann.version.policy == self.holder.name:
+                    if self.caught_up.is_set():
+                        self._apply(ann.version)
+                    else:
+                        backlog[ann.version.version] = ann.version
+                if not self.caught_up.is_set() and follower.caught_up:
                     self._catch_up(backlog)
         except Exception as exc:  # keep serving the current version; /healthz shows the reason
             self.error = f"{type(exc).__name__}: {exc}"
             log.exception("policy reloader stopped")
         finally:
             self.caught_up.set()
-            consumer.close()
-
-    def _assign_from_start(self, consumer, topic: str) -> dict[int, int]:
-        meta = consumer.list_topics(topic, timeout=10)
-        if topic not in meta.topics or meta.topics[topic].error is not None:
-            raise RuntimeError(f"topic {topic} does not exist; run `flywheel topics`")
-        parts = sorted(meta.topics[topic].partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        return {p: end for p, end in ends.items() if end > 0}
+            follower.close()
 
     def _catch_up(self, backlog: dict[int, PolicyVersion]) -> None:
         """Load the newest published version; older ones only if the newer are refused."""
@@ -130,11 +114,3 @@ class PolicyReloader(threading.Thread):
             if self._apply(backlog[version]) != "refused":
                 break
         self.caught_up.set()
-
-    @staticmethod
-    def _decode(msg) -> PolicyVersion | None:
-        try:
-            return decode(msg.value(), PolicyVersion)
-        except DecodeError as exc:  # the sink routes bad records to the DLQ; a server only skips them
-            log.warning("skipping undecodable policy record at offset %d: %s", msg.offset(), exc)
-            return None

@@ -43,7 +43,8 @@ from schemas.events import PolicyVersion, ScoredTrajectory, TrainerMetrics
 from trainer import ppo
 from trainer.config import TrainConfig
 from infra.policy import build_policy, load_policy_version
-from trainer.publish import latest_version, make_version, publish_metrics, publish_version, save_weights
+from infra import versions
+from trainer.publish import make_version, publish_metrics, save_weights
 from trainer.update import EpisodeSample, collate, ppo_update
 
 log = logging.getLogger("flywheel.trainer")
@@ -109,12 +110,12 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore, produce
         optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
         optimizer.load_state_dict(state["optimizer"])
         pv = PolicyVersion.model_validate(state["pv"])
-        published = latest_version(settings, cfg.policy_name)
+        published = versions.latest(settings, cfg.policy_name)
         if published is None or published.version < pv.version:  # crashed between checkpoint and announce
-            publish_version(producer, tracker, settings, pv)
+            versions.publish(producer, tracker, settings, pv)
         log.info("resumed %s v%d from %s at offsets %s", cfg.policy_name, policy.version, path, state["offsets"])
         return policy, optimizer, state
-    published = latest_version(settings, cfg.policy_name)
+    published = versions.latest(settings, cfg.policy_name)
     if published is not None:
         policy = load_policy_version(published, store)
         log.info("continuing from published %s v%d", cfg.policy_name, policy.version)
@@ -126,7 +127,7 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore, produce
              "offsets": {}, "trained": [], "counts": {}, "vp_losses": [], "vp_evs": [], "updates": 0}
     save_checkpoint(path, {**state, "weights": policy.state_dict(), "optimizer": optimizer.state_dict()})
     if published is None:
-        publish_version(producer, tracker, settings, pv)
+        versions.publish(producer, tracker, settings, pv)
         log.info("published random init %s v0", cfg.policy_name)
     return policy, optimizer, state
 
@@ -235,7 +236,7 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
             save_checkpoint(path, {**state, "weights": policy.state_dict(), "optimizer": optimizer.state_dict()})
             _fault("after_checkpoint", state["updates"])
             if new_version:
-                publish_version(producer, tracker, settings, pv)
+                versions.publish(producer, tracker, settings, pv)
             if kept:
                 publish_metrics(producer, tracker, settings, TrainerMetrics(
                     run_id=run_id, update=state["updates"], policy=cfg.policy_name, policy_version=policy.version,

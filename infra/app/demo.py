@@ -227,10 +227,10 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
 
 
 def _published(settings: Settings, policy: str) -> bool:
-    from trainer.publish import latest_version
+    from infra import versions
 
     try:
-        return latest_version(settings, policy) is not None
+        return versions.latest(settings, policy) is not None
     except Exception:  # noqa: BLE001 - not yet readable
         return False
 

@@ -19,7 +19,7 @@ from schemas.codec import encode
 from schemas.events import PolicyVersion
 from infra.policy import build_policy, load_policy_version
 from trainer.publish_lm import publish_version, weights_blob
-from trainer.versions import scan_policy_topic
+from infra.versions import scan as scan_policy_topic
 
 CFG = {"max_new_tokens": 4}
 

@@ -22,7 +22,7 @@ from schemas.codec import encode
 from trainer.config import TrainConfig
 from infra.policy import build_policy, load_policy_version
 from infra.policy import PolicyInput
-from trainer.publish import read_versions
+from infra.versions import scan as read_versions
 from trainer.stream import checkpoint_path, load_checkpoint, train
 from trainer.synthetic import make_episode, scored_trajectory
 
