@@ -35,6 +35,7 @@ class TrainConfig:
     min_batch: int = opt(32, "complete trajectories that trigger an update (partially-filled rollout pool)")
     max_wait_s: float = opt(20.0, "update with fewer trajectories once the oldest has waited this long")
     max_staleness: int = opt(4, "drop trajectories whose oldest step is more than this many versions old")
+    scorer: str = opt("rule-v1", "train only on trajectories scored by this scorer (a `flywheel rescore` run may route other scores to RL)")
     value_pretrain_max_batches: int = opt(0, "value pretraining: critic-only batches at most, before PPO starts (0: off)")
     value_pretrain_min_ev: float = opt(0.5, "value pretraining ends once explained variance reaches this")
     value_pretrain_rel_tol: float = opt(0.05, "... or once the loss changes by less than this fraction ...")

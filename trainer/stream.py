@@ -5,13 +5,16 @@ complete ones are ready (or the oldest has waited ``max_wait_s``); trajectories 
 ``max_staleness`` versions old are dropped and counted; one PPO update follows, then a new
 version is published that the rollout workers hot-reload while they keep running.
 
-Delivery guarantee: every trajectory is trained on exactly once across crashes. After each
-update the checkpoint (weights, optimiser, policy version, the PolicyVersion to announce, the
-next offset of every partition, the episode ids trained on) is written atomically; only then is
-the version announced and are the offsets committed to Kafka. On start the consumer seeks to
-the checkpoint's offsets, not the group's, and re-announces a version the topic does not have
-yet. A crash before the checkpoint loses nothing (the batch is read again); a crash after it
-repeats nothing (the checkpoint's offsets are past the batch).
+Delivery guarantee: every trajectory is trained on exactly once across crashes, replays and
+re-scoring. After each update the dead letters of the batch are acknowledged, then the checkpoint
+(weights, optimiser, policy version, the PolicyVersion to announce, the next offset of every
+(topic, partition), the ledger of episodes trained on) is written atomically; only then is the
+version announced and are the offsets committed to Kafka. On start the consumer seeks to the
+checkpoint's offsets, not the group's, and re-announces a version the topic does not have yet.
+A crash before the checkpoint loses nothing (the batch is read again); a crash after it repeats
+nothing (the checkpoint's offsets are past the batch). A copy of an episode that arrives again
+(an at-least-once replay upstream, a rebalance) is skipped by the ledger (trainer.ledger); a
+record scored by another scorer than ``cfg.scorer`` (e.g. a `flywheel rescore` run) is skipped.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import signal
 import threading
 import time
 from collections import Counter
@@ -42,6 +44,7 @@ from schemas.codec import DecodeError, decode
 from schemas.events import PolicyVersion, ScoredTrajectory, TrainerMetrics
 from trainer import ppo
 from trainer.config import TrainConfig
+from trainer.ledger import TrainedLedger
 from infra.policy import build_policy, load_policy_version
 from infra import versions
 from trainer.publish import make_version, publish_metrics, save_weights
@@ -124,18 +127,12 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore, produce
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     pv = published or make_version(policy, save_weights(policy, store), parent=None)
     state = {"version": policy.version, "config": policy.config_dict(), "pv": pv.model_dump(mode="json"),
-             "offsets": {}, "trained": [], "counts": {}, "vp_losses": [], "vp_evs": [], "updates": 0}
+             "offsets": {}, "trained": TrainedLedger().to_dict(), "counts": {}, "vp_losses": [], "vp_evs": [], "updates": 0}
     save_checkpoint(path, {**state, "weights": policy.state_dict(), "optimizer": optimizer.state_dict()})
     if published is None:
         versions.publish(producer, tracker, settings, pv)
         log.info("published random init %s v0", cfg.policy_name)
     return policy, optimizer, state
-
-
-def _fault(point: str, count: int) -> None:
-    """Fault injection for the crash test: FLYWHEEL_TRAINER_FAULT=<point>:<n> SIGKILLs this process."""
-    if os.environ.get("FLYWHEEL_TRAINER_FAULT") == f"{point}:{count}":
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 # ---------------------------------------------------------------- the loop
@@ -160,13 +157,14 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
     def seek_to_checkpoint(consumer, partitions):
         # the checkpoint's offsets win over the group's: they match the weights we hold
         for p in partitions:
-            p.offset = state["offsets"].get(p.partition, OFFSET_STORED)
+            p.offset = state["offsets"].get(p.topic, {}).get(p.partition, OFFSET_STORED)
         consumer.assign(partitions)
 
     consumer = make_consumer(settings, cfg.group_id or f"trainer-{cfg.policy_name}")
     consumer.subscribe([rl_topic], on_assign=seek_to_checkpoint)
     pool: list[EpisodeSample] = []
-    offsets: dict[int, int] = dict(state["offsets"])
+    offsets: dict[int, int] = dict(state["offsets"].get(rl_topic, {}))
+    ledger = TrainedLedger.from_dict(state["trained"])
     counts: Counter[str] = Counter(state["counts"])
     first_at: float | None = None  # when the oldest pooled (or uncommitted) record arrived
     stale_before = counts["stale_dropped"]
@@ -188,7 +186,13 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
                     if scored.trajectory.policy != cfg.policy_name or not scored.rl_eligible:
                         counts["skipped_other_policy"] += 1
                         continue
-                    if policy.version - scored.trajectory.policy_versions[0] > cfg.max_staleness:
+                    if scored.scorer != cfg.scorer:
+                        counts["skipped_other_scorer"] += 1
+                        continue
+                    if scored.episode_id in ledger or any(e.episode_id == scored.episode_id for e in pool):
+                        counts["duplicates_skipped"] += 1
+                        continue
+                    if versions.is_stale(policy.version, scored.trajectory.policy_versions[0], cfg.max_staleness):
                         # dropped on arrival, before its screenshots are decoded: a trainer that fell
                         # behind catches up cheaply, and the pool holds only trainable data, so an
                         # update waits for min_batch fresh trajectories instead of training on the few
@@ -221,27 +225,29 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
                     policy.version += 1
                 metrics.update(staleness_mean=float(np.mean(staleness)), staleness_max=float(max(staleness)),
                                thought_length=float(np.mean([e.thought_chars for e in kept])))
-                state["trained"].extend(e.episode_id for e in kept)
+                for e in kept:
+                    ledger.add(e.episode_id, e.policy_version)
+                ledger.prune(policy.version, cfg.max_staleness)
                 state["updates"] += 1
             wall = time.monotonic() - started
             metrics.update(idle_fraction=idle / max(wall, 1e-9), stale_dropped_total=float(counts["stale_dropped"]),
-                           dead_lettered_total=float(counts["dead_lettered"]), trained_total=float(len(state["trained"])))
+                           dead_lettered_total=float(counts["dead_lettered"]), trained_total=float(ledger.total),
+                       duplicates_skipped_total=float(counts["duplicates_skipped"]))
 
-            # 3. checkpoint (the point of no return), then announce, then commit offsets
+            # 3. dead letters acknowledged, checkpoint (the point of no return), announce, commit offsets
+            flush_or_raise(producer, tracker)  # a dead letter is never lost behind a checkpointed offset
             new_version = policy.version != state["version"]
             if new_version:
                 pv = make_version(policy, save_weights(policy, store), parent=state["version"], metrics=metrics)
                 state.update(version=policy.version, pv=pv.model_dump(mode="json"))
-            state.update(offsets=dict(offsets), counts=dict(counts))
+            state.update(offsets={rl_topic: dict(offsets)}, counts=dict(counts), trained=ledger.to_dict())
             save_checkpoint(path, {**state, "weights": policy.state_dict(), "optimizer": optimizer.state_dict()})
-            _fault("after_checkpoint", state["updates"])
             if new_version:
                 versions.publish(producer, tracker, settings, pv)
             if kept:
                 publish_metrics(producer, tracker, settings, TrainerMetrics(
                     run_id=run_id, update=state["updates"], policy=cfg.policy_name, policy_version=policy.version,
                     ts=now(), metrics={k: float(v) for k, v in metrics.items() if v == v}))
-            flush_or_raise(producer, tracker)  # dead letters too, before their offsets are committed
             consumer.commit(offsets=[TopicPartition(rl_topic, p, o) for p, o in offsets.items()], asynchronous=False)
             log.info("update %d -> v%d: %d trajectories (%d stale dropped) reward %.3f entropy %.3f idle %.2f",
                      state["updates"], policy.version, len(kept), dropped, metrics.get("reward_mean", float("nan")),
@@ -251,5 +257,5 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
         consumer.close()
         producer.flush(10)
     wall = time.monotonic() - started
-    return {"version": policy.version, "updates": state["updates"], "trained": len(state["trained"]),
+    return {"version": policy.version, "updates": state["updates"], "trained": ledger.total,
             "idle_fraction": idle / max(wall, 1e-9), "counts": dict(counts)}

@@ -83,7 +83,7 @@ def scored_trajectory(episode: ClickEpisode, action, logprob: float, episode_id:
     traj = Trajectory(episode_id=episode_id, task=task, sandbox="synthetic", worker_id="w0", policy=policy_name,
                       steps=[step], status="ended", outcome_reward=reward, success=reward > 0,
                       started_at=ts, ended_at=ts)
-    return ScoredTrajectory(trajectory=traj, scorer="outcome", scorer_version="1", reward=reward,
+    return ScoredTrajectory(trajectory=traj, scorer="rule-v1", scorer_version="1", reward=reward,
                             components={"outcome": reward}, verdict=1 if reward > 0 else 0, rl_eligible=True,
                             routes=["rl"], scored_at=ts)
 

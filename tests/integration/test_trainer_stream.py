@@ -23,6 +23,7 @@ from trainer.config import TrainConfig
 from infra.policy import build_policy, load_policy_version
 from infra.policy import PolicyInput
 from infra.versions import scan as read_versions
+from trainer.ledger import TrainedLedger
 from trainer.stream import checkpoint_path, load_checkpoint, train
 from trainer.synthetic import make_episode, scored_trajectory
 
@@ -31,7 +32,7 @@ POLICY = "pixel-test"
 POLICY_CONFIG = '{"grid": 8, "channels": [8, 16, 16]}'
 
 
-def produce_trajectories(settings, n: int, version: int = 0, seed: int = 0) -> list[str]:
+def produce_trajectories(settings, n: int, version: int = 0, seed: int = 0, scorer: str | None = None) -> list[str]:
     store = BlobStore(settings.blob_root)
     policy = build_policy("pixel", POLICY, {"grid": 8, "channels": [8, 16, 16]})
     rng = np.random.default_rng(seed)
@@ -42,6 +43,8 @@ def produce_trajectories(settings, n: int, version: int = 0, seed: int = 0) -> l
     for k, (e, d) in enumerate(zip(eps, decisions)):
         ep_id = f"ep-{seed}-{k}"
         st = scored_trajectory(e, d.action, d.logprob, ep_id, POLICY, version, store)
+        if scorer is not None:
+            st = st.model_copy(update={"scorer": scorer})
         producer.produce(topic_name(TOPICS.rl, settings), key=ep_id.encode(), value=encode(st), on_delivery=tracker)
         ids.append(ep_id)
     flush_or_raise(producer, tracker)
@@ -68,12 +71,9 @@ def test_stream_publishes_loadable_versions(settings, group_id):
     assert "clip_frac" in versions[1].metrics and "idle_fraction" in versions[1].metrics
 
 
-def _run_trainer(settings, group_id: str, max_updates: int, fault: str | None = None) -> subprocess.Popen:
+def _run_trainer(settings, group_id: str, max_updates: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FLYWHEEL_DATA_DIR": settings.data_dir,
            "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap, "FLYWHEEL_TOPIC_PREFIX": settings.topic_prefix}
-    env.pop("FLYWHEEL_TRAINER_FAULT", None)
-    if fault:
-        env["FLYWHEEL_TRAINER_FAULT"] = fault
     cmd = [sys.executable, "-m", "infra.app.cli", "train", "--policy-name", POLICY, "--policy-config", POLICY_CONFIG,
            "--min-batch", "4", "--max-wait-s", "60", "--max-updates", str(max_updates), "--group-id", group_id,
            "--epochs", "1", "--minibatch-size", "4", "--torch-threads", "1", "--max-staleness", "100"]
@@ -84,11 +84,22 @@ def test_sigkill_and_resume_train_each_trajectory_exactly_once(settings, group_i
     ids = produce_trajectories(settings, 32)
     ckpt = checkpoint_path(settings, POLICY)
 
-    # 1. killed right after the 2nd checkpoint: before its version is announced or its offsets committed
-    proc = _run_trainer(settings, group_id, max_updates=8, fault="after_checkpoint:2")
-    out, _ = proc.communicate(timeout=180)
+    # 1. killed the moment the 2nd checkpoint lands: typically before its version is announced or
+    # its offsets committed (watched from outside: no fault hook inside the trainer)
+    proc = _run_trainer(settings, group_id, max_updates=8)
+    mtime = None
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ckpt.exists() and ckpt.stat().st_mtime_ns != mtime:
+            mtime = ckpt.stat().st_mtime_ns
+            state = load_checkpoint(ckpt)
+            if state["updates"] >= 2:
+                proc.send_signal(signal.SIGKILL)
+                break
+        time.sleep(0.005)
+    out, _ = proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGKILL, out
-    assert load_checkpoint(ckpt)["updates"] == 2
+    assert load_checkpoint(ckpt)["updates"] >= 2
 
     # 2. killed from outside at an arbitrary moment after the 4th update
     proc = _run_trainer(settings, group_id, max_updates=8)
@@ -105,9 +116,35 @@ def test_sigkill_and_resume_train_each_trajectory_exactly_once(settings, group_i
 
     state = load_checkpoint(ckpt)
     assert state["updates"] == 8
-    assert sorted(state["trained"]) == sorted(ids), "a trajectory was lost or trained on twice"
-    assert len(state["trained"]) == len(set(state["trained"])) == 32
+    trained = TrainedLedger.from_dict(state["trained"])
+    assert sorted(trained.recent) == sorted(ids), "a trajectory was lost or trained on twice"
+    assert trained.total == 32
     versions = read_versions(settings, POLICY)
     assert max(v.version for v in versions) == 8  # version 2 re-announced on resume, none skipped
     assert {v.version for v in versions} == set(range(9))
     load_policy_version(max(versions, key=lambda v: v.version), BlobStore(settings.blob_root))
+
+
+def test_replayed_and_rescored_copies_are_not_trained_again(settings, group_id):
+    ids = produce_trajectories(settings, 8)
+    produce_trajectories(settings, 8)  # the same episodes again (an upstream at-least-once replay)
+    produce_trajectories(settings, 8, scorer="strict-v1")  # a re-scoring run routed to RL
+    cfg = TrainConfig(policy_name=POLICY, policy_config=POLICY_CONFIG, min_batch=4, max_wait_s=2.0,
+                      group_id=group_id, epochs=1, minibatch_size=4, max_staleness=100)
+    stop, result = threading.Event(), {}
+    worker = threading.Thread(target=lambda: result.update(train(cfg, settings, stop)), daemon=True)
+    worker.start()
+    ckpt, deadline = checkpoint_path(settings, POLICY), time.monotonic() + 180
+    while time.monotonic() < deadline:  # until every one of the 24 records was handled and checkpointed
+        counts = load_checkpoint(ckpt)["counts"] if ckpt.exists() else {}
+        if counts.get("duplicates_skipped", 0) + counts.get("skipped_other_scorer", 0) >= 16:
+            break
+        time.sleep(0.5)
+    stop.set()
+    worker.join(timeout=60)
+    assert not worker.is_alive(), "trainer did not stop"
+    assert result["trained"] == 8, result
+    assert result["counts"]["duplicates_skipped"] == 8
+    assert result["counts"]["skipped_other_scorer"] == 8
+    state = load_checkpoint(ckpt)
+    assert sorted(TrainedLedger.from_dict(state["trained"]).recent) == sorted(ids)
