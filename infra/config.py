@@ -99,6 +99,23 @@ def resolve(cls: type[T], args: Mapping[str, Any] | None = None, env: Mapping[st
     return cls(**values)
 
 
+def to_env(cfg: Any) -> dict[str, str]:
+    """The FLYWHEEL_* variables that make ``resolve`` rebuild ``cfg`` in a child process, secrets
+    included (the environment, unlike argv, is not visible to other users in `ps`)."""
+    env: dict[str, str] = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            env[env_name(f.name)] = "true" if value else "false"
+        elif isinstance(value, (list, tuple)):
+            env[env_name(f.name)] = ",".join(map(str, value))
+        else:
+            env[env_name(f.name)] = str(value)
+    return env
+
+
 def add_arguments(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
     """Add one ``--field-name`` option per field; defaults stay None so env/defaults apply."""
     for f in dataclasses.fields(cls):

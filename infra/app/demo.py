@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from infra.app import demo_queries as Q
-from infra.config import describe, opt
+from infra.config import describe, opt, to_env
 from infra.errors import UserError
 from infra.procs import Child, flywheel_argv, wait_until
 from infra.settings import Settings, load_settings
@@ -57,22 +57,18 @@ def run_names(cfg: DemoConfig) -> tuple[str, str, str]:
 
 
 def child_env(settings: Settings, prefix: str) -> dict[str, str]:
-    """Children read the platform settings from FLYWHEEL_* variables."""
+    """Children rebuild the platform settings from FLYWHEEL_* variables: every setting is passed,
+    credentials given as options included, with the run's topic prefix."""
     env = {
+        **to_env(settings),
         "FLYWHEEL_DATA_DIR": str(settings.data_path),
         "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap,
         "FLYWHEEL_TOPIC_PREFIX": prefix,
-        "FLYWHEEL_REPLICATION_FACTOR": str(settings.replication_factor),
-        "FLYWHEEL_CLICKHOUSE_DATABASE": settings.clickhouse_database,
         "PYTHONUNBUFFERED": "1",
         # one torch/OpenMP thread per process: with every child sharing the cores, two spinning
         # threads made a PPO update 3-5x slower and act() ~10x slower than one
         "OMP_NUM_THREADS": "1",
     }
-    if settings.clickhouse_url:
-        env["FLYWHEEL_CLICKHOUSE_URL"] = settings.clickhouse_url
-    if settings.blob_url:
-        env["FLYWHEEL_BLOB_URL"] = settings.blob_url
     return env
 
 
