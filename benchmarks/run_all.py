@@ -7,6 +7,8 @@
 Each row runs one benchmark script of this folder as a child process (same broker, same
 machine, same minute) and reads the figures it prints; the baseline is measured by the same
 script in the same run. A benchmark that fails shows its error in the table instead of a number.
+With no broker configured or running, one is started for the run and stopped at its end
+(benchmarks/own_broker.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from own_broker import broker_for_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -161,10 +165,11 @@ def main() -> int:
     benches = {"streams": bench_streams, "rollout": bench_rollout, "sink": bench_sink,
                "trainer": bench_trainer, "codec": bench_codec}
     rows: list[Row] = []
-    for name in args.only.split(","):
-        rows += benches[name](args)
-    if args.demo_minutes:
-        rows += demo_speedup(args)
+    with broker_for_benchmarks():
+        for name in args.only.split(","):
+            rows += benches[name](args)
+        if args.demo_minutes:
+            rows += demo_speedup(args)
     table = markdown(rows, time.time() - t0)
     print("\n" + table)
     if args.write:

@@ -1,0 +1,58 @@
+"""A Kafka broker for a benchmark run: the configured one when it answers, else one started here.
+
+    with broker_for_benchmarks() as bootstrap:   # sets FLYWHEEL_KAFKA_BOOTSTRAP for children
+        ...
+
+Order: FLYWHEEL_KAFKA_BOOTSTRAP (it must answer), else the local broker of `flywheel up` when it
+answers, else a fresh single-node KRaft broker in a temporary folder on free ports, stopped (and
+its folder removed) on exit, so `python benchmarks/run_all.py` needs no set-up step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from infra.broker import LocalCluster, free_port_block  # noqa: E402
+from infra.errors import UserError  # noqa: E402
+from infra.kafka import client_config  # noqa: E402
+from infra.kafka_jars import fetch_jars  # noqa: E402
+from infra.probe import probe_brokers  # noqa: E402
+from infra.settings import load_settings  # noqa: E402
+
+
+@contextlib.contextmanager
+def broker_for_benchmarks() -> Iterator[str]:
+    args = {} if os.environ.get("FLYWHEEL_DATA_DIR") else {"data_dir": str(ROOT / "var")}
+    settings = load_settings(args)
+    if os.environ.get("FLYWHEEL_KAFKA_BOOTSTRAP"):
+        if probe_brokers(client_config(settings), timeout=10.0) is None:
+            raise UserError(f"FLYWHEEL_KAFKA_BOOTSTRAP={settings.bootstrap} does not answer")
+        yield settings.bootstrap
+        return
+    if probe_brokers(client_config(settings), timeout=2.0):
+        os.environ["FLYWHEEL_KAFKA_BOOTSTRAP"] = settings.bootstrap
+        yield settings.bootstrap
+        return
+    libs = settings.data_path / "kafka" / "libs"
+    fetch_jars(libs)
+    home = Path(tempfile.mkdtemp(prefix="flywheel-bench-kafka-"))
+    port = free_port_block(2)
+    cluster = LocalCluster(home, libs, 1, port, port + 1)
+    try:
+        took = cluster.start()
+        print(f"# started a Kafka broker for this run at {cluster.bootstrap} in {took:.1f}s", flush=True)
+        os.environ["FLYWHEEL_KAFKA_BOOTSTRAP"] = cluster.bootstrap
+        yield cluster.bootstrap
+    finally:
+        cluster.stop()
+        os.environ.pop("FLYWHEEL_KAFKA_BOOTSTRAP", None)
+        shutil.rmtree(home, ignore_errors=True)
