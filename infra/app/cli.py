@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "consumers.cli",
     "trainer.cli",
     "infra.app.demo_cli",
+    "infra.app.deploy_cli",
 )
 
 
