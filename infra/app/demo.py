@@ -49,6 +49,7 @@ class DemoConfig:
     report_dir: str = opt("", "where the report goes (default <data_dir>/reports/<run_id>)")
     trainer_args: str = opt("", "extra arguments for `flywheel train`, space separated")
     rollout_args: str = opt("", "extra arguments for `flywheel rollout`, space separated")
+    keep_broker: bool = opt(False, "leave the Kafka broker this demo started running at exit")
 
 
 def run_names(cfg: DemoConfig) -> tuple[str, str, str]:
@@ -97,22 +98,36 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
     return children
 
 
-def ensure_platform(settings: Settings) -> None:
-    """Start the local broker when none is named, then create the run's topics."""
+def ensure_platform(settings: Settings):
+    """Start the local broker when none is named, then create the run's topics; -> the cluster
+    this call started (None when one was named or already running)."""
     from infra.admin import ensure_topics
 
+    started = None
     if not settings.kafka_bootstrap:
         from infra.app.commands import local_cluster, running_cluster
         from infra.kafka_jars import fetch_jars
 
         if running_cluster(settings) is None:
-            cluster = local_cluster(settings, 1)
-            fetch_jars(cluster.libs)
-            took = cluster.start()
-            print(f"Kafka up in {took:.1f}s at {cluster.bootstrap}", flush=True)
+            started = local_cluster(settings, 1)
+            fetch_jars(started.libs)
+            took = started.start()
+            print(f"Kafka up in {took:.1f}s at {started.bootstrap}", flush=True)
     report = ensure_topics(settings)
     if report.drift:
         raise UserError("topic drift: " + "; ".join(report.lines()))
+    return started
+
+
+def leave_platform(settings: Settings, started, keep: bool) -> str:
+    """Stop the broker this run started unless asked to keep it; -> one line saying what is left."""
+    if started is None:
+        where = settings.kafka_bootstrap or f"127.0.0.1:{settings.kafka_port}"
+        return f"Kafka at {where} was running before this demo and is left running"
+    if keep:
+        return f"Kafka at {started.bootstrap} is left running (--keep-broker); stop it with `flywheel down`"
+    started.stop()
+    return f"stopped the Kafka broker this demo started ({started.bootstrap}); its data stays under {settings.data_path}"
 
 
 def submit_tasks(cfg: DemoConfig, env: dict[str, str], logs: Path) -> None:
@@ -179,7 +194,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     print(f"Flywheel demo {run_id}: mode {'sync' if cfg.sync else 'async'}, policy {policy}, "
           f"{cfg.minutes:g} min; logs in {logs}", flush=True)
     log.info("demo config %s", describe(cfg))
-    ensure_platform(settings)
+    started = ensure_platform(settings)
     children = plan_children(cfg, settings, prefix, policy, logs)
     stop = {"flag": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
@@ -219,6 +234,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
                   {"demo": asdict(cfg), "settings": describe(settings)}, notes)
     path = write_report(settings, run, out)
     print(f"report: {path}", flush=True)
+    print(leave_platform(settings, started, cfg.keep_broker), flush=True)
     return path
 
 

@@ -55,13 +55,19 @@ def _save(fig, path: Path) -> str:
     return path.name
 
 
-def plot_learning_curve(rows, t0: float, path: Path) -> str:
+def bucket_seconds(duration_s: float, points: int = 30) -> int:
+    """A bucket width that gives a run about ``points`` points: 2 s for a 1-minute run, 30 s for
+    15 minutes, 120 s for an hour (never under 2 s or over 10 min)."""
+    return int(min(600, max(2, round(duration_s / points))))
+
+
+def plot_learning_curve(rows, t0: float, path: Path, bucket_s: int) -> str:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for task, (ts, rates) in sorted(_series(rows, 0, 1, 3).items()):
         ax.plot([(t - t0) / 60 for t in ts], rates, marker=".", label=task)
         if task in TARGETS:
             ax.axhline(TARGETS[task], ls=":", lw=0.8, color=ax.lines[-1].get_color())
-    ax.set(xlabel="minutes since start", ylabel="success rate (30 s buckets)", ylim=(-0.02, 1.02),
+    ax.set(xlabel="minutes since start", ylabel=f"success rate ({bucket_s} s buckets)", ylim=(-0.02, 1.02),
            title="Learning curve")
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
@@ -171,11 +177,12 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
                      f"{b[2] if b else '-'} | {rate} | {n} | {ttt} |")
     summary = "\n".join(lines)
 
-    figure("Learning curve: success over wall-clock", Q.success_over_time(p),
-           plot_learning_curve, t0, out_dir / "learning_curve.png")
+    bucket_s = bucket_seconds(run.ended_at - run.started_at)
+    figure("Learning curve: success over wall-clock", Q.success_over_time(p, bucket_s),
+           plot_learning_curve, t0, out_dir / "learning_curve.png", bucket_s)
     figure("Success, reward and steps by policy version", Q.success_by_version(p),
            plot_by_version, out_dir / "by_version.png")
-    figure("Rollout throughput", Q.throughput(p), plot_throughput, t0, out_dir / "throughput.png", 30)
+    figure("Rollout throughput", Q.throughput(p, bucket_s), plot_throughput, t0, out_dir / "throughput.png", bucket_s)
     figure("Staleness of trained trajectories", Q.staleness(p), plot_staleness, out_dir / "staleness.png")
     cols, rows = query(settings, Q.trainer_metrics(p))
     name = plot_trainer(rows, out_dir / "trainer.png")

@@ -1,4 +1,4 @@
-"""Demo children get every platform setting, credentials given as options included."""
+"""The demo shell: children get every setting, report buckets fit the run, exit says what is left."""
 
 from __future__ import annotations
 
@@ -22,3 +22,28 @@ def test_children_rebuild_the_same_settings_with_the_run_prefix(tmp_path):
         if f.name not in ("topic_prefix", "data_dir"):
             assert getattr(child, f.name) == getattr(given, f.name), f.name
     assert child.data_path == given.data_path
+
+
+def test_report_buckets_are_sized_to_the_run():
+    from infra.app.report import bucket_seconds
+
+    assert 60 / bucket_seconds(60) >= 20  # a 1-minute run shows a curve, not 2 points
+    assert bucket_seconds(15 * 60) == 30
+    assert 2 <= bucket_seconds(1) and bucket_seconds(10 * 3600) <= 600
+
+
+def test_at_exit_the_demo_says_what_it_leaves_running(tmp_path):
+    from infra.app.demo import leave_platform
+
+    class Started:
+        bootstrap, stopped = "127.0.0.1:1", False
+
+        def stop(self):
+            self.stopped = True
+
+    settings = load_settings({"data_dir": str(tmp_path)}, env={})
+    assert "left running" in leave_platform(settings, None, keep=False)
+    kept = Started()
+    assert "left running" in leave_platform(settings, kept, keep=True) and not kept.stopped
+    ours = Started()
+    assert "stopped" in leave_platform(settings, ours, keep=False) and ours.stopped
