@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,9 +26,15 @@ log = logging.getLogger("flywheel.episode")
 Emit = Callable[[Any], None]
 
 
-def episode_id(task_id: str, attempt: int) -> str:
-    """Deterministic: a re-run of the same task attempt reuses its id, so consumers can dedupe."""
-    return f"{task_id}:{attempt}"
+def episode_id(task_id: str, attempt: int, execution: str | None = None) -> str:
+    """One id per execution: ``<task_id>:<attempt>:<execution>``.
+
+    A task re-run after a worker crash (the task's offset was not committed) is a new execution,
+    so it never shares an id with the interrupted one, whose partial events the assembler closes
+    as aborted by infrastructure. ``task_id`` and ``attempt`` stay readable on the started event
+    to link the executions of one task; consumers dedupe events by their ids within an execution.
+    """
+    return f"{task_id}:{attempt}:{execution or uuid.uuid4().hex[:12]}"
 
 
 @dataclass
@@ -56,8 +63,8 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
     eid = episode_id(task.task_id, attempt)
     t0 = clock()
     deadline = time.monotonic() + task.timeout_s
-    emit(EpisodeStarted(episode_id=eid, ts=t0, task=task, sandbox=sandbox_name, worker_id=worker_id,
-                        policy=client.name, policy_version=client.version))
+    emit(EpisodeStarted(episode_id=eid, ts=t0, task=task, attempt=attempt, sandbox=sandbox_name,
+                        worker_id=worker_id, policy=client.name, policy_version=client.version))
     steps: list[Step] = []
     out = _Outbox(emit, sandbox)
     try:

@@ -5,8 +5,9 @@ workers to scale out). Each episode's events (started, step..., ended | aborted)
 to flywheel.steps.v1 by the idempotent producer (acks=all) keyed by episode id; a task's offset
 is committed only after every event of its episode was acknowledged, and only as part of the
 contiguous prefix of finished offsets of its partition (``OffsetTracker``). A task is therefore
-run at least once; a re-run after a worker crash reuses the episode id (``task_id:attempt``)
-so consumers can dedupe. A delivery failure stops the worker loudly (non-zero exit, nothing
+run at least once; a re-run after a worker crash is a new execution with a new episode id
+(``task_id:attempt:execution``, producers.episode), so its events never mix with the interrupted
+run's, which the assembler closes as aborted by infrastructure. A delivery failure stops the worker loudly (non-zero exit, nothing
 committed for that task). A malformed task goes to flywheel.dlq.v1; its offset is committed
 after the dead letter was acknowledged. On SIGTERM the worker takes no new task, lets in-flight
 episodes finish for ``shutdown_grace_s`` and then aborts them, flushes, commits and exits.

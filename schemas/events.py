@@ -67,6 +67,7 @@ class _EpisodeBase(Event):
 class EpisodeStarted(_EpisodeBase):
     kind: Literal["started"] = "started"
     task: TaskSpec
+    attempt: Annotated[int, Field(ge=0, le=1000)] = 0  # which run of task.task_id (ids differ per execution)
     sandbox: Name  # "browser" | "desktop"
     worker_id: Name
     policy: Name

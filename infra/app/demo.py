@@ -49,6 +49,7 @@ class DemoConfig:
     report_dir: str = opt("", "where the report goes (default <data_dir>/reports/<run_id>)")
     trainer_args: str = opt("", "extra arguments for `flywheel train`, space separated")
     rollout_args: str = opt("", "extra arguments for `flywheel rollout`, space separated")
+    streams_args: str = opt("", "extra arguments for `flywheel streams`, space separated")
     keep_broker: bool = opt(False, "leave the Kafka broker this demo started running at exit")
 
 
@@ -80,7 +81,8 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
     children = [
         Child("sink", flywheel_argv("sink", "--group-id", f"{prefix}sink", "--query-port", "0"),
               logs / "sink.log", env),
-        Child("streams", flywheel_argv("streams", "--app-id", f"{prefix}streams"), logs / "streams.log", env),
+        Child("streams", flywheel_argv("streams", "--app-id", f"{prefix}streams", *cfg.streams_args.split()),
+              logs / "streams.log", env),
         Child("trainer", flywheel_argv(
             "train", "--policy-kind", cfg.policy_kind, "--policy-name", policy,
             "--min-batch", str(cfg.batch_episodes), "--group-id", f"{prefix}trainer",

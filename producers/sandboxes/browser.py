@@ -195,8 +195,24 @@ class BrowserSandbox:
                 calls, error = [], str(exc)
             if calls:
                 error = await self._perform(calls)
-        await self._call(self._context.clock.run_for(self.step_ms), "clock.run_for")
+        error = await self._advance_clock() or error
         return await self._result(error=error)
+
+    async def _advance_clock(self) -> str | None:
+        """Run the page's timers for one step. A task page's own script throwing inside a timer
+        (jQuery-UI animations under the fake clock do) rejects ``run_for``: that is the page's
+        error, recorded on the step, not a crashed browser; a dead or hung one still raises."""
+        try:
+            await asyncio.wait_for(self._context.clock.run_for(self.step_ms), self.call_timeout_s)
+            return None
+        except asyncio.TimeoutError:
+            raise SandboxCrashed(f"browser hung: clock.run_for took more than {self.call_timeout_s:.0f}s") from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if self._page.is_closed() or not self.host.connected:
+                raise SandboxCrashed(f"browser died advancing the clock: {exc}") from None
+            return f"page script error: {type(exc).__name__}: {str(exc)[:300]}"
 
     async def _perform(self, calls: list) -> str | None:
         try:

@@ -58,12 +58,16 @@ def read_topic(settings, spec, count: int, timeout: float = 30.0) -> list:
 
 
 def episodes_of(msgs) -> dict[str, list]:
+    """Events by run, ``<task_id>:<attempt>``: each execution has its own episode id
+    (``<task_id>:<attempt>:<execution>``), and one run of a task is one execution here."""
     by_episode: dict[str, list] = defaultdict(list)
     for m in msgs:
         event = decode(m.value(), EpisodeEvent)
         assert m.key().decode() == event.episode_id
         by_episode[event.episode_id].append(event)
-    return by_episode
+    by_run = {eid.rsplit(":", 1)[0]: events for eid, events in by_episode.items()}
+    assert len(by_run) == len(by_episode), "two executions of one task attempt"
+    return by_run
 
 
 def assert_well_formed(events) -> None:

@@ -66,7 +66,8 @@ def test_done_episode_events_in_order():
     assert [s.next_screenshot_sha256 for s in steps] == [obs(i).observation.screenshot.sha256 for i in (1, 2, 3)]
     assert all(s.logprob == -2.0 and s.value == 0.25 and s.policy == "p" for s in steps)
     assert sandbox.flushes == 3  # every step published only after its screenshots were stored
-    assert result.episode_id == "t1:0" and result.success
+    assert result.episode_id.startswith("t1:0:") and result.success
+    assert events[0].attempt == 0 and events[0].task.task_id == "t1"
 
 
 def test_step_budget_and_timeout():

@@ -34,9 +34,11 @@ def test_offsets_are_per_partition_and_forgotten_on_revoke():
     assert t.in_flight() == 0
 
 
-def test_episode_ids_are_deterministic():
-    assert episode_id("run.click-test.3", 0) == episode_id("run.click-test.3", 0) == "run.click-test.3:0"
-    assert episode_id("run.click-test.3", 1) != episode_id("run.click-test.3", 0)
+def test_every_execution_gets_its_own_episode_id_that_names_its_task_and_attempt():
+    first, rerun = episode_id("run.click-test.3", 0), episode_id("run.click-test.3", 0)
+    assert first != rerun  # a re-run after a crash never shares the interrupted run's id
+    assert first.startswith("run.click-test.3:0:") and rerun.startswith("run.click-test.3:0:")
+    assert episode_id("run.click-test.3", 1, "abc") == "run.click-test.3:1:abc"
 
 
 def test_build_tasks_gives_k_seeded_tasks_per_name():
