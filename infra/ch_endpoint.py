@@ -7,10 +7,14 @@ owner (``flywheel sink``) serves a small subset of ClickHouse's HTTP interface o
 parameter; ``GET /ping``. That subset is what clickhouse-connect's HTTP client speaks, so a
 reader gets an ordinary clickhouse-connect client (``endpoint_client``), and ``curl`` works too.
 
-Each request runs on its own chDB connection inside the owner's engine with ``readonly=2``:
-analysts can read everything (and change per-query settings) but cannot write or alter tables.
-The address and a random token are written to ``<data_dir>/run/chdb-endpoint.json`` (mode
-0600); requests must present the token as the password (basic auth or X-ClickHouse-Key).
+Analysts read the flywheel database and nothing else (infra.sql_policy): the token is checked
+before the body is read (basic auth password or X-ClickHouse-Key; the address and a random token
+are in ``<data_dir>/run/chdb-endpoint.json``, mode 0600); the body is bounded (``MAX_BODY``);
+at most ``MAX_CONCURRENT`` queries run at once (503 beyond); a slow client is cut off after
+``SOCKET_TIMEOUT_S``; the statement must pass ``sql_policy.check`` and only the rebuilt text
+runs, on its own chDB connection with ``readonly=1`` and the time and memory limits of
+``sql_policy.ENGINE_LIMITS``; URL settings are limited to the output-format ones
+clickhouse-connect sends. A refusal is an HTTP 4xx with one line saying why.
 """
 
 from __future__ import annotations
@@ -32,11 +36,23 @@ import clickhouse_connect
 from clickhouse_connect.driver._backend.chdb_backend import CHDB_TRANSPORT_SETTINGS
 
 from infra.settings import Settings
+from infra.sql_policy import ENGINE_LIMITS, SqlRefused, check, check_database
 
 log = logging.getLogger("flywheel.ch_endpoint")
 
-# URL parameters that steer the transport, never settings for the engine.
-_TRANSPORT = set(CHDB_TRANSPORT_SETTINGS) | {"query", "default_format", "user", "password", "readonly"}
+# URL parameters that steer the transport: dropped, never settings for the engine.
+_TRANSPORT = set(CHDB_TRANSPORT_SETTINGS) | {
+    "query", "default_format", "user", "password", "database", "query_id", "session_id", "session_timeout",
+    "session_check", "compress", "decompress", "enable_http_compression", "wait_end_of_query",
+    "send_progress_in_http_headers", "http_headers_progress_interval_ms", "client_protocol_version",
+    "cancel_http_readonly_queries_on_client_close"}
+# settings a client may pass: how results are formatted, nothing that lifts a limit
+_CLIENT_SETTINGS = {"date_time_input_format", "date_time_output_format", "cast_string_to_dynamic_use_inference",
+                    "output_format_json_quote_64bit_integers", "output_format_json_quote_denormals",
+                    "output_format_native_encode_types_in_binary_format", "output_format_decimal_trailing_zeros"}
+MAX_BODY = 1 << 20
+MAX_CONCURRENT = 4
+SOCKET_TIMEOUT_S = 15.0
 
 
 def endpoint_file(settings: Settings) -> Path:
@@ -67,6 +83,7 @@ def _engine_error(exc: Exception) -> tuple[str, str]:
 class _Handler(BaseHTTPRequestHandler):
     server: "_Server"
     protocol_version = "HTTP/1.1"
+    timeout = SOCKET_TIMEOUT_S  # a client that stalls mid-request loses its connection
 
     def log_message(self, fmt, *args):  # the sink's log is for the pipeline, not each query
         log.debug("query endpoint: " + fmt, *args)
@@ -89,32 +106,62 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _refuse(self, status: int, code: str, message: str) -> None:
+        self.close_connection = True
+        self._reply(status, f"Code: {code}. DB::Exception: flywheel endpoint: {message}\n".encode(),
+                    {"X-ClickHouse-Exception-Code": code, "Connection": "close"})
+
     def do_GET(self):  # noqa: N802 - http.server naming
         if urlparse(self.path).path == "/ping":
             self._reply(200, b"Ok.\n")
         else:
-            self._query(b"")
+            self._guarded(read_body=False)
 
     def do_POST(self):  # noqa: N802
-        length = int(self.headers.get("Content-Length") or 0)
-        self._query(self.rfile.read(length) if length else b"")
+        self._guarded(read_body=True)
+
+    def _guarded(self, read_body: bool) -> None:
+        """Token, then size, then a concurrency slot, then the body: in that order."""
+        if not self._authorised():
+            self._refuse(401, "516", "wrong or missing token. (AUTHENTICATION_FAILED)")
+            return
+        if self.headers.get("Transfer-Encoding"):
+            self._refuse(411, "497", "send the statement with a Content-Length, not chunked")
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            self._refuse(413, "497", f"request body over {MAX_BODY} bytes")
+            return
+        if not self.server.slots.acquire(blocking=False):
+            self._refuse(503, "202", f"too many queries at once (at most {MAX_CONCURRENT}); retry shortly")
+            return
+        try:
+            self._query(self.rfile.read(length) if read_body and length else b"")
+        finally:
+            self.server.slots.release()
 
     def _query(self, body: bytes) -> None:
-        if not self._authorised():
-            self._reply(401, b"Code: 516. DB::Exception: flywheel endpoint: wrong or missing token. (AUTHENTICATION_FAILED)\n",
-                        {"X-ClickHouse-Exception-Code": "516"})
-            return
         params = dict(parse_qsl(urlparse(self.path).query, keep_blank_values=True))
-        sql = " ".join(p for p in (params.get("query", ""), body.decode("utf-8", "replace")) if p.strip())
         fmt = params.get("default_format") or "TabSeparated"
         binds = {k[6:]: v for k, v in params.items() if k.startswith("param_")}
-        engine_settings = {k: v for k, v in params.items() if k not in _TRANSPORT and not k.startswith("param_")}
-        engine_settings["readonly"] = "2"  # last: a client cannot lift it
+        asked = {k: v for k, v in params.items() if k not in _TRANSPORT and not k.startswith("param_")}
+        try:
+            refused = sorted(set(asked) - _CLIENT_SETTINGS)
+            if refused:
+                raise SqlRefused(f"setting(s) {', '.join(refused)} cannot be set here")
+            check_database(params.get("database"), self.server.database)
+            sql = check(" ".join(p for p in (params.get("query", ""), body.decode("utf-8", "replace")) if p.strip()))
+        except SqlRefused as exc:
+            self._refuse(400, "497", f"{exc}. (ACCESS_DENIED)")
+            return
+        engine_settings = {**asked, **ENGINE_LIMITS}  # ENGINE_LIMITS last, readonly=1 last of all
         try:
             conn = chdb.connect(f"{self.server.chdb_path}?{urlencode(engine_settings)}")
             try:
-                if params.get("database"):
-                    conn.query(f"USE `{params['database']}`")
+                conn.query(f"USE `{self.server.database}`")
                 result = conn.query(sql, fmt, params=binds).bytes()
             finally:
                 conn.close()
@@ -133,6 +180,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     chdb_path: str
     token: str
+    database: str
+    slots: threading.BoundedSemaphore
 
 
 class QueryEndpoint:
@@ -147,6 +196,8 @@ class QueryEndpoint:
             self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.chdb_path = os.path.realpath(settings.chdb_path)  # chDB matches paths literally
         self._server.token = secrets.token_urlsafe(24)
+        self._server.database = settings.clickhouse_database
+        self._server.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
         host, bound = self._server.server_address[:2]
         self.endpoint = Endpoint(str(host), int(bound), self._server.token, os.getpid())
         self._thread = threading.Thread(target=self._server.serve_forever, name="chdb-endpoint", daemon=True)

@@ -1,7 +1,11 @@
-"""`flywheel sql`: run one statement where the data is, print it as a table, CSV or JSON.
+"""`flywheel sql`: run one read where the data is, print it as a table, CSV or JSON.
 
 Where: the ClickHouse server when one is configured; else the process owning embedded chDB
 (the sink) through its local read-only endpoint; else chDB opened here (see infra.clickhouse).
+Every path applies the same policy (infra.sql_policy): the statement must be a read of the
+flywheel database, and only the text the policy rebuilt runs. Against embedded chDB the engine
+also runs it with ``readonly=1`` and the policy's limits (the endpoint does the same on its side);
+against a server, connect as a read-only user (docs/analytics.md).
 """
 
 from __future__ import annotations
@@ -9,27 +13,28 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from datetime import date, datetime
 from typing import Any, Sequence
 
 from infra.clickhouse import query_client
 from infra.errors import UserError
 from infra.settings import Settings
+from infra.sql_policy import ENGINE_LIMITS, SqlRefused, check
 
-_READS = re.compile(r"^\s*(\(?\s*SELECT|WITH|SHOW|DESC|DESCRIBE|EXPLAIN|EXISTS|VALUES)\b", re.IGNORECASE)
 FORMATS = ("table", "csv", "json")
 
 
 def execute(settings: Settings, sql: str) -> tuple[list[str], list[tuple], str]:
-    """(column names, rows, where it ran)."""
+    """(column names, rows, where it ran); UserError for a refused statement or an engine error."""
+    try:
+        sql = check(sql, settings.clickhouse_database)
+    except SqlRefused as exc:
+        raise UserError(f"refused by the readonly SQL policy: {exc}") from None
     client, how = query_client(settings)
     try:
-        if _READS.match(sql):
-            result = client.query(sql)
-            return list(result.column_names), list(result.result_rows), how
-        out = client.command(sql)
-        return ["result"], [(out if out not in (None, "") else "OK",)], how
+        limits = ENGINE_LIMITS if how == "chdb" else None  # the endpoint and a read-only server user enforce theirs
+        result = client.query(sql, settings=limits)
+        return list(result.column_names), list(result.result_rows), how
     except Exception as exc:
         if isinstance(exc, UserError):
             raise

@@ -1,0 +1,225 @@
+"""What an analyst's SQL may do: read the flywheel database and a few system tables, nothing else.
+
+``check(sql)`` is a pure function: it tokenises the statement the way ClickHouse does (strings
+with ``\\`` and ``''`` escapes, quoted identifiers, comments) and returns the statement rebuilt
+from exactly the tokens it checked, comments dropped, or raises ``SqlRefused`` with the reason.
+Callers run the returned text, never the original, so a comment or quoting trick that would
+parse differently here and in the engine has nothing left to hide in.
+
+Allowed: one statement; SELECT / WITH ... SELECT / EXPLAIN [AST|SYNTAX|PLAN|PIPELINE|ESTIMATE]
+of a SELECT / SHOW TABLES|DATABASES|COLUMNS|CREATE / DESCRIBE / EXISTS. Refused: every write,
+DDL, KILL, SYSTEM, SET, USE, GRANT; INTO OUTFILE; SETTINGS clauses; table functions other than
+the generators (numbers, zeros, values, generate_series); functions that touch files, URLs,
+other servers or processes (file, url, s3, remote, mysql, executable, dictionary, merge, ...);
+system tables other than the catalogue ones listed in ``SYSTEM_TABLES``.
+
+This is the second line. The first is the engine: the endpoint and `flywheel sql` run every
+statement with ``readonly=1`` (no writes, no setting changes, no file/URL table functions) and
+a time and memory limit the client cannot raise (``ENGINE_LIMITS``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+STATEMENTS = {"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN"}
+EXPLAIN_KINDS = {"AST", "SYNTAX", "PLAN", "PIPELINE", "ESTIMATE"}
+SHOW_WHAT = {"TABLES", "DATABASES", "COLUMNS", "CREATE"}
+FORBIDDEN_WORDS = {"INTO", "OUTFILE", "SETTINGS", "INFILE"}
+TABLE_FUNCTIONS = {"numbers", "numbers_mt", "zeros", "zeros_mt", "values", "generate_series", "generateseries"}
+FORBIDDEN_FUNCTIONS = {
+    "file", "filecluster", "url", "urlcluster", "s3", "s3cluster", "gcs", "oss", "cosn", "hdfs", "hdfscluster",
+    "azureblobstorage", "azureblobstoragecluster", "iceberg", "icebergs3", "icebergazure", "iceberghdfs",
+    "icebergs3cluster", "deltalake", "deltalakecluster", "hudi", "hudicluster", "remote", "remotesecure",
+    "cluster", "clusterallreplicas", "mysql", "postgresql", "jdbc", "odbc", "sqlite", "mongodb", "redis",
+    "executable", "executablepool", "input", "dictionary", "merge", "loop", "view", "viewifpermitted",
+    "fuzzjson", "fuzzquery", "getclienthttpheader", "addresstoline", "addresstolinewithinlines",
+    "addresstosymbol", "demangle", "getsetting", "getmacro", "arrowflight",
+}
+SYSTEM_TABLES = {"tables", "columns", "databases", "parts", "functions", "table_functions", "data_type_families",
+                 "table_engines", "formats", "one", "numbers", "numbers_mt", "zeros", "settings", "time_zones"}
+# the engine enforces these on every statement; readonly=1 comes last so nothing after it applies
+ENGINE_LIMITS = {"max_execution_time": "30", "timeout_overflow_mode": "throw", "max_memory_usage": str(2 << 30),
+                 "max_result_bytes": str(256 << 20), "result_overflow_mode": "throw", "readonly": "1"}
+
+
+class SqlRefused(ValueError):
+    """The statement is not a read of the flywheel data; the message says what was refused."""
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # "word" | "ident" (quoted identifier) | "string" | "number" | "param" | "punct"
+    text: str  # as written (quotes included)
+    gap: str = ""  # what separated it from the previous token: whitespace, or " " for a comment
+
+    @property
+    def upper(self) -> str:
+        return self.text.upper() if self.kind == "word" else ""
+
+    @property
+    def name(self) -> str:
+        """An identifier's name, unquoted and lower-cased (words and quoted identifiers)."""
+        if self.kind == "word":
+            return self.text.lower()
+        if self.kind == "ident":
+            return self.text[1:-1].replace(self.text[0] * 2, self.text[0]).lower()
+        return ""
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NUMBER = re.compile(r"(0[xX][0-9A-Fa-f]+|0[bB][01]+|(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)")
+_PARAM = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*:[A-Za-z0-9_(), ]+\}")
+_PUNCT2 = ("::", "<=", ">=", "!=", "<>", "||", "==", "->")
+_PUNCT1 = set("()[],.;+-*/%<>=?:")
+
+
+def _quoted(sql: str, i: int, quote: str) -> int:
+    """Index just past the literal starting at ``i``: backslash escapes, doubled quotes."""
+    j = i + 1
+    while j < len(sql):
+        c = sql[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == quote:
+            if j + 1 < len(sql) and sql[j + 1] == quote:
+                j += 2
+                continue
+            return j + 1
+        j += 1
+    raise SqlRefused(f"unterminated {quote} literal at character {i}")
+
+
+def tokenize(sql: str) -> list[Token]:
+    raw = _lex(sql)
+    out, end = [], 0
+    for start, tok in raw:
+        gap = sql[end:start]
+        out.append(Token(tok.kind, tok.text, gap if gap.isspace() or not gap else " "))
+        end = start + len(tok.text)
+    return out
+
+
+def _lex(sql: str) -> list[tuple[int, Token]]:
+    out: list[tuple[int, Token]] = []
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c.isspace():
+            i += 1
+        elif sql.startswith("--", i) or c == "#":
+            j = sql.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif sql.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:  # ClickHouse nests block comments
+                if sql.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif sql.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            if depth:
+                raise SqlRefused("unterminated /* comment")
+            i = j
+        elif c == "'":
+            j = _quoted(sql, i, "'")
+            out.append((i, Token("string", sql[i:j])))
+            i = j
+        elif c in "`\"":
+            j = _quoted(sql, i, c)
+            if "\\" in sql[i:j]:
+                raise SqlRefused("backslash inside a quoted identifier")
+            out.append((i, Token("ident", sql[i:j])))
+            i = j
+        elif c == "{":
+            m = _PARAM.match(sql, i)
+            if not m:
+                raise SqlRefused(f"unexpected '{{' at character {i} (query parameters look like {{name:Type}})")
+            out.append((i, Token("param", m.group())))
+            i = m.end()
+        elif m := _WORD.match(sql, i):
+            out.append((i, Token("word", m.group())))
+            i = m.end()
+        elif m := _NUMBER.match(sql, i):
+            out.append((i, Token("number", m.group())))
+            i = m.end()
+        elif sql[i:i + 2] in _PUNCT2:
+            out.append((i, Token("punct", sql[i:i + 2])))
+            i += 2
+        elif c in _PUNCT1:
+            out.append((i, Token("punct", c)))
+            i += 1
+        else:
+            raise SqlRefused(f"character {c!r} at position {i} is not allowed")
+    return out
+
+
+def _single_statement(tokens: list[Token]) -> list[Token]:
+    while tokens and tokens[-1].text == ";":
+        tokens = tokens[:-1]
+    if any(t.text == ";" for t in tokens):
+        raise SqlRefused("one statement per request")
+    if not tokens:
+        raise SqlRefused("empty statement")
+    return tokens
+
+
+def _check_start(tokens: list[Token]) -> None:
+    k = 0
+    while k < len(tokens) and tokens[k].text == "(":
+        k += 1
+    first = tokens[k].upper if k < len(tokens) else ""
+    if first not in STATEMENTS:
+        raise SqlRefused(f"only reads are allowed (SELECT, WITH, SHOW, DESCRIBE, EXISTS, EXPLAIN), not {tokens[k].text!r}"
+                         if k < len(tokens) else "empty statement")
+    rest = tokens[k + 1:]
+    if first == "EXPLAIN":
+        if rest and rest[0].upper in EXPLAIN_KINDS:
+            rest = rest[1:]
+        j = 0
+        while j < len(rest) and rest[j].text == "(":
+            j += 1
+        if j >= len(rest) or rest[j].upper not in ("SELECT", "WITH"):
+            raise SqlRefused("EXPLAIN is allowed for SELECT queries only")
+    if first == "SHOW" and (not rest or rest[0].upper not in SHOW_WHAT):
+        raise SqlRefused(f"SHOW {' '.join(t.text for t in rest[:2])} is not allowed; "
+                         f"use SHOW {'|'.join(sorted(SHOW_WHAT))}")
+
+
+def _check_body(tokens: list[Token], database: str) -> None:
+    for k, t in enumerate(tokens):
+        nxt = tokens[k + 1] if k + 1 < len(tokens) else None
+        prev = tokens[k - 1] if k else None
+        qualified = (prev is not None and prev.text == ".") or (nxt is not None and nxt.text == ".")
+        if t.upper in FORBIDDEN_WORDS and not qualified:  # system.settings is a table, not a clause
+            raise SqlRefused(f"{t.upper} is not allowed here (no output files, no settings changes)")
+        if t.kind in ("word", "ident") and nxt is not None and nxt.text == "(":
+            name = t.name
+            in_from = prev is not None and prev.upper in ("FROM", "JOIN")
+            if in_from and name not in TABLE_FUNCTIONS:
+                raise SqlRefused(f"table function {t.text}() is not allowed (only {', '.join(sorted(TABLE_FUNCTIONS))})")
+            if name in FORBIDDEN_FUNCTIONS:
+                raise SqlRefused(f"function {t.text}() is not allowed: it reaches outside the flywheel database")
+        if t.kind in ("word", "ident") and nxt is not None and nxt.text == "." and k + 2 < len(tokens):
+            if prev is not None and prev.text == ".":
+                continue  # a column of db.table.column
+            target = tokens[k + 2]
+            if t.name == "system" and target.name not in SYSTEM_TABLES:
+                raise SqlRefused(f"system.{target.name} is not readable (allowed: {', '.join(sorted(SYSTEM_TABLES))})")
+
+
+def check(sql: str, database: str = "flywheel") -> str:
+    """The statement rebuilt from its checked tokens, or SqlRefused."""
+    tokens = _single_statement(tokenize(sql))
+    _check_start(tokens)
+    _check_body(tokens, database)
+    return "".join(t.gap + t.text for t in tokens).strip()
+
+
+def check_database(name: str | None, database: str) -> None:
+    """The ``database`` a client may select: the flywheel one (or none)."""
+    if name not in (None, "", database):
+        raise SqlRefused(f"database {name!r} is not readable here; use {database!r}")

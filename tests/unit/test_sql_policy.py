@@ -1,0 +1,38 @@
+"""The analyst SQL policy: every statement of the attack corpus is refused, the docs' reads pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.app.demo_queries import last_n_success, latest_versions, success_over_time, totals
+from infra.sql_policy import SqlRefused, check, check_database
+from tests.unit.sql_attacks import ALLOWED, ATTACKS
+
+
+def test_the_corpus_is_large_enough():
+    assert len(ATTACKS) >= 40
+
+
+@pytest.mark.parametrize("sql", ATTACKS)
+def test_every_attack_is_refused_with_a_reason(sql):
+    with pytest.raises(SqlRefused) as err:
+        check(sql)
+    assert str(err.value)
+
+
+@pytest.mark.parametrize("sql", ALLOWED + [last_n_success("p"), totals("p"), latest_versions("p"),
+                                           success_over_time("p", 10)])
+def test_reads_of_the_flywheel_data_pass(sql):
+    assert check(sql)
+
+
+def test_only_the_checked_tokens_run_comments_are_dropped():
+    assert check("SELECT 1 -- DROP TABLE x\n, 2 /* file('/etc/passwd') */") == "SELECT 1 , 2"
+    assert check("SELECT 'x' ;") == "SELECT 'x'"
+
+
+def test_only_the_flywheel_database_can_be_selected():
+    check_database(None, "flywheel")
+    check_database("flywheel", "flywheel")
+    with pytest.raises(SqlRefused):
+        check_database("system", "flywheel")
