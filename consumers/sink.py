@@ -5,7 +5,10 @@ Delivery guarantee: at-least-once into ClickHouse, counted once. Records are dec
 (after any dead letters of the batch were acknowledged by the broker) commits the consumer's
 offsets, synchronously. A crash between insert and commit re-reads the batch; the tables are
 ReplacingMergeTrees keyed on the event id, so the replay replaces rows instead of adding them
-(count with FINAL). A failed insert is retried with backoff and nothing is committed meanwhile.
+(count with FINAL). An insert that fails for a transient reason (ClickHouse unreachable) is
+retried with backoff and nothing is committed meanwhile; a batch ClickHouse rejects for its data
+is split in halves down to the rows it rejects, whose source records go to flywheel.dlq.v1 with
+ClickHouse's error, and the rest is written: one bad row never stops the sink.
 
 Bad records (undecodable, or a mapping error) go to flywheel.dlq.v1 with stage "sink" and the
 batch keeps flowing; a bad record read from the DLQ topic itself is logged and skipped, since
@@ -23,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from clickhouse_connect.driver.exceptions import OperationalError
 from confluent_kafka import KafkaException
 
 from consumers.rows import EVENT_TYPE_BY_KIND, SINK_KINDS, Row, rows_for
@@ -65,6 +69,14 @@ class SinkStats:
     by_table: dict[str, int] = field(default_factory=dict)
 
 
+Source = tuple[str, int, int, Any, Any]  # topic, partition, offset, key, value of a row's record
+
+
+def transient(exc: BaseException) -> bool:
+    """Worth retrying the same rows (the server or the connection), not a verdict on the data."""
+    return isinstance(exc, (OperationalError, ConnectionError, TimeoutError))
+
+
 def decode_record(kind: str, value: bytes | None) -> Any:
     return decode(value, EVENT_TYPES[EVENT_TYPE_BY_KIND[kind]])
 
@@ -84,6 +96,8 @@ class Sink:
         self.producer = make_producer(settings)
         self.tracker = DeliveryTracker()
         self.buffer: dict[str, list[Row]] = {}
+        self.sources: dict[str, list[Source]] = {}  # per table, the record each buffered row came from
+        self._rejected: set[tuple[str, int, int]] = set()  # records dead-lettered during this flush
         self.buffered_rows = 0
         self.uncommitted = 0  # messages consumed since the last commit
         self.letters_pending = False
@@ -107,14 +121,41 @@ class Sink:
             self.letters_pending = True
             self.stats.dead_letters += 1
             return
+        source = (topic, partition, offset, key, value)
         for table, rows in tables.items():
             self.buffer.setdefault(table, []).extend(rows)
+            self.sources.setdefault(table, []).extend([source] * len(rows))
             self.buffered_rows += len(rows)
+
+    def _dead_letter(self, source: Source, exc: BaseException) -> None:
+        topic, partition, offset, key, value = source
+        if (topic, partition, offset) in self._rejected:
+            return  # another row of the same record was already rejected
+        self._rejected.add((topic, partition, offset))
+        log.error("ClickHouse rejected a row of %s[%d]@%d: %s", topic, partition, offset, exc)
+        send_dead_letter(self.producer, self.settings, dead_letter(STAGE, exc, topic, partition, offset, key, value),
+                         key, on_delivery=self.tracker)
+        self.letters_pending = True
+        self.stats.dead_letters += 1
 
     # ------------------------------------------------------------------ flush = insert, then commit
     def _insert(self, table: str, rows: list[Row]) -> None:
         columns = list(rows[0])
         self.client.insert(table, [list(r.values()) for r in rows], column_names=columns)
+
+    def _write(self, table: str, rows: list[Row], sources: list[Source]) -> int:
+        """Insert ``rows``; -> rows written. Rejected rows are found by halving and dead-lettered."""
+        try:
+            self._insert_with_retry(table, rows)
+            return len(rows)
+        except Exception as exc:  # noqa: BLE001
+            if transient(exc):
+                raise  # stopping while ClickHouse is away: nothing is committed, the batch is re-read
+            if len(rows) == 1:  # not transient: a verdict on (some of) the rows
+                self._dead_letter(sources[0], exc)
+                return 0
+            mid = len(rows) // 2
+            return self._write(table, rows[:mid], sources[:mid]) + self._write(table, rows[mid:], sources[mid:])
 
     def _insert_with_retry(self, table: str, rows: list[Row]) -> None:
         delay = 0.5
@@ -122,7 +163,7 @@ class Sink:
             try:
                 return self._insert(table, rows)
             except Exception as exc:
-                if self._stop is not None and self._stop.is_set():
+                if not transient(exc) or (self._stop is not None and self._stop.is_set()):
                     raise
                 log.error("insert of %d rows into %s failed (%s); retrying in %.1fs, nothing committed",
                           len(rows), table, exc, delay)
@@ -136,9 +177,9 @@ class Sink:
         for table in sorted(self.buffer):
             rows = self.buffer[table]
             if rows:
-                self._insert_with_retry(table, rows)
-                self.stats.by_table[table] = self.stats.by_table.get(table, 0) + len(rows)
-                self.stats.rows += len(rows)
+                written = self._write(table, rows, self.sources[table])
+                self.stats.by_table[table] = self.stats.by_table.get(table, 0) + written
+                self.stats.rows += written
         self.stats.insert_s += time.perf_counter() - t0
         if self.letters_pending:
             flush_or_raise(self.producer, self.tracker)
@@ -149,6 +190,8 @@ class Sink:
             # nothing assigned to commit (e.g. revoked): the rows are written; a re-read dedupes
             log.warning("commit failed after a successful insert (%s); a replay will be deduplicated", exc)
         self.buffer.clear()
+        self.sources.clear()
+        self._rejected.clear()
         self.buffered_rows = 0
         self.uncommitted = 0
         self.stats.flushes += 1

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, StringConstraints
 
 from schemas.actions import Action
-from schemas.base import Event, Id, JsonDict, Metrics, Model, Name, RawText, Sha256, Text, Timestamp
+from schemas.base import Event, Id, Int32, Int64, JsonDict, Metrics, Model, Name, RawText, Sha256, Text, Timestamp, UInt32
 
 # ---------------------------------------------------------------- shared pieces
 
@@ -24,9 +24,9 @@ class BlobRef(Model):
     sha256: Sha256
     uri: Annotated[str, Field(min_length=1, max_length=4096)]
     media_type: Annotated[str, Field(min_length=1, max_length=128)] = "image/png"
-    width: Annotated[int, Field(ge=0)] = 0
-    height: Annotated[int, Field(ge=0)] = 0
-    size_bytes: Annotated[int, Field(ge=0)] = 0
+    width: UInt32 = 0
+    height: UInt32 = 0
+    size_bytes: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
 
 
 class Observation(Model):
@@ -71,7 +71,7 @@ class EpisodeStarted(_EpisodeBase):
     sandbox: Name  # "browser" | "desktop"
     worker_id: Name
     policy: Name
-    policy_version: Annotated[int, Field(ge=0)]
+    policy_version: UInt32
 
     @property
     def event_id(self) -> str:
@@ -80,7 +80,7 @@ class EpisodeStarted(_EpisodeBase):
 
 class Step(_EpisodeBase):
     kind: Literal["step"] = "step"
-    step_index: Annotated[int, Field(ge=0)]
+    step_index: UInt32
     started_at: Timestamp
     observation: Observation
     thought: Text = ""
@@ -88,7 +88,7 @@ class Step(_EpisodeBase):
     raw_output: RawText = ""
     parse_error: Text | None = None
     policy: Name
-    policy_version: Annotated[int, Field(ge=0)]
+    policy_version: UInt32
     logprob: float  # behaviour log-prob of the whole action under policy_version
     value: float | None = None
     reward: float = 0.0  # environment reward observed after the action
@@ -106,7 +106,7 @@ class Step(_EpisodeBase):
 
 class EpisodeEnded(_EpisodeBase):
     kind: Literal["ended"] = "ended"
-    num_steps: Annotated[int, Field(ge=0)]
+    num_steps: UInt32
     outcome_reward: float  # the environment's own verifier
     success: bool
     reason: Literal["done", "step_budget", "timeout"] = "done"
@@ -118,7 +118,7 @@ class EpisodeEnded(_EpisodeBase):
 
 class EpisodeAborted(_EpisodeBase):
     kind: Literal["aborted"] = "aborted"
-    num_steps: Annotated[int, Field(ge=0)]
+    num_steps: UInt32
     reason: Text
     infra_failure: bool  # a crashed browser/display: never trained on as a zero reward
 
@@ -147,8 +147,8 @@ class Trajectory(Event):
     infra_failure: bool = False
     started_at: Timestamp
     ended_at: Timestamp
-    duplicates_dropped: Annotated[int, Field(ge=0)] = 0
-    missing_steps: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)  # indices never seen (a gap upstream)
+    duplicates_dropped: UInt32 = 0
+    missing_steps: list[UInt32] = Field(default_factory=list)  # indices never seen (a gap upstream)
 
     @property
     def event_id(self) -> str:
@@ -187,11 +187,11 @@ class ScoredTrajectory(Event):
 
 class PolicyVersion(Event):
     policy: Name
-    version: Annotated[int, Field(ge=0)]
+    version: UInt32
     kind: Literal["pixel", "lm"]
     uri: Annotated[str, Field(min_length=1, max_length=4096)]
     sha256: Sha256
-    parent: int | None = None
+    parent: UInt32 | None = None
     created_at: Timestamp
     metrics: Metrics = Field(default_factory=dict)  # non-finite values are dropped
     config: JsonDict = Field(default_factory=dict)  # model config needed to rebuild it
@@ -203,9 +203,9 @@ class PolicyVersion(Event):
 
 class TrainerMetrics(Event):
     run_id: Id
-    update: Annotated[int, Field(ge=0)]
+    update: UInt32
     policy: Name
-    policy_version: Annotated[int, Field(ge=0)]
+    policy_version: UInt32
     ts: Timestamp
     metrics: Metrics  # non-finite values (undefined this update) are dropped
 
@@ -219,13 +219,13 @@ class DeadLetter(Event):
     error_type: Name
     message: Text
     source_topic: Name
-    source_partition: int
-    source_offset: int
+    source_partition: Int32
+    source_offset: Int64
     original_key: Base64 | None = None  # base64
     original_value: Base64  # base64 of the exact bytes received (a prefix if original_truncated)
     ts: Timestamp
     original_truncated: bool = False  # the record was too large to carry whole in a dead letter
-    original_size: Annotated[int, Field(ge=0)] | None = None  # bytes received
+    original_size: UInt32 | None = None  # bytes received
 
     @property
     def event_id(self) -> str:

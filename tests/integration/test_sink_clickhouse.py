@@ -100,3 +100,50 @@ def test_bad_record_goes_to_dlq_and_valid_ones_keep_flowing(settings, group_id):
     decoded = [decode(m.value(), DeadLetter) for m in letters]
     assert {(d.stage, d.source_offset) for d in decoded} == {("sink", 0), ("sink", 1)}
     assert decoded[0].error_type == "invalid_json"
+
+
+def test_out_of_range_integers_are_dead_lettered_and_never_stop_the_sink(settings, group_id):
+    """2**32 in a UInt32 field: refused by the schema on decode (-> DLQ); and a row that bypassed
+    validation and that ClickHouse rejects is bisected out of its batch (-> DLQ), the rest written."""
+    import orjson
+
+    from consumers.rows import rows_for
+
+    run = synthetic_run(6, seed=7)
+    steps_topic = topic_name(TOPICS.steps, settings)
+    step = next(e for e in run.episode_events if getattr(e, "kind", "") == "step")
+    too_big = orjson.loads(encode(step))
+    too_big["step_index"] = 2**32
+    producer = make_producer(settings)
+    producer.produce(steps_topic, key=step.episode_id.encode(), value=orjson.dumps(too_big), partition=0)
+    producer.flush(10)
+    publish(settings, run)
+    stats = run_sink(settings, group_id)
+    assert stats.dead_letters == 1  # the schema's bound equals the column's
+
+    # a row that slipped past validation (e.g. a mapping bug) and that ClickHouse rejects
+    cfg = SinkConfig(group_id=group_id + "-direct", query_port=-1)
+    sink = Sink(settings, cfg)
+    try:
+        good = [rows_for("metrics", m)["trainer_metrics"][0] for m in run.metrics]
+        bad = {**good[0], "event_id": "bad-row", "update": 2**32}
+        rows = good[:1] + [bad] + good[1:]
+        sink.buffer["trainer_metrics"] = rows
+        sink.sources["trainer_metrics"] = [("src", 0, i, b"k", b"{}") for i in range(len(rows))]
+        sink.buffered_rows, sink.uncommitted = len(rows), len(rows)
+        sink.flush()
+        assert sink.stats.dead_letters == 1 and sink.stats.rows == len(good)
+    finally:
+        sink.consumer.close()
+        sink.client.close()
+    with client_for(settings) as client:
+        assert scalar(client, "SELECT countIf(event_id = 'bad-row') FROM trainer_metrics") == 0
+    letters = [decode(m.value(), DeadLetter) for m in _read_all(settings, TOPICS.dlq)]
+    assert {(d.source_topic, d.source_offset) for d in letters} >= {(steps_topic, 0), ("src", 1)}
+    assert any("update" in d.message for d in letters if d.source_topic == "src")
+
+
+def _read_all(settings, spec):
+    from infra.kafka import read_to_end
+
+    return list(read_to_end(settings, topic_name(spec, settings), timeout_s=30))
