@@ -80,10 +80,13 @@ def original_key(letter: DeadLetter) -> bytes | None:
     return None if letter.original_key is None else base64.b64decode(letter.original_key, validate=True)
 
 
-def send_dead_letter(producer, settings, letter: DeadLetter, key: bytes | None, on_delivery=None) -> None:
-    """Produce ``letter`` to the DLQ topic, keyed by the original key."""
+def send_dead_letter(producer, settings, letter: DeadLetter, key: bytes | None, *, on_delivery) -> None:
+    """Produce ``letter`` to the DLQ topic, keyed by the original key.
+
+    ``on_delivery`` is required (a ``DeliveryTracker``): the caller must see the broker's
+    acknowledgement (``flush_or_raise``) before it commits or checkpoints the source offset.
+    """
     log.warning("dead letter from %s at %s[%d]@%d: %s", letter.stage, letter.source_topic,
                 letter.source_partition, letter.source_offset, letter.message[:200])
-    kwargs = {"on_delivery": on_delivery} if on_delivery else {}
-    producer.produce(topic_name(TOPICS.dlq, settings), key=key, value=encode(letter), **kwargs)
+    producer.produce(topic_name(TOPICS.dlq, settings), key=key, value=encode(letter), on_delivery=on_delivery)
     producer.poll(0)

@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from infra.dlq import dead_letter, send_dead_letter
+from infra.kafka import DeliveryTracker
 from infra.policy import weights_bytes
 from infra.versions import Announcement, VersionFollower
 from producers.policy_client import PolicyClient
@@ -34,6 +35,7 @@ class PolicyWatcher:
         self.failures = 0
         self.latest_seen: int | None = None
         self._follower = VersionFollower(settings, "policy-watch")
+        self._letters = DeliveryTracker()
 
     async def catch_up(self, timeout_s: float = 15.0) -> None:
         """Read the topic up to its end (the latest version per policy) before the first episode."""
@@ -78,7 +80,8 @@ class PolicyWatcher:
             return
         letter = dead_letter("rollout.policy_watch", exc, msg.topic(), msg.partition(), msg.offset(),
                              msg.key(), msg.value())
-        send_dead_letter(self.producer, self.settings, letter, msg.key())
+        # no offset to commit here (the topic is re-read from the start); a failed delivery is logged
+        send_dead_letter(self.producer, self.settings, letter, msg.key(), on_delivery=self._letters)
 
     def close(self) -> None:
         self._follower.close()

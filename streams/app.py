@@ -20,13 +20,19 @@ retries add no duplicates. A crash replays events after the last commit: the ass
 (in memory, rebuilt from its compacted changelog topic on start) drops replayed steps by
 (episode_id, step_index), and a replayed trajectory, score or route has the same event_id.
 The assembler waits for the broker's acknowledgement of a trajectory before its table marks the
-episode emitted, so a crash can duplicate a trajectory but never lose one.
+episode emitted, so a crash can duplicate a trajectory but never lose one. The scorer and router
+take events in batches (``take_events``: Faust acks them only after the batch's code returned)
+and wait for the broker's acknowledgement of every output and dead letter of the batch before
+returning; the assembler waits for each trajectory and dead letter. A delivery that fails ends
+the worker at once (``acknowledged``), before any offset past the record can be committed; the
+restart replays it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 import time
 from typing import Any
@@ -49,6 +55,18 @@ from streams.route import get_rule
 from streams.score import make_scorer
 
 log = logging.getLogger("flywheel.streams")
+EXIT_DELIVERY_FAILED = 75  # a record's output or dead letter was not acknowledged: restart and replay
+BATCH, BATCH_WITHIN_S = 512, 0.05  # scorer/router batches: bounded size and wait
+
+
+async def acknowledged(futures) -> None:
+    """Wait until the broker acknowledged every send. A failure ends the process at once: Faust
+    would otherwise ack the events and commit past a record whose output or dead letter is lost."""
+    try:
+        await asyncio.gather(*futures)
+    except Exception as exc:  # noqa: BLE001
+        log.critical("a send was not acknowledged (%s); exiting without committing past it", exc)
+        os._exit(EXIT_DELIVERY_FAILED)
 
 
 class _IdempotentProducer(faust_aiokafka.Producer):
@@ -139,12 +157,13 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
     rule = get_rule(cfg.routing_rule)
     app.flywheel = {"settings": settings, "config": cfg, "scorer": scorer, "table": episodes}  # for tests
 
-    async def to_dlq(stage: str, event, exc: BaseException) -> None:
+    async def to_dlq(stage: str, event, exc: BaseException):
+        """Send the dead letter; -> its delivery future (the caller awaits it with ``acknowledged``)."""
         msg = event.message
         letter = dead_letter(stage, exc, msg.topic, msg.partition, msg.offset, event.key, event.value)
         log.warning("dead letter from %s at %s[%d]@%d: %s", stage, msg.topic, msg.partition, msg.offset,
                     letter.message[:200])
-        await dlq.send(key=event.key, value=encode(letter))
+        return await dlq.send(key=event.key, value=encode(letter))
 
     @app.agent(steps, isolated_partitions=True)
     async def assembler(stream):
@@ -158,31 +177,38 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
                     await (await trajectories.send(key=key, value=encode(traj), partition=event.message.partition))
                 episodes[key] = state.model_copy(update={"partition": event.message.partition})
             except Exception as exc:  # noqa: BLE001 - errors are data: DLQ and keep flowing
-                await to_dlq("assembler", event, exc)
+                await acknowledged([await to_dlq("assembler", event, exc)])
 
     @app.agent(trajectories, isolated_partitions=True)
     async def score(stream):
-        async for event in stream.events():
-            try:
-                traj = decode(event.value, Trajectory)
-                if scorer.judge is None:
-                    result = scorer.score(traj, now())
-                else:  # the HTTP judge blocks: keep the event loop free
-                    result = await asyncio.to_thread(scorer.score, traj, now())
-                await scored.send(key=event.key, value=encode(result), partition=event.message.partition)
-            except Exception as exc:  # noqa: BLE001
-                await to_dlq("scorer", event, exc)
+        async for events in stream.take_events(BATCH, within=BATCH_WITHIN_S):
+            sent = []
+            for event in events:
+                try:
+                    traj = decode(event.value, Trajectory)
+                    if scorer.judge is None:
+                        result = scorer.score(traj, now())
+                    else:  # the HTTP judge blocks: keep the event loop free
+                        result = await asyncio.to_thread(scorer.score, traj, now())
+                    sent.append(await scored.send(key=event.key, value=encode(result),
+                                                  partition=event.message.partition))
+                except Exception as exc:  # noqa: BLE001
+                    sent.append(await to_dlq("scorer", event, exc))
+            await acknowledged(sent)  # before the batch's events are acked
 
     @app.agent(scored, isolated_partitions=True)
     async def router(stream):
-        async for event in stream.events():
-            try:
-                routing = rule(decode(event.value, ScoredTrajectory), latest_policy, cfg.max_staleness)
-                for spec, record in routing.records:
-                    await routed[spec.name].send(key=event.key, value=encode(record),
-                                                 partition=event.message.partition)
-            except Exception as exc:  # noqa: BLE001
-                await to_dlq("router", event, exc)
+        async for events in stream.take_events(BATCH, within=BATCH_WITHIN_S):
+            sent = []
+            for event in events:
+                try:
+                    routing = rule(decode(event.value, ScoredTrajectory), latest_policy, cfg.max_staleness)
+                    for spec, record in routing.records:
+                        sent.append(await routed[spec.name].send(key=event.key, value=encode(record),
+                                                                 partition=event.message.partition))
+                except Exception as exc:  # noqa: BLE001
+                    sent.append(await to_dlq("router", event, exc))
+            await acknowledged(sent)
 
     @app.agent(policy)
     async def policy_watcher(stream):
@@ -192,7 +218,7 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
                 if pv.version >= latest_policy.get(pv.policy, -1):
                     latest_policy[pv.policy] = pv.version
             except Exception as exc:  # noqa: BLE001
-                await to_dlq("policy_watcher", event, exc)
+                await acknowledged([await to_dlq("policy_watcher", event, exc)])
 
     steps_name = topic_name(TOPICS.steps, settings)
     worker_started = time.time()
@@ -220,7 +246,7 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
             else:
                 exc = ValueError(f"episode {state.episode_id} abandoned without a started event")
                 letter = dead_letter("assembler", exc, steps_name, state.partition, -1, key, encode(state))
-                await (await dlq.send(key=key, value=encode(letter)))
+                await acknowledged([await dlq.send(key=key, value=encode(letter))])
             if episodes.data.get(key) is state:  # the agent did not touch it meanwhile
                 episodes.data[key] = new
                 episodes.send_changelog(state.partition, key, new)

@@ -190,7 +190,7 @@ class LMStreamTrainer:
                     except DecodeError as exc:
                         send_dead_letter(producer, self.settings, dead_letter(
                             f"{self.mode}-trainer", exc, msg.topic(), msg.partition(), msg.offset(), msg.key(),
-                            msg.value()), msg.key())
+                            msg.value()), msg.key(), on_delivery=tracker)
                 ready = len(pending) >= self.cfg.batch_trajectories or (pending and now - first_at >= self.cfg.max_wait_s)
                 if ready:
                     self._update(policy, optimizer, [s for _, s in pending], offsets, producer, tracker)
@@ -208,6 +208,7 @@ class LMStreamTrainer:
         return self.updates
 
     def _update(self, policy, optimizer, batch: list[ScoredTrajectory], offsets, producer, tracker) -> None:
+        flush_or_raise(producer, tracker)  # the batch's dead letters are acknowledged before its checkpoint
         samples = [s for scored in batch for s in self.sample_fn(policy, scored, self._load_image)]
         metrics = {"trajectories": float(len(batch))}
         if not samples:  # nothing trainable (e.g. screenshots gone): move the offsets on, publish nothing

@@ -203,7 +203,7 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
                 except (DecodeError, ValueError, BlobNotFound) as exc:
                     counts["dead_lettered"] += 1
                     send_dead_letter(producer, settings, dead_letter(STAGE, exc, rl_topic, msg.partition(), msg.offset(),
-                                                                     msg.key(), msg.value()), msg.key(), tracker)
+                                                                     msg.key(), msg.value()), msg.key(), on_delivery=tracker)
             waited = time.monotonic() - first_at if first_at else 0.0
             if len(pool) < cfg.min_batch and waited < cfg.max_wait_s:
                 continue

@@ -148,3 +148,41 @@ def test_replayed_and_rescored_copies_are_not_trained_again(settings, group_id):
     assert result["counts"]["skipped_other_scorer"] == 8
     state = load_checkpoint(ckpt)
     assert sorted(TrainedLedger.from_dict(state["trained"]).recent) == sorted(ids)
+
+
+def test_a_dead_letter_that_cannot_be_delivered_is_never_checkpointed_past(settings, group_id):
+    """The DLQ topic is gone (auto-create is off): the dead letter of a bad RL record fails, and
+    the trainer stops without a checkpoint past that record, so a restart reads it again."""
+    from confluent_kafka.admin import AdminClient
+
+    from infra.admin import delete_topics
+    from infra.kafka import DeliveryError, client_config
+
+    producer, tracker = make_producer(settings), DeliveryTracker()
+    producer.produce(topic_name(TOPICS.rl, settings), key=b"bad", value=b"{not json", partition=0)
+    flush_or_raise(producer, tracker)
+    produce_trajectories(settings, 4)
+    dlq = topic_name(TOPICS.dlq, settings)
+    delete_topics(settings, [dlq])
+    admin = AdminClient(client_config(settings))
+    deadline = time.monotonic() + 30
+    while dlq in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.2)  # deletion is asynchronous on the broker
+    cfg = TrainConfig(policy_name=POLICY, policy_config=POLICY_CONFIG, min_batch=8, max_wait_s=2.0,
+                      group_id=group_id, epochs=1, minibatch_size=4, max_staleness=100)
+    stop, raised = threading.Event(), []
+
+    def run():
+        try:
+            train(cfg, settings, stop)
+        except Exception as exc:  # noqa: BLE001 - what the trainer died of is the point
+            raised.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=120)  # librdkafka gives up on the missing topic after ~30 s
+    stop.set()
+    worker.join(timeout=30)
+    assert raised and isinstance(raised[0], DeliveryError), raised
+    state = load_checkpoint(checkpoint_path(settings, POLICY))
+    assert state["updates"] == 0 and state["offsets"].get(topic_name(TOPICS.rl, settings), {}) == {}
