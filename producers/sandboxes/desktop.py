@@ -47,7 +47,7 @@ from producers.sandboxes import desktop_tasks as tasks
 from producers.sandboxes.base import Obs, SandboxCrashed, StepResult, register_sandbox
 from producers.sandboxes.jail import (
     JailSpec, SdkError, format_shell_result, jail_argv, probe_isolation, read_jailed, run_shell,
-    write_jailed,
+    weakness, write_jailed,
 )
 from producers.sandboxes.xvfb import X_SOCKET_DIR, XDisplay, die_with_parent, start_xvfb
 from schemas.actions import Action
@@ -79,6 +79,8 @@ class DesktopConfig:
     isolation: str = opt("auto", "how SDK commands and task programs are jailed",
                          choices=("auto", "bwrap", "unshare", "none"))
     workdir: str = opt("", "folder for displays' auth files and episode jails; empty: a temp folder")
+    allow_weak_isolation: bool = opt(False, "run GUI-SDK shell commands even without bwrap and cgroup limits "
+                                            "(unshare -n or nothing); off: such commands are refused")
 
 
 class _Executor:
@@ -151,8 +153,11 @@ class DesktopSandbox:
     async def start(self) -> None:
         if self.display is not None:
             return
-        if self.isolation == "none":
-            log.warning("desktop sandbox: no bwrap/unshare here; SDK commands are NOT network-isolated")
+        why = weakness(JailSpec(host="", isolation=self.isolation))
+        if why and self.cfg.allow_weak_isolation:
+            log.warning("desktop sandbox: %s; SDK shell commands run with WEAK isolation (allowed)", why)
+        elif why:
+            log.warning("desktop sandbox: %s; SDK shell commands will be refused (fail closed)", why)
         self.root = Path(tempfile.mkdtemp(prefix="flywheel-desktop-", dir=self.cfg.workdir or None))
         self.display = await start_xvfb(self.root, self.cfg.width, self.cfg.height)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": _PACKAGE_ROOT,
@@ -300,7 +305,8 @@ class DesktopSandbox:
 
     def _spec(self, gui: bool = False) -> JailSpec:
         ro = (X_SOCKET_DIR, self.display.xauthority) if gui else ()
-        return JailSpec(host=str(self.root / "episode"), isolation=self.isolation, ro_binds=ro)
+        return JailSpec(host=str(self.root / "episode"), isolation=self.isolation, ro_binds=ro,
+                        allow_weak=self.cfg.allow_weak_isolation)
 
     def _env(self, gui: bool) -> dict[str, str]:
         home = self._spec().home

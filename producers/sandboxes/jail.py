@@ -7,14 +7,20 @@ Every SDK action is confined to the episode's working directory (the *jail*):
   out). ``lexical_jail_path`` is the pure half of that check; ``jail_path`` adds the symlink
   half against the real file system. Writes open the final component with ``O_NOFOLLOW``, so a
   symlink swapped in after the check is refused too.
-- processes: commands run under bubblewrap (``bwrap``) when it is installed: no network
-  (``--unshare-all``), user ``nobody``, a read-only view of the system directories only
-  (``/usr``, ``/etc``), a private ``/tmp``, and the episode folder as the only writable place.
-  Without bwrap, ``unshare -n`` (no network, same file system) is the fallback, and without
-  that, nothing (the cwd, timeout and caps still apply). ``probe_isolation`` says which one is
-  in force so the sandbox can log it; nothing silently pretends to be isolated.
-- limits: a wall-clock timeout (the whole process tree is killed), a cap on captured output
-  (the command is killed once it is exceeded), and RLIMIT_FSIZE on files it writes.
+- processes: shell commands run under bubblewrap (``bwrap``): new user, PID, network, IPC and
+  UTS namespaces (``--unshare-all``), user ``nobody``, every capability dropped, a read-only
+  minimal view of the host (``/usr``, ``/bin``, ``/lib*`` and a few ``/etc`` entries programs
+  need, with a synthetic ``passwd``/``group``: no ``/etc/shadow``, ``/etc/ssh``,
+  ``/etc/ssl/private``, ``/root`` or ``/home``), a private size-limited ``/tmp``, and the
+  episode folder as the only writable place.
+- limits (producers.sandboxes.jail_limits): a cgroup per command caps processes (a fork bomb)
+  and memory; rlimits cap CPU time and file size; a wall-clock timeout kills the whole PID
+  namespace, and afterwards anything left in the cgroup (a ``setsid`` survivor) is killed; a cap
+  on captured output kills the command once exceeded.
+- fails closed: without a working bwrap or without cgroup limits a shell command is refused
+  (recorded on the step) unless weak isolation was explicitly allowed (``allow_weak``), in which
+  case ``unshare -n`` (no network, same file system) or nothing is the fallback.
+  ``probe_isolation`` says which isolation works here; nothing silently pretends to be isolated.
 
 A refused or failed SDK action raises ``SdkError``; the sandbox records its message on the
 step (``StepResult.error``) and the episode goes on.
@@ -26,13 +32,16 @@ import asyncio
 import functools
 import os
 import posixpath
-import resource
 import shutil
 import signal
 import stat
 import subprocess
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from producers.sandboxes import jail_limits
+from producers.sandboxes.jail_limits import Cgroup, Limits
 
 
 class SdkError(Exception):
@@ -137,18 +146,39 @@ def _unshare_argv() -> list[str]:
     return ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]
 
 
-def _bwrap_system_args() -> list[str]:
-    """Read-only system directories; top-level symlinks (merged /usr) recreated as symlinks."""
+# /etc entries jailed programs need (shells, the dynamic loader, Debian's alternatives, fonts
+# and toolkit settings for the GUI apps); nothing else of the host's /etc is visible
+ETC_ENTRIES = ("alternatives", "fonts", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "localtime",
+               "bash.bashrc", "profile", "inputrc", "X11", "gtk-3.0", "xdg", "mime.types", "locale.alias",
+               "terminfo", "magic", "mousepad")
+
+
+@functools.lru_cache(maxsize=1)
+def _synthetic_etc() -> str:
+    """A folder with the passwd/group the jail sees: root and nobody, no real accounts."""
+    d = tempfile.mkdtemp(prefix="flywheel-jail-etc-")
+    os.chmod(d, 0o755)
+    Path(d, "passwd").write_text("root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                                 f"nobody:x:65534:65534:agent:{EPISODE_MOUNT}/home:/bin/bash\n")
+    Path(d, "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    return d
+
+
+def _bwrap_system_args(tmp_bytes: int = Limits().tmp_bytes) -> list[str]:
+    """A read-only minimal host: system directories (top-level symlinks of a merged /usr kept as
+    symlinks), the listed /etc entries, a synthetic passwd/group, a private size-limited /tmp."""
     args: list[str] = []
-    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"):
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
-    for secret in ("/etc/shadow", "/etc/gshadow"):  # the jail's uid maps to ours: hide what root reads
-        if os.path.exists(secret):
-            args += ["--ro-bind", "/dev/null", secret]
-    return args + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for entry in ETC_ENTRIES:
+        if os.path.exists(f"/etc/{entry}"):
+            args += ["--ro-bind", f"/etc/{entry}", f"/etc/{entry}"]
+    for name in ("passwd", "group"):
+        args += ["--ro-bind", f"{_synthetic_etc()}/{name}", f"/etc/{name}"]
+    return args + ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
 
 
 EPISODE_MOUNT = "/home/agent"  # where bwrap shows the episode folder: same paths in every sandbox
@@ -161,6 +191,8 @@ class JailSpec:
     host: str
     isolation: str = "bwrap"
     ro_binds: tuple[str, ...] = ()  # e.g. the X socket folder and the Xauthority file for GUI apps
+    allow_weak: bool = False  # run shell commands even without bwrap + cgroup limits
+    limits: Limits = field(default_factory=Limits)
 
     @property
     def root(self) -> str:
@@ -182,9 +214,10 @@ def jail_argv(spec: JailSpec, argv: list[str]) -> list[str]:
         binds = ["--bind", spec.host, spec.root]
         for path in spec.ro_binds:
             binds += ["--ro-bind", path, path]
-        return ["bwrap", *_bwrap_system_args(), *binds, "--unshare-all", "--uid", "65534",
-                "--gid", "65534", "--die-with-parent", "--new-session", "--chdir", spec.workdir,
-                "--", *argv]
+        binds += ["--remount-ro", "/"]  # the sandbox's own root: nothing but the binds above is writable
+        return ["bwrap", *_bwrap_system_args(spec.limits.tmp_bytes), *binds, "--unshare-all",
+                "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL",
+                "--die-with-parent", "--new-session", "--chdir", spec.workdir, "--", *argv]
     if spec.isolation == "unshare":
         return [*_unshare_argv(), "--", *argv]
     return list(argv)
@@ -201,19 +234,51 @@ class ShellResult:
     truncated: bool = False
 
 
-def _limit_child(file_cap: int) -> None:  # runs in the child between fork and exec
-    resource.setrlimit(resource.RLIMIT_FSIZE, (file_cap, file_cap))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+def weakness(spec: JailSpec) -> str | None:
+    """Why running a shell command in ``spec`` would be weakly isolated, or None."""
+    if spec.isolation != "bwrap":
+        return f"no bubblewrap sandbox here (isolation={spec.isolation})"
+    if not jail_limits.available():
+        return "no writable cgroup for process and memory limits"
+    return None
+
+
+def _in_child(cgroup: Cgroup | None, limits: Limits) -> None:  # between fork and exec
+    if cgroup is not None:
+        cgroup.join()
+    jail_limits.set_rlimits(limits)
 
 
 async def run_shell(spec: JailSpec, command: str, env: dict[str, str], timeout_s: float,
                     output_cap: int, file_cap: int) -> ShellResult:
-    """Run ``command`` with bash inside the jail; kill the whole process group on timeout/cap."""
+    """Run ``command`` with bash inside the jail; kill the whole process group on timeout/cap.
+
+    Refused (``SdkError``) when the jail would be weak and ``spec.allow_weak`` is off."""
+    why = weakness(spec)
+    if why and not spec.allow_weak:
+        raise SdkError(f"shell command refused: {why}; the jail fails closed "
+                       "(allow_weak_isolation runs it with weaker isolation)")
+    limits = Limits(**{**spec.limits.__dict__, "file_bytes": file_cap})
+    cgroup = Cgroup.create(limits) if why is None else None
+    try:
+        return await _run_limited(spec, command, env, timeout_s, output_cap, limits, cgroup)
+    finally:
+        if cgroup is not None:
+            cgroup.kill_all()  # a setsid survivor or a stray child: nothing outlives its action
+            for _ in range(50):
+                if not cgroup.remaining():
+                    break
+                await asyncio.sleep(0.02)
+            cgroup.remove()
+
+
+async def _run_limited(spec: JailSpec, command: str, env: dict[str, str], timeout_s: float, output_cap: int,
+                       limits: Limits, cgroup: Cgroup | None) -> ShellResult:
     proc = await asyncio.create_subprocess_exec(
         *jail_argv(spec, ["bash", "-c", command]), cwd=f"{spec.host}/work", env=env,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-        preexec_fn=functools.partial(_limit_child, file_cap))
+        preexec_fn=functools.partial(_in_child, cgroup, limits))
     buf = bytearray()
     timed_out = truncated = False
 
