@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.errors import UserError
+from infra.tls import MECHANISM, Security
 from infra.kafka_jars import java_executable, jars_ready
 
 log = logging.getLogger("flywheel.kafka")
@@ -123,7 +124,36 @@ class Node:
         return pid if pid_alive(pid) else None
 
 
-def server_properties(node: Node, nodes: list[Node]) -> str:
+def listener_properties(node: Node, security: Security | None) -> dict[str, object]:
+    """Client listener: PLAINTEXT, or SASL_SSL with SCRAM-SHA-512 (brokers talk to each other
+    over it as their own SCRAM user and verify each other against the CA). The KRaft controller
+    listener stays PLAINTEXT on 127.0.0.1."""
+    if security is None:
+        return {
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        }
+    jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required '
+            f'username="{security.broker_user}" password="{security.broker_password}";')
+    return {
+        "listeners": f"SASL_SSL://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "advertised.listeners": f"SASL_SSL://127.0.0.1:{node.port}",
+        "inter.broker.listener.name": "SASL_SSL",
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+        "sasl.enabled.mechanisms": MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": MECHANISM,
+        f"listener.name.sasl_ssl.{MECHANISM.lower()}.sasl.jaas.config": jaas,
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": security.keystore,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": security.ca,
+        "ssl.client.auth": "none",
+    }
+
+
+def server_properties(node: Node, nodes: list[Node], security: Security | None = None) -> str:
     n = len(nodes)
     voters = ",".join(f"{x.node_id}@127.0.0.1:{x.controller_port}" for x in nodes)
     repl = min(n, 3)
@@ -132,11 +162,8 @@ def server_properties(node: Node, nodes: list[Node]) -> str:
         "process.roles": "broker,controller",
         "node.id": node.node_id,
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+        **listener_properties(node, security),
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "log.dirs": node.dir / "data",
         # Topics are declared in the catalog and created by `flywheel topics`: a typo must fail,
         # not silently create a one-partition topic.
@@ -169,6 +196,16 @@ class LocalCluster:
     brokers: int = 1
     port: int = 19092
     controller_port: int = 19093
+    security: Security | None = None  # SASL_SSL with SCRAM (infra.tls); None: PLAINTEXT
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings to reach this cluster (its security included)."""
+        cfg = {"bootstrap.servers": self.bootstrap}
+        if self.security is not None:
+            cfg.update({"security.protocol": "SASL_SSL", "sasl.mechanism": MECHANISM,
+                        "sasl.username": self.security.user, "sasl.password": self.security.password,
+                        "ssl.ca.location": str(self.security.ca)})
+        return cfg
 
     @property
     def nodes(self) -> list[Node]:
@@ -216,12 +253,17 @@ class LocalCluster:
     def _prepare(self, java: str, node: Node) -> None:
         node.dir.mkdir(parents=True, exist_ok=True)
         props = node.dir / "server.properties"
-        props.write_text(server_properties(node, self.nodes))
+        props.write_text(server_properties(node, self.nodes, self.security))
         (node.dir / "log4j.properties").write_text(LOG4J.format(log=node.log_file))
         if (node.dir / "data" / "meta.properties").exists():
             return
+        scram = []
+        if self.security is not None:  # SCRAM users live in the KRaft metadata from the first start
+            for name, password in ((self.security.broker_user, self.security.broker_password),
+                                   (self.security.user, self.security.password)):
+                scram += ["--add-scram", f"{MECHANISM}=[name={name},password={password}]"]
         fmt = self._java(java, node, ["kafka.tools.StorageTool", "format", "--ignore-formatted",
-                                      "-t", self._cluster_id(), "-c", str(props)])
+                                      "-t", self._cluster_id(), "-c", str(props), *scram])
         proc = subprocess.run(fmt, capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -263,7 +305,7 @@ class LocalCluster:
                 if proc is not None and proc.poll() is not None:
                     raise UserError(f"Kafka node {node.node_id} exited during start: {exit_reason(node)} "
                                     f"(log: {node.log_file})")
-            if len(probe_brokers({"bootstrap.servers": self.bootstrap}, timeout=1.0) or {}) >= self.brokers:
+            if len(probe_brokers(self.client_config(), timeout=1.0) or {}) >= self.brokers:
                 return
             if time.monotonic() > deadline:
                 raise UserError(f"Kafka did not answer at {self.bootstrap} within {timeout:.0f}s "

@@ -14,10 +14,16 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from infra.settings import Settings
+from infra.tls import MECHANISM
 
 
 class DeliveryError(RuntimeError):
     """A produced message was not acknowledged by the broker."""
+
+
+def sasl_mechanism(settings: Settings) -> str:
+    """One default for every client (librdkafka would pick GSSAPI, Faust PLAIN): SCRAM-SHA-512."""
+    return settings.kafka_sasl_mechanism or MECHANISM
 
 
 def client_config(settings: Settings) -> dict[str, Any]:
@@ -25,8 +31,8 @@ def client_config(settings: Settings) -> dict[str, Any]:
         "bootstrap.servers": settings.bootstrap,
         "security.protocol": settings.kafka_security_protocol,
     }
-    if settings.kafka_sasl_mechanism:
-        cfg["sasl.mechanism"] = settings.kafka_sasl_mechanism
+    if settings.kafka_security_protocol.startswith("SASL"):
+        cfg["sasl.mechanism"] = sasl_mechanism(settings)
         cfg["sasl.username"] = settings.kafka_sasl_username
         cfg["sasl.password"] = settings.kafka_sasl_password
     if settings.kafka_ssl_ca:

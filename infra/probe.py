@@ -36,15 +36,27 @@ def require_kafka(settings: Settings, timeout: float = 5.0):
     Raises UserError("cannot reach Kafka at X: ...") when nobody answers within ``timeout``.
     Returns ``(admin, metadata)``.
     """
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     from infra.kafka import client_config
 
-    admin = AdminClient(_quiet(client_config(settings)))
+    auth_errors: list[str] = []
+
+    def on_error(err) -> None:  # librdkafka reports a refused login here, not in list_topics
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED) or "SASL" in err.str():
+            auth_errors.append(err.str())
+
+    admin = AdminClient({**_quiet(client_config(settings)), "error_cb": on_error})
     try:
         md = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
+        admin.poll(0.5)  # error callbacks are served by poll
+        if auth_errors:
+            raise UserError(
+                f"Kafka at {settings.bootstrap} refused the credentials of user {settings.kafka_sasl_username!r} "
+                f"({settings.kafka_security_protocol}); check FLYWHEEL_KAFKA_SASL_USERNAME / "
+                f"FLYWHEEL_KAFKA_SASL_PASSWORD: {auth_errors[0][:200]}") from None
         raise UserError(
             f"cannot reach Kafka at {settings.bootstrap}: {_reason(exc)}; "
             "start one with `flywheel up` or set FLYWHEEL_KAFKA_BOOTSTRAP"

@@ -43,6 +43,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from infra.dlq import dead_letter
+from infra.kafka import sasl_mechanism
 from infra.settings import Settings
 from infra.topics import STEP_PARTITIONS, TOPICS, topic_name
 from schemas.base import now
@@ -108,7 +109,7 @@ def _credentials(settings: Settings):
             context.load_cert_chain(settings.kafka_ssl_cert, settings.kafka_ssl_key or None)
     if settings.kafka_security_protocol.startswith("SASL"):
         return faust.SASLCredentials(username=settings.kafka_sasl_username, password=settings.kafka_sasl_password,
-                                     mechanism=settings.kafka_sasl_mechanism or "PLAIN", ssl_context=context)
+                                     mechanism=sasl_mechanism(settings), ssl_context=context)
     return faust.SSLCredentials(context)
 
 

@@ -1,6 +1,8 @@
 """`flywheel kafka-fetch | up | down | status | topics`: the local Kafka and the topic catalog.
 
-``up`` starts the local broker(s) under ``<data_dir>/kafka`` and is idempotent; ``down`` stops
+``up`` starts the local broker(s) under ``<data_dir>/kafka`` and is idempotent (``--sasl``: a
+SASL_SSL listener with SCRAM-SHA-512, its CA and users made by infra.tls, and the client settings
+written to ``<data_dir>/kafka/sasl.env``); ``down`` stops
 whatever ``up`` started (one or three nodes); ``status`` prints the brokers, the catalog topics
 with their partition counts and the lag of every consumer group; ``topics`` creates missing
 catalog topics and exits 1 when an existing one drifted from the catalog.
@@ -30,20 +32,37 @@ def libs_dir(settings: Settings) -> Path:
     return kafka_home(settings) / "libs"
 
 
-def local_cluster(settings: Settings, brokers: int = 1):
+def local_cluster(settings: Settings, brokers: int = 1, sasl: bool = False):
     from infra.broker import LocalCluster
+    from infra.tls import make_security
 
-    return LocalCluster(kafka_home(settings) / f"brokers-{brokers}", libs_dir(settings), brokers,
-                        settings.kafka_port, settings.kafka_controller_port)
+    security = make_security(kafka_home(settings) / "security") if sasl else None
+    return LocalCluster(kafka_home(settings) / f"brokers-{brokers}{'-sasl' if sasl else ''}", libs_dir(settings),
+                        brokers, settings.kafka_port, settings.kafka_controller_port, security)
 
 
 def running_cluster(settings: Settings):
     """The local cluster that has live nodes, or None."""
     for n in MODES:
-        cluster = local_cluster(settings, n)
-        if cluster.running():
-            return cluster
+        for sasl in (False, True):
+            if sasl and not (kafka_home(settings) / f"brokers-{n}-sasl").exists():
+                continue
+            cluster = local_cluster(settings, n, sasl)
+            if cluster.running():
+                return cluster
     return None
+
+
+def write_client_env(settings: Settings, security) -> Path:
+    """FLYWHEEL_* lines that point every flywheel process at the SASL_SSL broker (mode 0600)."""
+    from infra.config import env_name
+
+    path = kafka_home(settings) / "sasl.env"
+    lines = [f"{env_name(k)}={v}" for k, v in security.client_settings().items()]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -80,15 +99,20 @@ def cmd_up(args: argparse.Namespace) -> int:
     s = _settings(args)
     brokers = args.brokers
     other = running_cluster(s)
-    if other is not None and other.brokers != brokers:
-        raise UserError(f"a {other.brokers}-broker local Kafka is already running; `flywheel down` it first")
-    cluster = local_cluster(s, brokers)
+    if other is not None and (other.brokers != brokers or (other.security is not None) != args.sasl):
+        raise UserError(f"a {other.brokers}-broker local Kafka{' (SASL_SSL)' if other.security else ''} is already "
+                        "running; `flywheel down` it first")
+    cluster = local_cluster(s, brokers, args.sasl)
     if len(cluster.running()) == brokers:
         print(f"Kafka already running: {brokers} broker(s) at {cluster.bootstrap}")
         return 0
     fetch_jars(cluster.libs)
     took = cluster.start()
     print(f"Kafka up in {took:.1f}s: {brokers} broker(s) at {cluster.bootstrap} (logs: {cluster.home}/node-*/server.log)")
+    if cluster.security is not None:
+        env = write_client_env(s, cluster.security)
+        print(f"SASL_SSL with {cluster.security.client_settings()['kafka_sasl_mechanism']}; clients need the "
+              f"settings in {env}: `set -a; . {env}; set +a` before other flywheel commands")
     if brokers > 1:
         print(f"`flywheel topics`/`status` use it directly; other processes need "
               f"FLYWHEEL_KAFKA_BOOTSTRAP={cluster.bootstrap} FLYWHEEL_REPLICATION_FACTOR={brokers}")
@@ -99,11 +123,14 @@ def cmd_down(args: argparse.Namespace) -> int:
     s = load_settings(vars(args))
     stopped = False
     for n in MODES:
-        cluster = local_cluster(s, n)
-        if cluster.running():
-            ids = cluster.stop()
-            print(f"Kafka stopped: node(s) {', '.join(map(str, ids))} of the {n}-broker cluster")
-            stopped = True
+        for sasl in (False, True):
+            if sasl and not (kafka_home(s) / f"brokers-{n}-sasl").exists():
+                continue
+            cluster = local_cluster(s, n, sasl)
+            if cluster.running():
+                ids = cluster.stop()
+                print(f"Kafka stopped: node(s) {', '.join(map(str, ids))} of the {n}-broker cluster")
+                stopped = True
     if not stopped:
         print("Kafka is not running")
     return 0
@@ -133,6 +160,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("up", help="start the local Kafka (idempotent)")
     p.add_argument("--brokers", type=int, choices=MODES, default=1,
                    help="1 node, or 3 nodes with replication 3 and min.insync.replicas 2")
+    p.add_argument("--sasl", action="store_true",
+                   help="SASL_SSL listener (SCRAM-SHA-512 users, a local CA and certificate) instead of PLAINTEXT")
     add_arguments(p, Settings)
     p.set_defaults(func=cmd_up)
 
