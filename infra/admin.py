@@ -212,3 +212,35 @@ def _offsets(admin, tps: set[tuple[str, int]], spec) -> dict[tuple[str, int], in
         return {}
     futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in tps}, request_timeout=10)
     return {(tp.topic, tp.partition): fut.result(timeout=15).offset for tp, fut in futures.items()}
+
+
+def ensure_internal_topics(settings: Settings, topics: dict[str, int], config: dict[str, str],
+                           timeout_s: float = 60.0) -> None:
+    """Create a framework's internal topics (name -> partitions) if missing, then wait until the
+    cluster's metadata lists them in several fetches in a row: a client that creates its own and
+    subscribes at once can race the metadata propagation of a multi-broker cluster (Faust then
+    skips the topic for good and its table recovery never starts)."""
+    import time
+
+    from confluent_kafka.admin import NewTopic
+
+    from infra.probe import require_kafka
+
+    admin, md = require_kafka(settings)
+    missing = [NewTopic(n, p, settings.replication_factor, config=config) for n, p in topics.items()
+               if n not in md.topics]
+    futures = admin.create_topics(missing, operation_timeout=CREATE_TIMEOUT_S) if missing else {}
+    for name, fut in futures.items():
+        try:
+            fut.result(timeout=CREATE_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - created meanwhile by another worker is fine
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise UserError(f"cannot create internal topic {name}: {exc}") from None
+    deadline, streak = time.monotonic() + timeout_s, 0
+    while streak < 5:  # librdkafka spreads metadata requests over the brokers
+        known = admin.list_topics(timeout=10).topics
+        ok = all(n in known and known[n].error is None and len(known[n].partitions) == p for n, p in topics.items())
+        streak = streak + 1 if ok else 0
+        if time.monotonic() > deadline:
+            raise UserError(f"Kafka does not list {sorted(topics)} {timeout_s:.0f}s after creating them")
+        time.sleep(0.2)

@@ -255,6 +255,16 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
     return app
 
 
+def declare_internal_topics(app: faust.App, settings: Settings) -> None:
+    """Create the tables' changelog topics before the worker starts (see
+    infra.admin.ensure_internal_topics: on three brokers Faust's own creation raced the metadata)."""
+    from infra.admin import ensure_internal_topics
+
+    topics = {table.changelog_topic.get_topic_name(): table.partitions or STEP_PARTITIONS
+              for table in app.tables.values()}
+    ensure_internal_topics(settings, topics, {"cleanup.policy": "compact"})
+
+
 def run_worker(app: faust.App, loglevel: str = "info") -> None:
     """Run one worker until SIGINT/SIGTERM (a worker takes all partitions the group gives it)."""
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)

@@ -14,13 +14,14 @@ log = logging.getLogger("flywheel.streams")
 
 
 def _streams(args) -> int:
-    from streams.app import make_app, run_worker  # faust is slow to import: only when needed
+    from streams.app import declare_internal_topics, make_app, run_worker  # faust is slow to import
 
     settings = load_settings(vars(args))
     cfg = resolve(StreamsConfig, vars(args))
     log_settings(settings)
     log.info("streams config %s (app id %s)", describe(cfg), app_id_for(settings, cfg))
     app = make_app(settings, cfg)
+    declare_internal_topics(app, settings)
     sys.argv = [sys.argv[0]]  # Faust's worker parses argv itself; ours is already parsed
     run_worker(app, cfg.loglevel)
     return 0

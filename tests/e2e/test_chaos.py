@@ -1,4 +1,4 @@
-"""Chaos: the whole pipeline keeps every guarantee while each stage is SIGKILLed mid-work.
+"""Chaos: the whole pipeline keeps every guarantee while each stage, or a broker, is SIGKILLed.
 
 The demo's own processes (sink, Faust app, trainer, a rollout worker with browser sandboxes) run
 on a fresh topic prefix. While episodes flow, each of rollout, streams, trainer and sink is
@@ -10,7 +10,8 @@ SIGKILLed once while busy and started again. Then, counting from the topics and 
 - nothing reached the dead-letter topic;
 - the trajectories in ClickHouse (FINAL) equal the episodes that closed on flywheel.steps.v1.
 
-Bounded: about 4 minutes on a 2-core machine.
+A second run uses three brokers (replication 3, min.insync.replicas 2) and SIGKILLs one of them
+under the running pipeline. Bounded: about 2 minutes each on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def _closed_tasks(settings) -> set[str]:
     return closed
 
 
-def test_sigkill_every_stage_loses_mixes_and_double_counts_nothing(settings, tmp_path):
+def run_under_chaos(settings, tmp_path, disrupt) -> str:
+    """Run the pipeline, call ``disrupt(children)`` once episodes flow, then count; -> a summary line."""
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("Debian chromium is not installed (bash infra/run.sh installs it as root)")
     from infra.app.demo import DemoConfig, child_env, plan_children, submit_tasks
@@ -87,16 +89,9 @@ def test_sigkill_every_stage_loses_mixes_and_double_counts_nothing(settings, tmp
         children["rollout-0"].start()
         submit_tasks(cfg, env, logs)
 
-        # SIGKILL each stage once while it is busy, and start it again
-        def steps_so_far() -> int:
-            return len(_records(settings, TOPICS.steps))
-
-        assert wait_until(lambda: steps_so_far() >= 20, 180, 2.0), children["rollout-0"].tail(10)
-        for name in ("rollout-0", "streams", "trainer", "sink"):
-            _kill(children[name])
-            time.sleep(1.0)
-            children[name].start()
-            time.sleep(8.0)  # let it get busy again before the next kill
+        assert wait_until(lambda: len(_records(settings, TOPICS.steps)) >= 20, 180, 2.0), \
+            children["rollout-0"].tail(10)
+        disrupt(children)
 
         submitted = len(TASKS) * EPISODES_PER_TASK
         assert wait_until(lambda: len(_closed_tasks(settings)) >= submitted, 240, 5.0), \
@@ -137,6 +132,44 @@ def test_sigkill_every_stage_loses_mixes_and_double_counts_nothing(settings, tmp
     # every started execution becomes one trajectory: ended, aborted, or closed as abandoned
     assert in_ch == len(started), f"ClickHouse has {in_ch} trajectories for {len(started)} started episodes"
     assert all(n == 1 for n in closes.values()), "an episode was closed twice"
-    print(f"chaos: {len(started)} episodes started ({len(started) - len(closes)} interrupted and closed as "
+    return (f"{len(started)} episodes started ({len(started) - len(closes)} interrupted and closed as "
           f"abandoned), {len(slots)} step slots, {ledger.total} RL episodes trained once, "
           f"{in_ch} trajectories in ClickHouse")
+
+
+def test_sigkill_every_stage_loses_mixes_and_double_counts_nothing(settings, tmp_path):
+    def kill_each_stage(children):  # SIGKILL each stage once while it is busy, and start it again
+        for name in ("rollout-0", "streams", "trainer", "sink"):
+            _kill(children[name])
+            time.sleep(1.0)
+            children[name].start()
+            time.sleep(8.0)  # let it get busy again before the next kill
+
+    print("chaos, every stage killed once:", run_under_chaos(settings, tmp_path, kill_each_stage))
+
+
+def test_a_broker_killed_under_the_running_pipeline_loses_nothing(kafka_libs, tmp_path):
+    from infra.admin import ensure_topics
+    from infra.broker import LocalCluster, free_port_block
+    from infra.settings import load_settings
+
+    port = free_port_block(6)
+    cluster = LocalCluster(tmp_path / "kafka", kafka_libs, 3, port, port + 1)
+    cluster.start()
+    try:
+        settings = load_settings({"data_dir": str(tmp_path / "data"), "kafka_bootstrap": cluster.bootstrap,
+                                  "replication_factor": 3, "topic_prefix": f"c{uuid.uuid4().hex[:6]}."}, env={})
+        assert not ensure_topics(settings).drift
+
+        def kill_a_broker(children):
+            from infra.procs import wait_until
+            from infra.topics import TOPICS
+
+            # once every stage is past its start-up (records reach flywheel.rl.v1), not during it
+            assert wait_until(lambda: len(_records(settings, TOPICS.rl)) >= 5, 180, 2.0), children["streams"].tail(10)
+            cluster.kill(2)  # replication 3, min.insync.replicas 2: the pipeline carries on
+            time.sleep(15.0)
+
+        print("chaos, one of three brokers killed:", run_under_chaos(settings, tmp_path, kill_a_broker))
+    finally:
+        cluster.stop()
