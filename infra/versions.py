@@ -93,6 +93,13 @@ def latest(settings: Settings, policy: str, timeout_s: float = 15.0) -> PolicyVe
     return max(versions, key=lambda v: v.version) if versions else None
 
 
+def next_version(settings: Settings, policy: str, current: int) -> int:
+    """The number of the next version of ``policy``: one past both what this trainer holds and
+    the newest anyone published, so PPO, SFT, CT, DPO and merge share one counter per policy name."""
+    published = latest(settings, policy)
+    return max(current, published.version if published is not None else -1) + 1
+
+
 def latest_by_policy(versions: list[PolicyVersion]) -> dict[str, int]:
     """policy name -> newest version number, from any list of versions."""
     out: dict[str, int] = {}

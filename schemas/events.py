@@ -229,7 +229,9 @@ class DeadLetter(Event):
 
     @property
     def event_id(self) -> str:
-        return f"{self.source_topic}:{self.source_partition}:{self.source_offset}:{self.stage}"
+        base = f"{self.source_topic}:{self.source_partition}:{self.source_offset}:{self.stage}"
+        # a letter with no source offset (e.g. an abandoned episode's state) is told apart by its key
+        return base if self.source_offset >= 0 else f"{base}:{self.original_key or ''}"
 
 
 EVENT_TYPES: dict[str, Any] = {

@@ -217,8 +217,10 @@ class LMStreamTrainer:
             return
         metrics.update(train_step(policy, optimizer, samples, self.cfg))
         self.update_times.append(metrics["update_s"])
+        from infra import versions
+
         parent = policy.version
-        policy.version = parent + 1
+        policy.version = versions.next_version(self.settings, self.cfg.policy_name, parent)
         save_checkpoint(self.ckpt_dir, policy, optimizer, offsets, published=False)
         publish_version(self.settings, producer, tracker, self.store, policy, parent, {f"{self.mode}_{k}": v for k, v in metrics.items()})
         mark_published(self.ckpt_dir)

@@ -120,7 +120,7 @@ def run_merge(settings, plan: MergePlan):
     state, config = merge_versions(pvs, plan.alphas, store)
     merged = build_policy(pvs[0].kind, plan.policy, config)
     merged.load_state_dict(state, strict=True)
-    merged.version = max(known) + 1
+    merged.version = versions.next_version(settings, plan.policy, max(known))
     pv = publish_version(settings, make_producer(settings), DeliveryTracker(), store, merged, plan.parent, plan.metrics())
     log.info("published %s v%d = %s", pv.policy, pv.version,
              " + ".join(f"{a:g} * v{v}" for v, a in zip(plan.versions, plan.alphas)))

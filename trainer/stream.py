@@ -222,7 +222,7 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
                     state["vp_losses"].append(metrics["value_loss"])
                     state["vp_evs"].append(metrics["explained_variance"])
                 else:
-                    policy.version += 1
+                    policy.version = versions.next_version(settings, cfg.policy_name, policy.version)
                 metrics.update(staleness_mean=float(np.mean(staleness)), staleness_max=float(max(staleness)),
                                thought_length=float(np.mean([e.thought_chars for e in kept])))
                 for e in kept:

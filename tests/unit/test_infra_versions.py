@@ -25,3 +25,15 @@ def test_is_stale_only_beyond_the_bound():
 def test_latest_by_policy_takes_the_newest_of_each_policy_in_any_order():
     found = [pv("a", 3), pv("b", 1), pv("a", 5), pv("a", 4)]
     assert versions.latest_by_policy(found) == {"a": 5, "b": 1}
+
+
+def test_dead_letters_without_a_source_offset_keep_distinct_ids():
+    from schemas.events import DeadLetter
+
+    def letter(key: str) -> DeadLetter:
+        return DeadLetter(stage="assembler", error_type="ValueError", message="abandoned", source_topic="steps",
+                          source_partition=0, source_offset=-1, original_key=key, original_value="", ts=1.0)
+
+    assert letter("YQ==").event_id != letter("Yg==").event_id  # two abandoned episodes, two rows
+    with_offset = letter("YQ==").model_copy(update={"source_offset": 7})
+    assert with_offset.event_id == "steps:0:7:assembler"
