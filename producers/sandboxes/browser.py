@@ -156,7 +156,7 @@ class BrowserSandbox:
         for _ in range(READY_MAX_POLLS):  # tasks that build their problem asynchronously
             if ready:
                 break
-            await self._call(clock.run_for(READY_POLL_MS), "clock.run_for")
+            await self._advance_clock(READY_POLL_MS)  # a page script error here is the page's, like in step
             ready = await self._call(page.evaluate("WOB_TASK_READY"), "poll ready")
         else:
             raise SandboxCrashed(f"task {task.name} did not become ready")
@@ -198,12 +198,13 @@ class BrowserSandbox:
         error = await self._advance_clock() or error
         return await self._result(error=error)
 
-    async def _advance_clock(self) -> str | None:
+    async def _advance_clock(self, ms: int | None = None) -> str | None:
         """Run the page's timers for one step. A task page's own script throwing inside a timer
-        (jQuery-UI animations under the fake clock do) rejects ``run_for``: that is the page's
-        error, recorded on the step, not a crashed browser; a dead or hung one still raises."""
+        (jQuery-UI animations under the fake clock do) rejects ``run_for`` once every due timer has
+        run and the time has advanced: that is the page's error, recorded on the step, not a
+        crashed browser; a dead or hung one still raises."""
         try:
-            await asyncio.wait_for(self._context.clock.run_for(self.step_ms), self.call_timeout_s)
+            await asyncio.wait_for(self._context.clock.run_for(ms or self.step_ms), self.call_timeout_s)
             return None
         except asyncio.TimeoutError:
             raise SandboxCrashed(f"browser hung: clock.run_for took more than {self.call_timeout_s:.0f}s") from None

@@ -102,6 +102,22 @@ def test_sdk_action_is_refused_not_crashed(env):
     assert result.error and "not available" in result.error and not result.done
 
 
+def test_a_page_script_error_under_the_fake_clock_is_recorded_on_the_step_not_a_crash(env):
+    """The page's own timer throwing (jQuery-UI animations did, on click-collapsible and click-tab)
+    rejects Playwright's clock.run_for: the step records it and the episode goes on."""
+    loop, sandbox, _ = env
+    obs = loop.run(sandbox.reset(task("click-test", 3)))
+    loop.run(sandbox.query("setTimeout(() => { throw new TypeError('animation broke'); }, 10),"
+                           " setTimeout(() => { window.__later = 1; }, 50)"))
+    result = loop.run(sandbox.step(Click(x=0.01, y=0.01)))
+    assert result.error and result.error.startswith("page script error") and "animation broke" in result.error
+    assert not result.done
+    assert loop.run(sandbox.query("window.__later")) == 1  # the rest of the step's page time still ran
+    dom = loop.run(sandbox.query(scripted.DOM_PROBE_JS))
+    final = loop.run(sandbox.step(scripted.solve("click-test", obs.observation.instruction, dom)))
+    assert final.error is None and final.done and final.success
+
+
 def test_a_hung_browser_raises_sandbox_crashed_and_restart_relaunches_it(tmp_path):
     import os
     import signal
