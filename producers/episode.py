@@ -10,6 +10,7 @@ a zero reward) and ``EpisodeResult.crashed`` tells the worker to restart the san
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 import uuid
@@ -19,6 +20,7 @@ from typing import Any, Callable
 from producers import scripted
 from producers.policy_client import PolicyClient, PolicyRequest
 from producers.sandboxes.base import SandboxCrashed
+from schemas.base import Id
 from schemas.events import EpisodeAborted, EpisodeEnded, EpisodeStarted, Step, TaskSpec
 
 log = logging.getLogger("flywheel.episode")
@@ -33,8 +35,18 @@ def episode_id(task_id: str, attempt: int, execution: str | None = None) -> str:
     so it never shares an id with the interrupted one, whose partial events the assembler closes
     as aborted by infrastructure. ``task_id`` and ``attempt`` stay readable on the started event
     to link the executions of one task; consumers dedupe events by their ids within an execution.
+    ``execution`` is 48 random bits (a worker cannot know whether an earlier worker ran the task),
+    given explicitly only by tests. A task id too long to leave room for the suffix within the
+    schema's id limit is cut and followed by its own hash, so two long task ids never meet.
     """
-    return f"{task_id}:{attempt}:{execution or uuid.uuid4().hex[:12]}"
+    suffix = f":{attempt}:{execution or uuid.uuid4().hex[:12]}"
+    room = _ID_MAX - len(suffix)
+    if len(task_id) > room:
+        task_id = f"{task_id[:room - 17]}.{hashlib.sha256(task_id.encode()).hexdigest()[:16]}"
+    return task_id + suffix
+
+
+_ID_MAX = Id.__metadata__[0].max_length  # the schema's limit on ids (schemas.base.Id)
 
 
 @dataclass

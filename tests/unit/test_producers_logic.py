@@ -39,6 +39,20 @@ def test_every_execution_gets_its_own_episode_id_that_names_its_task_and_attempt
     assert first != rerun  # a re-run after a crash never shares the interrupted run's id
     assert first.startswith("run.click-test.3:0:") and rerun.startswith("run.click-test.3:0:")
     assert episode_id("run.click-test.3", 1, "abc") == "run.click-test.3:1:abc"
+    assert len({episode_id("t", 0) for _ in range(10_000)}) == 10_000
+
+
+def test_episode_ids_of_the_longest_task_ids_fit_the_schema_and_stay_apart():
+    from schemas.events import EpisodeStarted, TaskSpec
+
+    a, b = "x" * 255 + "a", "x" * 255 + "b"  # the schema's longest task ids, equal but for the end
+    ids = [episode_id(t, 1000) for t in (a, b)]
+    assert all(len(i) <= 256 for i in ids) and ids[0][:-13] != ids[1][:-13]
+    assert episode_id(a, 0, "e1") == episode_id(a, 0, "e1")  # still derived from the task id only
+    task = TaskSpec(task_id=a, suite="miniwob", name="click-test")
+    started = EpisodeStarted(episode_id=ids[0], ts=1.0, task=task, attempt=1000, sandbox="browser",
+                             worker_id="w", policy="p", policy_version=0)
+    assert started.event_id.startswith(ids[0])
 
 
 def test_build_tasks_gives_k_seeded_tasks_per_name():
