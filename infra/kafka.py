@@ -26,6 +26,27 @@ def sasl_mechanism(settings: Settings) -> str:
     return settings.kafka_sasl_mechanism or MECHANISM
 
 
+def faust_credentials(settings: Settings):
+    """The Faust app's ``broker_credentials`` (aiokafka underneath) from the same settings as the
+    librdkafka clients: same mechanism default, same user, same CA; None for PLAINTEXT."""
+    protocol = settings.kafka_security_protocol
+    if protocol == "PLAINTEXT":
+        return None
+    import ssl
+
+    import faust  # only the streams process pays for the import
+
+    context = None
+    if protocol.endswith("SSL"):
+        context = ssl.create_default_context(cafile=settings.kafka_ssl_ca or None)
+        if settings.kafka_ssl_cert:
+            context.load_cert_chain(settings.kafka_ssl_cert, settings.kafka_ssl_key or None)
+    if protocol.startswith("SASL"):
+        return faust.SASLCredentials(username=settings.kafka_sasl_username, password=settings.kafka_sasl_password,
+                                     mechanism=sasl_mechanism(settings), ssl_context=context)
+    return faust.SSLCredentials(context)
+
+
 def client_config(settings: Settings) -> dict[str, Any]:
     cfg: dict[str, Any] = {
         "bootstrap.servers": settings.bootstrap,

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import ssl
 import time
 from typing import Any
 
@@ -43,7 +42,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from infra.dlq import dead_letter
-from infra.kafka import sasl_mechanism
+from infra.kafka import faust_credentials
 from infra.settings import Settings
 from infra.topics import STEP_PARTITIONS, TOPICS, topic_name
 from schemas.base import now
@@ -99,20 +98,6 @@ class _StateCodec(Codec):
         return decode(s, EpisodeState)
 
 
-def _credentials(settings: Settings):
-    if settings.kafka_security_protocol == "PLAINTEXT":
-        return None
-    context = None
-    if settings.kafka_security_protocol.endswith("SSL"):
-        context = ssl.create_default_context(cafile=settings.kafka_ssl_ca or None)
-        if settings.kafka_ssl_cert:
-            context.load_cert_chain(settings.kafka_ssl_cert, settings.kafka_ssl_key or None)
-    if settings.kafka_security_protocol.startswith("SASL"):
-        return faust.SASLCredentials(username=settings.kafka_sasl_username, password=settings.kafka_sasl_password,
-                                     mechanism=sasl_mechanism(settings), ssl_context=context)
-    return faust.SSLCredentials(context)
-
-
 def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
     """Build the app with its topics, tables, agents and timer (nothing starts until a worker runs it)."""
     datadir = settings.data_path / "streams"
@@ -120,7 +105,7 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
     app = FlywheelApp(
         app_id_for(settings, cfg),
         broker=[f"kafka://{host.strip()}" for host in settings.bootstrap.split(",")],
-        broker_credentials=_credentials(settings),
+        broker_credentials=faust_credentials(settings),
         processing_guarantee="at_least_once",
         store="memory://",  # rebuilt from the changelog on start: no RocksDB build needed
         datadir=str(datadir),
