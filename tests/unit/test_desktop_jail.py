@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import posixpath
 
@@ -9,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from producers.sandboxes import jail, jail_limits
 from producers.sandboxes.jail import (
     EPISODE_MOUNT, JailSpec, SdkError, ShellResult, format_shell_result, jail_argv, jail_path,
-    lexical_jail_path, read_jailed, write_jailed,
+    lexical_jail_path, read_jailed, run_shell, weakness, write_jailed,
 )
 
 JAIL = "/srv/episode/work"
@@ -121,3 +123,37 @@ def test_shell_results_become_output_and_error():
     assert "timed out after 5s" in err
     out, err = format_shell_result(ShellResult(None, "x" * 10, truncated=True), 5, 10)
     assert out.endswith("[output truncated at 10 bytes]") and "exceeded 10 bytes" in err
+
+
+def test_bwrap_runs_unprivileged_with_a_minimal_read_only_host():
+    argv = jail_argv(JailSpec(host="/var/sb/episode", isolation="bwrap"), ["true"])
+    sources = [argv[i + 1] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")]
+    assert argv[argv.index("--uid") + 1] == "65534" and argv[argv.index("--gid") + 1] == "65534"
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert "--new-session" in argv and ["--remount-ro", "/"] == argv[argv.index("--remount-ro"):][:2]
+    assert argv[argv.index("--tmpfs") - 2] == "--size"  # /tmp is size-limited
+    assert not {"/", "/etc", "/etc/shadow", "/etc/gshadow", "/root", "/home", "/proc"} & set(sources), sources
+    assert not [s for s in sources if s.startswith(("/etc/ssh", "/etc/ssl"))], sources
+    assert [s for s in sources if not s.startswith(("/usr", "/bin", "/sbin", "/lib", "/etc/", "/var/sb/episode"))
+            and "flywheel-jail-etc-" not in s] == []  # system dirs, listed /etc entries, the episode
+    assert ["--proc", "/proc"] == argv[argv.index("--proc"):][:2]  # the sandbox's own /proc, not the host's
+
+
+@pytest.mark.parametrize("isolation", ["unshare", "none"])
+def test_weak_isolation_is_refused_before_anything_runs(isolation, tmp_path, monkeypatch):
+    async def no_process(*args, **kwargs):
+        raise AssertionError("a refused command must not start a process")
+    monkeypatch.setattr(jail.asyncio, "create_subprocess_exec", no_process)
+    spec = JailSpec(host=str(tmp_path), isolation=isolation)
+    assert "no bubblewrap" in weakness(spec)
+    with pytest.raises(SdkError, match="refused: no bubblewrap.*fails closed.*allow_weak_isolation"):
+        asyncio.run(run_shell(spec, "echo hi", {}, 5, 1024, 1024))
+
+
+def test_bwrap_without_cgroup_limits_is_weak_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(jail_limits, "available", lambda: False)
+    spec = JailSpec(host=str(tmp_path), isolation="bwrap")
+    with pytest.raises(SdkError, match="refused: no writable cgroup"):
+        asyncio.run(run_shell(spec, "echo hi", {}, 5, 1024, 1024))
+    monkeypatch.setattr(jail_limits, "available", lambda: True)
+    assert weakness(spec) is None
