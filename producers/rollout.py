@@ -56,6 +56,8 @@ class RolloutConfig:
     worker_id: str = opt("", "this worker's name on its events; empty: rollout-<host>-<pid>")
     step_ms: int = opt(100, "page time the browser's fake clock advances per step (ms)")
     max_attempts: int = opt(2, "runs of a task whose episode an infrastructure failure aborted")
+    session_timeout_s: float = opt(45.0, "seconds after which the group hands a crashed worker's "
+                                          "uncommitted tasks to another (the broker allows 6 at least)")
     max_tasks: int = opt(0, "stop after taking this many tasks (0: until SIGTERM)")
     idle_exit_s: float = opt(0.0, "stop after this many seconds without a task (0: never)")
     shutdown_grace_s: float = opt(20.0, "on SIGTERM, seconds in-flight episodes may still run before being aborted")
@@ -105,7 +107,9 @@ class RolloutWorker:
         self._polling = True
         self._poller = threading.Thread(target=self._poll_producer, name="rollout-producer-poll", daemon=True)
         self._poller.start()
-        self._consumer = make_consumer(self.settings, self.cfg.group_id)
+        session_ms = int(self.cfg.session_timeout_s * 1000)
+        self._consumer = make_consumer(self.settings, self.cfg.group_id, **{
+            "session.timeout.ms": session_ms, "heartbeat.interval.ms": max(500, session_ms // 4)})
         self._consumer.subscribe([self.tasks_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         status = StatusWriter(self.settings, self.worker_id, self.counters, self.cfg.status_interval_s,
                               refresh=self._refresh_counters)
