@@ -82,6 +82,29 @@ ATTACKS = [
     "EXPLAIN PIPELINE SELECT * FROM file('/etc/passwd','LineAsString')",
     "",
     "   ;  ",
+    # table functions after a comma of a FROM list, where a FROM/JOIN-only check does not look
+    "SELECT * FROM numbers(1) AS a, Python(params) AS b",
+    "SELECT * FROM numbers(1) AS a, filesystem('/etc') AS b",
+    "SELECT * FROM (SELECT 1) AS a, view(SELECT query FROM system.processes) AS b",
+    "SELECT count() FROM numbers(1) AS a, mergeTreeIndex(system, query_log) AS b",
+    "DESCRIBE filesystem('/')",
+    # names the policy never sees: bound identifiers, other databases, access entities
+    "SELECT query FROM {d:Identifier}.{t:Identifier}",
+    "SELECT * FROM {t:identifier}",
+    "SELECT * FROM steps AS s, default.x AS y",
+    "SELECT * FROM steps AS s JOIN default.x AS y ON s.episode_id = y.id",
+    "SELECT 1 WHERE 1 IN default.x",
+    "SHOW TABLES FROM default",
+    "SHOW COLUMNS FROM processes FROM system",
+    "SHOW CREATE USER default",
+    "SHOW CREATE ROW POLICY p ON steps",
+    "SELECT getServerSetting('path')",
+    "SELECT showCertificate()",
+    # characters ClickHouse lexes differently from Python: non-ASCII spaces, control characters
+    "SELECT 1 INTO\u00a0OUTFILE '/tmp/flywheel-attack-8'",
+    "SELECT\u2028file('/etc/passwd')",
+    "SELECT 1\x1c; DROP TABLE scored",
+    "SELECT 1 \x00",
 ]
 
 # Reads the docs and the demo's report run: they must keep working.
@@ -103,4 +126,12 @@ ALLOWED = [
     "SELECT 'a;b' -- a comment\n",
     "SELECT number FROM numbers(3)",
     "SELECT {n:UInt32} AS n",
+    "SELECT extract(DAY FROM s.ingested_at) AS d, trim(BOTH ' ' FROM s.thought) FROM steps AS s LIMIT 1",
+    "SELECT s.step_index, t.status FROM steps AS s, trajectories AS t WHERE s.episode_id = t.episode_id LIMIT 1",
+    "SELECT r FROM steps ARRAY JOIN range(3) AS r, arrayMap(x -> x, [1, 2, 3]) AS m LIMIT 1",
+    "SELECT 1 IN tuple(1, 2), format('{}', 1)",
+    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'flywheel'",
+    "SHOW TABLES FROM system",
+    "SHOW COLUMNS FROM tables FROM system",
+    "SHOW CREATE TABLE flywheel.steps",
 ]

@@ -36,3 +36,27 @@ def test_only_the_flywheel_database_can_be_selected():
     check_database("flywheel", "flywheel")
     with pytest.raises(SqlRefused):
         check_database("system", "flywheel")
+
+
+def test_table_functions_are_refused_wherever_they_stand():
+    for sql in ("SELECT * FROM steps AS s, url('http://x/', CSV, 'a Int32') AS u",
+                "SELECT * FROM steps AS s LEFT JOIN generateRandom('a Int32') AS g ON 1",
+                "SELECT * FROM (SELECT * FROM numbers(1)) AS a, python(x) AS b"):
+        with pytest.raises(SqlRefused, match="not allowed"):
+            check(sql)
+
+
+def test_names_outside_the_flywheel_database_are_refused():
+    for sql in ("SELECT * FROM default.x", "SELECT * FROM steps AS s, `default`.x AS y", "SHOW TABLES IN default",
+                "DESCRIBE TABLE default.x", "SHOW CREATE DATABASE default"):
+        with pytest.raises(SqlRefused, match="database"):
+            check(sql)
+    assert check("SELECT count() FROM other.steps", database="other")
+
+
+def test_only_clickhouse_whitespace_separates_tokens():
+    for space in ("\u00a0", "\u2028", "\x1c", "\u3000"):
+        with pytest.raises(SqlRefused, match="is not allowed"):
+            check(f"SELECT{space}1")
+    assert check("SELECT\t1\r\n,\f2\v") == "SELECT\t1\r\n,\f2"
+    assert check("SELECT '\u00a0é'") == "SELECT '\u00a0é'"  # inside a literal anything goes
