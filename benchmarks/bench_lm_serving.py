@@ -53,7 +53,7 @@ def bench_updates(n_traj: int, repeats: int) -> None:
         policy.train()
         for i in range(0, len(samples), 8):
             batch = policy.make_batch(samples[i:i + 8])
-            logprobs, values, entropy = policy.evaluate(batch)
+            logprobs, values, entropy = policy.evaluate_tokens(batch)
             (-(logprobs.sum()) + values.pow(2).sum() - 0.01 * entropy.sum()).backward()
         opt.step()
         opt.zero_grad()

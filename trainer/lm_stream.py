@@ -48,7 +48,7 @@ SampleFn = Callable[[Any, ScoredTrajectory, Callable], list]
 def token_mean_loss(policy, samples: list) -> tuple[torch.Tensor, int]:
     """-(sum of target-token log-probs) and the number of target tokens (for a token mean)."""
     batch = policy.make_batch(samples)
-    logprobs, _, _ = policy.evaluate(batch)
+    logprobs, _, _ = policy.evaluate_tokens(batch)
     return -(logprobs * batch.target).sum(), int(batch.target.sum())
 
 

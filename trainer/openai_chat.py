@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from trainer.policies.lm_text import Turn
+from schemas.prompt import Turn
 
 
 class BadRequest(ValueError):

@@ -12,7 +12,7 @@ import numpy as np
 
 from schemas.events import ScoredTrajectory
 from infra.policy import PolicyInput
-from trainer.policies.lm_text import Rendered, format_step_output
+from schemas.prompt import Rendered, format_step_output
 
 ImageLoader = Callable[[Any], "np.ndarray | None"]
 

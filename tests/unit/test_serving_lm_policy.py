@@ -65,7 +65,7 @@ def test_sampled_token_logprobs_match_a_full_forward(policy):
     samples = [Rendered(c.ids + g.token_ids, c.images, [False] * len(c.ids) + [True] * len(g.token_ids))
                for c, g in zip(contexts, gens)]
     batch = policy.make_batch(samples)
-    logprobs, values, entropy = policy.evaluate(batch)
+    logprobs, values, entropy = policy.evaluate_tokens(batch)
     for i, g in enumerate(gens):
         got = logprobs[i][batch.target[i]].detach().numpy()
         np.testing.assert_allclose(got, g.token_logprobs, rtol=1e-4, atol=1e-4)

@@ -49,12 +49,43 @@ def test_sft_scores_each_steps_answer_in_the_context_it_was_written(store):
     assert policy.decision_sample(inp, steps[2].raw_output).ids == samples[2].ids
 
 
-def test_ct_scores_every_text_token_and_no_image_token(store):
+def test_ct_scores_the_screens_transitions_and_no_assistant_or_image_token(store):
+    """CT on V(s)=0 data must not imitate the failed actions (behaviour changed on purpose: CT
+    used to score every text token, the Thought / Action turns included)."""
+    from schemas.prompt import IM_START
+
     policy = build_policy("lm", "lm-t", {})
-    (sample,) = ct_samples(policy, scored_trajectory(store, "ep2", n_steps=2), loader(store))
-    image_id = policy.tok.special("<|image|>")
+    scored = scored_trajectory(store, "ep2", n_steps=3)
+    (sample,) = ct_samples(policy, scored, loader(store))
+    image_id, start = policy.tok.special("<|image|>"), policy.tok.special(IM_START)
     assert not any(m for t, m in zip(sample.ids, sample.target) if t == image_id)
-    assert sum(sample.target) == sum(1 for t in sample.ids if t != image_id)
+    # walk the turns: no token of an assistant turn (nor any role header) is a target
+    ids, target = sample.ids, sample.target
+    starts = [i for i, t in enumerate(ids) if t == start] + [len(ids)]
+    assistant = policy.tok.encode("assistant")
+    scored_turns = []
+    for a, b in zip(starts, starts[1:]):
+        role_is_assistant = ids[a + 1:a + 1 + len(assistant)] == assistant
+        if role_is_assistant:
+            assert not any(target[a:b]), "an assistant (Thought / Action) token is a CT target"
+        if any(target[a:b]):
+            scored_turns.append(policy.tok.decode([t for t, m in zip(ids[a:b], target[a:b]) if m]))
+    # the targets are what each action did to the screen (random screenshots: each step's differs)
+    assert scored_turns == ["Observation: the screen changed."] * 2
+    raw_outputs = [s.raw_output for s in scored.trajectory.steps]
+    assert all(r not in policy.tok.decode([t for t, m in zip(ids, target) if m]) for r in raw_outputs)
+
+
+def test_ct_transition_text_uses_what_the_rollout_recorded(store):
+    from trainer.ct import transition_text
+
+    steps = scored_trajectory(store, "ep4", n_steps=2).trajectory.steps
+    same = steps[0].model_copy(update={"next_screenshot_sha256": steps[0].observation.screenshot.sha256,
+                                       "error": "element not found"})
+    assert transition_text(same, None) == "Observation: the screen did not change.\nError: element not found"
+    assert transition_text(steps[1], None) == ""  # the last step: what followed was not recorded
+    nxt = steps[1].model_copy(update={"observation": steps[1].observation.model_copy(update={"url": "file:///b.html"})})
+    assert transition_text(steps[0], nxt).endswith("Now showing: file:///b.html")
 
 
 def test_a_few_sft_steps_lower_the_loss(store):

@@ -1,11 +1,23 @@
 """A Hugging Face causal language model with a value head that writes UI-TARS text.
 
-The model is any ``AutoModelForCausalLM`` (a tiny Qwen2 built from a config in tests, a local
-checkpoint folder in production). Screenshots reach it through ``PatchVision``: a patch
+The model is any ``AutoModelForCausalLM``: a tiny Qwen2 built from a config (unit tests), the
+pretrained SmolLM2-135M-Instruct (``"pretrained": "smollm2-135m"``, resolved offline by
+trainer.pretrained; the main job's default, see ``pretrained_lm_config``) or any local Hugging
+Face folder. Screenshots reach it through ``PatchVision``: a patch
 embedding over a downscaled screenshot, projected into the LM's embedding space and written over
 ``image_tokens`` placeholder tokens. (A tiny Qwen2-VL cannot be built offline with a working
 processor, so a small adapter keeps tests self-contained; it also makes any text checkpoint a
-vision-language policy, its adapter learnt by SFT / PPO.)
+vision-language policy, its adapter learnt by SFT / PPO. No package installable here ships a
+vision-language model or a general image encoder, so the adapter is the vision path, trained
+from scratch.) The context of a decision is schemas.prompt's, shared with rollout over HTTP.
+
+PPO (trainer.stream / trainer.update): ``step_inputs`` rebuilds each step of a trajectory in the
+context it was sampled in (``Rendered``: context + the text the policy wrote), and ``evaluate``
+scores a batch of them: the step's log-prob is the sum over its tokens (the behaviour log-prob on
+the step event is that sum, so the ratio and the truncated importance weight are the pixel
+policy's, per step), its value is the critic's at the last context token (one value per step:
+rewards, GAE and the behaviour log-prob are per step, and a per-token critic would be asked
+about half-written actions no reward speaks of), its entropy the mean per-token entropy.
 
 Invariant (see base.py): the log-prob ``act`` returns is that of the token sequence
 ``encode(raw_output) + <|im_end|>`` — exactly what ``evaluate`` scores when the trainer rebuilds
@@ -28,9 +40,8 @@ from PIL import Image
 from torch import nn
 
 from infra.policy import Decision, PolicyInput, register_policy
-from trainer.policies.lm_text import (
-    IM_END, IMAGE, PAD, Rendered, Turn, make_tokenizer, render, system_prompt, uitars_turns,
-)
+from schemas.prompt import IM_END, IMAGE, PAD, PromptSpec, Rendered, Turn, history_window, render, uitars_turns
+from trainer.policies.lm_text import make_tokenizer
 
 log = logging.getLogger("flywheel.policy.lm")
 
@@ -41,8 +52,8 @@ def tiny_lm_config(**overrides: Any) -> dict[str, Any]:
         "lm": {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
                "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
                "tie_word_embeddings": False},
-        "pretrained": "",          # a local checkpoint folder; overrides "lm" when set
-        "tokenizer": "bytes",      # "bytes" or a local tokenizer folder
+        "pretrained": "",          # a named checkpoint (trainer.pretrained) or a local HF folder; overrides "lm"
+        "tokenizer": "auto",       # "auto" (the pretrained's, else bytes), "bytes" or a local tokenizer folder
         "image_size": 32,          # screenshots are resized to image_size x image_size
         "patch": 8,                # -> (image_size / patch)^2 image tokens per screenshot
         "max_images": 5,           # UI-TARS keeps the last N screenshots in context
@@ -53,6 +64,13 @@ def tiny_lm_config(**overrides: Any) -> dict[str, Any]:
     }
     cfg.update(overrides)
     return cfg
+
+
+def pretrained_lm_config(**overrides: Any) -> dict[str, Any]:
+    """The main job's language policy: SmolLM2-135M-Instruct, 64 image tokens per screenshot
+    (64 x 64 pixels in 8 x 8 patches), the last 3 screenshots in context."""
+    return tiny_lm_config(**{"pretrained": "smollm2-135m", "image_size": 64, "patch": 8, "max_images": 3,
+                             "max_new_tokens": 48, **overrides})
 
 
 class PatchVision(nn.Module):
@@ -106,8 +124,13 @@ class LMPolicy(nn.Module):
 
         self.name, self.version, self.config = name, version, tiny_lm_config(**config)
         self.blob_store = blob_store  # lets act() show earlier screenshots from the history
-        self.tok = make_tokenizer(self.config["tokenizer"])
-        path = self.config["pretrained"]
+        path = ""
+        if self.config["pretrained"]:
+            from trainer.pretrained import resolve
+
+            path = str(resolve(self.config["pretrained"]))
+        tok = self.config["tokenizer"]
+        self.tok = make_tokenizer(path or "bytes" if tok == "auto" else tok)
         torch.manual_seed(int(self.config["seed"]))  # a fresh model is a function of its config
         if path and load_pretrained:
             self.lm = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
@@ -124,7 +147,7 @@ class LMPolicy(nn.Module):
         self.value_head = nn.Linear(hidden, 1)
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
-        self.prompt = system_prompt(self.config["prompt"])
+        self.spec = PromptSpec.from_config(self.config)
         self.eos, self.pad = self.tok.special(IM_END), self.tok.special(PAD)
         self.eval()
 
@@ -138,11 +161,15 @@ class LMPolicy(nn.Module):
     # ------------------------------------------------------------ contexts
 
     def context(self, inp: PolicyInput) -> list[Turn]:
-        return self.context_with_images(inp, [self._history_image(step) for step in inp.history])
+        return self.context_with_images(inp, self._history_images(inp.history))
+
+    def _history_images(self, history: list) -> list[np.ndarray | None]:
+        """Screenshots of earlier steps, only those the context shows (the rest are not read)."""
+        keep = set(history_window(self.spec, len(history)))
+        return [self._history_image(step) if i in keep else None for i, step in enumerate(history)]
 
     def context_with_images(self, inp: PolicyInput, history_images: list[np.ndarray | None]) -> list[Turn]:
-        return uitars_turns(inp.instruction, inp.history, history_images, inp.image, self.config["max_images"],
-                            self.prompt, self.config["coord_mode"])
+        return uitars_turns(self.spec, inp.instruction, inp.history, history_images, inp.image)
 
     def _history_image(self, step) -> np.ndarray | None:
         if self.blob_store is None:
@@ -202,7 +229,7 @@ class LMPolicy(nn.Module):
         pixels = self._pixels([im for s in samples for im in s.images])
         return LMBatch(ids.to(self.device), attn.to(self.device), pixels, target[:, 1:].to(self.device))
 
-    def evaluate(self, batch: LMBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def evaluate_tokens(self, batch: LMBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Token-level log-probs, values and entropies, each [B, L-1], zero off ``batch.target``.
 
         Position t scores token t+1 given tokens 0..t; values[t] is the critic's estimate of the
@@ -222,11 +249,47 @@ class LMPolicy(nn.Module):
         entropy[batch.target] = -(logp_all.exp() * logp_all).sum(-1)
         return logprobs, values, entropy
 
+    # ------------------------------------------------------------ PPO (trainer.update)
+
+    def can_represent(self, action: Any) -> bool:
+        """Any step: the policy writes text, and text that did not parse is still its decision."""
+        return True
+
+    def step_inputs(self, traj, store) -> list[Rendered]:
+        """Each step of ``traj`` in the context it was sampled in, with the text the policy wrote.
+
+        ValueError for a step this policy did not write (no raw output: a scripted or pixel
+        step), whose log-prob would not be the behaviour log-prob of these tokens.
+        """
+        images = []
+        for step in traj.steps:
+            if not step.raw_output:
+                raise ValueError(f"step {step.step_index} has no raw output: not written by a language policy")
+            images.append(np.asarray(Image.open(io.BytesIO(store.get(step.observation.screenshot.sha256))).convert("RGB")))
+        samples = []
+        for i, step in enumerate(traj.steps):
+            obs = step.observation
+            inp = PolicyInput(images[i], obs.instruction, obs.screen_width, obs.screen_height, history=list(traj.steps[:i]))
+            samples.append(self.render(self.context_with_images(inp, images[:i]), step.raw_output, score="last"))
+        return samples
+
+    def evaluate(self, samples: list[Rendered], instructions: list[str] | None = None, actions: list | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per step, differentiable: (log-prob [N] = sum over the response's tokens, value [N] =
+        the critic before the first response token, entropy [N] = mean per-token entropy).
+        ``instructions`` and ``actions`` are already inside the samples (the pixel policy's call shape)."""
+        batch = self.make_batch(samples)
+        logprobs, values, entropy = self.evaluate_tokens(batch)
+        n = batch.target.sum(-1).clamp(min=1)
+        first = batch.target.float().argmax(-1)  # position whose next token is the first of the response
+        value = values.gather(-1, first.unsqueeze(-1)).squeeze(-1)
+        return logprobs.sum(-1), value, entropy.sum(-1) / n
+
     @torch.no_grad()
     def response_logprobs(self, contexts: list[list[Turn]], texts: list[str]) -> list[tuple[list[int], list[float]]]:
         """Per-token log-probs of the canonical answer ``encode(text) + <|im_end|>`` after each context."""
         batch = self.make_batch([self.render(turns, text, score="last") for turns, text in zip(contexts, texts)])
-        logprobs, _, _ = self.evaluate(batch)
+        logprobs, _, _ = self.evaluate_tokens(batch)
         out = []
         for i in range(len(texts)):
             where = batch.target[i]
@@ -236,7 +299,7 @@ class LMPolicy(nn.Module):
     def sequence_logprobs(self, samples: list[Rendered]) -> torch.Tensor:
         """Sum of target-token log-probs per sample, [B]."""
         batch = self.make_batch(samples)
-        logprobs, _, _ = self.evaluate(batch)
+        logprobs, _, _ = self.evaluate_tokens(batch)
         return (logprobs * batch.target).sum(-1)
 
     @torch.no_grad()
