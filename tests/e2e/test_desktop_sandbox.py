@@ -1,7 +1,8 @@
 """The desktop sandbox on a real Xvfb display with real mousepad and xterm.
 
 Every task is solved by its scripted solver; verifiers reject wrong results; SDK actions that try
-to leave the jail are refused on the step; a killed X server raises SandboxCrashed and a
+to leave the jail are refused on the step, and without bwrap shell commands are refused (fail
+closed) unless allow_weak_isolation is set; a killed X server raises SandboxCrashed and a
 restarted sandbox works again.
 """
 
@@ -184,3 +185,20 @@ def test_two_sandboxes_in_one_loop_stay_apart(blobs):
         assert loop.run_until_complete(both()) == [(True, "first one"), (True, "second one")]
     finally:
         loop.close()
+
+
+@pytest.mark.parametrize("allow_weak", [False, True])
+def test_without_bwrap_shell_commands_fail_closed_on_the_step(blobs, allow_weak):
+    require_desktop()
+    runner = Runner(blobs, width=640, height=480, sdk_timeout_s=2.0, isolation="none",
+                    allow_weak_isolation=allow_weak)
+    try:
+        runner.reset("desktop.terminal-echo")
+        shell, write = runner.steps([Shell(command="echo hi"), FileWrite(path="a.txt", content="x")])
+        if allow_weak:  # explicitly allowed: it runs, weakly isolated
+            assert shell.error is None and shell.output.startswith("hi\n")
+        else:
+            assert "refused" in shell.error and "fails closed" in shell.error and not shell.done
+        assert write.error is None  # file actions are path-checked in-process, unaffected
+    finally:
+        runner.close()
