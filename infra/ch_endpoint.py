@@ -9,12 +9,15 @@ reader gets an ordinary clickhouse-connect client (``endpoint_client``), and ``c
 
 Analysts read the flywheel database and nothing else (infra.sql_policy): the token is checked
 before the body is read (basic auth password or X-ClickHouse-Key; the address and a random token
-are in ``<data_dir>/run/chdb-endpoint.json``, mode 0600); the body is bounded (``MAX_BODY``);
-at most ``MAX_CONCURRENT`` queries run at once (503 beyond); a slow client is cut off after
-``SOCKET_TIMEOUT_S``; the statement must pass ``sql_policy.check`` and only the rebuilt text
-runs, on its own chDB connection with ``readonly=1`` and the time and memory limits of
-``sql_policy.ENGINE_LIMITS``; URL settings are limited to the output-format ones
-clickhouse-connect sends. A refusal is an HTTP 4xx with one line saying why.
+are in ``<data_dir>/run/chdb-endpoint.json``, mode 0600); the body is bounded (``MAX_BODY``) and
+must arrive within ``SOCKET_TIMEOUT_S`` in all, before it may take one of the ``MAX_CONCURRENT``
+query slots (503 beyond), so a slow sender never holds one; at most ``MAX_CONNECTIONS`` connections
+are served at once (503 beyond, so handler threads are bounded too); the statement must pass
+``sql_policy.check`` and only the rebuilt text runs, on its own chDB connection with
+``readonly=1`` and the time and memory limits of ``sql_policy.ENGINE_LIMITS``; URL settings are
+limited to the output-format ones clickhouse-connect sends. A refusal is an HTTP 4xx (503 when
+full) with one line saying why. Nothing is written: the engine is read-only and the policy
+refuses INTO OUTFILE and every table function that could write.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ import base64
 import json
 import logging
 import os
+import re
 import secrets
 import threading
+import time
 import urllib.request
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -52,7 +57,9 @@ _CLIENT_SETTINGS = {"date_time_input_format", "date_time_output_format", "cast_s
                     "output_format_native_encode_types_in_binary_format", "output_format_decimal_trailing_zeros"}
 MAX_BODY = 1 << 20
 MAX_CONCURRENT = 4
+MAX_CONNECTIONS = 32
 SOCKET_TIMEOUT_S = 15.0
+_FORMAT = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 
 
 def endpoint_file(settings: Settings) -> Path:
@@ -96,7 +103,8 @@ class _Handler(BaseHTTPRequestHandler):
                 key = base64.b64decode(auth[6:]).decode().partition(":")[2]
             except ValueError:
                 return False
-        return key is not None and secrets.compare_digest(key, self.server.token)
+        # bytes: compare_digest raises on non-ASCII str, which would turn a bad token into a dropped connection
+        return key is not None and secrets.compare_digest(key.encode(), self.server.token.encode())
 
     def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -121,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._guarded(read_body=True)
 
     def _guarded(self, read_body: bool) -> None:
-        """Token, then size, then a concurrency slot, then the body: in that order."""
+        """Token, then size, then the body (within a deadline), then a query slot: in that order."""
         if not self._authorised():
             self._refuse(401, "516", "wrong or missing token. (AUTHENTICATION_FAILED)")
             return
@@ -135,13 +143,37 @@ class _Handler(BaseHTTPRequestHandler):
         if length < 0 or length > MAX_BODY:
             self._refuse(413, "497", f"request body over {MAX_BODY} bytes")
             return
+        body = self._read_body(length, time.monotonic() + SOCKET_TIMEOUT_S) if read_body and length else b""
+        if body is None:
+            self._refuse(408, "159", f"the request body did not arrive within {SOCKET_TIMEOUT_S:.0f} s")
+            return
         if not self.server.slots.acquire(blocking=False):
             self._refuse(503, "202", f"too many queries at once (at most {MAX_CONCURRENT}); retry shortly")
             return
         try:
-            self._query(self.rfile.read(length) if read_body and length else b"")
+            self._query(body)
         finally:
             self.server.slots.release()
+
+    def _read_body(self, length: int, deadline: float) -> bytes | None:
+        """``length`` bytes by ``deadline`` (a sender trickling bytes is cut off), else None."""
+        chunks, left = [], length
+        try:
+            while left:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self.connection.settimeout(remaining)
+                chunk = self.rfile.read1(min(left, 1 << 16))
+                if not chunk:
+                    return None
+                chunks.append(chunk)
+                left -= len(chunk)
+        except (TimeoutError, OSError):
+            return None
+        finally:
+            self.connection.settimeout(SOCKET_TIMEOUT_S)
+        return b"".join(chunks)
 
     def _query(self, body: bytes) -> None:
         params = dict(parse_qsl(urlparse(self.path).query, keep_blank_values=True))
@@ -153,6 +185,8 @@ class _Handler(BaseHTTPRequestHandler):
             if refused:
                 raise SqlRefused(f"setting(s) {', '.join(refused)} cannot be set here")
             check_database(params.get("database"), self.server.database)
+            if not _FORMAT.fullmatch(fmt):
+                raise SqlRefused(f"default_format {fmt!r} is not a format name")
             sql = check(" ".join(p for p in (params.get("query", ""), body.decode("utf-8", "replace")) if p.strip()))
         except SqlRefused as exc:
             self._refuse(400, "497", f"{exc}. (ACCESS_DENIED)")
@@ -182,6 +216,26 @@ class _Server(ThreadingHTTPServer):
     token: str
     database: str
     slots: threading.BoundedSemaphore
+    connections: threading.BoundedSemaphore
+
+    def process_request(self, request, client_address):
+        """One thread per connection, at most ``MAX_CONNECTIONS``; beyond that a 503 and close."""
+        if not self.connections.acquire(blocking=False):
+            try:
+                request.settimeout(1.0)
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n"
+                                b"X-ClickHouse-Exception-Code: 202\r\n\r\n")
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release()
 
 
 class QueryEndpoint:
@@ -198,6 +252,7 @@ class QueryEndpoint:
         self._server.token = secrets.token_urlsafe(24)
         self._server.database = settings.clickhouse_database
         self._server.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
+        self._server.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         host, bound = self._server.server_address[:2]
         self.endpoint = Endpoint(str(host), int(bound), self._server.token, os.getpid())
         self._thread = threading.Thread(target=self._server.serve_forever, name="chdb-endpoint", daemon=True)

@@ -4,8 +4,10 @@ Where: the ClickHouse server when one is configured; else the process owning emb
 (the sink) through its local read-only endpoint; else chDB opened here (see infra.clickhouse).
 Every path applies the same policy (infra.sql_policy): the statement must be a read of the
 flywheel database, and only the text the policy rebuilt runs. Against embedded chDB the engine
-also runs it with ``readonly=1`` and the policy's limits (the endpoint does the same on its side);
-against a server, connect as a read-only user (docs/analytics.md).
+also runs it with ``readonly=1`` and the policy's limits (the endpoint does the same on its side).
+Against a server the client connects without DDL; a user that may still change settings gets
+``readonly=1`` and the limits as query settings, a read-only user (the ``readonly`` profile,
+docs/analytics.md) runs under its profile, which the server enforces and we cannot change.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def execute(settings: Settings, sql: str) -> tuple[list[str], list[tuple], str]:
         raise UserError(f"refused by the readonly SQL policy: {exc}") from None
     client, how = query_client(settings)
     try:
-        limits = ENGINE_LIMITS if how == "chdb" else None  # the endpoint and a read-only server user enforce theirs
+        limits = {"chdb": ENGINE_LIMITS, "endpoint": None, "server": server_limits(client.server_settings)}[how]
         result = client.query(sql, settings=limits)
         return list(result.column_names), list(result.result_rows), how
     except Exception as exc:
@@ -43,6 +45,22 @@ def execute(settings: Settings, sql: str) -> tuple[list[str], list[tuple], str]:
         raise UserError((message[idx:] if idx >= 0 else message).splitlines()[0][:500]) from None
     finally:
         client.close()
+
+
+def server_limits(server_settings: dict[str, Any]) -> dict[str, str] | None:
+    """The engine limits a server user can still be given: all for readonly=0, none for readonly=1.
+
+    ``server_settings`` is clickhouse-connect's view of the user's ``system.settings``. A readonly=1
+    user cannot change any setting (the server refuses even readonly=1 again); readonly=2 may change
+    settings but not ``readonly`` itself.
+    """
+    current = server_settings.get("readonly")
+    level = getattr(current, "value", "0")
+    if level == "1":
+        return None
+    if level == "2":
+        return {k: v for k, v in ENGINE_LIMITS.items() if k != "readonly"}
+    return ENGINE_LIMITS
 
 
 def _cell(value: Any) -> str:

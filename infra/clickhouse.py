@@ -128,8 +128,8 @@ def query_client(settings: Settings) -> tuple[Client, str]:
     With embedded chDB, a running owner (the sink) is asked over its local endpoint; only when
     no owner answers is the data directory opened here.
     """
-    if settings.clickhouse_url:
-        return make_client(settings, migrate_schema=False), "server"
+    if settings.clickhouse_url:  # no DDL: an analyst's read-only user may not even CREATE DATABASE IF NOT EXISTS
+        return _server_client(settings, settings.clickhouse_database), "server"
     from infra.ch_endpoint import endpoint_client, find_endpoint
 
     endpoint = find_endpoint(settings)

@@ -7,23 +7,29 @@ still work.
 
 from __future__ import annotations
 
+import base64
 import glob
 import http.client
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+import chdb
 import pytest
 
-from infra.ch_endpoint import MAX_BODY, MAX_CONCURRENT, QueryEndpoint
+import infra.ch_endpoint
+from infra.ch_endpoint import MAX_BODY, MAX_CONCURRENT, MAX_CONNECTIONS, QueryEndpoint
 from infra.ch_query import execute
 from infra.clickhouse import make_client
 from infra.errors import UserError
 from infra.settings import load_settings
+from infra.sql_policy import KNOWN_TABLE_FUNCTIONS, TABLE_FUNCTIONS
 from tests.unit.sql_attacks import ALLOWED, ATTACKS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,8 +127,11 @@ def test_the_token_is_checked_before_the_body_is_read(endpoint):
 
 def test_bodies_and_concurrency_are_bounded(endpoint):
     _, ep = endpoint
-    status, body = post(ep, "SELECT 1 " + " " * (MAX_BODY + 1))
-    assert status == 413
+    # headers only: the refusal comes before the body (a client still sending it may see a broken pipe)
+    with socket.create_connection((ep.host, ep.port), timeout=10) as sock:
+        sock.sendall(f"POST / HTTP/1.1\r\nHost: x\r\nX-ClickHouse-Key: {ep.token}\r\n"
+                     f"Content-Length: {MAX_BODY + 1}\r\n\r\n".encode())
+        assert sock.recv(64).startswith(b"HTTP/1.1 413")
     results: list[int] = []
     slow = "SELECT count() FROM (SELECT sleepEachRow(0.5) FROM numbers(4))"  # ~2 s each
 
@@ -135,3 +144,73 @@ def test_bodies_and_concurrency_are_bounded(endpoint):
     for t in threads:
         t.join(60)
     assert results.count(503) >= 1 and results.count(200) >= 1, results
+
+
+def test_bound_identifiers_cannot_name_a_table(endpoint):
+    _, ep = endpoint
+    status, body = post(ep, "SELECT query FROM {d:Identifier}.{t:Identifier}",
+                        params="?param_d=system&param_t=processes")
+    assert status == 400 and b"parameters carry values" in body, body
+    status, body = post(ep, "SELECT 1", params="?default_format=CSV%20INTO%20OUTFILE")
+    assert status == 400 and b"not a format name" in body, body
+
+
+def test_a_non_ascii_token_is_refused_not_dropped(endpoint):
+    _, ep = endpoint
+    auth = base64.b64encode("default:\u00e9t\u00e9".encode()).decode()
+    req = urllib.request.Request(f"{ep.url}/", data=b"SELECT 1", headers={"Authorization": f"Basic {auth}"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 401
+
+
+def test_a_trickling_body_is_cut_off_without_holding_a_query_slot(endpoint, monkeypatch):
+    _, ep = endpoint
+    monkeypatch.setattr(infra.ch_endpoint, "SOCKET_TIMEOUT_S", 2.0)
+    slow = []
+    for _ in range(MAX_CONCURRENT + 1):
+        sock = socket.create_connection((ep.host, ep.port), timeout=10)
+        sock.sendall(f"POST / HTTP/1.1\r\nHost: x\r\nX-ClickHouse-Key: {ep.token}\r\n"
+                     "Content-Length: 100\r\n\r\nSELECT".encode())
+        slow.append(sock)
+    assert post(ep, "SELECT 42") == (200, b"42\n")  # the trickling senders hold no slot
+    started = time.monotonic()
+    for sock in slow:
+        sock.sendall(b" 1")  # still trickling, still short of 100 bytes
+        assert sock.recv(64).startswith(b"HTTP/1.1 408"), "a body that never completes is cut off"
+        sock.close()
+    assert time.monotonic() - started < 10
+
+
+def test_connections_are_bounded(endpoint):
+    _, ep = endpoint
+    idle = [socket.create_connection((ep.host, ep.port), timeout=10) for _ in range(MAX_CONNECTIONS)]
+    time.sleep(0.5)
+    extra = socket.create_connection((ep.host, ep.port), timeout=10)
+    assert extra.recv(64).startswith(b"HTTP/1.1 503")
+    extra.close()
+    for sock in idle:
+        sock.close()
+    deadline = time.monotonic() + 10
+    while post(ep, "SELECT 1")[0] != 200:  # the handlers see EOF and give their places back
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_flywheel_sql_against_a_server_url_applies_the_policy_client_side(endpoint):
+    """The endpoint speaks ClickHouse's HTTP protocol as a read-only user: it stands in for a server."""
+    settings, ep = endpoint
+    server = load_settings({"data_dir": settings.data_dir, "clickhouse_url": ep.url,
+                            "clickhouse_password": ep.token}, env={})
+    for sql in ATTACKS:
+        with pytest.raises(UserError, match="refused by the readonly SQL policy"):
+            execute(server, sql)
+    columns, rows, how = execute(server, "SELECT name FROM system.tables WHERE database = 'flywheel' AND name = 'steps'")
+    assert how == "server" and rows == [("steps",)], (columns, rows)
+    assert_nothing_leaked_or_written(b"")
+
+
+def test_every_table_function_of_the_engine_is_known_to_the_policy():
+    names = chdb.query("SELECT lower(name) FROM system.table_functions", "CSV").bytes().decode().split()
+    unknown = {n.strip('"') for n in names} - KNOWN_TABLE_FUNCTIONS - TABLE_FUNCTIONS
+    assert not unknown, f"new table functions: add them to sql_policy.KNOWN_TABLE_FUNCTIONS: {sorted(unknown)}"
