@@ -135,3 +135,17 @@ ALLOWED = [
     "SHOW COLUMNS FROM tables FROM system",
     "SHOW CREATE TABLE flywheel.steps",
 ]
+
+
+def documented_queries() -> list[str]:
+    """The queries docs/analytics.md shows (``$ flywheel sql "..."``) and docs/analytics_examples.py runs."""
+    import ast
+    import re
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    shown = re.findall(r'^\$ flywheel sql "(.+)"$', (docs / "analytics.md").read_text(), flags=re.M)
+    module = ast.parse((docs / "analytics_examples.py").read_text())
+    run = next(ast.literal_eval(node.value) for node in module.body
+               if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "QUERIES")
+    return sorted(set(shown) | set(run))

@@ -6,7 +6,7 @@ import pytest
 
 from infra.app.demo_queries import last_n_success, latest_versions, success_over_time, totals
 from infra.sql_policy import SqlRefused, check, check_database
-from tests.unit.sql_attacks import ALLOWED, ATTACKS
+from tests.unit.sql_attacks import ALLOWED, ATTACKS, documented_queries
 
 
 def test_the_corpus_is_large_enough():
@@ -20,8 +20,8 @@ def test_every_attack_is_refused_with_a_reason(sql):
     assert str(err.value)
 
 
-@pytest.mark.parametrize("sql", ALLOWED + [last_n_success("p"), totals("p"), latest_versions("p"),
-                                           success_over_time("p", 10)])
+@pytest.mark.parametrize("sql", ALLOWED + documented_queries() + [last_n_success("p"), totals("p"),
+                                                                 latest_versions("p"), success_over_time("p", 10)])
 def test_reads_of_the_flywheel_data_pass(sql):
     assert check(sql)
 
@@ -60,3 +60,7 @@ def test_only_clickhouse_whitespace_separates_tokens():
             check(f"SELECT{space}1")
     assert check("SELECT\t1\r\n,\f2\v") == "SELECT\t1\r\n,\f2"
     assert check("SELECT '\u00a0é'") == "SELECT '\u00a0é'"  # inside a literal anything goes
+
+
+def test_the_documented_queries_are_found():
+    assert len(documented_queries()) >= 10
