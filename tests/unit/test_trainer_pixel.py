@@ -65,8 +65,9 @@ def test_default_input_is_the_miniwob_area_below_the_instruction_bar_pixel_for_p
     image = np.zeros((210, 160, 3), dtype=np.uint8)
     image[50:, :, :] = 200  # the 160 x 160 area under MiniWoB's 50 px bar
     x = policy.preprocess(image)
-    assert x.shape == (1, 160, 160) and bool((x == 200).all())
-    assert policy._action(0, 0).y == pytest.approx((50 + 4) / 210)  # first row of 8 px cells, at its centre
+    # the screenshot plane, then the (empty) history planes
+    assert x.shape == (1 + 3, 160, 160) and bool((x[0] == 200).all()) and not x[1:].any()
+    assert policy._cell_centre(0)[1] == pytest.approx((50 + 4) / 210)  # first row of 8 px cells, at its centre
 
 
 def test_registry_and_bad_config():

@@ -1,26 +1,32 @@
-"""The pixel policy: a small CNN over a downscaled screenshot plus a hashed-token embedding of
-the instruction, with a factorised action head (action type; click cell on a G x G grid) and a
-value head. Small enough that ``act`` runs inside a rollout worker on two CPU cores.
+"""The pixel policy: a small CNN over the screenshot and the episode's history, a hashed-token
+embedding of the instruction, a factorised action head and a value head. Small enough that
+``act`` runs inside a rollout worker on two CPU cores.
 
-Invariant: a Click emitted by ``act`` sits at its grid cell's centre, and ``evaluate`` maps a
-stored pointer action back to the cell containing it, so ``evaluate`` reproduces the behaviour
-log-prob exactly (up to float error) for the same weights.
+Input (``preprocess``): the screenshot cropped to ``crop`` (by default MiniWoB's 160 x 160 area
+below the instruction bar, pixel for pixel: 40 px buttons keep legible labels) plus three history
+planes (trainer.policies.pixel_inputs says why the history is drawn in rather than remembered):
+every earlier pointer action's cell, the last one's, and a strip of counts. Three stride-2
+convolutions give one feature per grid cell; the instruction and the counts modulate them (FiLM),
+so one policy serves several tasks and knows what it already did.
 
-The screenshot is cropped to ``crop`` (fractions of the screen: x0, y0, x1, y1; by default
-MiniWoB's 160 x 160 area below the instruction bar) and resized to ``8 G`` pixels square (by
-default 160: no resize, so 40 px buttons keep legible labels - downscaled colour input learned
-"click a button" but not "click ONE, not TWO"): three stride-2 convolutions then give one feature
-per grid cell, and the location logits come from a ``loc_kernel`` convolution over those
-features (translation-equivariant: "the ONE button looks like this" transfers across positions,
-which is what makes click-test-2 learnable in under a thousand episodes). The instruction
-modulates the features (FiLM), so one policy serves several tasks.
+Action heads, each factor a categorical, the action's log-prob the sum of its factors':
+- ``type``: which action type (a subset of the unified action space, ``action_types``);
+- pointer types (click, left_double, right_single, long_press, scroll): a cell of a G x G grid,
+  one ``loc_kernel`` convolution map per pointer type (translation-equivariant: "the ONE button
+  looks like this" transfers across positions); scroll adds a direction;
+- ``type`` text: a pointer over instruction token spans (start token, then length), as in
+  WGE / MiniWoB work: MiniWoB's typing tasks copy their text from the instruction;
+- ``hotkey``: one of ``keys``; no-argument types (press_enter, finished, wait, ...) add nothing.
+
+Invariant: ``evaluate`` reproduces the log-prob ``act`` returned, for every action type and any
+history (up to float error, same weights). A pointer action sits at its cell's centre and maps
+back to that cell; a typed text's probability is the sum over every span with that text.
 """
 
 from __future__ import annotations
 
-import re
-import zlib
-from typing import Any
+import io
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -28,13 +34,23 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from schemas import actions as A
 from infra.policy import Decision, PolicyInput, register_policy
+from schemas import actions as A
+from trainer.policies.pixel_inputs import (
+    history_summary, pointer_planes, span_mask, span_text, summary_size, token_features, token_spans, tokenize,
+)
 
 POINTER_TYPES = {"click": A.Click, "left_double": A.LeftDouble, "right_single": A.RightSingle,
-                 "long_press": A.LongPress}
+                 "long_press": A.LongPress, "scroll": A.Scroll}
 NOARG_TYPES = {"wait": A.Wait, "finished": A.Finished, "call_user": A.CallUser, "press_back": A.PressBack,
                "press_home": A.PressHome, "press_enter": A.PressEnter}
+ARG_TYPES = ("type", "hotkey")
+# finite "impossible": -inf would turn the masked-out branch's gradient into NaN
+NEG = -1e9
+HISTORY_PLANES = 3  # earlier pointer cells, the last pointer cell, the counts (first bytes of the plane)
+
+# the heads the multi-step MiniWoB suites need (producers.suites names them per suite)
+MULTI_STEP_ACTIONS = ["click", "type", "press_enter", "scroll", "finished"]
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "action_types": ["click"],   # subset of the unified action space this head can emit
@@ -47,14 +63,12 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # text): a 160 x 160 crop seen at 8 * 20 = 160 px, pixel for pixel, no resize
     "crop": [0.0, 50 / 210, 1.0, 1.0],
     "loc_kernel": 1,             # the location head's conv kernel (odd): context each cell's logit sees
+    "max_tokens": 48,            # instruction tokens the text pointer can copy from
+    "max_span": 8,               # longest copied span, in tokens
+    "keys": ["tab", "backspace", "escape", "space"],  # what a hotkey action can press
+    "scroll_directions": ["up", "down"],
     "seed": 0,                   # initial weights
 }
-
-
-def tokenize(text: str, buckets: int) -> list[int]:
-    """Stable hashed word ids (crc32, not Python's salted hash); bucket 0 means 'no words'."""
-    words = re.findall(r"[a-z0-9]+", text.lower())
-    return [1 + zlib.crc32(w.encode()) % (buckets - 1) for w in words] or [0]
 
 
 class PixelPolicy(nn.Module):
@@ -63,44 +77,68 @@ class PixelPolicy(nn.Module):
     def __init__(self, name: str = "pixel", config: dict[str, Any] | None = None, version: int = 0) -> None:
         super().__init__()
         cfg = {**DEFAULT_CONFIG, **(config or {})}
-        unknown = [t for t in cfg["action_types"] if t not in POINTER_TYPES and t not in NOARG_TYPES]
+        known = set(POINTER_TYPES) | set(NOARG_TYPES) | set(ARG_TYPES)
+        unknown = [t for t in cfg["action_types"] if t not in known]
         if unknown or not cfg["action_types"]:
-            raise ValueError(f"pixel policy cannot emit action types {unknown or '[]'}; "
-                             f"choose from {sorted(POINTER_TYPES) + sorted(NOARG_TYPES)}")
+            raise ValueError(f"pixel policy cannot emit action types {unknown or '[]'}; choose from {sorted(known)}")
         self.cfg, self.name, self.version = cfg, name, version
         self.grid, self.side = int(cfg["grid"]), 8 * int(cfg["grid"])
         self.types: list[str] = list(cfg["action_types"])
-        c_in = 1 if cfg["grayscale"] else 3
+        self.pointers = [t for t in self.types if t in POINTER_TYPES]
+        self.max_tokens, self.max_span = int(cfg["max_tokens"]), int(cfg["max_span"])
+        self.n_summary = summary_size(len(self.types), self.max_tokens)
+        if self.n_summary > self.side ** 2:
+            raise ValueError(f"history summary ({self.n_summary}) does not fit a {self.side} px plane: fewer max_tokens")
+        c_img = 1 if cfg["grayscale"] else 3
         c1, c2, c3 = cfg["channels"]
+        e = int(cfg["embed_dim"])
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(cfg["seed"]))
             self.convs = nn.ModuleList([
-                nn.Conv2d(c_in, c1, 5, stride=2, padding=2),
+                nn.Conv2d(c_img + 2, c1, 5, stride=2, padding=2),
                 nn.Conv2d(c1, c2, 3, stride=2, padding=1),
                 nn.Conv2d(c2, c3, 3, stride=2, padding=1),
                 nn.Conv2d(c3, c3, 3, stride=1, padding=1),
             ])
-            self.embed = nn.EmbeddingBag(int(cfg["embed_buckets"]), int(cfg["embed_dim"]), mode="mean")
-            self.film = nn.Linear(int(cfg["embed_dim"]), 2 * c3)
+            self.embed = nn.EmbeddingBag(int(cfg["embed_buckets"]), e, mode="mean")
+            self.history = nn.Linear(self.n_summary, e)
+            self.film = nn.Linear(2 * e, 2 * c3)
             k = int(cfg["loc_kernel"])
-            self.loc_head = nn.Conv2d(c3, 1, k, padding=k // 2)
-            trunk = 2 * c3 + int(cfg["embed_dim"])
+            self.loc_head = nn.Conv2d(c3, max(len(self.pointers), 1), k, padding=k // 2)
+            trunk = 2 * c3 + 2 * e
             self.type_head = nn.Linear(trunk, len(self.types))
             self.value_head = nn.Sequential(nn.Linear(trunk, 64), nn.ReLU(), nn.Linear(64, 1))
-            # start uniform over cells and types: exploration comes from the policy, not from luck
-            for head in (self.loc_head, self.type_head):
+            heads: list[nn.Module] = [self.loc_head, self.type_head]
+            if "scroll" in self.types:
+                self.direction_head = nn.Linear(trunk, len(cfg["scroll_directions"]))
+                heads.append(self.direction_head)
+            if "hotkey" in self.types:
+                self.key_head = nn.Linear(trunk, len(cfg["keys"]))
+                heads.append(self.key_head)
+            if "type" in self.types:  # span pointer: token features scored against the trunk
+                self.tok_embed = nn.Embedding(int(cfg["embed_buckets"]), e)
+                self.tok_pos = nn.Embedding(self.max_tokens, e)
+                self.tok_proj = nn.Linear(3 + 1, e)  # quote before, quote after, real token; times typed
+                self.span_query = nn.Linear(trunk, e)
+                self.start_out = nn.Linear(e, 1)
+                self.len_embed = nn.Embedding(self.max_span, e)
+                self.end_out = nn.Linear(e, 1)
+                heads += [self.start_out, self.end_out]
+            # start uniform over cells, types and arguments: exploration comes from the policy
+            for head in heads:
                 nn.init.zeros_(head.weight)
                 nn.init.zeros_(head.bias)
             nn.init.zeros_(self.film.weight)
             nn.init.zeros_(self.film.bias)
 
-    # ------------------------------------------------------------ inputs
-
     def config_dict(self) -> dict[str, Any]:
         return dict(self.cfg)
 
-    def preprocess(self, image: np.ndarray) -> torch.Tensor:
-        """H x W x 3 uint8 screenshot -> [C, 8G, 8G] uint8 (cropped, resized)."""
+    # ------------------------------------------------------------ inputs
+
+    def preprocess(self, image: np.ndarray, history: Sequence[Any] = ()) -> torch.Tensor:
+        """H x W x 3 uint8 screenshot + earlier steps -> [C + 3, 8G, 8G] uint8: the cropped
+        screenshot, then the history planes. The instruction of typed texts is the steps' own."""
         h, w = image.shape[:2]
         x0, y0, x1, y1 = self.cfg["crop"]
         img = Image.fromarray(np.ascontiguousarray(image[..., :3]))
@@ -108,29 +146,91 @@ class PixelPolicy(nn.Module):
         img = img.convert("L" if self.cfg["grayscale"] else "RGB").resize((self.side, self.side), Image.BILINEAR)
         arr = np.asarray(img, dtype=np.uint8)
         arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
-        return torch.from_numpy(arr.copy())
+        instruction = history[-1].observation.instruction if history else ""
+        strip = np.zeros((1, self.side * self.side), dtype=np.uint8)
+        strip[0, :self.n_summary] = history_summary(history, self.types, instruction, self.max_tokens, self.max_span)
+        planes = pointer_planes(history, self._cell_of, self.grid, self.side)
+        return torch.from_numpy(np.concatenate([arr, planes, strip.reshape(1, self.side, self.side)]))
+
+    def step_inputs(self, traj: Any, store: Any) -> list[torch.Tensor]:
+        """Each step of ``traj`` as ``act`` saw it (screenshot from ``store`` + earlier steps).
+        ValueError for a step whose action ``evaluate`` cannot score (e.g. a text not in the
+        instruction)."""
+        out = []
+        for i, step in enumerate(traj.steps):
+            if not self.can_represent(step.action, step.observation.instruction):
+                raise ValueError(f"step {step.step_index}: pixel policy cannot score action {step.action!r}")
+            png = store.get(step.observation.screenshot.sha256)
+            image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+            out.append(self.preprocess(image, traj.steps[:i]))
+        return out
 
     def _tokens(self, instructions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         ids = [tokenize(s, int(self.cfg["embed_buckets"])) for s in instructions]
         offsets = torch.tensor([0] + [len(i) for i in ids[:-1]]).cumsum(0)
         return torch.tensor([t for i in ids for t in i]), offsets
 
-    def forward(self, images: torch.Tensor, instructions: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """images [N, C, 8G, 8G] uint8 -> (type logits [N, K], cell logits [N, G*G], value [N])."""
-        h = images.to(torch.float32) / 255.0
+    def forward(self, obs: torch.Tensor, instructions: list[str]) -> dict[str, torch.Tensor]:
+        """obs [N, C + 3, 8G, 8G] uint8 -> logits of every head and the value [N]:
+        type [N, K], cells [N, P, G*G], direction [N, D], key [N, Keys], start [N, L], length [N, L, M]."""
+        summary = obs[:, -1].flatten(1)[:, :self.n_summary].to(torch.float32)
+        h = obs[:, :-1].to(torch.float32) / 255.0
         for conv in self.convs:
             h = F.relu(conv(h))
         emb = self.embed(*self._tokens(instructions))
-        gamma, beta = self.film(emb).chunk(2, dim=-1)
+        hist = F.relu(self.history(torch.log1p(summary)))
+        gamma, beta = self.film(torch.cat([emb, hist], -1)).chunk(2, dim=-1)
         h = F.relu(h * (1 + gamma[:, :, None, None]) + beta[:, :, None, None])
-        cell_logits = self.loc_head(h).flatten(1)
-        pooled = torch.cat([h.mean(dim=(2, 3)), h.amax(dim=(2, 3)), emb], dim=-1)
-        return self.type_head(pooled), cell_logits, self.value_head(pooled).squeeze(-1)
+        pooled = torch.cat([h.mean(dim=(2, 3)), h.amax(dim=(2, 3)), emb, hist], dim=-1)
+        out = {"type": self.type_head(pooled), "cells": self.loc_head(h).flatten(2),
+               "value": self.value_head(pooled).squeeze(-1)}
+        if "scroll" in self.types:
+            out["direction"] = self.direction_head(pooled)
+        if "hotkey" in self.types:
+            out["key"] = self.key_head(pooled)
+        if "type" in self.types:
+            out["start"], out["length"] = self._span_logits(pooled, instructions, summary)
+        return out
+
+    def _span_logits(self, pooled: torch.Tensor, instructions: list[str], summary: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Start-token logits [N, L] and length logits [N, L, M] given the start; impossible
+        spans (past the instruction's end) get -inf."""
+        L, M = self.max_tokens, self.max_span
+        feats = [token_features(s, L, int(self.cfg["embed_buckets"])) for s in instructions]
+        ids = torch.from_numpy(np.stack([f[0] for f in feats]))
+        flags = torch.from_numpy(np.stack([f[1] for f in feats]))
+        typed = torch.log1p(summary[:, -L:]).unsqueeze(-1)
+        tok = self.tok_embed(ids) + self.tok_pos.weight + self.tok_proj(torch.cat([flags, typed], -1))
+        query = self.span_query(pooled).unsqueeze(1)
+        start = self.start_out(torch.tanh(tok + query)).squeeze(-1)
+        # length n ends at token i + n - 1: score that end token, the length, and the query
+        real = flags[:, :, 2] > 0
+        idx = (torch.arange(L)[:, None] + torch.arange(M)[None, :]).clamp(max=L - 1)  # [L, M]
+        end_tok = tok[:, idx]  # [N, L, M, e]
+        length = self.end_out(torch.tanh(end_tok + self.len_embed.weight + query.unsqueeze(1))).squeeze(-1)
+        valid_end = real[:, idx] & ((torch.arange(L)[:, None] + torch.arange(M)[None, :]) < L)
+        start = start.masked_fill(~real, NEG)
+        length = length.masked_fill(~valid_end, NEG)
+        no_tokens = ~real.any(-1)  # an empty instruction: a dummy, never-sampled-from distribution
+        start = torch.where(no_tokens[:, None], torch.zeros_like(start), start)
+        return start, length
 
     # ------------------------------------------------------------ actions <-> indices
 
-    def can_represent(self, action: Any) -> bool:
-        return action is not None and getattr(action, "type", None) in self.types
+    def can_represent(self, action: Any, instruction: str | None = None) -> bool:
+        """Whether ``evaluate`` can score ``action``; a typed text only when ``instruction`` is
+        given and contains it as a token span."""
+        kind = getattr(action, "type", None)
+        if action is None or kind not in self.types:
+            return False
+        if kind == "scroll":
+            return action.direction in self.cfg["scroll_directions"]
+        if kind == "hotkey":
+            return action.key in self.cfg["keys"]
+        if kind == "type":
+            return instruction is None or bool(span_mask(instruction, action.content, self.max_tokens, self.max_span).any())
+        return True
 
     def _cell_of(self, action: Any) -> int:
         x0, y0, x1, y1 = self.cfg["crop"]
@@ -138,17 +238,93 @@ class PixelPolicy(nn.Module):
         row = int((action.y - y0) / (y1 - y0) * self.grid)
         return min(max(row, 0), self.grid - 1) * self.grid + min(max(col, 0), self.grid - 1)
 
-    def _action(self, type_idx: int, cell: int) -> Any:
-        name = self.types[type_idx]
-        if name in NOARG_TYPES:
-            return NOARG_TYPES[name]()
+    def _cell_centre(self, cell: int) -> tuple[float, float]:
         x0, y0, x1, y1 = self.cfg["crop"]
         row, col = divmod(cell, self.grid)
-        return POINTER_TYPES[name](x=x0 + (col + 0.5) / self.grid * (x1 - x0),
-                                   y=y0 + (row + 0.5) / self.grid * (y1 - y0))
+        return x0 + (col + 0.5) / self.grid * (x1 - x0), y0 + (row + 0.5) / self.grid * (y1 - y0)
 
-    def _pointer_mask(self) -> torch.Tensor:
-        return torch.tensor([t in POINTER_TYPES for t in self.types], dtype=torch.float32)
+    def _targets(self, actions: list[Any], instructions: list[str]) -> dict[str, torch.Tensor]:
+        """Each action as head indices: type, cell, direction, key, and the span mask [N, L, M]."""
+        n = len(actions)
+        t = {"type": torch.tensor([self.types.index(a.type) for a in actions]),
+             "cell": torch.zeros(n, dtype=torch.long), "direction": torch.zeros(n, dtype=torch.long),
+             "key": torch.zeros(n, dtype=torch.long), "span": torch.zeros(n, self.max_tokens, self.max_span, dtype=torch.bool)}
+        for k, (a, s) in enumerate(zip(actions, instructions)):
+            if a.type in POINTER_TYPES:
+                t["cell"][k] = self._cell_of(a)
+            if a.type == "scroll":
+                t["direction"][k] = self.cfg["scroll_directions"].index(a.direction)
+            if a.type == "hotkey":
+                t["key"][k] = self.cfg["keys"].index(a.key)
+            if a.type == "type":
+                t["span"][k] = torch.from_numpy(span_mask(s, a.content, self.max_tokens, self.max_span))
+        return t
+
+    def _logprob_entropy(self, out: dict[str, torch.Tensor], t: dict[str, torch.Tensor]
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The action's log-prob [N] (sum of its factors) and the policy's entropy [N]: H(type)
+        plus, for each type, its probability times the entropy of its arguments."""
+        type_logp = F.log_softmax(out["type"], -1)
+        type_p = type_logp.exp()
+        rows = torch.arange(len(t["type"]))
+        logprob = type_logp[rows, t["type"]]
+        entropy = -(type_p * type_logp).sum(-1)
+        arg_logp = torch.zeros_like(logprob)
+        cell_logp = F.log_softmax(out["cells"], -1)  # [N, P, G*G]
+        cell_h = -(cell_logp.exp() * cell_logp).sum(-1)  # [N, P]
+        if "direction" in out:
+            dir_logp = F.log_softmax(out["direction"], -1)
+            dir_h = -(dir_logp.exp() * dir_logp).sum(-1)
+        if "key" in out:
+            key_logp = F.log_softmax(out["key"], -1)
+        if "start" in out:
+            start_logp = F.log_softmax(out["start"], -1)  # [N, L]
+            len_logp = F.log_softmax(out["length"], -1)  # [N, L, M]
+            span_logp = start_logp.unsqueeze(-1) + len_logp
+        for k, name in enumerate(self.types):
+            is_k = t["type"] == k
+            if name in POINTER_TYPES:
+                p = self.pointers.index(name)
+                lp, h = cell_logp[rows, p, t["cell"]], cell_h[:, p]
+                if name == "scroll":
+                    lp, h = lp + dir_logp[rows, t["direction"]], h + dir_h
+            elif name == "hotkey":
+                lp, h = key_logp[rows, t["key"]], -(key_logp.exp() * key_logp).sum(-1)
+            elif name == "type":
+                masked = span_logp.masked_fill(~t["span"], NEG).flatten(1)
+                lp = torch.where(t["span"].flatten(1).any(-1), torch.logsumexp(masked, -1), torch.zeros_like(logprob))
+                h = -(start_logp.exp() * start_logp).sum(-1) \
+                    - (start_logp.exp() * (len_logp.exp() * len_logp).sum(-1)).sum(-1)
+            else:
+                continue
+            arg_logp = torch.where(is_k, lp, arg_logp)
+            entropy = entropy + type_p[:, k] * h
+        return logprob + arg_logp, entropy
+
+    def _sample(self, out: dict[str, torch.Tensor], instructions: list[str], greedy: bool) -> list[Any]:
+        def pick(logits: torch.Tensor) -> torch.Tensor:
+            return logits.argmax(-1) if greedy else torch.distributions.Categorical(logits=logits).sample()
+
+        type_idx, actions = pick(out["type"]), []
+        for k, s in enumerate(instructions):
+            name = self.types[int(type_idx[k])]
+            if name in POINTER_TYPES:
+                x, y = self._cell_centre(int(pick(out["cells"][k, self.pointers.index(name)])))
+                if name == "scroll":
+                    direction = self.cfg["scroll_directions"][int(pick(out["direction"][k]))]
+                    actions.append(A.Scroll(x=x, y=y, direction=direction))
+                else:
+                    actions.append(POINTER_TYPES[name](x=x, y=y))
+            elif name == "hotkey":
+                actions.append(A.Hotkey(key=self.cfg["keys"][int(pick(out["key"][k]))]))
+            elif name == "type":
+                start = int(pick(out["start"][k]))
+                n = int(pick(out["length"][k, start])) + 1
+                spans = token_spans(s, self.max_tokens)
+                actions.append(A.Type(content=(span_text(s, spans, start, n) or "") if spans else ""))
+            else:
+                actions.append(NOARG_TYPES[name]())
+        return actions
 
     # ------------------------------------------------------------ the Policy interface
 
@@ -156,37 +332,25 @@ class PixelPolicy(nn.Module):
     def act(self, inputs: list[PolicyInput], greedy: bool = False) -> list[Decision]:
         if not inputs:
             return []
-        images = torch.stack([self.preprocess(i.image) for i in inputs])
-        type_logits, cell_logits, values = self(images, [i.instruction for i in inputs])
-        type_dist, cell_dist = torch.distributions.Categorical(logits=type_logits), torch.distributions.Categorical(logits=cell_logits)
-        type_idx = type_logits.argmax(-1) if greedy else type_dist.sample()
-        cell = cell_logits.argmax(-1) if greedy else cell_dist.sample()
-        is_pointer = self._pointer_mask()[type_idx]
-        logprob = type_dist.log_prob(type_idx) + is_pointer * cell_dist.log_prob(cell)
-        out = []
-        for k in range(len(inputs)):
-            action = self._action(int(type_idx[k]), int(cell[k]))
-            out.append(Decision(action=action, logprob=float(logprob[k]), value=float(values[k]),
-                                raw_output=f"{action.type}(cell={int(cell[k])})" if is_pointer[k] else action.type))
-        return out
+        obs = torch.stack([self.preprocess(i.image, i.history) for i in inputs])
+        instructions = [i.instruction for i in inputs]
+        out = self(obs, instructions)
+        actions = self._sample(out, instructions, greedy)
+        logprob, _ = self._logprob_entropy(out, self._targets(actions, instructions))
+        return [Decision(action=a, logprob=float(logprob[k]), value=float(out["value"][k]),
+                         raw_output=a.model_dump_json()) for k, a in enumerate(actions)]
 
-    def evaluate(self, images: torch.Tensor, instructions: list[str], actions: list[Any]
+    def evaluate(self, obs: torch.Tensor, instructions: list[str], actions: list[Any]
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Re-score stored actions: images [N, C, 8G, 8G] uint8 (from ``preprocess``) ->
+        """Re-score stored actions: obs [N, C + 3, 8G, 8G] uint8 (from ``preprocess``) ->
         (logprob [N], value [N], entropy [N]), differentiable. Every action must satisfy
-        ``can_represent``."""
-        bad = [a for a in actions if not self.can_represent(a)]
+        ``can_represent(action, instruction)``."""
+        bad = [a for a, s in zip(actions, instructions) if not self.can_represent(a, s)]
         if bad:
             raise ValueError(f"pixel policy cannot score action {bad[0]!r}")
-        type_idx = torch.tensor([self.types.index(a.type) for a in actions])
-        cell = torch.tensor([self._cell_of(a) if a.type in POINTER_TYPES else 0 for a in actions])
-        type_logits, cell_logits, values = self(images, instructions)
-        type_dist, cell_dist = torch.distributions.Categorical(logits=type_logits), torch.distributions.Categorical(logits=cell_logits)
-        pointer = self._pointer_mask()
-        logprob = type_dist.log_prob(type_idx) + pointer[type_idx] * cell_dist.log_prob(cell)
-        # factorised entropy: H(type) + P(pointer type) * H(cell)
-        entropy = type_dist.entropy() + (type_dist.probs * pointer).sum(-1) * cell_dist.entropy()
-        return logprob, values, entropy
+        out = self(obs, instructions)
+        logprob, entropy = self._logprob_entropy(out, self._targets(actions, instructions))
+        return logprob, out["value"], entropy
 
 
 @register_policy("pixel")
