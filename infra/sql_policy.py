@@ -1,21 +1,28 @@
 """What an analyst's SQL may do: read the flywheel database and a few system tables, nothing else.
 
 ``check(sql)`` is a pure function: it tokenises the statement the way ClickHouse does (strings
-with ``\\`` and ``''`` escapes, quoted identifiers, comments) and returns the statement rebuilt
-from exactly the tokens it checked, comments dropped, or raises ``SqlRefused`` with the reason.
-Callers run the returned text, never the original, so a comment or quoting trick that would
-parse differently here and in the engine has nothing left to hide in.
+with ``\\`` and ``''`` escapes, quoted identifiers, nested comments, only ClickHouse's whitespace
+between tokens) and returns the statement rebuilt from exactly the tokens it checked, comments
+dropped, or raises ``SqlRefused`` with the reason. Callers run the returned text, never the
+original, so a comment or quoting trick that would parse differently here and in the engine has
+nothing left to hide in.
 
 Allowed: one statement; SELECT / WITH ... SELECT / EXPLAIN [AST|SYNTAX|PLAN|PIPELINE|ESTIMATE]
-of a SELECT / SHOW TABLES|DATABASES|COLUMNS|CREATE / DESCRIBE / EXISTS. Refused: every write,
-DDL, KILL, SYSTEM, SET, USE, GRANT; INTO OUTFILE; SETTINGS clauses; table functions other than
-the generators (numbers, zeros, values, generate_series); functions that touch files, URLs,
-other servers or processes (file, url, s3, remote, mysql, executable, dictionary, merge, ...);
-system tables other than the catalogue ones listed in ``SYSTEM_TABLES``.
+of a SELECT / SHOW TABLES|DATABASES|COLUMNS|CREATE (tables, views, databases) / DESCRIBE /
+EXISTS; tables of the flywheel database, the catalogue tables of ``SYSTEM_TABLES`` and
+information_schema (views over system.tables, columns and databases). Refused: every write, DDL,
+KILL, SYSTEM, SET, USE, GRANT; INTO OUTFILE; SETTINGS clauses; every table function but the
+generators of ``TABLE_FUNCTIONS``, wherever it stands (FROM, JOIN, a FROM list's comma, DESCRIBE,
+an expression); functions that reach files, the host or the server's configuration; other
+databases in a table position; ``{name:Identifier}`` parameters, which would name a table the
+policy never saw.
 
 This is the second line. The first is the engine: the endpoint and `flywheel sql` run every
-statement with ``readonly=1`` (no writes, no setting changes, no file/URL table functions) and
-a time and memory limit the client cannot raise (``ENGINE_LIMITS``).
+statement with ``readonly=1`` (no writes, no setting changes, no table function that reads
+files, URLs or other servers) and a time and memory limit the client cannot raise
+(``ENGINE_LIMITS``). On chDB 4.4 ``readonly=1`` alone still runs the scalar ``file()``,
+INTO OUTFILE, KILL QUERY, ``merge()``, ``view()`` and reads of system.processes: those the
+policy refuses.
 """
 
 from __future__ import annotations
@@ -296,7 +303,7 @@ def _check_table(tokens: list[Token], k: int, database: str) -> None:
         return  # a subquery or the end; its insides are checked on their own
     if nxt.text == "(" and t.name not in TABLE_FUNCTIONS:
         raise SqlRefused(f"table function {t.text}() is not allowed (only {', '.join(sorted(TABLE_FUNCTIONS))})")
-    if nxt.text == "." and t.kind in ("word", "ident"):
+    if nxt.text == ".":
         _check_database_name(t, database)
 
 
