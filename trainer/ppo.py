@@ -2,7 +2,9 @@
 
 Shapes: ``B`` trajectories padded to ``T`` steps, ``N`` flattened valid steps. ``mask[b, t]``
 is 1 for a real step and 0 for padding; padding never leaks into a loss or a mean. Every
-trajectory in a batch is complete (it ended), so the value after its last step is 0.
+trajectory in a batch ended; the value after its last step is 0 when it ended in a terminal
+state (the task said done) and ``bootstrap[b]`` = V(s_T) when it was truncated (the step budget
+or the timeout ran out: the task was not over, so the return goes on beyond what we saw).
 
 Names follow the papers: decoupled GAE (``lam_policy`` for the actor's advantages,
 ``lam_critic`` for the critic's targets, UI-TARS-2 / VAPO), length-adaptive
@@ -57,23 +59,29 @@ def length_adaptive_lam(lengths: torch.Tensor, alpha: float) -> torch.Tensor:
 
 
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float,
-                lam: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation for a padded batch of complete trajectories.
+                lam: float | torch.Tensor, bootstrap: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation for a padded batch of ended trajectories.
 
-    rewards, values, mask: [B, T]; lam: a float or [B] (one lambda per trajectory).
-    delta_t = r_t + gamma * V_{t+1} * m_{t+1} - V_t ;  A_t = delta_t + gamma * lam * m_{t+1} * A_{t+1}
+    rewards, values, mask: [B, T]; lam: a float or [B] (one lambda per trajectory); bootstrap:
+    [B] the value after each trajectory's last step (0 for a terminal end, V(s_T) for a
+    truncated one; default all 0).
+    delta_t = r_t + gamma * V_{t+1} - V_t  (V_{t+1} = bootstrap after the last step)
+    A_t = delta_t + gamma * lam * m_{t+1} * A_{t+1}
     Returns (advantages [B, T], returns [B, T] = advantages + values), both 0 on padding.
     """
     B, T = rewards.shape
     mask = mask.to(rewards.dtype)
     lam_t = torch.as_tensor(lam, dtype=rewards.dtype).expand(B) if not torch.is_tensor(lam) or lam.dim() == 0 \
         else lam.to(rewards.dtype)
+    boot = torch.zeros(B, dtype=rewards.dtype) if bootstrap is None else bootstrap.to(rewards.dtype)
     adv = torch.zeros_like(rewards)
     last = torch.zeros(B, dtype=rewards.dtype)
     next_value = torch.zeros(B, dtype=rewards.dtype)
-    next_mask = torch.zeros(B, dtype=rewards.dtype)  # after the last step: terminal, value 0
+    next_mask = torch.zeros(B, dtype=rewards.dtype)  # 0 past the last step
     for t in reversed(range(T)):
-        delta = rewards[:, t] + gamma * next_value * next_mask - values[:, t]
+        # V after step t: the next step's value, or the bootstrap when t is the last valid step
+        after = next_mask * next_value + (1 - next_mask) * boot
+        delta = rewards[:, t] + gamma * after - values[:, t]
         last = delta + gamma * lam_t * next_mask * last
         adv[:, t] = last * mask[:, t]
         next_value, next_mask = values[:, t], mask[:, t]
@@ -81,13 +89,14 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
 
 
 def decoupled_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float,
-                  lam_critic: float, alpha: float | None = None,
-                  lam_policy: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  lam_critic: float, alpha: float | None = None, lam_policy: float | None = None,
+                  bootstrap: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Decoupled GAE: actor advantages with ``lam_policy``, critic targets with ``lam_critic``.
 
-    rewards, values, mask: [B, T]. ``lam_policy`` is either given, or length-adaptive from
-    ``alpha`` (per trajectory). Returns (advantages [B, T] for the actor, returns [B, T] for
-    the critic).
+    rewards, values, mask: [B, T]; bootstrap: [B] as in ``compute_gae``. ``lam_policy`` is
+    either given, or length-adaptive from ``alpha`` (per trajectory). Returns (advantages
+    [B, T] for the actor, returns [B, T] for the critic). With ``lam_policy == lam_critic`` it
+    is ordinary (coupled) GAE.
     """
     if lam_policy is None:
         if alpha is None:
@@ -95,8 +104,8 @@ def decoupled_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tenso
         lam_policy_t: float | torch.Tensor = length_adaptive_lam(mask.sum(dim=1), alpha)
     else:
         lam_policy_t = lam_policy
-    advantages, _ = compute_gae(rewards, values, mask, gamma, lam_policy_t)
-    _, returns = compute_gae(rewards, values, mask, gamma, lam_critic)
+    advantages, _ = compute_gae(rewards, values, mask, gamma, lam_policy_t, bootstrap)
+    _, returns = compute_gae(rewards, values, mask, gamma, lam_critic, bootstrap)
     return advantages, returns
 
 
