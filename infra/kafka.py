@@ -114,11 +114,29 @@ class DeliveryTracker:
                 raise DeliveryError(f"{len(self.failures)} message(s) not delivered; first key={key!r}: {err}")
 
 
+_LOGINS_ACCEPTED: set[tuple[str, str, str, str]] = set()
+
+
+def _check_login_once(settings: Settings) -> None:
+    """A refused SASL login ends the process in one clear line (UserError) before a client is made
+    that would retry it forever; checked once per process and credentials."""
+    if not settings.kafka_security_protocol.startswith("SASL"):
+        return
+    key = (settings.bootstrap, sasl_mechanism(settings), settings.kafka_sasl_username, settings.kafka_sasl_password)
+    if key not in _LOGINS_ACCEPTED:
+        from infra.probe import check_login
+
+        check_login(settings)
+        _LOGINS_ACCEPTED.add(key)
+
+
 def make_producer(settings: Settings, **overrides: Any) -> Producer:
+    _check_login_once(settings)
     return Producer(producer_config(settings, **overrides))
 
 
 def make_consumer(settings: Settings, group_id: str, **overrides: Any) -> Consumer:
+    _check_login_once(settings)
     return Consumer(consumer_config(settings, group_id, **overrides))
 
 

@@ -1,17 +1,23 @@
 """Platform settings shared by every Flywheel process: Kafka, ClickHouse, blob store, data dir.
 
 Resolved from arguments, then FLYWHEEL_* environment variables, then the defaults below
-(see infra.config). Process-specific configs (rollout, streams, trainer, ...) live beside their
-process and embed nothing of this; they take a ``Settings`` next to their own config.
+(see infra.config). A process that talks to the local broker and was given no security settings
+also reads ``<data_dir>/kafka/sasl.env``, which `flywheel up --sasl` writes (and `down` removes),
+so every `flywheel` command finds the local SASL_SSL broker's CA and credentials by itself.
+Process-specific configs (rollout, streams, trainer, ...) live beside their process and embed
+nothing of this; they take a ``Settings`` next to their own config.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.config import ConfigError, describe, opt, resolve
+from infra.config import ConfigError, describe, env_name, opt, resolve
 
 log = logging.getLogger("flywheel.settings")
 
@@ -25,7 +31,7 @@ class Settings:
     kafka_security_protocol: str = opt(
         "PLAINTEXT", "Kafka security.protocol", choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
     )
-    kafka_sasl_mechanism: str = opt("", "SASL mechanism, e.g. SCRAM-SHA-512 (empty: none)")
+    kafka_sasl_mechanism: str = opt("", "SASL mechanism; empty means SCRAM-SHA-512 (librdkafka and Faust alike)")
     kafka_sasl_username: str = opt("", "SASL user name")
     kafka_sasl_password: str = opt("", "SASL password", secret=True)
     kafka_ssl_ca: str = opt("", "path of the CA certificate for TLS")
@@ -56,8 +62,51 @@ class Settings:
         return self.data_path / "clickhouse"
 
 
+def local_client_env_path(s: Settings) -> Path:
+    """Where `flywheel up --sasl` leaves the client settings of the local SASL_SSL broker."""
+    return s.data_path / "kafka" / "sasl.env"
+
+
+def write_local_client_env(s: Settings, values: Mapping[str, str]) -> Path:
+    """FLYWHEEL_* lines (shell-quoted, so `set -a; . FILE` works too), mode 0600: a password."""
+    path = local_client_env_path(s)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(f"{env_name(k)}={shlex.quote(str(v))}\n" for k, v in values.items()))
+    return path
+
+
+def read_client_env(path: Path) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        words = shlex.split(line, comments=True)
+        if words and "=" in words[0]:
+            key, value = words[0].split("=", 1)
+            env[key] = value
+    return env
+
+
+def _is_local(bootstrap: str) -> bool:
+    return all(h.strip().rsplit(":", 1)[0] in ("127.0.0.1", "localhost") for h in bootstrap.split(","))
+
+
+def _local_broker_env(s: Settings, args: Mapping, env: Mapping[str, str]) -> dict[str, str]:
+    """The local SASL_SSL broker's client settings, when the process talks to the local broker
+    and was given no security settings of its own (arguments and environment still win)."""
+    chosen = args.get("kafka_security_protocol") is not None or env_name("kafka_security_protocol") in env
+    path = local_client_env_path(s)
+    if chosen or not _is_local(s.bootstrap) or not path.exists():
+        return {}
+    log.info("Kafka client settings of the local SASL_SSL broker from %s", path)
+    return read_client_env(path)
+
+
 def load_settings(args: dict | None = None, env: dict | None = None) -> Settings:
+    args = dict(args or {})
+    env = os.environ if env is None else env
     s = resolve(Settings, args, env)
+    if local := _local_broker_env(s, args, env):
+        s = resolve(Settings, args, {**local, **env})
     if s.replication_factor < 1:
         raise ConfigError(f"replication_factor={s.replication_factor}: must be >= 1")
     if s.clickhouse_url and not s.clickhouse_url.startswith(("http://", "https://")):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from infra.config import add_arguments
 from infra.errors import UserError
-from infra.settings import Settings, load_settings, log_settings
+from infra.settings import Settings, load_settings, local_client_env_path, log_settings, write_local_client_env
 
 log = logging.getLogger("flywheel.kafka")
 MODES = (1, 3)
@@ -51,18 +51,6 @@ def running_cluster(settings: Settings):
             if cluster.running():
                 return cluster
     return None
-
-
-def write_client_env(settings: Settings, security) -> Path:
-    """FLYWHEEL_* lines that point every flywheel process at the SASL_SSL broker (mode 0600)."""
-    from infra.config import env_name
-
-    path = kafka_home(settings) / "sasl.env"
-    lines = [f"{env_name(k)}={v}" for k, v in security.client_settings().items()]
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return path
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -105,14 +93,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     cluster = local_cluster(s, brokers, args.sasl)
     if len(cluster.running()) == brokers:
         print(f"Kafka already running: {brokers} broker(s) at {cluster.bootstrap}")
-        return 0
-    fetch_jars(cluster.libs)
-    took = cluster.start()
-    print(f"Kafka up in {took:.1f}s: {brokers} broker(s) at {cluster.bootstrap} (logs: {cluster.home}/node-*/server.log)")
-    if cluster.security is not None:
-        env = write_client_env(s, cluster.security)
-        print(f"SASL_SSL with {cluster.security.client_settings()['kafka_sasl_mechanism']}; clients need the "
-              f"settings in {env}: `set -a; . {env}; set +a` before other flywheel commands")
+    else:
+        fetch_jars(cluster.libs)
+        took = cluster.start()
+        print(f"Kafka up in {took:.1f}s: {brokers} broker(s) at {cluster.bootstrap} "
+              f"(logs: {cluster.home}/node-*/server.log)")
+    if cluster.security is None:
+        local_client_env_path(s).unlink(missing_ok=True)  # a SASL broker's leftovers must not apply
+    else:
+        env = write_local_client_env(s, cluster.security.client_settings())
+        print(f"SASL_SSL with {cluster.security.client_settings()['kafka_sasl_mechanism']}, CA and credentials "
+              f"in {env}: flywheel commands on this data_dir read it; other clients: `set -a; . {env}; set +a`")
     if brokers > 1:
         print(f"`flywheel topics`/`status` use it directly; other processes need "
               f"FLYWHEEL_KAFKA_BOOTSTRAP={cluster.bootstrap} FLYWHEEL_REPLICATION_FACTOR={brokers}")
@@ -131,6 +122,8 @@ def cmd_down(args: argparse.Namespace) -> int:
                 ids = cluster.stop()
                 print(f"Kafka stopped: node(s) {', '.join(map(str, ids))} of the {n}-broker cluster")
                 stopped = True
+            if sasl:
+                local_client_env_path(s).unlink(missing_ok=True)
     if not stopped:
         print("Kafka is not running")
     return 0

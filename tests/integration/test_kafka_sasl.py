@@ -30,11 +30,12 @@ from streams.synthetic import episode_events
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def sasl_cluster(kafka_libs, tmp_path):
+@pytest.fixture(scope="module")
+def sasl_cluster(kafka_libs, tmp_path_factory):
+    """One SASL_SSL broker for the module: each test has its own topic prefix and data dir."""
+    home = tmp_path_factory.mktemp("sasl") / "kafka"
     port = free_port_block(2)
-    cluster = LocalCluster(tmp_path / "kafka", kafka_libs, 1, port, port + 1,
-                           security=make_security(tmp_path / "kafka" / "security"))
+    cluster = LocalCluster(home, kafka_libs, 1, port, port + 1, security=make_security(home / "security"))
     cluster.start()
     yield cluster
     cluster.stop()
@@ -83,18 +84,27 @@ def test_producer_consumer_admin_and_faust_over_sasl_ssl(sasl_cluster, tmp_path)
     assert all(len(t.steps) == 3 for t in got.values())
 
 
-def test_a_wrong_password_is_one_clear_line(sasl_cluster, tmp_path):
+@pytest.mark.parametrize("command", [
+    ["topics"],  # admin
+    ["tasks", "submit", "--suite", "miniwob", "--tasks", "click-test", "--episodes", "1"],  # producer
+    ["sink"],  # consumer
+    ["streams"],  # the Faust app
+], ids=lambda c: c[0])
+def test_a_wrong_password_is_one_clear_line(sasl_cluster, tmp_path, command):
     settings = settings_for(sasl_cluster, tmp_path, kafka_sasl_password="not-the-password")
-    out = subprocess.run([sys.executable, "-m", "infra.app.cli", "topics"], cwd=ROOT, env=env_for(settings),
+    # without the check a refused login is retried (and logged) by librdkafka for ever
+    out = subprocess.run([sys.executable, "-m", "infra.app.cli", *command], cwd=ROOT, env=env_for(settings),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     lines = [ln for ln in out.stderr.strip().splitlines() if ln and "INFO" not in ln]
-    assert len(lines) == 1 and "refused the credentials" in lines[0] and "Traceback" not in out.stderr, out.stderr
-    assert "not-the-password" not in out.stderr  # the secret is never echoed
+    assert len(lines) == 1 and "refused the credentials of user 'flywheel'" in lines[0], out.stderr
+    assert "Traceback" not in out.stderr and "not-the-password" not in out.stderr  # the secret is never echoed
 
 
-def test_flywheel_up_sasl_writes_the_client_settings_and_flywheel_topics_uses_them(kafka_libs, tmp_path):
+def test_flywheel_up_sasl_writes_the_client_settings_and_flywheel_commands_use_them(kafka_libs, tmp_path):
     import shutil
+
+    from infra.settings import read_client_env
 
     data = tmp_path / "fw"
     (data / "kafka").mkdir(parents=True)
@@ -103,18 +113,27 @@ def test_flywheel_up_sasl_writes_the_client_settings_and_flywheel_topics_uses_th
     env = {**os.environ, "FLYWHEEL_DATA_DIR": str(data), "FLYWHEEL_KAFKA_PORT": str(port),
            "FLYWHEEL_KAFKA_CONTROLLER_PORT": str(port + 1)}
     env.pop("FLYWHEEL_KAFKA_BOOTSTRAP", None)
+    sasl_env = data / "kafka" / "sasl.env"
     up = subprocess.run([sys.executable, "-m", "infra.app.cli", "up", "--sasl"], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=180)
     try:
         assert up.returncode == 0, up.stderr[-2000:]
-        sasl_env = data / "kafka" / "sasl.env"
         assert "SASL_SSL" in up.stdout and sasl_env.exists() and (sasl_env.stat().st_mode & 0o777) == 0o600
-        client = dict(line.split("=", 1) for line in sasl_env.read_text().splitlines())
+        client = read_client_env(sasl_env)
         assert client["FLYWHEEL_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+        assert client["FLYWHEEL_KAFKA_SASL_PASSWORD"] not in up.stdout + up.stderr
+        # no security settings given: the command reads them from the data dir by itself
+        topics = subprocess.run([sys.executable, "-m", "infra.app.cli", "topics"], cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=180)
+        assert topics.returncode == 0, topics.stderr[-2000:]
+        # a client elsewhere sources the file (the documented way) and names the bootstrap
         topics = subprocess.run([sys.executable, "-m", "infra.app.cli", "topics"], cwd=ROOT,
-                                env={**env, **client, "FLYWHEEL_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}"},
+                                env={**env, **client, "FLYWHEEL_DATA_DIR": str(tmp_path / "elsewhere"),
+                                     "FLYWHEEL_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}"},
                                 capture_output=True, text=True, timeout=180)
         assert topics.returncode == 0, topics.stderr[-2000:]
     finally:
-        subprocess.run([sys.executable, "-m", "infra.app.cli", "down"], cwd=ROOT, env=env, capture_output=True,
-                       timeout=120)
+        down = subprocess.run([sys.executable, "-m", "infra.app.cli", "down"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert "Kafka stopped" in down.stdout, down.stdout + down.stderr
+    assert not sasl_env.exists()  # a later PLAINTEXT broker is not mistaken for this one
