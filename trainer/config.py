@@ -14,6 +14,7 @@ class TrainConfig:
     policy_kind: str = opt("pixel", "policy kind to train (a registered kind)", choices=("pixel", "lm"))
     policy_name: str = opt("pixel-miniwob", "policy name: the key on flywheel.policy.v1 and the checkpoint folder")
     policy_config: str = opt("", "JSON object merged into the policy's default config (grid, action_types, ...)")
+    pretrained: str = opt("smollm2-135m", "policy_kind lm: the checkpoint to start from, a named one (smollm2-135m) or a local Hugging Face folder; empty: the tiny model of policy_config")
     # lr, epochs, min_batch, tis_cap: tuned on real MiniWoB click-test + click-test-2 frames
     # (benchmarks/learn_miniwob.py): both targets in 660-930 episodes over four seeds
     lr: float = opt(3e-3, "Adam learning rate")
@@ -49,15 +50,21 @@ class TrainConfig:
     poll_s: float = opt(0.5, "longest wait for records in one poll")
 
     def policy_overrides(self) -> dict[str, Any]:
+        if self.policy_kind == "lm" and self.pretrained:
+            from trainer.lm_config import PRETRAINED_LM
+
+            base: dict[str, Any] = {**PRETRAINED_LM, "pretrained": self.pretrained, "seed": self.seed}
+        else:
+            base = {"seed": self.seed}
         if not self.policy_config:
-            return {"seed": self.seed}
+            return base
         try:
             extra = json.loads(self.policy_config)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"policy_config is not JSON: {exc}") from None
         if not isinstance(extra, dict):
             raise ConfigError("policy_config must be a JSON object")
-        return {"seed": self.seed, **extra}
+        return {**base, **extra}
 
     def validate(self) -> "TrainConfig":
         if self.min_batch < 1 or self.epochs < 1 or self.minibatch_size < 1:

@@ -8,10 +8,17 @@ from dataclasses import dataclass
 from infra.config import ConfigError, opt
 
 
+# The main job's language policy (merged over trainer.policies.lm's tiny defaults):
+# SmolLM2-135M-Instruct, 64 image tokens per screenshot (64 x 64 pixels in 8 x 8 patches), the
+# last 3 screenshots in context. Kept here, torch-free, so building a config imports no model.
+PRETRAINED_LM = {"pretrained": "smollm2-135m", "image_size": 64, "patch": 8, "max_images": 3, "max_new_tokens": 48}
+
+
 @dataclass
 class LMTrainConfig:
     policy_name: str = opt("lm", "policy to train: its key on flywheel.policy.v1 and its checkpoint folder")
     policy_config: str = opt("", "JSON model config when no version is published yet (see trainer.policies.lm)")
+    pretrained: str = opt("smollm2-135m", "checkpoint of that first model: a named one (smollm2-135m) or a local Hugging Face folder; empty: the tiny model of policy_config")
     lr: float = opt(1e-4, "AdamW learning rate")
     weight_decay: float = opt(0.0, "AdamW weight decay")
     batch_trajectories: int = opt(8, "trajectories per update")
@@ -28,3 +35,14 @@ class LMTrainConfig:
         if self.batch_trajectories < 1 or self.minibatch_samples < 1 or self.lr <= 0:
             raise ConfigError("batch_trajectories and minibatch_samples must be >= 1 and lr > 0")
         return self
+
+    def initial_config(self) -> dict:
+        """The model config used when neither a checkpoint nor a published version exists."""
+        import json
+
+        try:
+            extra = json.loads(self.policy_config) if self.policy_config else {}
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"policy_config is not JSON: {exc}") from None
+        return {**(PRETRAINED_LM if self.pretrained else {}), **({"pretrained": self.pretrained} if self.pretrained else {}),
+                **extra}

@@ -149,7 +149,7 @@ class LMStreamTrainer:
             pv = max(published, key=lambda p: p.version)
             log.info("starting from published %s v%d", pv.policy, pv.version)
             return load_policy_version(pv, self.store), None
-        config = json.loads(self.cfg.policy_config) if self.cfg.policy_config else {}
+        config = self.cfg.initial_config()
         return build_policy("lm", self.cfg.policy_name, config), None
 
     def run(self, stop: threading.Event | None = None) -> int:

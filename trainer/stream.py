@@ -88,9 +88,12 @@ def to_episode(scored: ScoredTrajectory, policy, store: BlobStore) -> EpisodeSam
     for step in traj.steps:
         if not policy.can_represent(step.action):
             raise ValueError(f"step {step.step_index}: action {step.action!r} is outside this policy's action space")
-        png = store.get(step.observation.screenshot.sha256)
-        images.append(policy.preprocess(np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))))
+        if not hasattr(policy, "step_inputs"):
+            png = store.get(step.observation.screenshot.sha256)
+            images.append(policy.preprocess(np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))))
         actions.append(step.action)
+    if hasattr(policy, "step_inputs"):  # a step is more than its screenshot (the LM: its whole context)
+        images = policy.step_inputs(traj, store)
     rewards = [0.0] * len(traj.steps)
     rewards[-1] = scored.reward  # the scored (outcome + shaping) reward arrives at the end
     return EpisodeSample(

@@ -33,7 +33,7 @@ class EpisodeSample:
 
 @dataclass
 class Batch:
-    images: torch.Tensor  # [N, C, H, W] uint8
+    images: Any  # [N, C, H, W] uint8, or a list of N policy samples (see _stack)
     instructions: list[str]  # [N]
     actions: list[Any]  # [N]
     behaviour_logprob: torch.Tensor  # [N]
@@ -51,13 +51,23 @@ def collate(episodes: list[EpisodeSample]) -> Batch:
         rewards[b, :len(e.rewards)] = torch.tensor(e.rewards, dtype=torch.float32)
         mask[b, :len(e.actions)] = 1.0
     return Batch(
-        images=torch.stack([img for e in episodes for img in e.images]),
+        images=_stack([img for e in episodes for img in e.images]),
         instructions=[s for e in episodes for s in e.instructions],
         actions=[a for e in episodes for a in e.actions],
         behaviour_logprob=torch.tensor([lp for e in episodes for lp in e.logprobs], dtype=torch.float32),
         rewards=rewards, mask=mask, episode_return=rewards.sum(dim=1),
         episode_ids=[e.episode_id for e in episodes],
     )
+
+
+def _stack(inputs: list) -> Any:
+    """Per-step policy inputs: image tensors are stacked; a policy's own samples (the LM's
+    rendered contexts, ``step_inputs``) stay a list."""
+    return torch.stack(inputs) if isinstance(inputs[0], torch.Tensor) else inputs
+
+
+def _take(inputs: Any, ids: list[int]) -> Any:
+    return inputs[torch.tensor(ids)] if isinstance(inputs, torch.Tensor) else [inputs[i] for i in ids]
 
 
 def _evaluate_all(policy, batch: Batch, chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,7 +110,7 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     for _ in range(cfg.epochs):
         for idx in torch.randperm(N).split(cfg.minibatch_size):
             ids = idx.tolist()
-            logprob, value, entropy = policy.evaluate(batch.images[idx], [batch.instructions[i] for i in ids],
+            logprob, value, entropy = policy.evaluate(_take(batch.images, ids), [batch.instructions[i] for i in ids],
                                                       [batch.actions[i] for i in ids])
             vloss = ppo.value_loss(value, ret[idx])
             if critic_only:

@@ -101,7 +101,7 @@ def test_sft_streaming_publishes_versions_and_resumes_from_its_offsets(settings,
     from trainer.sft import sft_samples
 
     produce_scored(settings, 4)
-    cfg = LMTrainConfig(policy_name="lm-sft", policy_config='{"max_new_tokens": 4}', batch_trajectories=2,
+    cfg = LMTrainConfig(policy_name="lm-sft", policy_config='{"max_new_tokens": 4}', pretrained="", batch_trajectories=2,
                         max_wait_s=5, max_updates=2, group_id=group_id, lr=1e-3, idle_exit_s=30)
     first = LMStreamTrainer(settings, cfg, "sft", sft_samples)
     assert first.run() == 2

@@ -67,10 +67,10 @@ def tiny_lm_config(**overrides: Any) -> dict[str, Any]:
 
 
 def pretrained_lm_config(**overrides: Any) -> dict[str, Any]:
-    """The main job's language policy: SmolLM2-135M-Instruct, 64 image tokens per screenshot
-    (64 x 64 pixels in 8 x 8 patches), the last 3 screenshots in context."""
-    return tiny_lm_config(**{"pretrained": "smollm2-135m", "image_size": 64, "patch": 8, "max_images": 3,
-                             "max_new_tokens": 48, **overrides})
+    """The main job's language policy (trainer.lm_config.PRETRAINED_LM: SmolLM2-135M-Instruct)."""
+    from trainer.lm_config import PRETRAINED_LM
+
+    return tiny_lm_config(**{**PRETRAINED_LM, **overrides})
 
 
 class PatchVision(nn.Module):
