@@ -1,17 +1,25 @@
 """Stream-processor throughput and latency on the real broker, side by side in one run.
 
-Run: python benchmarks/bench_streams.py [--episodes 300] [--steps 10] [--latency-episodes 100]
+Run: python benchmarks/bench_streams.py [--episodes 8400] [--steps 10] [--latency-episodes 100]
+(8,400 episodes of 10 steps are 100,800 step events: started + 10 steps + ended each.)
 
-1. backlog: N synthetic episodes are produced to a fresh (uuid-prefixed) flywheel.steps.v1;
-   one `flywheel streams` worker (subprocess) assembles, scores and routes them. events/s =
-   step events / (last flywheel.rl.v1 record's CreateTime - first trajectory's CreateTime),
-   so the worker's start-up is not counted.
-2. baseline: a bare confluent-kafka consume -> decode -> encode -> produce loop over the same
-   steps topic into a scratch topic, flushed at the end: events/s of the same input.
-3. latency: with the worker caught up, episodes are produced at a steady pace; for each, the
+1. backlog: the episodes are produced to a fresh (uuid-prefixed) flywheel.steps.v1; one
+   `flywheel streams` worker (subprocess) assembles, scores and routes them.
+2. latency: with the worker caught up, episodes are produced at a steady pace; for each, the
    time from its last event's CreateTime to its flywheel.rl.v1 record's CreateTime (p50/p99).
+   The worker is then stopped.
+3. baseline: one bare confluent-kafka loop in this process doing the same three hops over the
+   same steps (steps -> trajectories -> scored -> sft/ct/rl, on scratch topics): one consumer
+   subscribed to the three input topics, the same decode, the same stage functions of
+   streams.topology, the same delivery settings (idempotent producer, acks=all, linger 5 ms,
+   no compression, 1 MiB batches; outputs flushed before offsets are committed, every 1 s like
+   the worker's commit interval). It keeps the assembler state in a dict, with no changelog.
 
-Prints the figures and the ratio worker / bare loop. Topics are deleted afterwards.
+events/s on both sides = step events / (last flywheel.rl.v1 record's CreateTime - first
+flywheel.trajectories.v1 record's CreateTime), so start-up and the backlog's production are not
+counted. Prints both figures and the ratio worker / bare loop. Topics are deleted afterwards.
+Without FLYWHEEL_KAFKA_BOOTSTRAP or a running `flywheel up` broker, a broker is started for the
+run (benchmarks/own_broker.py).
 """
 
 from __future__ import annotations
@@ -26,15 +34,24 @@ import time
 import uuid
 from pathlib import Path
 
-from infra.admin import delete_topics, ensure_topics
-from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
-from infra.settings import load_settings
-from infra.topics import TOPICS, topic_name
-from schemas.codec import decode, encode
-from schemas.events import EpisodeEvent
-from streams.synthetic import episode_events
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from own_broker import broker_for_benchmarks  # noqa: E402  (also puts the repository on sys.path)
+
+from confluent_kafka import TopicPartition  # noqa: E402
+
+from infra.admin import delete_topics, ensure_topics  # noqa: E402
+from infra.kafka import DeliveryTracker, flush_or_raise, high_watermarks, make_consumer, make_producer  # noqa: E402
+from infra.settings import load_settings  # noqa: E402
+from infra.topics import TOPICS, topic_name  # noqa: E402
+from schemas.base import now  # noqa: E402
+from schemas.codec import decode, encode  # noqa: E402
+from streams.route import get_rule  # noqa: E402
+from streams.score import make_scorer  # noqa: E402
+from streams.synthetic import episode_events  # noqa: E402
+from streams.topology import encoded, pipeline, run, run_keyed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+SAME_DELIVERY = {"linger.ms": 5, "compression.type": "none", "batch.size": 1 << 20}  # acks=all, idempotent: defaults
 
 
 def produce(settings, events, pace_s: float = 0.0) -> dict[str, float]:
@@ -53,100 +70,162 @@ def produce(settings, events, pace_s: float = 0.0) -> dict[str, float]:
     return last
 
 
-def collect(settings, spec, want: int, timeout: float, group: str) -> list:
-    consumer = make_consumer(settings, group)
-    consumer.subscribe([topic_name(spec, settings)])
-    out, deadline = [], time.time() + timeout
-    while len(out) < want and time.time() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and not msg.error():
-            out.append(msg)
-    consumer.close()
-    if len(out) < want:
-        raise SystemExit(f"only {len(out)}/{want} records on {spec.name} after {timeout:.0f}s")
-    return out
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bare_loop(settings, scratch_settings, n: int, group: str) -> float:
-    """Consume -> decode -> encode -> produce, the floor any stream processor pays."""
-    consumer = make_consumer(settings, group)
-    consumer.subscribe([topic_name(TOPICS.steps, settings)])
-    producer, tracker = make_producer(scratch_settings), DeliveryTracker()
-    out = topic_name(TOPICS.steps, scratch_settings)
-    done, t0 = 0, None
-    while done < n:
-        msgs = consumer.consume(500, 1.0)
-        for msg in msgs:
+def wait_for_records(settings, spec, want: int, timeout: float, worker=None) -> None:
+    """Until ``spec``'s topic holds ``want`` records (its offsets: no transactions, no compaction)."""
+    consumer = make_consumer(settings, f"bench-wm-{uuid.uuid4().hex[:8]}")
+    name, deadline, have = topic_name(spec, settings), time.time() + timeout, 0
+    try:
+        while time.time() < deadline:
+            have = sum(high_watermarks(consumer, name).values())
+            if have >= want:
+                return
+            if worker is not None and worker.poll() is not None:
+                raise SystemExit(f"the streams worker exited with {worker.returncode} ({have}/{want} on {spec.name})")
+            time.sleep(0.5)
+    finally:
+        consumer.close()
+    raise SystemExit(f"only {have}/{want} records on {spec.name} after {timeout:.0f}s")
+
+
+def edge_timestamp(settings, spec, last: bool) -> int:
+    """CreateTime (ms) of the first (or last) record of ``spec``'s topic over all partitions."""
+    consumer = make_consumer(settings, f"bench-ts-{uuid.uuid4().hex[:8]}")
+    name = topic_name(spec, settings)
+    try:
+        ends = {p: end for p, end in high_watermarks(consumer, name).items() if end > 0}
+        consumer.assign([TopicPartition(name, p, end - 1 if last else 0) for p, end in ends.items()])
+        stamps: dict[int, int] = {}
+        deadline = time.time() + 30
+        while len(stamps) < len(ends) and time.time() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                stamps.setdefault(msg.partition(), msg.timestamp()[1])
+    finally:
+        consumer.close()
+    return max(stamps.values()) if last else min(stamps.values())
+
+
+def span_s(settings) -> float:
+    return (edge_timestamp(settings, TOPICS.rl, last=True) - edge_timestamp(settings, TOPICS.trajectories, last=False)) / 1000
+
+
+def bare_loop(source, scratch, n_episodes: int, group: str, commit_interval_s: float = 1.0) -> float:
+    """The same three hops in one bare confluent-kafka loop, until every episode reached rl;
+    -> the CPU seconds this process used from its first record to the end."""
+    assemble, score, route = pipeline(make_scorer("rule-v1"), get_rule("flywheel-v1"), {}, 4)
+    stages = {topic_name(TOPICS.steps, source): assemble, topic_name(TOPICS.trajectories, scratch): score,
+              topic_name(TOPICS.scored, scratch): route}
+    out = {spec.name: topic_name(spec, scratch) for stage in stages.values() for spec in stage.outputs}
+    consumer = make_consumer(source, group)
+    consumer.subscribe(list(stages))
+    producer, tracker = make_producer(scratch, **SAME_DELIVERY), DeliveryTracker()
+    states, to_rl, committed, cpu0 = {}, 0, time.monotonic(), None
+    while to_rl < n_episodes:
+        for msg in consumer.consume(500, 0.2):
+            cpu0 = time.process_time() if cpu0 is None else cpu0
             if msg.error():
                 continue
-            t0 = t0 or time.perf_counter()
-            ev = decode(msg.value(), EpisodeEvent)
-            producer.produce(out, key=msg.key(), value=encode(ev), partition=msg.partition(), on_delivery=tracker)
-            done += 1
-        producer.poll(0)
+            stage = stages[msg.topic()]
+            record = decode(msg.value(), stage.model)  # the synthetic input is valid: no DLQ branch
+            if stage.keyed:
+                key = record.episode_id.encode()
+                states[key], outputs = run_keyed(stage, states.get(key), record, now())
+            else:
+                key, outputs = msg.key(), run(stage, record, now())
+            for spec, value in encoded(outputs):
+                producer.produce(out[spec.name], key=key, value=value, partition=msg.partition(),
+                                 on_delivery=tracker)
+                to_rl += spec == TOPICS.rl
+            producer.poll(0)
+        if cpu0 is not None and time.monotonic() - committed >= commit_interval_s:
+            flush_or_raise(producer, tracker)  # outputs acknowledged before the offsets move
+            consumer.commit(asynchronous=False)
+            committed = time.monotonic()
     flush_or_raise(producer, tracker)
     consumer.commit(asynchronous=False)
+    used = time.process_time() - cpu0
     consumer.close()
-    return n / (time.perf_counter() - t0)
+    return used
+
+
+def measure_latency(settings, run_id: str, n: int, steps: int, pace_s: float) -> list[float]:
+    lat_eps = [episode_events(f"lat-{run_id}-{i}", steps) for i in range(n)]
+    consumer, name = make_consumer(settings, f"bench-lat-{run_id}"), topic_name(TOPICS.rl, settings)
+    consumer.assign([TopicPartition(name, p, end) for p, end in high_watermarks(consumer, name).items()])
+    last = produce(settings, [ev for eps in lat_eps for ev in eps], pace_s=pace_s)
+    lat_ms, deadline = [], time.time() + 120
+    while len(lat_ms) < len(lat_eps) and time.time() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is None or msg.error():
+            continue
+        key = msg.key().decode()
+        if key in last:
+            lat_ms.append(msg.timestamp()[1] - last.pop(key))
+    consumer.close()
+    return sorted(lat_ms)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--episodes", type=int, default=300)
+    ap.add_argument("--episodes", type=int, default=8400)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--latency-episodes", type=int, default=100)
     ap.add_argument("--pace-s", type=float, default=0.05, help="gap between episodes in the latency phase")
+    ap.add_argument("--skip-bare", action="store_true", help="measure the worker only")
     args = ap.parse_args()
 
-    run = uuid.uuid4().hex[:8]
+    run_id = uuid.uuid4().hex[:8]
     data_dir = tempfile.mkdtemp(prefix="bench-streams-")
-    settings = load_settings({"data_dir": data_dir, "topic_prefix": f"b{run}."})
-    scratch = load_settings({"data_dir": data_dir, "topic_prefix": f"b{run}bare."})
+    settings = load_settings({"data_dir": data_dir, "topic_prefix": f"b{run_id}."})
+    scratch = load_settings({"data_dir": data_dir, "topic_prefix": f"b{run_id}bare."})
     created = ensure_topics(settings).created + ensure_topics(scratch).created
     env = dict(os.environ, FLYWHEEL_KAFKA_BOOTSTRAP=settings.bootstrap, FLYWHEEL_TOPIC_PREFIX=settings.topic_prefix,
                FLYWHEEL_DATA_DIR=data_dir, FLYWHEEL_LOGLEVEL="warning", FLYWHEEL_STANDBY_REPLICAS="0")
     worker = None
     try:
-        episodes = [episode_events(f"ep-{run}-{i}", args.steps, success=i % 2 == 0) for i in range(args.episodes)]
-        events = [ev for eps in episodes for ev in eps]
+        events = [ev for i in range(args.episodes)
+                  for ev in episode_events(f"ep-{run_id}-{i}", args.steps, success=i % 2 == 0)]
         produce(settings, events)
         print(f"backlog: {len(events)} events in {args.episodes} episodes of {args.steps} steps")
 
         worker = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "streams"], cwd=ROOT, env=env,
                                   stdout=open(Path(data_dir) / "worker.log", "wb"), stderr=subprocess.STDOUT)
-        rl = collect(settings, TOPICS.rl, args.episodes, 300, f"bench-rl-{run}")
-        trajs = collect(settings, TOPICS.trajectories, args.episodes, 30, f"bench-tr-{run}")
-        span_s = (max(m.timestamp()[1] for m in rl) - min(m.timestamp()[1] for m in trajs)) / 1000
-        faust_rate = len(events) / span_s
+        wait_for_records(settings, TOPICS.trajectories, 1, 300, worker)
+        cpu0 = cpu_s(worker.pid)  # start-up (imports, group join, recovery) not counted
+        wait_for_records(settings, TOPICS.rl, args.episodes, 1800, worker)
+        faust_cpu = cpu_s(worker.pid) - cpu0
+        took = span_s(settings)
+        faust_rate = len(events) / took
         print(f"faust worker (assemble+score+route, 1 worker): {faust_rate:,.0f} events/s "
-              f"({len(events)} events in {span_s:.2f}s)")
+              f"({len(events)} events in {took:.2f}s; {len(events) / faust_cpu:,.0f} events per CPU second)",
+              flush=True)
 
-        bare_rate = bare_loop(settings, scratch, len(events), f"bench-bare-{run}")
-        print(f"bare confluent-kafka consume-decode-encode-produce loop: {bare_rate:,.0f} events/s")
-        print(f"ratio faust / bare: {faust_rate / bare_rate:.2f}")
+        if args.latency_episodes:
+            lat_ms = measure_latency(settings, run_id, args.latency_episodes, args.steps, args.pace_s)
+            p99 = lat_ms[min(len(lat_ms) - 1, int(round(0.99 * (len(lat_ms) - 1))))]
+            print(f"latency last event -> flywheel.rl.v1 over {len(lat_ms)} episodes (one every "
+                  f"{args.pace_s * 1000:.0f} ms): p50 {statistics.median(lat_ms):.0f} ms, p99 {p99:.0f} ms, "
+                  f"max {lat_ms[-1]:.0f} ms", flush=True)
+        worker.terminate()
+        worker.wait(60)
 
-        lat_eps = [episode_events(f"lat-{run}-{i}", args.steps) for i in range(args.latency_episodes)]
-        consumer = make_consumer(settings, f"bench-lat-{run}")
-        consumer.subscribe([topic_name(TOPICS.rl, settings)])
-        consumer.poll(1.0)  # join before producing
-        last = produce(settings, [ev for eps in lat_eps for ev in eps], pace_s=args.pace_s)
-        lat_ms, deadline = [], time.time() + 120
-        while len(lat_ms) < len(lat_eps) and time.time() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            key = msg.key().decode()
-            if key in last:
-                lat_ms.append(msg.timestamp()[1] - last.pop(key))
-        consumer.close()
-        lat_ms.sort()
-        p50 = statistics.median(lat_ms)
-        p99 = lat_ms[min(len(lat_ms) - 1, int(round(0.99 * (len(lat_ms) - 1))))]
-        print(f"latency last event -> flywheel.rl.v1 over {len(lat_ms)} episodes "
-              f"(one every {args.pace_s * 1000:.0f} ms): p50 {p50:.0f} ms, p99 {p99:.0f} ms, max {lat_ms[-1]:.0f} ms")
+        if not args.skip_bare:
+            bare_cpu = bare_loop(settings, scratch, args.episodes, f"bench-bare-{run_id}")
+            took = span_s(scratch)
+            bare_rate = len(events) / took
+            print(f"bare confluent-kafka loop (same decode, same 3 hops, same delivery settings): "
+                  f"{bare_rate:,.0f} events/s ({len(events)} events in {took:.2f}s; "
+                  f"{len(events) / bare_cpu:,.0f} events per CPU second)")
+            print(f"ratio faust / bare: {faust_rate / bare_rate:.2f} (per CPU second: {bare_cpu / faust_cpu:.2f})")
     finally:
-        if worker is not None:
-            worker.terminate()
+        if worker is not None and worker.poll() is None:
+            worker.kill()
             worker.wait(30)
         from confluent_kafka.admin import AdminClient
 
@@ -157,4 +236,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with broker_for_benchmarks():
+        main()

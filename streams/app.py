@@ -1,31 +1,32 @@
-"""The Flywheel Faust app: assembler -> scorer -> router, plus the policy-version watcher.
+"""The Flywheel Faust worker: runs the stages of ``streams.topology.pipeline``, one agent each.
 
     flywheel.steps.v1 --assembler--> flywheel.trajectories.v1 --scorer--> flywheel.scored.v1
         --router--> flywheel.sft.v1 | flywheel.ct.v1 | flywheel.rl.v1
     flywheel.policy.v1 --policy_watcher--> table policy-latest (read by the router)
     anything that fails, at any stage --> flywheel.dlq.v1 (stage, error, source topic/partition/offset)
 
-Agents only iterate, call a pure function (streams.assemble / score / route) and send to a
-declared topic. Records keep their source partition number end to end (an episode's steps,
-trajectory, scored and routed records share a partition number), and every record carries the
-deterministic ``event_id`` of its model, so consumers dedupe.
+The stages, their topics and functions are declared in streams.topology; this module only moves
+bytes: an agent takes a batch of events, decodes each, runs its stage, and sends the outputs to
+the topics the stage names (dead letters to its DLQ branch). Records keep their source partition
+number end to end (an episode's steps, trajectory, scored and routed records share a partition
+number), and every record carries the deterministic ``event_id`` of its model, so consumers dedupe.
 
-Delivery guarantee: at-least-once. Faust (``processing_guarantee="at_least_once"``; its
-exactly-once mode has open duplicate/crash bugs) commits a source offset only after the event
-was processed and after ``producer.flush()``, so every output of an event, and every
-changelog write of the assembler table, is acknowledged before its input is marked consumed.
-The producer is aiokafka with ``acks=all`` and ``enable_idempotence=True`` (``FlywheelApp``
-below sets both; Faust alone enables idempotence only in its transactional mode), so broker
-retries add no duplicates. A crash replays events after the last commit: the assembler table
-(in memory, rebuilt from its compacted changelog topic on start) drops replayed steps by
-(episode_id, step_index), and a replayed trajectory, score or route has the same event_id.
-The assembler waits for the broker's acknowledgement of a trajectory before its table marks the
-episode emitted, so a crash can duplicate a trajectory but never lose one. The scorer and router
-take events in batches (``take_events``: Faust acks them only after the batch's code returned)
-and wait for the broker's acknowledgement of every output and dead letter of the batch before
-returning; the assembler waits for each trajectory and dead letter. A delivery that fails ends
-the worker at once (``acknowledged``), before any offset past the record can be committed; the
-restart replays it.
+Delivery guarantee: at-least-once. Faust (``processing_guarantee="at_least_once"``) commits a
+source offset only after the event was acked and after ``producer.flush()``. Every agent takes
+events in batches (``take_events``: Faust acks a batch's events only after the batch's code
+returned) and, before returning, waits for the broker's acknowledgement of every output and
+dead letter of the batch (``acknowledged``, one gather per batch rather than one await per
+record). A delivery that fails ends the worker at once, before any offset past the record can be
+committed; the restart replays it. The producer is aiokafka with ``acks=all`` and
+``enable_idempotence=True`` (``FlywheelApp`` below sets both; Faust alone enables idempotence
+only in its transactional mode), so broker retries add no duplicates.
+
+The assembler keeps one EpisodeState per episode in a table (in memory, rebuilt from its
+compacted changelog on start). It writes the table once per episode per batch, after the
+batch's trajectories were acknowledged, so a crash can repeat a trajectory (same event_id) but
+never lose one; the changelog is flushed before the commit. A replay after a crash drops steps
+already in the table by (episode_id, step_index). The abandoned-episode timer applies
+``streams.assemble.sweep`` the same way: closures acknowledged, then the table written.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from typing import Any
 import faust
 from faust.serializers.codecs import Codec
 from faust.transport.drivers import aiokafka as faust_aiokafka
-from faust.types import TP
 
 from infra.dlq import dead_letter
 from infra.kafka import faust_credentials
@@ -47,16 +47,16 @@ from infra.settings import Settings
 from infra.topics import STEP_PARTITIONS, TOPICS, topic_name
 from schemas.base import now
 from schemas.codec import decode, encode
-from schemas.events import EpisodeEvent, PolicyVersion, ScoredTrajectory, Trajectory
-from streams.assemble import EpisodeState, add_event, can_forget, close_abandoned
+from schemas.events import PolicyVersion
+from streams.assemble import EpisodeState, Sweep, sweep
 from streams.config import StreamsConfig, app_id_for
 from streams.judge import make_judge
 from streams.route import get_rule
 from streams.score import make_scorer
+from streams.topology import Stage, encoded, pipeline, run, run_keyed
 
 log = logging.getLogger("flywheel.streams")
 EXIT_DELIVERY_FAILED = 75  # a record's output or dead letter was not acknowledged: restart and replay
-BATCH, BATCH_WITHIN_S = 512, 0.05  # scorer/router batches: bounded size and wait
 
 
 async def acknowledged(futures) -> None:
@@ -98,105 +98,71 @@ class _StateCodec(Codec):
         return decode(s, EpisodeState)
 
 
+STATE_CODEC = _StateCodec()
+
+
 def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
-    """Build the app with its topics, tables, agents and timer (nothing starts until a worker runs it)."""
+    """The Faust app running ``streams.topology.pipeline``: one agent per stage, the policy
+    watcher feeding the router's table, and the abandoned-episode timer (nothing starts until a
+    worker runs it)."""
     datadir = settings.data_path / "streams"
     datadir.mkdir(parents=True, exist_ok=True)
-    app = FlywheelApp(
-        app_id_for(settings, cfg),
-        broker=[f"kafka://{host.strip()}" for host in settings.bootstrap.split(",")],
-        broker_credentials=faust_credentials(settings),
-        processing_guarantee="at_least_once",
-        store="memory://",  # rebuilt from the changelog on start: no RocksDB build needed
-        datadir=str(datadir),
-        topic_replication_factor=settings.replication_factor,
-        topic_partitions=STEP_PARTITIONS,
-        table_standby_replicas=cfg.standby_replicas,
-        broker_commit_interval=cfg.commit_interval_s,
-        broker_session_timeout=cfg.session_timeout_s,
-        broker_heartbeat_interval=min(3.0, cfg.session_timeout_s / 3),
-        consumer_auto_offset_reset="earliest",
-        producer_acks=-1,
-        producer_linger=cfg.producer_linger_ms / 1000,
-        producer_max_request_size=TOPICS.trajectories.max_message_bytes,
-        stream_buffer_maxsize=cfg.stream_buffer_maxsize,
-        web_enabled=False,
-        autodiscover=False,
-    )
-
-    def topic(spec):
-        return app.topic(topic_name(spec, settings), key_type=bytes, value_type=bytes,
-                         key_serializer="raw", value_serializer="raw")
-
-    steps, trajectories, scored = topic(TOPICS.steps), topic(TOPICS.trajectories), topic(TOPICS.scored)
-    routed = {spec.name: topic(spec) for spec in (TOPICS.sft, TOPICS.ct, TOPICS.rl)}
-    policy, dlq = topic(TOPICS.policy), topic(TOPICS.dlq)
-
-    episodes = app.Table("assembler", partitions=STEP_PARTITIONS, key_type=bytes)
-    # Faust derives a table's codecs from its types (bytes -> raw, else json); ours goes on the
-    # changelog before its topic is created, so recovery decodes EpisodeState objects.
-    episodes.value_serializer = _StateCodec()
-    episodes.changelog_topic = episodes._new_changelog_topic()  # the first one was built with json
+    app = FlywheelApp(app_id_for(settings, cfg), datadir=str(datadir), **faust_settings(settings, cfg))
+    topics = {spec.name: app.topic(topic_name(spec, settings), key_type=bytes, value_type=bytes,
+                                   key_serializer="raw", value_serializer="raw")
+              for spec in (TOPICS.steps, TOPICS.trajectories, TOPICS.scored, TOPICS.sft, TOPICS.ct, TOPICS.rl,
+                           TOPICS.policy, TOPICS.dlq)}
+    # Values are EpisodeState objects in memory and our codec on the changelog (so recovery
+    # decodes them); every write goes through ``_store`` with that codec.
+    changelog = app.topic(f"{app.conf.id}-assembler-changelog", key_type=bytes, value_serializer=STATE_CODEC,
+                          partitions=STEP_PARTITIONS, compacting=True, deleting=False, acks=False, internal=True)
+    episodes = app.Table("assembler", partitions=STEP_PARTITIONS, key_type=bytes, changelog_topic=changelog)
     latest_policy = app.GlobalTable("policy-latest", partitions=1)  # json: policy name -> version
 
     scorer = make_scorer(cfg.scorer, make_judge(cfg.judge_url, cfg.judge_timeout_s))
-    rule = get_rule(cfg.routing_rule)
-    app.flywheel = {"settings": settings, "config": cfg, "scorer": scorer, "table": episodes}  # for tests
+    assemble, score, route = pipeline(scorer, get_rule(cfg.routing_rule), latest_policy, cfg.max_staleness)
+
+    names = {name: t.get_topic_name() for name, t in topics.items()}
+
+    async def send(spec, key: bytes, value: bytes, partition: int | None = None):
+        """-> the delivery future (awaited in batches with ``acknowledged``). Straight to the
+        producer: Faust's Topic.send adds a message object, a codec pass and a debug log per record."""
+        return await app.producer.send(names[spec.name], key, value, partition, None, None)
 
     async def to_dlq(stage: str, event, exc: BaseException):
-        """Send the dead letter; -> its delivery future (the caller awaits it with ``acknowledged``)."""
+        """Send the dead letter; -> its delivery future (awaited with ``acknowledged``)."""
         msg = event.message
         letter = dead_letter(stage, exc, msg.topic, msg.partition, msg.offset, event.key, event.value)
         log.warning("dead letter from %s at %s[%d]@%d: %s", stage, msg.topic, msg.partition, msg.offset,
                     letter.message[:200])
-        return await dlq.send(key=event.key, value=encode(letter))
+        return await send(TOPICS.dlq, event.key, encode(letter))
 
-    @app.agent(steps, isolated_partitions=True)
+    for stage in (score, route):
+        _stateless_agent(app, cfg, topics, stage, send, to_dlq)
+
+    @app.agent(topics[assemble.source.name], name=assemble.step_id, isolated_partitions=False)
     async def assembler(stream):
-        async for event in stream.events():
-            try:
-                ev = decode(event.value, EpisodeEvent)
-                key = ev.episode_id.encode()
-                state, traj = add_event(episodes.get(key), ev, now())
-                if traj is not None:
-                    # Delivered before the table forgets the steps: a crash may repeat, never lose.
-                    await (await trajectories.send(key=key, value=encode(traj), partition=event.message.partition))
-                episodes[key] = state.model_copy(update={"partition": event.message.partition})
-            except Exception as exc:  # noqa: BLE001 - errors are data: DLQ and keep flowing
-                await acknowledged([await to_dlq("assembler", event, exc)])
-
-    @app.agent(trajectories, isolated_partitions=True)
-    async def score(stream):
-        async for events in stream.take_events(BATCH, within=BATCH_WITHIN_S):
-            sent = []
+        async for events in stream.take_events(cfg.batch_max, within=cfg.batch_within_s):
+            t, touched, sent = now(), {}, []
             for event in events:
                 try:
-                    traj = decode(event.value, Trajectory)
-                    if scorer.judge is None:
-                        result = scorer.score(traj, now())
-                    else:  # the HTTP judge blocks: keep the event loop free
-                        result = await asyncio.to_thread(scorer.score, traj, now())
-                    sent.append(await scored.send(key=event.key, value=encode(result),
-                                                  partition=event.message.partition))
-                except Exception as exc:  # noqa: BLE001
-                    sent.append(await to_dlq("scorer", event, exc))
-            await acknowledged(sent)  # before the batch's events are acked
-
-    @app.agent(scored, isolated_partitions=True)
-    async def router(stream):
-        async for events in stream.take_events(BATCH, within=BATCH_WITHIN_S):
-            sent = []
-            for event in events:
-                try:
-                    routing = rule(decode(event.value, ScoredTrajectory), latest_policy, cfg.max_staleness)
-                    for spec, record in routing.records:
-                        sent.append(await routed[spec.name].send(key=event.key, value=encode(record),
-                                                                 partition=event.message.partition))
-                except Exception as exc:  # noqa: BLE001
-                    sent.append(await to_dlq("router", event, exc))
+                    record = decode(event.value, assemble.model)
+                    key = record.episode_id.encode()
+                    before = touched[key][0] if key in touched else episodes.get(key)
+                    state, outputs = run_keyed(assemble, before, record, t)
+                except Exception as exc:  # noqa: BLE001 - errors are data: DLQ and keep flowing
+                    sent.append(await to_dlq(assemble.step_id, event, exc))
+                    continue
+                touched[key] = (state, event.message)
+                for spec, value in encoded(outputs):
+                    sent.append(await send(spec, key, value, event.message.partition))
+            # Trajectories acknowledged before the table forgets their steps: a crash may
+            # repeat one, never lose one. One table write per episode per batch.
             await acknowledged(sent)
+            for key, (state, msg) in touched.items():
+                _store(episodes, key, state.model_copy(update={"partition": msg.partition, "last_offset": msg.offset}))
 
-    @app.agent(policy)
+    @app.agent(topics[TOPICS.policy.name])
     async def policy_watcher(stream):
         async for event in stream.events():
             try:
@@ -211,33 +177,98 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
 
     @app.timer(interval=cfg.abandoned_scan_s)
     async def close_abandoned_episodes():
-        # After a restart every recovered episode looks idle: give their events time to arrive.
         t = now()
         if t - worker_started < cfg.abandoned_timeout_s:
-            return
-        actives = app.assignor.assigned_actives()
-        for key, state in list(episodes.data.items()):
-            if TP(steps_name, state.partition) not in actives:
-                continue  # a standby copy: the owner of the partition closes it
-            if can_forget(state, t, cfg.tombstone_retention_s):
-                del episodes.data[key]
-                episodes.send_changelog(state.partition, key, None, value_serializer="raw")
-                continue
-            new, traj = close_abandoned(state, t, cfg.abandoned_timeout_s)
-            if new is state:
-                continue
-            if traj is not None:
-                log.info("closing abandoned episode %s (%d steps)", state.episode_id, len(traj.steps))
-                await (await trajectories.send(key=key, value=encode(traj), partition=state.partition))
-            else:
-                exc = ValueError(f"episode {state.episode_id} abandoned without a started event")
-                letter = dead_letter("assembler", exc, steps_name, state.partition, -1, key, encode(state))
-                await acknowledged([await dlq.send(key=key, value=encode(letter))])
-            if episodes.data.get(key) is state:  # the agent did not touch it meanwhile
-                episodes.data[key] = new
-                episodes.send_changelog(state.partition, key, new)
+            return  # after a restart every recovered episode looks idle: give its events time
+        owned = {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == steps_name}
+        decision = sweep(dict(episodes.data.items()), t, cfg.abandoned_timeout_s, cfg.tombstone_retention_s, owned)
+        await _apply_sweep(decision, episodes, steps_name, send)
 
     return app
+
+
+def faust_settings(settings: Settings, cfg: StreamsConfig) -> dict[str, Any]:
+    """The worker's Faust/aiokafka settings (why each is set is said beside it)."""
+    return dict(
+        broker=[f"kafka://{host.strip()}" for host in settings.bootstrap.split(",")],
+        broker_credentials=faust_credentials(settings),
+        processing_guarantee="at_least_once",  # its exactly-once mode has open duplicate/crash bugs
+        store="memory://",  # rebuilt from the changelog on start: no RocksDB build needed
+        topic_replication_factor=settings.replication_factor,
+        topic_partitions=STEP_PARTITIONS,
+        table_standby_replicas=cfg.standby_replicas,
+        broker_commit_interval=cfg.commit_interval_s,
+        broker_session_timeout=cfg.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, cfg.session_timeout_s / 3),
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        producer_linger=cfg.producer_linger_ms / 1000,
+        # one batch holds many trajectories (Faust's 16 KiB default holds about one)
+        producer_max_batch_size=cfg.producer_batch_bytes,
+        producer_max_request_size=TOPICS.trajectories.max_message_bytes,
+        stream_buffer_maxsize=cfg.stream_buffer_maxsize,
+        web_enabled=False,
+        autodiscover=False,
+    )
+
+
+def _stateless_agent(app: faust.App, cfg: StreamsConfig, topics, stage: Stage, send, to_dlq) -> None:
+    """An agent running ``stage`` over its input topic in batches: every output and dead letter
+    of a batch is acknowledged before Faust acks (and so may commit) the batch's events."""
+
+    async def agent(stream):
+        async for events in stream.take_events(cfg.batch_max, within=cfg.batch_within_s):
+            t, sent = now(), []
+            for event in events:
+                try:
+                    record = decode(event.value, stage.model)
+                    if stage.blocking:  # the HTTP judge: keep the event loop free
+                        outputs = await asyncio.to_thread(run, stage, record, t)
+                    else:
+                        outputs = run(stage, record, t)
+                except Exception as exc:  # noqa: BLE001 - errors are data
+                    sent.append(await to_dlq(stage.step_id, event, exc))
+                    continue
+                for spec, value in encoded(outputs):
+                    sent.append(await send(spec, event.key, value, event.message.partition))
+            await acknowledged(sent)
+
+    app.agent(topics[stage.source.name], name=stage.step_id, isolated_partitions=False)(agent)
+
+
+def _store(table, key: bytes, state: EpisodeState) -> None:
+    """How the assembler table is written: memory, then its changelog (Faust flushes the
+    producer before it commits, so the changelog is acknowledged before the input offsets move)."""
+    table.data[key] = state
+    table.send_changelog(state.partition, key, state, value_serializer=STATE_CODEC)
+
+
+def _forget(table, key: bytes) -> None:
+    state = table.data.pop(key, None)
+    if state is not None:  # a tombstone on the compacted changelog deletes it there too
+        table.send_changelog(state.partition, key, None, value_serializer="raw")
+
+
+async def _apply_sweep(decision: Sweep, table, steps_name: str, send) -> None:
+    """Apply the timer's decision: send each closed episode's trajectory (or dead-letter a state
+    that never had a started event), wait for their acknowledgement, then update the table."""
+    sent = []
+    for c in decision.closures:
+        if c.trajectory is not None:
+            log.info("closing abandoned episode %s (%d steps)", c.before.episode_id, len(c.trajectory.steps))
+            sent.append(await send(TOPICS.trajectories, c.key, encode(c.trajectory), c.before.partition))
+        else:
+            exc = ValueError(f"episode {c.before.episode_id} abandoned without a started event")
+            # The source position is the episode's last event, so each such letter has its own id.
+            letter = dead_letter("assembler", exc, steps_name, c.before.partition, c.before.last_offset, c.key,
+                                 encode(c.before))
+            sent.append(await send(TOPICS.dlq, c.key, encode(letter)))
+    await acknowledged(sent)
+    for c in decision.closures:
+        if table.data.get(c.key) is c.before:  # the agent did not touch it meanwhile
+            _store(table, c.key, c.after)
+    for key in decision.forget:
+        _forget(table, key)
 
 
 def declare_internal_topics(app: faust.App, settings: Settings) -> None:
@@ -253,4 +284,5 @@ def declare_internal_topics(app: faust.App, settings: Settings) -> None:
 def run_worker(app: faust.App, loglevel: str = "info") -> None:
     """Run one worker until SIGINT/SIGTERM (a worker takes all partitions the group gives it)."""
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    worker.spinner = None  # its log handler sets the root logger to DEBUG: every library debug line costs
     worker.execute_from_commandline()

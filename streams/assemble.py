@@ -18,11 +18,16 @@ reason "abandoned" and ``infra_failure=True``: the usual cause is a rollout work
 that died without publishing its end, which says nothing about the policy, so the router keeps
 such trajectories out of RL (they are never trained on as a zero reward).
 
+``sweep(states, now, ...)`` is the abandoned-episode timer's decision over a whole table: which
+episodes to close (and how) and which tombstones to forget. The timer only applies it.
+
 ``now`` is the processing clock (seconds), passed in so the functions stay pure.
 """
 
 from __future__ import annotations
 
+from collections.abc import Container, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Union
 
 from pydantic import Field
@@ -51,6 +56,7 @@ class EpisodeState(Model):
     emitted: bool = False
     emitted_at: float = 0.0
     partition: int = -1  # Kafka partition of its events; set by the stream agent, not used here
+    last_offset: int = -1  # offset of its latest event on that partition; set by the stream agent
 
 
 def new_state(episode_id: str) -> EpisodeState:
@@ -143,6 +149,40 @@ def close_abandoned(state: EpisodeState, now: float, idle_s: float) -> tuple[Epi
 def can_forget(state: EpisodeState, now: float, retention_s: float) -> bool:
     """An emitted tombstone older than ``retention_s`` can leave the table."""
     return state.emitted and now - state.emitted_at >= retention_s
+
+
+@dataclass(frozen=True)
+class Closure:
+    """An idle episode to close: store ``after``; send ``trajectory``, or, when it is None (no
+    started event was ever seen), dead-letter ``before``."""
+
+    key: bytes
+    before: EpisodeState
+    after: EpisodeState
+    trajectory: Trajectory | None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    closures: list[Closure]
+    forget: list[bytes]  # emitted tombstones past their retention: delete from the table
+
+
+def sweep(states: Mapping[bytes, EpisodeState], now: float, idle_s: float, retention_s: float,
+          owned: Container[int]) -> Sweep:
+    """What the abandoned-episode timer does to the table at ``now``. Only states of ``owned``
+    partitions are touched (a standby copy is the active owner's business)."""
+    closures, forget = [], []
+    for key, state in states.items():
+        if state.partition not in owned:
+            continue
+        if can_forget(state, now, retention_s):
+            forget.append(key)
+            continue
+        after, trajectory = close_abandoned(state, now, idle_s)
+        if after is not state:
+            closures.append(Closure(key, state, after, trajectory))
+    return Sweep(closures, forget)
 
 
 def _emit(state: EpisodeState, now: float) -> tuple[EpisodeState, Trajectory]:

@@ -24,7 +24,10 @@ class StreamsConfig:
     standby_replicas: int = opt(1, "standby copies of the assembler table on other workers")
     session_timeout_s: float = opt(30.0, "Kafka group session timeout: how soon a dead worker's partitions move")
     producer_linger_ms: float = opt(5.0, "producer linger: batch sends for this long (fewer requests under load)")
+    producer_batch_bytes: int = opt(1 << 20, "producer batch size per partition (a trajectory is ~10 KiB)")
     stream_buffer_maxsize: int = opt(4096, "events buffered per partition before the consumer pauses")
+    batch_max: int = opt(512, "events an agent takes at once (their outputs are acknowledged together)")
+    batch_within_s: float = opt(0.02, "how long an agent waits to fill a batch (adds at most this latency per stage)")
     loglevel: str = opt("info", "Faust worker log level", choices=("debug", "info", "warning", "error"))
 
 
@@ -35,7 +38,8 @@ class RescoreConfig:
     max_staleness: int = opt(4, "staleness bound for RL routing (policy versions)")
     since: str = opt("", "replay from this time: ISO 8601, unix seconds, or a duration ago like 2h / 30m; empty: all")
     until_caught_up: bool = opt(True, "stop once the end offsets seen at start are reached")
-    route: bool = opt(True, "also send the re-scored records to the sft/ct/rl topics")
+    route: bool = opt(True, "also route the re-scored records to flywheel.sft.v1 / flywheel.ct.v1")
+    to_rl: bool = opt(False, "also route them to flywheel.rl.v1 (off: the trainer would train on re-scored copies)")
     judge_url: str = opt("", "HTTP outcome reward model / judge; empty: off")
     judge_timeout_s: float = opt(10.0, "judge request timeout")
     group_id: str = opt("", "consumer group; empty: flywheel-rescore-<scorer>")

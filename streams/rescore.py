@@ -1,8 +1,12 @@
 """Re-scoring from history: replay flywheel.trajectories.v1 through another scorer.
 
-No sandbox runs again: the stored trajectories are scored by the chosen scorer and the results
-go to flywheel.scored.v1 (and, routed, to sft/ct/rl). Each record carries ``scorer`` and
-``scorer_version``, which are part of its ``event_id``, so consumers tell the sets apart.
+No sandbox runs again: the stored trajectories go through the scorer and router stages of
+``streams.topology.pipeline`` (the same declaration the Faust worker runs), fused in memory.
+The results go to flywheel.scored.v1 and, routed, to flywheel.sft.v1 / flywheel.ct.v1. They go
+to flywheel.rl.v1 only with ``--to-rl``: the PPO trainer would otherwise train on re-scored
+copies of trajectories it already saw. Each record carries ``scorer`` and ``scorer_version``,
+which are part of its ``event_id``, so consumers tell the sets apart. The router's staleness
+check uses the latest policy versions read once at start (infra.versions).
 
 Delivery guarantee: at-least-once. The producer is idempotent with acks=all; offsets of the
 replay's consumer group are committed only after ``flush_or_raise`` confirmed every output of
@@ -19,18 +23,19 @@ from datetime import datetime, timezone
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from infra import versions
 from infra.dlq import dead_letter, send_dead_letter
 from infra.errors import UserError
 from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
 from infra.settings import Settings
 from infra.topics import TOPICS, topic_name
 from schemas.base import now
-from schemas.codec import DecodeError, decode, encode
-from schemas.events import PolicyVersion, Trajectory
+from schemas.codec import decode, encode
 from streams.config import RescoreConfig
 from streams.judge import make_judge
 from streams.route import get_rule
 from streams.score import make_scorer
+from streams.topology import encoded, pipeline, run_chain
 
 log = logging.getLogger("flywheel.rescore")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
@@ -57,36 +62,6 @@ def parse_since(text: str, clock: float | None = None) -> float | None:
     return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def read_latest_policies(settings: Settings, timeout_s: float = 10.0) -> dict[str, int]:
-    """Latest version per policy, read from the compacted policy topic from the start."""
-    name = topic_name(TOPICS.policy, settings)
-    consumer = make_consumer(settings, f"flywheel-rescore-policy-{time.time_ns()}")
-    latest: dict[str, int] = {}
-    try:
-        meta = consumer.list_topics(name, timeout=timeout_s).topics.get(name)
-        if meta is None or meta.error is not None:
-            return latest
-        tps = [TopicPartition(name, p, OFFSET_BEGINNING) for p in meta.partitions]
-        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=timeout_s)[1] for tp in tps}
-        consumer.assign(tps)
-        todo = {p for p, end in ends.items() if end > 0}
-        deadline = time.time() + timeout_s
-        while todo and time.time() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                todo.discard(msg.partition())
-            try:
-                pv = decode(msg.value(), PolicyVersion)
-            except DecodeError:
-                continue
-            latest[pv.policy] = max(latest.get(pv.policy, -1), pv.version)
-    finally:
-        consumer.close()
-    return latest
-
-
 def _start_positions(consumer, name: str, since: float | None, timeout_s: float) -> list[TopicPartition]:
     meta = consumer.list_topics(name, timeout=timeout_s).topics.get(name)
     if meta is None or meta.error is not None:
@@ -108,10 +83,11 @@ def _start_positions(consumer, name: str, since: float | None, timeout_s: float)
 def rescore(settings: Settings, cfg: RescoreConfig, idle_timeout_s: float = 5.0) -> dict[str, int]:
     """Replay trajectories through ``cfg.scorer``; returns counts (consumed, scored, routed, dead)."""
     scorer = make_scorer(cfg.scorer, make_judge(cfg.judge_url, cfg.judge_timeout_s))
-    rule = get_rule(cfg.routing_rule)
-    latest = read_latest_policies(settings) if cfg.route else {}
+    latest = versions.latest_by_policy(versions.scan(settings)) if cfg.route else {}
+    _, score, route = pipeline(scorer, get_rule(cfg.routing_rule), latest, cfg.max_staleness, to_rl=cfg.to_rl)
+    stages = (score, route) if cfg.route else (score,)
     source = topic_name(TOPICS.trajectories, settings)
-    scored_topic = topic_name(TOPICS.scored, settings)
+    names = {spec.name: topic_name(spec, settings) for stage in stages for spec in stage.outputs}
     group = cfg.group_id or f"flywheel-rescore-{cfg.scorer}"
     consumer = make_consumer(settings, group)
     producer, tracker = make_producer(settings), DeliveryTracker()
@@ -141,19 +117,16 @@ def rescore(settings: Settings, cfg: RescoreConfig, idle_timeout_s: float = 5.0)
             if msg.offset() + 1 >= ends.get(part, 0):
                 todo.discard(part)
             try:
-                result = scorer.score(decode(msg.value(), Trajectory), now())
-                producer.produce(scored_topic, key=msg.key(), value=encode(result), partition=part,
-                                 on_delivery=tracker)
-                counts["scored"] += 1
-                if cfg.route:
-                    for spec, record in rule(result, latest, cfg.max_staleness).records:
-                        producer.produce(topic_name(spec, settings), key=msg.key(), value=encode(record),
-                                         partition=part, on_delivery=tracker)
-                        counts["routed"] += 1
+                outputs = run_chain(stages, decode(msg.value(), score.model), now())
             except Exception as exc:  # noqa: BLE001 - errors are data
                 letter = dead_letter("rescore", exc, msg.topic(), part, msg.offset(), msg.key(), msg.value())
                 send_dead_letter(producer, settings, letter, msg.key(), on_delivery=tracker)
                 counts["dead"] += 1
+            else:
+                for spec, value in encoded(outputs):
+                    producer.produce(names[spec.name], key=msg.key(), value=value, partition=part,
+                                     on_delivery=tracker)
+                    counts["scored" if spec == TOPICS.scored else "routed"] += 1
             producer.poll(0)
             pending += 1
             if pending >= COMMIT_EVERY:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from infra import versions
 from infra.errors import UserError
 from infra.topics import TOPICS, TopicSpec
 from schemas.events import ScoredTrajectory
@@ -28,7 +29,7 @@ def staleness(scored: ScoredTrajectory, latest: Mapping[str, int]) -> int:
     """How many versions the oldest step's policy is behind the latest known one (0 if unknown)."""
     traj = scored.trajectory
     oldest, _ = traj.policy_versions
-    return max(0, latest.get(traj.policy, oldest) - oldest)
+    return versions.staleness(latest.get(traj.policy, oldest), oldest)
 
 
 def _finish(scored: ScoredTrajectory, routes: list[str], reasons: list[str], rl: bool) -> Routing:

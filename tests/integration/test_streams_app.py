@@ -249,3 +249,32 @@ def test_rescore_adds_a_distinguishable_scored_set(settings, group_id, tmp_path)
                        20, None, "rescore dead letter")
     finally:
         collector.close()
+
+
+def test_rescore_reaches_rl_only_when_asked(settings, group_id):
+    """Re-scored copies stay out of flywheel.rl.v1 (the trainer would train them again) unless --to-rl."""
+    from streams.assemble import add_event
+
+    producer, tracker = make_producer(settings), DeliveryTracker()
+    for i in range(4):
+        state = None
+        for ev in episode_events(f"ep-{i}", 2, success=i % 2 == 0):
+            state, traj = add_event(state, ev, 1000.0)
+        producer.produce(topic_name(TOPICS.trajectories, settings), key=traj.episode_id.encode(), value=encode(traj),
+                         on_delivery=tracker)
+    flush_or_raise(producer, tracker)
+    collector = Collector(settings, group_id, [TOPICS.scored, TOPICS.sft, TOPICS.ct, TOPICS.rl])
+    try:
+        counts = rescore(settings, RescoreConfig(scorer="strict-v1", group_id=group_id + "-plain"))
+        assert counts == {"consumed": 4, "scored": 4, "routed": 4, "dead": 0}  # sft or ct, never rl
+        collector.wait(lambda: len(collector.values(settings, TOPICS.sft, ScoredTrajectory))
+                       + len(collector.values(settings, TOPICS.ct, ScoredTrajectory)) >= 4, 30, None, "sft/ct")
+        time.sleep(1)
+        assert collector.values(settings, TOPICS.rl, ScoredTrajectory) == []
+
+        counts = rescore(settings, RescoreConfig(scorer="strict-v1", group_id=group_id + "-rl", to_rl=True))
+        assert counts == {"consumed": 4, "scored": 4, "routed": 8, "dead": 0}
+        collector.wait(lambda: len(collector.values(settings, TOPICS.rl, ScoredTrajectory)) >= 4, 30, None, "rl")
+        assert {s.scorer for s in collector.values(settings, TOPICS.rl, ScoredTrajectory)} == {"strict-v1"}
+    finally:
+        collector.close()
