@@ -1,9 +1,17 @@
 """Scripted MiniWoB++ solvers: pure functions of the instruction and a DOM snapshot.
 
-They prove the browser sandbox end to end (a scripted policy must reach reward > 0) and give
-tests a deterministic policy. The snapshot comes from ``DOM_PROBE_JS`` evaluated on the task
-page: every visible element under ``#area`` with its rectangle relative to the task area
-(``#wrap``), text, value and focus. Coordinates returned are normalised to the task area.
+They prove the browser sandbox end to end (a scripted policy must reach reward > 0), give tests a
+deterministic policy, and play the annotators of the cold start (UI-TARS-2): their episodes go
+through the normal pipeline into flywheel.sft.v1 as demonstrations for behaviour cloning. Every
+solver of the default suite (producers.suites) is here. The snapshot comes from ``DOM_PROBE_JS``
+evaluated on the task page: every visible element under ``#area`` with its rectangle relative to
+the task area (``#wrap``), text, value, focus, checked state, class and scroll position.
+Coordinates returned are normalised to the task area.
+
+Solvers are stateless: where a task needs memory, the page holds it (a clicked button keeps the
+focus, a ticked box stays ticked, a field keeps its value), so each state maps to one action and
+a demonstration never depends on how it got there. They only emit actions the multi-turn pixel
+policy can represent (clicks at element centres, typed texts copied from the instruction, scroll).
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from schemas.actions import Click, Type, Wait
+from schemas.actions import Click, Scroll, Type, Wait
 
 DOM_PROBE_JS = """(() => {
   const wrap = document.getElementById('wrap').getBoundingClientRect();
@@ -21,6 +29,8 @@ DOM_PROBE_JS = """(() => {
     if (r.width === 0 || r.height === 0) continue;
     out.push({tag: el.tagName.toLowerCase(), id: el.id || '', text: (el.textContent || '').trim(),
               value: el.value === undefined ? null : String(el.value), focused: document.activeElement === el,
+              checked: el.checked === true, cls: String(el.className || ''), input: el.type || '',
+              scroll: [el.scrollTop, el.scrollHeight, el.clientHeight],
               x: r.x - wrap.x, y: r.y - wrap.y, w: r.width, h: r.height});
   }
   return {width: wrap.width, height: wrap.height, elements: out};
@@ -70,17 +80,123 @@ def solve_click_button(instruction: str, dom: dict[str, Any]) -> Any:
     return click_on(el, dom) if el else Wait()
 
 
+def all_quoted(instruction: str) -> list[str]:
+    return re.findall(r'"([^"]*)"', instruction)
+
+
+def inside(inner: dict[str, Any], outer: dict[str, Any]) -> bool:
+    cx, cy = inner["x"] + inner["w"] / 2, inner["y"] + inner["h"] / 2
+    return outer["x"] <= cx <= outer["x"] + outer["w"] and outer["y"] <= cy <= outer["y"] + outer["h"]
+
+
+def fill_then_submit(dom: dict[str, Any], fields: list[tuple[str, str]], submit_id: str = "subbtn") -> Any:
+    """Fill each (field id, text) in order - click it, then type - and click submit at the end."""
+    for field_id, text in fields:
+        field = find(dom, id=field_id)
+        if field is None:
+            return Wait()
+        if field["value"] != text:
+            return Type(content=text) if field["focused"] else click_on(field, dom)
+    submit = find(dom, id=submit_id)
+    return click_on(submit, dom) if submit else Wait()
+
+
 @solver("enter-text")
 def solve_enter_text(instruction: str, dom: dict[str, Any]) -> Any:
     want = quoted(instruction)
-    field, submit = find(dom, id="tt"), find(dom, id="subbtn")
-    if want is None or field is None or submit is None:
+    return Wait() if want is None else fill_then_submit(dom, [("tt", want)])
+
+
+@solver("enter-password")
+def solve_enter_password(instruction: str, dom: dict[str, Any]) -> Any:
+    want = quoted(instruction)
+    return Wait() if want is None else fill_then_submit(dom, [("password", want), ("verify", want)])
+
+
+@solver("login-user")
+def solve_login_user(instruction: str, dom: dict[str, Any]) -> Any:
+    texts = all_quoted(instruction)
+    if len(texts) < 2:
         return Wait()
-    if field["value"] == want:
-        return click_on(submit, dom)
-    if not field["focused"]:
-        return click_on(field, dom)
-    return Type(content=want)
+    return fill_then_submit(dom, [("username", texts[0]), ("password", texts[1])])
+
+
+@solver("click-button-sequence")
+def solve_click_button_sequence(instruction: str, dom: dict[str, Any]) -> Any:
+    # ONE (subbtn) then TWO (subbtn2): a clicked button keeps the focus, the page's memory
+    one, two = find(dom, id="subbtn"), find(dom, id="subbtn2")
+    if one is None or two is None:
+        return Wait()
+    return click_on(two if one["focused"] else one, dom)
+
+
+@solver("focus-text-2")
+def solve_focus_text_2(instruction: str, dom: dict[str, Any]) -> Any:
+    m = re.search(r"(\d)(?:st|nd|rd|th)", instruction)
+    el = find(dom, id=f"tt{m.group(1)}") if m else None
+    return click_on(el, dom) if el else Wait()
+
+
+@solver("click-collapsible")
+def solve_click_collapsible(instruction: str, dom: dict[str, Any]) -> Any:
+    opened = any("ui-accordion-content" in el["cls"] for el in dom["elements"])
+    target = find(dom, id="subbtn") if opened else find(dom, tag="h3")
+    return click_on(target, dom) if target else Wait()
+
+
+def _choice_inputs(dom: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """(label, the checkbox / radio inside it) pairs."""
+    inputs = [el for el in dom["elements"] if el["tag"] == "input"]
+    return [(lab, next((i for i in inputs if inside(i, lab)), None)) for lab in dom["elements"] if lab["tag"] == "label"]
+
+
+@solver("click-option")
+def solve_click_option(instruction: str, dom: dict[str, Any]) -> Any:
+    m = re.match(r"Select (.*) and click Submit", instruction)
+    for label, box in _choice_inputs(dom):
+        if m and label["text"] == m.group(1) and box is not None and not box["checked"]:
+            return click_on(box, dom)
+    submit = find(dom, id="subbtn")
+    return click_on(submit, dom) if submit else Wait()
+
+
+@solver("click-checkboxes")
+def solve_click_checkboxes(instruction: str, dom: dict[str, Any]) -> Any:
+    m = re.match(r"Select (.*) and click Submit", instruction)
+    wanted = set() if not m or m.group(1) == "nothing" else set(m.group(1).split(", "))
+    for label, box in _choice_inputs(dom):  # one box per step, top to bottom
+        if box is not None and (label["text"] in wanted) != box["checked"]:
+            return click_on(box, dom)
+    submit = find(dom, id="subbtn")
+    return click_on(submit, dom) if submit else Wait()
+
+
+@solver("use-spinner")
+def solve_use_spinner(instruction: str, dom: dict[str, Any]) -> Any:
+    m = re.search(r"Select (-?\d+) with", instruction)
+    field = find(dom, id="spinner")
+    if not m or field is None:
+        return Wait()
+    want, value = int(m.group(1)), int(field["value"] or 0)
+    if value == want:
+        return click_on(find(dom, id="subbtn"), dom)
+    arrow = "ui-spinner-up" if value < want else "ui-spinner-down"
+    el = next((e for e in dom["elements"] if e["tag"] == "a" and arrow in e["cls"]), None)
+    return click_on(el, dom) if el else Wait()
+
+
+@solver("scroll-text-2")
+def solve_scroll_text_2(instruction: str, dom: dict[str, Any]) -> Any:
+    area, submit = find(dom, id="text-area"), find(dom, id="subbtn")
+    if area is None or submit is None:
+        return Wait()
+    top, height, client = area["scroll"]
+    at = click_on(area, dom)
+    if "bottom" in instruction and top + client < height - 5:
+        return Scroll(x=at.x, y=at.y, direction="down")
+    if "top" in instruction and top > 5:
+        return Scroll(x=at.x, y=at.y, direction="up")
+    return click_on(submit, dom)
 
 
 def solve(task_name: str, instruction: str, dom: dict[str, Any]) -> Any:

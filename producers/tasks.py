@@ -1,4 +1,5 @@
-"""Task specs: validation, building them from a suite + names or a JSONL file, and submission.
+"""Task specs: validation, building them from a suite + names (or a named task suite,
+producers.suites) or a JSONL file, and submission.
 
 Delivery: every TaskSpec is produced with the idempotent producer (acks=all), keyed by task_id,
 and ``submit`` returns only after the broker acknowledged all of them (it raises otherwise).
@@ -49,7 +50,11 @@ def build_tasks(suite: str, names: list[str], episodes: int, seed: int = 0, *, m
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
     if not names:
-        raise UserError("no task names given (--tasks click-test,click-test-2)")
+        raise UserError("no task names given (--tasks click-test,click-test-2, or a suite: --tasks quick)")
+    if suite == "miniwob":  # a registered suite name stands for its tasks
+        from producers.suites import expand
+
+        names = expand(names)
     run = prefix or f"r{int(time.time() * 1000):x}"
     out = []
     for k in range(episodes):

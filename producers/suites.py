@@ -1,0 +1,68 @@
+"""Task suites registered by name: which MiniWoB++ tasks a run trains on, and what they need.
+
+``default`` is the main job's suite (docs/tasks.md says why each task is in): multi-step tasks a
+screenshot policy can solve in principle, with scripted solvers (producers.scripted) to play the
+annotators of the cold start. ``quick`` is the one-click pair CI runs. A suite name is accepted
+wherever task names are (``--tasks default``), and any registered MiniWoB++ task still runs
+when named itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.errors import UserError
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    tasks: tuple[str, ...]
+    action_types: tuple[str, ...]  # the pixel policy heads the tasks need (its ``action_types``)
+    max_steps: int  # a step budget every task's scripted solution fits in
+    about: str
+
+
+SUITES: dict[str, Suite] = {}
+
+
+def register(suite: Suite) -> Suite:
+    SUITES[suite.name] = suite
+    return suite
+
+
+register(Suite(
+    name="quick", tasks=("click-test", "click-test-2"), action_types=("click",), max_steps=4,
+    about="the one-click pair: CI's short end-to-end run"))
+
+register(Suite(
+    name="default",
+    tasks=(
+        # one step: read the screen against the instruction
+        "click-button", "focus-text-2",
+        # two steps; click-button-sequence's screen does not change after ONE: needs memory
+        "click-button-sequence", "click-collapsible", "click-option", "scroll-text-2",
+        # typing, text copied from the instruction: 3 and 5 steps
+        "enter-text", "enter-password", "login-user",
+        # variable length: 1-7 and 1-11 steps
+        "click-checkboxes", "use-spinner",
+    ),
+    action_types=("click", "type", "scroll", "press_enter", "finished"),
+    max_steps=14,
+    about="UI-TARS-2 in miniature: multi-step MiniWoB++ with typing, scrolling and variable lengths"))
+
+
+def get_suite(name: str) -> Suite:
+    if name not in SUITES:
+        raise UserError(f"unknown task suite {name!r}; known: {', '.join(sorted(SUITES))}")
+    return SUITES[name]
+
+
+def expand(names: list[str]) -> list[str]:
+    """Task names with every suite name replaced by its tasks, in order, without repeats."""
+    out: list[str] = []
+    for name in names:
+        for task in SUITES[name].tasks if name in SUITES else (name,):
+            if task not in out:
+                out.append(task)
+    return out

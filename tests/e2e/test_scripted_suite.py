@@ -1,0 +1,48 @@
+"""Every task suite's scripted solver (the cold start's annotators) succeeds in the real browser
+sandbox, in the number of steps tests/unit/test_producers_suites.py records."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.browser_support import LoopThread, require_chromium
+from tests.unit.test_producers_suites import STEPS
+
+from producers import scripted
+from producers.suites import get_suite
+from schemas.blobs import BlobStore
+from schemas.events import TaskSpec
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    require_chromium()
+    from producers.sandboxes.browser import BrowserSandbox
+    from producers.sandboxes.browser_host import BrowserHost
+
+    loop = LoopThread()
+    host = BrowserHost()
+    sandbox = BrowserSandbox(BlobStore(str(tmp_path_factory.mktemp("blobs"))), host=host)
+    loop.run(sandbox.start())
+    yield loop, sandbox
+    loop.run(sandbox.close())
+    loop.run(host.close())
+    loop.stop()
+
+
+@pytest.mark.parametrize("name", get_suite("default").tasks)
+def test_scripted_solver_solves_the_default_suite(env, name):
+    loop, sandbox = env
+    lo, hi = STEPS[name]
+    for seed in range(3):
+        obs = loop.run(sandbox.reset(TaskSpec(task_id=f"{name}-{seed}", suite="miniwob", name=name, seed=seed)))
+        for steps in range(1, hi + 1):
+            dom = loop.run(sandbox.query(scripted.DOM_PROBE_JS))
+            result = loop.run(sandbox.step(scripted.solve(name, obs.observation.instruction, dom)))
+            obs = result.obs
+            if result.done:
+                break
+        assert result.done and result.success, (name, seed, obs.observation.instruction)
+        assert lo <= steps <= hi

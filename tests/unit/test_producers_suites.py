@@ -1,0 +1,50 @@
+"""Task suites: the default suite is what the issue asks for, suite names expand wherever task
+names are accepted, and every registered MiniWoB++ task still runs by its own name."""
+
+import pytest
+
+from infra.errors import UserError
+from producers import scripted
+from producers.suites import SUITES, expand, get_suite
+from producers.tasks import build_tasks, known_tasks
+
+# steps of each default task's scripted solution (min, max), measured in the browser by
+# tests/e2e/test_scripted_suite.py; typing tasks copy their text from the instruction
+STEPS = {"click-button": (1, 1), "focus-text-2": (1, 1), "click-button-sequence": (2, 2),
+         "click-collapsible": (2, 2), "click-option": (2, 2), "scroll-text-2": (2, 2), "enter-text": (3, 3),
+         "enter-password": (5, 5), "login-user": (5, 5), "click-checkboxes": (1, 7), "use-spinner": (1, 11)}
+TYPING = {"enter-text", "enter-password", "login-user"}
+
+
+def test_default_suite_has_what_the_main_job_needs():
+    suite = get_suite("default")
+    assert set(suite.tasks) == set(STEPS)
+    assert len(suite.tasks) >= 10
+    assert sum(lo >= 2 for lo, _ in STEPS.values()) >= 6
+    assert len(TYPING & set(suite.tasks)) >= 2 and "type" in suite.action_types
+    assert sum(lo != hi and hi >= 5 for lo, hi in STEPS.values()) >= 2
+    assert max(hi for _, hi in STEPS.values()) < suite.max_steps
+
+
+@pytest.mark.parametrize("name", sorted(SUITES))
+def test_every_suite_task_is_a_miniwob_task_with_a_solver(name):
+    for task in get_suite(name).tasks:
+        assert task in known_tasks("miniwob")
+        assert task in scripted.SOLVERS
+
+
+def test_every_suite_fits_the_pixel_policy():
+    from infra.policy import build_policy
+
+    for suite in SUITES.values():
+        build_policy("pixel", "p", {"action_types": list(suite.action_types)})
+
+
+def test_suite_names_expand_and_single_tasks_still_run():
+    assert expand(["quick"]) == ["click-test", "click-test-2"]
+    assert expand(["click-test", "quick", "click-tab"]) == ["click-test", "click-test-2", "click-tab"]
+    tasks = build_tasks("miniwob", ["default"], 1, prefix="t")
+    assert [t.name for t in tasks] == list(get_suite("default").tasks)
+    assert [t.name for t in build_tasks("miniwob", ["choose-date"], 1, prefix="t")] == ["choose-date"]
+    with pytest.raises(UserError, match="unknown task suite"):
+        get_suite("nope")
