@@ -24,7 +24,7 @@ def make_policy_client(cfg, blobs):
             config = json.loads(cfg.policy_config) if cfg.policy_config else {}
         except json.JSONDecodeError as exc:
             raise UserError(f"--policy-config is not valid JSON: {exc}") from None
-        options = {"kind": cfg.policy_kind, "config": config, "greedy": cfg.greedy}
+        options = {"kind": cfg.policy_kind, "config": config, "greedy": cfg.greedy, "blobs": blobs}
     elif cfg.policy_backend == "http":
         options = {"base_url": cfg.policy_url, "mode": cfg.policy_mode, "blobs": blobs}
     return make_client(cfg.policy_backend, cfg.policy_name, **options)

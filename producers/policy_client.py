@@ -29,6 +29,7 @@ from schemas.actions import Click, Wait
 from schemas.blobs import BlobStore
 from schemas.events import PolicyVersion, Step, TaskSpec
 from infra.policy import Decision, PolicyInput
+from schemas.prompt import PromptSpec, history_window, to_messages, uitars_turns
 
 log = logging.getLogger("flywheel.policy_client")
 
@@ -143,13 +144,14 @@ class TorchClient(PolicyClient):
     backend = "torch"
 
     def __init__(self, name: str, kind: str = "pixel", config: dict[str, Any] | None = None,
-                 greedy: bool = False, policy: Any = None, **_: Any) -> None:
+                 greedy: bool = False, policy: Any = None, blobs: BlobStore | None = None, **_: Any) -> None:
         super().__init__(name)
         if policy is None:
             from infra.policy import build_policy
 
             policy = build_policy(kind, name, config or {})
-        self.policy = policy
+        self.blobs = blobs
+        self.policy = self._with_blobs(policy)
         self.version = int(getattr(policy, "version", 0))
         self.greedy = greedy
         self._pending: list[tuple[PolicyInput, asyncio.Future]] = []
@@ -187,26 +189,32 @@ class TorchClient(PolicyClient):
         from infra.policy import load_policy_version
 
         # load_policy_version re-checks the sha256 of the bytes it loads
-        self.policy = await asyncio.to_thread(load_policy_version, pv, blobs)
+        self.blobs = self.blobs or blobs
+        self.policy = self._with_blobs(await asyncio.to_thread(load_policy_version, pv, blobs))
         self.version = pv.version
+
+    def _with_blobs(self, policy: Any) -> Any:
+        if self.blobs is not None and hasattr(policy, "blob_store"):
+            policy.blob_store = self.blobs  # a language policy shows earlier screenshots, as the trainer rebuilds them
+        return policy
 
 
 # ---------------------------------------------------------------- HTTP (policy server / vLLM)
 
 
-def chat_request(model: str, instruction: str, png: bytes, history: list[Step], *, temperature: float,
-                 max_tokens: int) -> dict[str, Any]:
-    """An OpenAI-compatible chat-completions body: UI-TARS prompt, past outputs, the screenshot."""
-    from ui_tars.prompt import COMPUTER_USE_DOUBAO
+def png_data_url(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
-    prompt = COMPUTER_USE_DOUBAO.format(language="English", instruction=instruction)
-    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-    for step in history[-5:]:  # UI-TARS keeps a short window of its own past outputs
-        messages.append({"role": "assistant", "content": step.raw_output or "Thought: \nAction: wait()"})
-    image_url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-    messages.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": image_url}}]})
-    return {"model": model, "messages": messages, "logprobs": True, "temperature": temperature,
-            "max_tokens": max_tokens}
+
+def chat_request(model: str, spec: PromptSpec, instruction: str, png: bytes, history: list[Step],
+                 history_pngs: list[bytes | None], *, temperature: float, max_tokens: int) -> dict[str, Any]:
+    """An OpenAI-compatible chat-completions body for one decision: schemas.prompt's context
+    (the one the trainer rebuilds), screenshots as PNG data URLs (lossless: the server decodes
+    the pixels the trainer loads from the blob store). ``history_pngs[i]`` is step i's screenshot,
+    None outside the context's window."""
+    turns = uitars_turns(spec, instruction, history, history_pngs, png)
+    return {"model": model, "messages": to_messages(turns, png_data_url), "logprobs": True,
+            "temperature": temperature, "max_tokens": max_tokens}
 
 
 def parse_chat_reply(body: dict[str, Any], width: int, height: int, coord_mode: str) -> tuple[Decision, int | None]:
@@ -246,14 +254,27 @@ class HttpClient(PolicyClient):
 
     def __init__(self, name: str, base_url: str = "http://127.0.0.1:8000", mode: str = "chat",
                  blobs: BlobStore | None = None, timeout_s: float = 60.0, temperature: float = 1.0,
-                 max_tokens: int = 256, coord_mode: str = "qwen25vl", **_: Any) -> None:
+                 max_tokens: int = 256, coord_mode: str = "qwen25vl", prompt: str = "short", max_images: int = 5,
+                 **_: Any) -> None:
         super().__init__(name)
         if mode not in ("chat", "act"):
             raise ValueError(f"http policy mode must be 'chat' or 'act', not {mode!r}")
         self.base_url, self.mode, self.blobs = base_url.rstrip("/"), mode, blobs
         self.timeout_s, self.temperature, self.max_tokens = timeout_s, temperature, max_tokens
-        self.coord_mode = coord_mode
+        # the context's shape; a published language policy's own config replaces it (load_version)
+        self.spec = PromptSpec(prompt, max_images, coord_mode)
         self._session: Any = None
+
+    async def load_version(self, pv: PolicyVersion, blobs: BlobStore) -> None:
+        await super().load_version(pv, blobs)
+        if pv.kind == "lm":  # ask in exactly the context this version is trained in
+            self.spec = PromptSpec.from_config(pv.config)
+
+    def _history_pngs(self, history: list[Step]) -> list[bytes | None]:
+        window = set(history_window(self.spec, len(history)))
+        if window and self.blobs is None:
+            raise RuntimeError("the chat policy client needs the blob store to show earlier screenshots")
+        return [self.blobs.get(s.observation.screenshot) if i in window else None for i, s in enumerate(history)]
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         import aiohttp
@@ -280,10 +301,11 @@ class HttpClient(PolicyClient):
         o = request.obs.observation
         png = await asyncio.to_thread(self._png, request.obs)
         if self.mode == "chat":
-            body = chat_request(self.name, o.instruction, png, request.history,
+            pngs = await asyncio.to_thread(self._history_pngs, request.history)
+            body = chat_request(self.name, self.spec, o.instruction, png, request.history, pngs,
                                 temperature=self.temperature, max_tokens=self.max_tokens)
             decision, version = parse_chat_reply(await self._post("/v1/chat/completions", body),
-                                                 o.screen_width, o.screen_height, self.coord_mode)
+                                                 o.screen_width, o.screen_height, self.spec.coord_mode)
         else:
             # the episode so far, so a language policy acts in exactly the context it is trained in
             body = {"image_b64": base64.b64encode(png).decode("ascii"), "instruction": o.instruction,

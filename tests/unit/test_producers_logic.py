@@ -11,6 +11,7 @@ from producers import scripted
 from producers.episode import episode_id
 from producers.offsets import OffsetTracker
 from producers.policy_client import CLIENT_REGISTRY, chat_request, parse_act_reply, parse_chat_reply
+from schemas.prompt import PromptSpec
 from producers.tasks import build_tasks, read_jsonl
 from schemas.actions import Click, Type, Wait
 
@@ -91,7 +92,7 @@ def test_chat_reply_is_parsed_with_summed_logprobs_and_server_version():
 
 
 def test_chat_request_carries_instruction_and_image():
-    body = chat_request("m", "Click the button.", b"\x89PNG", [], temperature=1.0, max_tokens=64)
+    body = chat_request("m", PromptSpec(), "Click the button.", b"\x89PNG", [], [], temperature=1.0, max_tokens=64)
     assert body["logprobs"] is True and "Click the button." in body["messages"][0]["content"]
     assert body["messages"][-1]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
 

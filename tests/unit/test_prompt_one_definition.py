@@ -1,0 +1,94 @@
+"""One prompt and context (schemas.prompt) for rollout over HTTP, `flywheel serve` and the
+trainer: the chat request for a step yields exactly the tokens the trainer scores for it."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import numpy as np
+import pytest
+import torch
+from aiohttp.test_utils import TestServer
+from PIL import Image
+from serving_fixtures import scored_trajectory
+
+from infra.policy import build_policy
+from producers.policy_client import PolicyRequest, chat_request, make_client
+from producers.sandboxes.base import Obs
+from schemas.blobs import BlobStore
+from schemas.events import PolicyVersion
+from schemas.prompt import PromptSpec, history_window
+from trainer.openai_chat import parse_messages
+from trainer.reload import PolicyHolder
+from trainer.server import PolicyServer, ServeConfig
+
+CONFIG = {"max_new_tokens": 8, "max_images": 2}  # a window shorter than the history: dropped screenshots too
+
+
+@pytest.fixture
+def store(tmp_path):
+    return BlobStore(str(tmp_path / "blobs"))
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return build_policy("lm", "lm-t", CONFIG)
+
+
+def pixels(store, ref) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(store.get(ref))).convert("RGB"))
+
+
+def test_the_chat_request_renders_to_the_tokens_the_trainer_scores(policy, store):
+    traj = scored_trajectory(store, "ep", n_steps=4).trajectory
+    steps, trained = traj.steps, policy.step_inputs(traj, store)
+    spec = PromptSpec.from_config(policy.config)
+    for k, step in enumerate(steps):
+        window = set(history_window(spec, k))
+        pngs = [store.get(s.observation.screenshot) if i in window else None for i, s in enumerate(steps[:k])]
+        body = chat_request("lm-t", spec, step.observation.instruction, store.get(step.observation.screenshot),
+                            steps[:k], pngs, temperature=1.0, max_tokens=8)
+        served = policy.render(parse_messages(body["messages"]))  # what `flywheel serve` feeds the model
+        n_context = trained[k].target.index(True)
+        assert served.ids == trained[k].ids[:n_context]
+        assert len(served.images) == len(trained[k].images) == min(k + 1, 2)
+        for a, b in zip(served.images, trained[k].images):
+            assert np.array_equal(a, b)
+
+
+def test_a_decision_over_http_is_scored_by_the_trainer_at_its_behaviour_logprob(policy, store):
+    """Rollout's HTTP client -> the policy server -> the step the trainer rebuilds: same log-prob."""
+    traj = scored_trajectory(store, "ep", n_steps=3).trajectory
+    history, current = traj.steps[:2], traj.steps[2]
+    holder = PolicyHolder("lm-t")
+    holder.swap(policy, None)
+
+    async def main():
+        server = PolicyServer(holder, ServeConfig(max_wait_ms=1.0))
+        async with TestServer(server.app()) as ts:
+            client = make_client("http", "lm-t", base_url=str(ts.make_url("")), blobs=store, temperature=0.0)
+            # the client adopts the published version's prompt spec (max_images=2 here, 5 by default)
+            await client.load_version(PolicyVersion(policy="lm-t", version=0, kind="lm", uri="file:///x", sha256="0" * 64,
+                                                    created_at=1.0, config=policy.config_dict()), store)
+            assert client.spec.max_images == 2
+            obs = Obs(observation=current.observation, image=pixels(store, current.observation.screenshot))
+            try:
+                return await client.act(PolicyRequest(task=traj.task, obs=obs, step_index=2, history=list(history)))
+            finally:
+                await client.close()
+
+    reply = asyncio.run(asyncio.wait_for(main(), 120))
+    d = reply.decision
+    step = current.model_copy(update={"raw_output": d.raw_output, "logprob": d.logprob})
+    rebuilt = traj.model_copy(update={"steps": [*history, step]})
+    with torch.no_grad():
+        logprob, _, _ = policy.evaluate(policy.step_inputs(rebuilt, store)[2:])
+    assert float(logprob[0]) == pytest.approx(d.logprob, abs=1e-3)
+
+
+def test_the_chat_client_refuses_to_drop_screenshots_it_cannot_read(store):
+    steps = scored_trajectory(store, "ep", n_steps=2).trajectory.steps
+    client = make_client("http", "lm-t")  # no blob store
+    with pytest.raises(RuntimeError, match="needs the blob store"):
+        client._history_pngs(steps[:1])
