@@ -5,18 +5,30 @@ vLLM's OpenAI-compatible server already speaks the client protocol of trainer.se
 it and follows flywheel.policy.v1 like the torch server does (trainer.reload: sha256 checked,
 a tampered version refused and logged, the running one kept).
 
-What vLLM serves: a language policy built on a real checkpoint (config ``pretrained`` = a local
-Hugging Face folder, e.g. a UI-TARS / Qwen2.5-VL checkpoint). Each version is exported as that
-folder's config and tokenizer plus the version's ``lm.*`` weights; the trainer-side parts
-(value head, patch-embedding adapter) stay out, and vLLM uses the checkpoint's own vision
-tower. A new version is loaded by restarting the vLLM process on the exported folder: slower
-than an in-place weight update, but the same on every vLLM release. The ``policy_version``
-field of the torch server is not added by vLLM; clients keep the version they last saw.
+What vLLM serves must be the trained policy, token for token, or nothing (``export_hf_folder``):
+
+- the version's language model (its ``lm.*`` weights, the config with the vocabulary resized
+  for the added specials) and its tokenizer with those specials;
+- a chat template that renders messages exactly as schemas.prompt ``render`` does, so vLLM
+  reads the tokens the policy was trained on (the HTTP client builds its messages from
+  schemas.prompt too), and ``<|im_end|>`` as the end of a turn;
+- not the value head: serving needs no critic (the trainer recomputes values) and vLLM's
+  OpenAI server reports none; the step's ``value`` is then empty.
+
+Refused, with the reason: a policy that reads screenshots (``max_images > 0``): its patch
+adapter is not an architecture vLLM can run, and serving the language model without it would
+be another policy; and a policy without a Hugging Face tokenizer (the tiny byte-tokenizer
+models). A text-only policy (``max_images: 0``) built on a pretrained checkpoint is served.
+
+A new version is loaded by restarting the vLLM process on the exported folder: slower than an
+in-place weight update, but the same on every vLLM release. The ``policy_version`` field of the
+torch server is not added by vLLM; clients keep the version they last saw.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -38,25 +50,44 @@ def vllm_available() -> str | None:
     return None
 
 
+def export_refusal(config: dict) -> str | None:
+    """Why a language policy with this config cannot be served exactly by vLLM, else None."""
+    if int(config.get("max_images", 5)) > 0:
+        return ("this policy reads screenshots through its patch-embedding adapter, which vLLM cannot run; "
+                "serving its language model alone would be another policy. Serve it with --backend torch, "
+                "or train a text-only policy (policy config max_images: 0) for vLLM")
+    if not config.get("pretrained") or config.get("tokenizer", "auto") == "bytes":
+        return ("this policy uses the byte tokenizer of the tiny test models, which vLLM cannot load; "
+                "build it on a checkpoint (--pretrained smollm2-135m or a Hugging Face folder)")
+    return None
+
+
 def export_hf_folder(pv, store, out: Path) -> Path:
-    """A vLLM-loadable folder for ``pv``: the base checkpoint's files, this version's LM weights."""
-    from safetensors.torch import load, save_file
+    """A vLLM-loadable folder for ``pv`` (see the module docstring), written atomically."""
+    from safetensors.torch import load
 
-    from infra.policy import weights_bytes
+    from infra.policy import build_policy, weights_bytes
+    from schemas.prompt import IM_END, chat_template
 
-    base = pv.config.get("pretrained")
-    if not base:
-        raise UserError(f"{pv.policy} v{pv.version} has no 'pretrained' checkpoint folder in its config; "
-                        "the vLLM backend serves policies built on a Hugging Face checkpoint")
+    if pv.kind != "lm":
+        raise UserError(f"{pv.policy} v{pv.version} is a {pv.kind} policy; vLLM serves language policies")
+    reason = export_refusal(pv.config)
+    if reason:
+        raise UserError(f"refusing to export {pv.policy} v{pv.version} to vLLM: {reason}")
     state = load(weights_bytes(pv, store))  # refuses a tampered file
-    lm = {k[len("lm."):]: v.contiguous() for k, v in state.items() if k.startswith("lm.")}
+    policy = build_policy("lm", pv.policy, pv.config)
+    policy.load_state_dict(state, strict=True)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for f in Path(base).iterdir():  # config, tokenizer, processor files; not the old weights
-        if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".pt")) and f.name != "model.safetensors.index.json":
-            shutil.copy2(f, tmp / f.name)
-    save_file(lm, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    policy.lm.save_pretrained(str(tmp))
+    tok = policy.tok.tok
+    tok.chat_template = chat_template()
+    tok.save_pretrained(str(tmp))
+    eos = policy.tok.special(IM_END)
+    policy.lm.generation_config.eos_token_id = eos
+    policy.lm.generation_config.save_pretrained(str(tmp))
+    (tmp / "flywheel-version.json").write_text(json.dumps({"policy": pv.policy, "version": pv.version,
+                                                          "sha256": pv.sha256, "eos_token_id": eos}))
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     return out

