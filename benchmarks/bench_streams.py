@@ -125,10 +125,11 @@ def bare_loop(source, scratch, n_episodes: int, group: str, commit_interval_s: f
     consumer = make_consumer(source, group)
     consumer.subscribe(list(stages))
     producer, tracker = make_producer(scratch, **SAME_DELIVERY), DeliveryTracker()
-    states, to_rl, committed, cpu0 = {}, 0, time.monotonic(), None
+    states, to_rl, committed, cpu0, dirty = {}, 0, time.monotonic(), None, False
     while to_rl < n_episodes:
         for msg in consumer.consume(500, 0.2):
             cpu0 = time.process_time() if cpu0 is None else cpu0
+            dirty = True
             if msg.error():
                 continue
             stage = stages[msg.topic()]
@@ -143,12 +144,13 @@ def bare_loop(source, scratch, n_episodes: int, group: str, commit_interval_s: f
                                  on_delivery=tracker)
                 to_rl += spec == TOPICS.rl
             producer.poll(0)
-        if cpu0 is not None and time.monotonic() - committed >= commit_interval_s:
+        if dirty and time.monotonic() - committed >= commit_interval_s:
             flush_or_raise(producer, tracker)  # outputs acknowledged before the offsets move
             consumer.commit(asynchronous=False)
-            committed = time.monotonic()
+            committed, dirty = time.monotonic(), False
     flush_or_raise(producer, tracker)
-    consumer.commit(asynchronous=False)
+    if dirty:
+        consumer.commit(asynchronous=False)
     used = time.process_time() - cpu0
     consumer.close()
     return used
@@ -178,6 +180,8 @@ def main() -> None:
     ap.add_argument("--latency-episodes", type=int, default=100)
     ap.add_argument("--pace-s", type=float, default=0.05, help="gap between episodes in the latency phase")
     ap.add_argument("--skip-bare", action="store_true", help="measure the worker only")
+    ap.add_argument("--worker-src", type=Path, default=ROOT,
+                    help="run the worker from this source tree (e.g. an older commit, for before/after)")
     args = ap.parse_args()
 
     run_id = uuid.uuid4().hex[:8]
@@ -194,7 +198,7 @@ def main() -> None:
         produce(settings, events)
         print(f"backlog: {len(events)} events in {args.episodes} episodes of {args.steps} steps")
 
-        worker = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "streams"], cwd=ROOT, env=env,
+        worker = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "streams"], cwd=args.worker_src, env=env,
                                   stdout=open(Path(data_dir) / "worker.log", "wb"), stderr=subprocess.STDOUT)
         wait_for_records(settings, TOPICS.trajectories, 1, 300, worker)
         cpu0 = cpu_s(worker.pid)  # start-up (imports, group join, recovery) not counted

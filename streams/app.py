@@ -59,14 +59,19 @@ log = logging.getLogger("flywheel.streams")
 EXIT_DELIVERY_FAILED = 75  # a record's output or dead letter was not acknowledged: restart and replay
 
 
+def delivery_failed(exc: BaseException) -> None:
+    """End the process at once. Raising would not do: Faust acks a batch's events even when the
+    agent crashes, and would commit past a record whose output or dead letter is lost."""
+    log.critical("a send was not acknowledged (%s); exiting without committing past it", exc)
+    os._exit(EXIT_DELIVERY_FAILED)
+
+
 async def acknowledged(futures) -> None:
-    """Wait until the broker acknowledged every send. A failure ends the process at once: Faust
-    would otherwise ack the events and commit past a record whose output or dead letter is lost."""
+    """Wait until the broker acknowledged every send (one gather per batch); a failure ends the process."""
     try:
         await asyncio.gather(*futures)
     except Exception as exc:  # noqa: BLE001
-        log.critical("a send was not acknowledged (%s); exiting without committing past it", exc)
-        os._exit(EXIT_DELIVERY_FAILED)
+        delivery_failed(exc)
 
 
 class _IdempotentProducer(faust_aiokafka.Producer):
@@ -127,7 +132,10 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
     async def send(spec, key: bytes, value: bytes, partition: int | None = None):
         """-> the delivery future (awaited in batches with ``acknowledged``). Straight to the
         producer: Faust's Topic.send adds a message object, a codec pass and a debug log per record."""
-        return await app.producer.send(names[spec.name], key, value, partition, None, None)
+        try:
+            return await app.producer.send(names[spec.name], key, value, partition, None, None)
+        except Exception as exc:  # noqa: BLE001 - e.g. no metadata for the topic: not the record's fault
+            delivery_failed(exc)
 
     async def to_dlq(stage: str, event, exc: BaseException):
         """Send the dead letter; -> its delivery future (awaited with ``acknowledged``)."""

@@ -278,3 +278,49 @@ def test_rescore_reaches_rl_only_when_asked(settings, group_id):
         assert {s.scorer for s in collector.values(settings, TOPICS.rl, ScoredTrajectory)} == {"strict-v1"}
     finally:
         collector.close()
+
+
+def test_a_dead_letter_the_broker_refuses_stops_the_worker_before_any_commit_past_it(settings, group_id, tmp_path):
+    """Fault injection: the DLQ topic accepts no record this size (max.message.bytes), so the
+    assembler's dead letter is refused; the worker must exit (75) with no commit past the record."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    from infra.kafka import client_config
+    from streams.app import EXIT_DELIVERY_FAILED
+    from streams.config import StreamsConfig, app_id_for
+
+    dlq = topic_name(TOPICS.dlq, settings)
+    entry = ConfigEntry("max.message.bytes", "64", incremental_operation=AlterConfigOpType.SET)
+    admin = AdminClient(client_config(settings))
+    for fut in admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, dlq,
+                                                               incremental_configs=[entry])]).values():
+        fut.result(30)
+    good = episode_events("ep-good", 2)
+    produce(settings, good + [(b"bad", b"{not json")])
+    worker = start_worker(settings, tmp_path / "worker.log")
+    try:
+        worker.wait(STARTUP_S + 60)
+    except subprocess.TimeoutExpired:
+        stop(worker)
+        pytest.fail("the worker kept running after a dead letter was refused")
+    log = (tmp_path / "worker.log").read_text()
+    assert worker.returncode == EXIT_DELIVERY_FAILED, log[-3000:]
+    assert "not acknowledged" in log
+    steps = topic_name(TOPICS.steps, settings)
+    consumer = make_consumer(settings, app_id_for(settings, StreamsConfig()))
+    try:
+        committed = consumer.committed([TopicPartition(steps, p) for p in range(TOPICS.steps.partitions)], timeout=10)
+    finally:
+        consumer.close()
+    bad_partition_offset = {}
+    reader = make_consumer(settings, group_id + "-scan")
+    reader.subscribe([steps])
+    deadline = time.time() + 30
+    while "bad" not in bad_partition_offset and time.time() < deadline:
+        msg = reader.poll(0.5)
+        if msg is not None and not msg.error() and msg.key() == b"bad":
+            bad_partition_offset["bad"] = (msg.partition(), msg.offset())
+    reader.close()
+    part, offset = bad_partition_offset["bad"]
+    assert all(tp.offset <= offset for tp in committed if tp.partition == part), committed
