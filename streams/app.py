@@ -148,7 +148,9 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
     for stage in (score, route):
         _stateless_agent(app, cfg, topics, stage, send, to_dlq)
 
-    @app.agent(topics[assemble.source.name], name=assemble.step_id, isolated_partitions=False)
+    # One actor per partition: a revoked partition's actor stops with it, so a worker never
+    # writes the table of a partition another worker now owns.
+    @app.agent(topics[assemble.source.name], name=assemble.step_id, isolated_partitions=True)
     async def assembler(stream):
         async for events in stream.take_events(cfg.batch_max, within=cfg.batch_within_s):
             t, touched, sent = now(), {}, []
@@ -241,7 +243,7 @@ def _stateless_agent(app: faust.App, cfg: StreamsConfig, topics, stage: Stage, s
                     sent.append(await send(spec, event.key, value, event.message.partition))
             await acknowledged(sent)
 
-    app.agent(topics[stage.source.name], name=stage.step_id, isolated_partitions=False)(agent)
+    app.agent(topics[stage.source.name], name=stage.step_id)(agent)
 
 
 def _store(table, key: bytes, state: EpisodeState) -> None:
