@@ -49,8 +49,11 @@ def solver(*names: str):
 
 
 def click_on(el: dict[str, Any], dom: dict[str, Any]) -> Click:
-    """Click the centre of ``el`` (normalised to the task area)."""
-    x = (el["x"] + el["w"] / 2) / dom["width"]
+    """Click the centre of ``el`` (normalised to the task area); a text field near its left end,
+    where it looks different from its middle (a demonstration a convolutional policy can copy:
+    the centre of a long uniform box is not visible locally)."""
+    dx = min(el["w"] / 2, 12.0) if el.get("tag") == "input" and el.get("input") in ("text", "password") else el["w"] / 2
+    x = (el["x"] + dx) / dom["width"]
     y = (el["y"] + el["h"] / 2) / dom["height"]
     return Click(x=min(max(x, 0.0), 1.0), y=min(max(y, 0.0), 1.0))
 

@@ -1,4 +1,5 @@
-"""`flywheel train` (the streaming PPO trainer). The serving helpers' sub-commands (`serve`,
+"""`flywheel train` (the streaming PPO trainer) and `flywheel bc` (behaviour cloning of the pixel
+policy on flywheel.sft.v1: the cold start's pi_sft). The serving helpers' sub-commands (`serve`,
 `merge`, `sft`, `ct`) live in trainer/cli_serving.py and are registered from here if present."""
 
 from __future__ import annotations
@@ -29,11 +30,30 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bc(args: argparse.Namespace) -> int:
+    from trainer.bc import run_bc
+    from trainer.bc_config import BCConfig
+
+    settings = load_settings(vars(args))
+    log_settings(settings)
+    out = run_bc(resolve(BCConfig, vars(args)).validate(), settings)
+    print(f"published pi_sft as version {out['version']}: {out['steps']} steps of {sum(out['demos'].values())} "
+          f"demonstrations {out['demos']}, loss {out['loss']:.3f}, greedy = demonstrator on "
+          f"{out['train_match']['all']:.0%} of them, {out['seconds']:.0f}s")
+    if out["missing"]:
+        print(f"no demonstration of {', '.join(out['missing'])}: those tasks start from what the policy knows")
+    return 0
+
+
 def register(sub) -> None:
+    from trainer.bc_config import BCConfig
     from trainer.config import TrainConfig
 
     p = sub.add_parser("train", help="streaming PPO trainer: flywheel.rl.v1 -> policy versions")
     add_arguments(p, TrainConfig)
     p.set_defaults(func=cmd_train)
+    b = sub.add_parser("bc", help="behaviour cloning of the pixel policy: flywheel.sft.v1 -> pi_sft, a policy version")
+    add_arguments(b, BCConfig)
+    b.set_defaults(func=cmd_bc)
     if importlib.util.find_spec("trainer.cli_serving") is not None:
         importlib.import_module("trainer.cli_serving").register(sub)

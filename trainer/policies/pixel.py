@@ -333,12 +333,23 @@ class PixelPolicy(nn.Module):
         if not inputs:
             return []
         obs = torch.stack([self.preprocess(i.image, i.history) for i in inputs])
-        instructions = [i.instruction for i in inputs]
+        return self.decide(obs, [i.instruction for i in inputs], greedy)
+
+    @torch.no_grad()
+    def decide(self, obs: torch.Tensor, instructions: list[str], greedy: bool = False) -> list[Decision]:
+        """``act`` on already preprocessed inputs (obs [N, C + 3, 8G, 8G] from ``preprocess``)."""
         out = self(obs, instructions)
         actions = self._sample(out, instructions, greedy)
         logprob, _ = self._logprob_entropy(out, self._targets(actions, instructions))
         return [Decision(action=a, logprob=float(logprob[k]), value=float(out["value"][k]),
                          raw_output=a.model_dump_json()) for k, a in enumerate(actions)]
+
+    def discretize(self, action: Any) -> tuple:
+        """What the heads choose for ``action``: two actions with the same key are the same
+        decision for this policy (a click anywhere in a cell is that cell)."""
+        if action.type in POINTER_TYPES:
+            return (action.type, self._cell_of(action), getattr(action, "direction", None))
+        return (action.type, getattr(action, "content", None) if action.type == "type" else getattr(action, "key", None))
 
     def evaluate(self, obs: torch.Tensor, instructions: list[str], actions: list[Any]
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
