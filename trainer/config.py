@@ -21,6 +21,7 @@ class TrainConfig:
     gamma: float = opt(1.0, "discount per step")
     lam_critic: float = opt(1.0, "GAE lambda of the critic's value targets (decoupled GAE)")
     alpha: float = opt(1.0, "length-adaptive GAE: lam_policy = 1 - 1/(alpha * trajectory length)")
+    lam_policy: float = opt(-1.0, "GAE lambda of the actor's advantages; < 0: length-adaptive from alpha (coupled GAE: equal to lam_critic)")
     eps_low: float = opt(0.2, "PPO clip below: ratio >= 1 - eps_low")
     eps_high: float = opt(0.28, "PPO clip above (clip-higher): ratio <= 1 + eps_high")
     # decoupled PPO (AReaL): with rollouts acting 2 versions behind, off made click-test-2 take

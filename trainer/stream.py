@@ -101,6 +101,10 @@ def to_episode(scored: ScoredTrajectory, policy, store: BlobStore) -> EpisodeSam
         actions=actions, logprobs=[s.logprob for s in traj.steps], rewards=rewards,
         policy_version=traj.policy_versions[0],
         thought_chars=float(np.mean([len(s.thought) for s in traj.steps])),
+        # the step budget or timeout cut it short: not a terminal state, GAE bootstraps there
+        truncated=traj.end_reason in ("step_budget", "timeout"),
+        bootstrap_input=policy.bootstrap_input(traj, store) if hasattr(policy, "bootstrap_input")
+        and traj.end_reason in ("step_budget", "timeout") else None,
     )
 
 

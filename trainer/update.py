@@ -1,4 +1,5 @@
-"""One PPO update (and one critic-only update) over a batch of complete episodes.
+"""One PPO update (and one critic-only update) over a batch of ended episodes (a truncated one
+bootstraps from the value of the state it stopped in).
 
 Pure with respect to the outside world: tensors in, weights and optimiser changed, metrics
 out. The streaming loop (trainer/stream.py) and the offline benchmark call the same code.
@@ -29,6 +30,9 @@ class EpisodeSample:
     rewards: list[float]  # per step; the scored reward sits on the last step
     policy_version: int  # oldest version that acted in it
     thought_chars: float = 0.0
+    # the step budget or the timeout ended it (not the task): GAE bootstraps from V(s_T) there
+    truncated: bool = False
+    bootstrap_input: Any = None  # the policy's input for s_T, the state after the last step (if it has one)
 
 
 @dataclass
@@ -41,6 +45,8 @@ class Batch:
     mask: torch.Tensor  # [B, T]
     episode_return: torch.Tensor  # [B]
     episode_ids: list[str] = field(default_factory=list)
+    truncated: torch.Tensor | None = None  # [B] bool
+    bootstrap_inputs: list[Any] = field(default_factory=list)  # [B] policy input of s_T, or None
 
 
 def collate(episodes: list[EpisodeSample]) -> Batch:
@@ -57,6 +63,8 @@ def collate(episodes: list[EpisodeSample]) -> Batch:
         behaviour_logprob=torch.tensor([lp for e in episodes for lp in e.logprobs], dtype=torch.float32),
         rewards=rewards, mask=mask, episode_return=rewards.sum(dim=1),
         episode_ids=[e.episode_id for e in episodes],
+        truncated=torch.tensor([e.truncated for e in episodes]),
+        bootstrap_inputs=[e.bootstrap_input for e in episodes],
     )
 
 
@@ -87,6 +95,23 @@ def _to_bt(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def bootstrap_values(policy, batch: Batch, values_bt: torch.Tensor) -> torch.Tensor:
+    """[B] value after each episode's last step: 0 when it ended in a terminal state; for a
+    truncated one V(s_T) from the policy's ``values`` on its input for s_T, or, when the policy
+    or the episode has none, V of the last state it acted in (the closest estimate we hold)."""
+    boot = torch.zeros(len(batch.episode_ids))
+    if batch.truncated is None or not batch.truncated.any():
+        return boot
+    last = batch.mask.sum(1).long() - 1
+    boot[batch.truncated] = values_bt[torch.arange(len(boot)), last][batch.truncated]
+    have = [b for b, x in enumerate(batch.bootstrap_inputs) if batch.truncated[b] and x is not None]
+    if have and hasattr(policy, "values"):
+        with torch.no_grad():
+            boot[have] = policy.values(_stack([batch.bootstrap_inputs[b] for b in have]),
+                                       [batch.instructions[int(batch.mask[:b].sum())] for b in have])
+    return boot
+
+
 def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, critic_only: bool = False) -> dict[str, float]:
     """PPO epochs over ``batch``; ``critic_only`` trains the value head alone with lambda = 1
     (value pretraining: the acting policy stays fixed). Returns scalar metrics."""
@@ -96,7 +121,10 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     _, values0 = _evaluate_all(policy, batch)
     values_bt = _to_bt(values0, batch.mask)
     lam_critic = 1.0 if critic_only else cfg.lam_critic
-    adv_bt, ret_bt = ppo.decoupled_gae(batch.rewards, values_bt, batch.mask, cfg.gamma, lam_critic, alpha=cfg.alpha)
+    lam_policy = None if cfg.lam_policy < 0 else cfg.lam_policy  # None: length-adaptive from alpha
+    boot = bootstrap_values(policy, batch, values_bt)
+    adv_bt, ret_bt = ppo.decoupled_gae(batch.rewards, values_bt, batch.mask, cfg.gamma, lam_critic, alpha=cfg.alpha,
+                                       lam_policy=lam_policy, bootstrap=boot)
     adv, ret = adv_bt[mask_b], ret_bt[mask_b]
     if cfg.norm_adv and adv.numel() > 1:
         adv = ppo.masked_whiten(adv)

@@ -45,3 +45,33 @@ def test_truncation_bootstraps_from_the_value_after_the_last_step():
     # discounting reaches the bootstrap too
     _, ret_g = ppo.compute_gae(rewards[:1], values[:1], mask[:1], 0.5, 1.0, bootstrap=boot[:1])
     torch.testing.assert_close(ret_g, torch.tensor([[0.6 / 8, 0.6 / 4, 0.6 / 2]]))
+
+
+def test_ppo_update_bootstraps_truncated_episodes_from_the_policy_value_of_s_T():
+    import numpy as np
+
+    from infra.policy import build_policy
+    from schemas.actions import Click
+    from trainer.config import TrainConfig
+    from trainer.update import EpisodeSample, bootstrap_values, collate, ppo_update
+
+    policy = build_policy("pixel", "p", {"grid": 4, "channels": [4, 8, 8]})
+    with torch.no_grad():
+        for p in policy.value_head.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    rng = np.random.default_rng(0)
+    frames = [policy.preprocess(rng.integers(0, 255, (210, 160, 3), dtype=np.uint8)) for _ in range(3)]
+
+    def episode(eid, truncated, boot):
+        return EpisodeSample(eid, frames[:2], ["Click it."] * 2, [Click(x=0.5, y=0.5)] * 2, [-2.0, -2.0],
+                             [0.0, 0.0], 0, truncated=truncated, bootstrap_input=boot)
+
+    batch = collate([episode("done", False, None), episode("cut", True, frames[2]), episode("cut-no-frame", True, None)])
+    values = policy.values(torch.stack(frames), ["Click it."] * 3).detach()
+    values_bt = torch.stack([values[:2]] * 3)
+    boot = bootstrap_values(policy, batch, values_bt)
+    torch.testing.assert_close(boot, torch.stack([torch.tensor(0.0), values[2], values[1]]))
+    for lam_policy in (-1.0, 0.95):  # decoupled length-adaptive, and coupled
+        m = ppo_update(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), batch,
+                       TrainConfig(epochs=1, minibatch_size=4, lam_policy=lam_policy))
+        assert np.isfinite(m["value_loss"])

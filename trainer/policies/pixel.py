@@ -36,6 +36,7 @@ from torch import nn
 
 from infra.policy import Decision, PolicyInput, register_policy
 from schemas import actions as A
+from schemas.blobs import BlobNotFound
 from trainer.policies.pixel_inputs import (
     history_summary, pointer_planes, span_mask, span_text, summary_size, token_features, token_spans, tokenize,
 )
@@ -164,6 +165,22 @@ class PixelPolicy(nn.Module):
             image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
             out.append(self.preprocess(image, traj.steps[:i]))
         return out
+
+    def bootstrap_input(self, traj: Any, store: Any) -> torch.Tensor | None:
+        """The state after the last step (its screenshot + every step as history), for the
+        value a truncated episode bootstraps from; None when that screenshot is not stored."""
+        last = traj.steps[-1] if traj.steps else None
+        if last is None or last.next_screenshot_sha256 is None:
+            return None
+        try:
+            png = store.get(last.next_screenshot_sha256)
+        except BlobNotFound:
+            return None
+        return self.preprocess(np.asarray(Image.open(io.BytesIO(png)).convert("RGB")), traj.steps)
+
+    def values(self, obs: torch.Tensor, instructions: list[str]) -> torch.Tensor:
+        """V(s) [N] of preprocessed inputs."""
+        return self(obs, instructions)["value"]
 
     def _tokens(self, instructions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         ids = [tokenize(s, int(self.cfg["embed_buckets"])) for s in instructions]
