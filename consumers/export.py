@@ -4,11 +4,13 @@ Layout: ``<out>/<sft|ct>/p<partition>-<first offset>-<last offset>.{jsonl,parque
 holds at most ``shard_records`` records of one topic partition (a partial shard is written when
 ``flush_interval_s`` passes or on stop).
 
-Delivery guarantee: each record lands in exactly one shard. A shard is written to a temporary
-file, fsynced and renamed into place; only then is the offset after its last record committed.
-A crash after the rename but before the commit re-reads those records; on start the exporter
-reads the offset ranges in the shard names and skips records already inside a shard, so the
-re-read duplicates nothing. Bad records go to flywheel.dlq.v1 (stage "export").
+Delivery guarantee: each record lands in exactly one shard. The exporter is a stage of the
+checkpointed consume loop (``infra.consume_loop``): its flush writes every pending range as a
+shard (temporary file, fsync, rename); only then, after the range's dead letters were
+acknowledged, does the loop commit the offsets past it. A crash after the rename but before the
+commit re-reads those records; on start the exporter reads the offset ranges in the shard names
+and skips records already inside a shard, so the re-read duplicates nothing. Bad records go to
+flywheel.dlq.v1 (stage "export").
 """
 
 from __future__ import annotations
@@ -17,19 +19,16 @@ import logging
 import os
 import re
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka import TopicPartition
 
 from consumers.dataset import PARQUET_SCHEMA, jsonl_line, to_record
 from infra.config import opt
-from infra.dlq import dead_letter, send_dead_letter
-from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
+from infra.consume_loop import ConsumeLoop, DeadLetters, LoopConfig
 from infra.settings import Settings
 from infra.topics import TOPICS, topic_name
 from schemas.codec import decode
@@ -107,6 +106,9 @@ def write_shard(folder: Path, partition: int, first: int, last: int, records: li
 
 
 class Exporter:
+    """A consume-loop stage: ``add`` collects records per (dataset, partition), ``flush`` writes
+    them as shards. ``run(stop)`` runs it on ``infra.consume_loop`` (group offsets)."""
+
     def __init__(self, settings: Settings, cfg: ExportConfig) -> None:
         bad = set(cfg.formats) - {"jsonl", "parquet"}
         if bad or not cfg.formats:
@@ -115,78 +117,44 @@ class Exporter:
         self.out = Path(cfg.out) if cfg.out else settings.data_path / "datasets"
         self.dataset_by_topic = {topic_name(getattr(TOPICS, d), settings): d for d in DATASETS}
         self.done = {d: exported_upto(self.out / d) for d in DATASETS}
-        self.consumer = make_consumer(settings, cfg.group_id)
-        self.producer = make_producer(settings)
-        self.tracker = DeliveryTracker()
         self.pending: dict[tuple[str, int], Pending] = {}
         self.shards_written = 0
         self.records_written = 0
         self.skipped_already_exported = 0
         self.dead_letters = 0
 
-    def handle(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+    def add(self, record: Any, dlq: DeadLetters) -> None:
+        topic, partition, offset = record.topic(), record.partition(), record.offset()
         dataset = self.dataset_by_topic[topic]
-        pend = self.pending.setdefault((dataset, partition), Pending(topic))
         if offset <= self.done[dataset].get(partition, -1):
-            self.skipped_already_exported += 1
-            pend.last = max(pend.last, offset)  # still commit past it
+            self.skipped_already_exported += 1  # inside a shard already (a commit was lost): the loop still commits past it
             return
+        pend = self.pending.setdefault((dataset, partition), Pending(topic))
         if pend.first < 0:
             pend.first = offset
-        pend.last = offset
+        pend.last = offset  # a dead-lettered record is covered by the shard's range too
         try:
-            pend.records.append(to_record(decode(value, ScoredTrajectory), dataset))
+            pend.records.append(to_record(decode(record.value(), ScoredTrajectory), dataset))
         except Exception as exc:
-            send_dead_letter(self.producer, self.settings, dead_letter(STAGE, exc, topic, partition, offset, key, value),
-                             key, on_delivery=self.tracker)
+            dlq.send_record(exc, record)
             self.dead_letters += 1
 
-    def write(self, dataset: str, partition: int) -> None:
-        pend = self.pending.get((dataset, partition))
-        if pend is None or pend.last < 0:
-            return
-        if pend.records:
-            write_shard(self.out / dataset, partition, pend.first, pend.last, pend.records, self.cfg.formats)
-            self.done[dataset][partition] = pend.last
-            self.shards_written += 1
-            self.records_written += len(pend.records)
-        flush_or_raise(self.producer, self.tracker)  # dead letters of this range are acknowledged
-        self.consumer.commit(offsets=[TopicPartition(pend.topic, partition, pend.last + 1)], asynchronous=False)
-        del self.pending[(dataset, partition)]
+    def ready(self) -> bool:
+        return any(len(p.records) >= self.cfg.shard_records for p in self.pending.values())
 
-    def write_all(self) -> None:
-        for dataset, partition in list(self.pending):
-            self.write(dataset, partition)
-
-    def _on_revoke(self, consumer, partitions) -> None:
-        self.write_all()
+    def flush(self, dlq: DeadLetters) -> None:
+        """Every pending range becomes a shard (a partial one for partitions not yet full)."""
+        for (dataset, partition), pend in sorted(self.pending.items()):
+            if pend.records:
+                write_shard(self.out / dataset, partition, pend.first, pend.last, pend.records, self.cfg.formats)
+                self.done[dataset][partition] = pend.last
+                self.shards_written += 1
+                self.records_written += len(pend.records)
+        self.pending.clear()
 
     def run(self, stop: threading.Event) -> None:
-        self.consumer.subscribe(list(self.dataset_by_topic), on_revoke=self._on_revoke)
-        last_write = last_record = time.monotonic()
-        try:
-            while not stop.is_set():
-                msgs = self.consumer.consume(500, timeout=0.2)
-                for msg in msgs:
-                    if msg.error():
-                        log.warning("consumer error: %s", msg.error())
-                        continue
-                    self.handle(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
-                    dataset = self.dataset_by_topic[msg.topic()]
-                    if len(self.pending.get((dataset, msg.partition()), Pending("")).records) >= self.cfg.shard_records:
-                        self.write(dataset, msg.partition())
-                now = time.monotonic()
-                if msgs:
-                    last_record = now
-                if now - last_write >= self.cfg.flush_interval_s:
-                    self.write_all()
-                    last_write = now
-                if self.cfg.exit_when_idle_s and now - last_record >= self.cfg.exit_when_idle_s \
-                        and self.consumer.assignment():
-                    break
-            self.write_all()
-        finally:
-            self.consumer.close()
-            self.producer.flush(10)
+        loop_cfg = LoopConfig(poll_messages=500, flush_interval_s=self.cfg.flush_interval_s,
+                              exit_when_idle_s=self.cfg.exit_when_idle_s)
+        ConsumeLoop.create(self.settings, self.cfg.group_id, list(self.dataset_by_topic), self, STAGE, loop_cfg).run(stop)
         log.info("export stopped: %d records in %d shards under %s (%d already exported, %d dead letters)",
                  self.records_written, self.shards_written, self.out, self.skipped_already_exported, self.dead_letters)

@@ -1,9 +1,16 @@
-"""Pure mapping from decoded events to ClickHouse rows: ``rows_for(kind, event)``.
+"""Pure mapping from decoded events to ClickHouse rows.
 
 ``kind`` is the catalog attribute of the topic the event came from (``steps``, ``trajectories``,
-``scored``, ``policy``, ``metrics``, ``dlq``). The result maps a table name to its rows, each a
-dict keyed by column (the columns of ``infra/sql/001_tables.sql``). Every row carries the
-event's ``event_id``, which the table dedupes on.
+``scored``, ``policy``, ``metrics``, ``dlq``). Every event becomes exactly one row of one table:
+
+- ``row_for(kind, event) -> (table, values)``: the row as a tuple in ``COLUMNS[table]`` order
+  (the columns of ``infra/sql/001_tables.sql``), timestamps as DateTime64(3) ticks (integer
+  milliseconds). This is what the sink buffers: tuples transpose to columns in one C call and
+  ticks are written as they are, with no per-value conversion in the insert.
+- ``rows_for(kind, event) -> {table: [row dict]}``: the same row keyed by column, timestamps as
+  UTC datetimes, for readers (tests, docs).
+
+Every row carries the event's ``event_id``, which the table dedupes on.
 """
 
 from __future__ import annotations
@@ -19,126 +26,141 @@ from schemas.events import (
 )
 
 Row = dict[str, Any]
+Values = tuple[Any, ...]
 EVENT_TYPE_BY_KIND = {
     "steps": "EpisodeEvent", "trajectories": "Trajectory", "scored": "ScoredTrajectory",
     "policy": "PolicyVersion", "metrics": "TrainerMetrics", "dlq": "DeadLetter",
 }
 SINK_KINDS = tuple(EVENT_TYPE_BY_KIND)
 
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "steps": (
+        "event_id", "episode_id", "step_index", "ts", "started_at", "policy", "policy_version", "action_type",
+        "action", "thought", "thought_chars", "thought_words", "raw_output", "parse_error", "logprob", "value",
+        "reward", "done", "latency_policy_ms", "latency_env_ms", "error", "instruction", "screenshot_sha256",
+        "screenshot_uri", "screen_width", "screen_height", "next_screenshot_sha256"),
+    "episodes": (
+        "event_id", "episode_id", "kind", "ts", "task_id", "task_name", "suite", "sandbox", "worker_id", "policy",
+        "policy_version", "num_steps", "outcome_reward", "success", "reason", "infra_failure"),
+    "trajectories": (
+        "event_id", "episode_id", "task_id", "task_name", "suite", "instruction", "sandbox", "worker_id", "policy",
+        "policy_version_min", "policy_version_max", "status", "num_steps", "outcome_reward", "success",
+        "end_reason", "infra_failure", "started_at", "ended_at", "duration_s", "duplicates_dropped",
+        "missing_steps"),
+    "scored": (
+        "event_id", "episode_id", "scorer", "scorer_version", "task_id", "task_name", "policy",
+        "policy_version_min", "policy_version_max", "status", "num_steps", "success", "infra_failure", "reward",
+        "components", "verdict", "rl_eligible", "routes", "route_reasons", "anomalies", "ended_at", "scored_at"),
+    "policy_versions": (
+        "event_id", "policy", "version", "kind", "uri", "sha256", "parent", "created_at", "metrics", "config"),
+    "trainer_metrics": ("event_id", "run_id", "update", "policy", "policy_version", "ts", "metrics"),
+    "dead_letters": (
+        "event_id", "stage", "error_type", "message", "source_topic", "source_partition", "source_offset",
+        "original_key", "original_value", "ts"),
+}
+TIME_COLUMNS = frozenset({"ts", "started_at", "ended_at", "created_at", "scored_at"})  # DateTime64(3, 'UTC')
+
+
+def ticks(ts: float) -> int:
+    """Seconds since the epoch -> DateTime64(3) ticks, truncated like a datetime would be."""
+    return round(ts * 1_000_000) // 1000
+
 
 def utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, timezone.utc)
 
 
-def step_row(step: Step) -> Row:
+def step_values(step: Step) -> Values:
     obs = step.observation
-    return {
-        "event_id": step.event_id, "episode_id": step.episode_id, "step_index": step.step_index,
-        "ts": utc(step.ts), "started_at": utc(step.started_at),
-        "policy": step.policy, "policy_version": step.policy_version,
-        "action_type": step.action.type if step.action is not None else "",
-        "action": step.action.model_dump_json() if step.action is not None else "",
-        "thought": step.thought, "thought_chars": len(step.thought), "thought_words": len(step.thought.split()),
-        "raw_output": step.raw_output, "parse_error": step.parse_error,
-        "logprob": step.logprob, "value": step.value, "reward": step.reward, "done": step.done,
-        "latency_policy_ms": step.latency_policy_ms, "latency_env_ms": step.latency_env_ms,
-        "error": step.error, "instruction": obs.instruction,
-        "screenshot_sha256": obs.screenshot.sha256, "screenshot_uri": obs.screenshot.uri,
-        "screen_width": obs.screen_width, "screen_height": obs.screen_height,
-        "next_screenshot_sha256": step.next_screenshot_sha256,
-    }
+    action = step.action
+    thought = step.thought
+    return (
+        step.event_id, step.episode_id, step.step_index, ticks(step.ts), ticks(step.started_at),
+        step.policy, step.policy_version,
+        action.type if action is not None else "", action.model_dump_json() if action is not None else "",
+        thought, len(thought), len(thought.split()), step.raw_output, step.parse_error,
+        step.logprob, step.value, step.reward, step.done, step.latency_policy_ms, step.latency_env_ms,
+        step.error, obs.instruction, obs.screenshot.sha256, obs.screenshot.uri,
+        obs.screen_width, obs.screen_height, step.next_screenshot_sha256,
+    )
 
 
-def _episode_row(event: EpisodeStarted | EpisodeEnded | EpisodeAborted) -> Row:
-    row: Row = {
-        "event_id": event.event_id, "episode_id": event.episode_id, "kind": event.kind, "ts": utc(event.ts),
-        "task_id": "", "task_name": "", "suite": "", "sandbox": "", "worker_id": "", "policy": "",
-        "policy_version": None, "num_steps": None, "outcome_reward": None, "success": None,
-        "reason": "", "infra_failure": None,
-    }
+def episode_values(event: EpisodeStarted | EpisodeEnded | EpisodeAborted) -> Values:
+    head = (event.event_id, event.episode_id, event.kind, ticks(event.ts))
     if isinstance(event, EpisodeStarted):
-        row.update(task_id=event.task.task_id, task_name=event.task.name, suite=event.task.suite,
-                   sandbox=event.sandbox, worker_id=event.worker_id, policy=event.policy,
-                   policy_version=event.policy_version)
-    elif isinstance(event, EpisodeEnded):
-        row.update(num_steps=event.num_steps, outcome_reward=event.outcome_reward, success=event.success,
-                   reason=event.reason)
-    else:
-        row.update(num_steps=event.num_steps, reason=event.reason, infra_failure=event.infra_failure)
-    return row
+        task = event.task
+        return head + (task.task_id, task.name, task.suite, event.sandbox, event.worker_id, event.policy,
+                       event.policy_version, None, None, None, "", None)
+    if isinstance(event, EpisodeEnded):
+        return head + ("", "", "", "", "", "", None, event.num_steps, event.outcome_reward, event.success,
+                       event.reason, None)
+    return head + ("", "", "", "", "", "", None, event.num_steps, None, None, event.reason, event.infra_failure)
 
 
-def episode_event_rows(event: Any) -> dict[str, list[Row]]:
-    if isinstance(event, Step):
-        return {"steps": [step_row(event)]}
-    return {"episodes": [_episode_row(event)]}
-
-
-def trajectory_row(traj: Trajectory) -> Row:
+def trajectory_values(traj: Trajectory) -> Values:
     lo, hi = traj.policy_versions
-    return {
-        "event_id": traj.event_id, "episode_id": traj.episode_id, "task_id": traj.task.task_id,
-        "task_name": traj.task.name, "suite": traj.task.suite,
-        "instruction": traj.steps[0].observation.instruction if traj.steps else "",
-        "sandbox": traj.sandbox, "worker_id": traj.worker_id, "policy": traj.policy,
-        "policy_version_min": lo, "policy_version_max": hi, "status": traj.status,
-        "num_steps": len(traj.steps), "outcome_reward": traj.outcome_reward, "success": traj.success,
-        "end_reason": traj.end_reason, "infra_failure": traj.infra_failure,
-        "started_at": utc(traj.started_at), "ended_at": utc(traj.ended_at),
-        "duration_s": max(0.0, traj.ended_at - traj.started_at),
-        "duplicates_dropped": traj.duplicates_dropped, "missing_steps": list(traj.missing_steps),
-    }
+    task = traj.task
+    return (
+        traj.event_id, traj.episode_id, task.task_id, task.name, task.suite,
+        traj.steps[0].observation.instruction if traj.steps else "",
+        traj.sandbox, traj.worker_id, traj.policy, lo, hi, traj.status, len(traj.steps), traj.outcome_reward,
+        traj.success, traj.end_reason, traj.infra_failure, ticks(traj.started_at), ticks(traj.ended_at),
+        max(0.0, traj.ended_at - traj.started_at), traj.duplicates_dropped, list(traj.missing_steps),
+    )
 
 
-def scored_row(scored: ScoredTrajectory) -> Row:
+def scored_values(scored: ScoredTrajectory) -> Values:
     traj = scored.trajectory
     lo, hi = traj.policy_versions
-    return {
-        "event_id": scored.event_id, "episode_id": traj.episode_id, "scorer": scored.scorer,
-        "scorer_version": scored.scorer_version, "task_id": traj.task.task_id, "task_name": traj.task.name,
-        "policy": traj.policy, "policy_version_min": lo, "policy_version_max": hi, "status": traj.status,
-        "num_steps": len(traj.steps), "success": traj.success, "infra_failure": traj.infra_failure,
-        "reward": scored.reward, "components": dict(scored.components), "verdict": scored.verdict,
-        "rl_eligible": scored.rl_eligible, "routes": list(scored.routes),
-        "route_reasons": list(scored.route_reasons), "anomalies": list(scored.anomalies),
-        "ended_at": utc(traj.ended_at), "scored_at": utc(scored.scored_at),
-    }
+    return (
+        scored.event_id, traj.episode_id, scored.scorer, scored.scorer_version, traj.task.task_id,
+        traj.task.name, traj.policy, lo, hi, traj.status, len(traj.steps), traj.success, traj.infra_failure,
+        scored.reward, dict(scored.components), scored.verdict, scored.rl_eligible, list(scored.routes),
+        list(scored.route_reasons), list(scored.anomalies), ticks(traj.ended_at), ticks(scored.scored_at),
+    )
 
 
-def policy_row(pv: PolicyVersion) -> Row:
-    return {
-        "event_id": pv.event_id, "policy": pv.policy, "version": pv.version, "kind": pv.kind, "uri": pv.uri,
-        "sha256": pv.sha256, "parent": pv.parent, "created_at": utc(pv.created_at),
-        "metrics": dict(pv.metrics), "config": orjson.dumps(pv.config).decode(),
-    }
+def policy_values(pv: PolicyVersion) -> Values:
+    return (pv.event_id, pv.policy, pv.version, pv.kind, pv.uri, pv.sha256, pv.parent, ticks(pv.created_at),
+            dict(pv.metrics), orjson.dumps(pv.config).decode())
 
 
-def metrics_row(m: TrainerMetrics) -> Row:
-    return {
-        "event_id": m.event_id, "run_id": m.run_id, "update": m.update, "policy": m.policy,
-        "policy_version": m.policy_version, "ts": utc(m.ts), "metrics": dict(m.metrics),
-    }
+def metrics_values(m: TrainerMetrics) -> Values:
+    return (m.event_id, m.run_id, m.update, m.policy, m.policy_version, ticks(m.ts), dict(m.metrics))
 
 
-def dead_letter_row(d: DeadLetter) -> Row:
-    return {
-        "event_id": d.event_id, "stage": d.stage, "error_type": d.error_type, "message": d.message,
-        "source_topic": d.source_topic, "source_partition": d.source_partition,
-        "source_offset": d.source_offset, "original_key": d.original_key,
-        "original_value": d.original_value, "ts": utc(d.ts),
-    }
+def dead_letter_values(d: DeadLetter) -> Values:
+    return (d.event_id, d.stage, d.error_type, d.message, d.source_topic, d.source_partition, d.source_offset,
+            d.original_key, d.original_value, ticks(d.ts))
 
 
-_MAPPERS: dict[str, Callable[[Any], dict[str, list[Row]]]] = {
-    "steps": episode_event_rows,
-    "trajectories": lambda e: {"trajectories": [trajectory_row(e)]},
-    "scored": lambda e: {"scored": [scored_row(e)]},
-    "policy": lambda e: {"policy_versions": [policy_row(e)]},
-    "metrics": lambda e: {"trainer_metrics": [metrics_row(e)]},
-    "dlq": lambda e: {"dead_letters": [dead_letter_row(e)]},
+def _episode_event(event: Any) -> tuple[str, Values]:
+    if isinstance(event, Step):
+        return "steps", step_values(event)
+    return "episodes", episode_values(event)
+
+
+_MAPPERS: dict[str, Callable[[Any], tuple[str, Values]]] = {
+    "steps": _episode_event,
+    "trajectories": lambda e: ("trajectories", trajectory_values(e)),
+    "scored": lambda e: ("scored", scored_values(e)),
+    "policy": lambda e: ("policy_versions", policy_values(e)),
+    "metrics": lambda e: ("trainer_metrics", metrics_values(e)),
+    "dlq": lambda e: ("dead_letters", dead_letter_values(e)),
 }
 
 
-def rows_for(kind: str, event: Any) -> dict[str, list[Row]]:
-    """The rows one event becomes, by table. Raises KeyError for a kind the sink does not read."""
+def row_for(kind: str, event: Any) -> tuple[str, Values]:
+    """The table and the row (``COLUMNS[table]`` order) one event becomes. KeyError for an unknown kind."""
     return _MAPPERS[kind](event)
+
+
+def as_dict(table: str, values: Values) -> Row:
+    """A row keyed by column, with UTC datetimes for the timestamp columns."""
+    return {c: (utc(v / 1000) if c in TIME_COLUMNS else v) for c, v in zip(COLUMNS[table], values)}
+
+
+def rows_for(kind: str, event: Any) -> dict[str, list[Row]]:
+    """The rows one event becomes, by table, keyed by column. Raises KeyError for a kind the sink does not read."""
+    table, values = row_for(kind, event)
+    return {table: [as_dict(table, values)]}

@@ -195,6 +195,8 @@ class ConsumeLoop:
                 if hi < 0:
                     lo, hi = self.consumer.get_watermark_offsets(tp, timeout=2.0)
                 pos = self.consumer.position([tp])[0].offset
+                if pos < 0:  # nothing fetched from it yet in this session: the group's offset says where we are
+                    pos = self.consumer.committed([tp], timeout=5.0)[0].offset
             except KafkaException:
                 continue
             total += max(0, hi - (pos if pos >= 0 else lo))

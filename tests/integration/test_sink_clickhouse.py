@@ -107,7 +107,7 @@ def test_out_of_range_integers_are_dead_lettered_and_never_stop_the_sink(setting
     validation and that ClickHouse rejects is bisected out of its batch (-> DLQ), the rest written."""
     import orjson
 
-    from consumers.rows import rows_for
+    from consumers.rows import row_for
 
     run = synthetic_run(6, seed=7)
     steps_topic = topic_name(TOPICS.steps, settings)
@@ -122,25 +122,42 @@ def test_out_of_range_integers_are_dead_lettered_and_never_stop_the_sink(setting
     assert stats.dead_letters == 1  # the schema's bound equals the column's
 
     # a row that slipped past validation (e.g. a mapping bug) and that ClickHouse rejects
+    from consumers.rows import COLUMNS
+    from infra.consume_loop import DeadLetters
+
     cfg = SinkConfig(group_id=group_id + "-direct", query_port=-1)
     sink = Sink(settings, cfg)
+    dlq = DeadLetters(make_producer(settings), settings, "sink")
     try:
-        good = [rows_for("metrics", m)["trainer_metrics"][0] for m in run.metrics]
-        bad = {**good[0], "event_id": "bad-row", "update": 2**32}
+        good = [row_for("metrics", m)[1] for m in run.metrics]
+        update = COLUMNS["trainer_metrics"].index("update")
+        bad = ("bad-row",) + good[0][1:update] + (2**32,) + good[0][update + 1:]
         rows = good[:1] + [bad] + good[1:]
-        sink.buffer["trainer_metrics"] = rows
-        sink.sources["trainer_metrics"] = [("src", 0, i, b"k", b"{}") for i in range(len(rows))]
-        sink.buffered_rows, sink.uncommitted = len(rows), len(rows)
-        sink.flush()
+        sink.rows["trainer_metrics"] = rows
+        sink.records["trainer_metrics"] = [_Record("src", 0, i) for i in range(len(rows))]
+        sink.flush(dlq)
+        dlq.acknowledge()
         assert sink.stats.dead_letters == 1 and sink.stats.rows == len(good)
     finally:
-        sink.consumer.close()
         sink.client.close()
     with client_for(settings) as client:
         assert scalar(client, "SELECT countIf(event_id = 'bad-row') FROM trainer_metrics") == 0
     letters = [decode(m.value(), DeadLetter) for m in _read_all(settings, TOPICS.dlq)]
     assert {(d.source_topic, d.source_offset) for d in letters} >= {(steps_topic, 0), ("src", 1)}
     assert any("update" in d.message for d in letters if d.source_topic == "src")
+
+
+class _Record:
+    """The source record of a buffered row, as the consumer hands it over."""
+
+    def __init__(self, topic, partition, offset):
+        self._where = (topic, partition, offset)
+
+    def topic(self): return self._where[0]
+    def partition(self): return self._where[1]
+    def offset(self): return self._where[2]
+    def key(self): return b"k"
+    def value(self): return b"{}"
 
 
 def _read_all(settings, spec):

@@ -80,6 +80,9 @@ class FakeConsumer:
     def position(self, tps):
         return [TopicPartition(tp.topic, tp.partition, 0) for tp in tps]
 
+    def committed(self, tps, timeout=None):
+        return [TopicPartition(tp.topic, tp.partition, 0) for tp in tps]
+
     def close(self):
         self.closed = True
 
