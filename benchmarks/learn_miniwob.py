@@ -18,6 +18,13 @@ reward computed from the rectangles (inside the target button: 1; inside click-t
     python benchmarks/learn_miniwob.py --max-episodes 4000 --set lr=0.001 --policy '{"grid": 16}'
     python benchmarks/learn_miniwob.py --record var/bench/miniwob_frames.npz --frames 1000
     python benchmarks/learn_miniwob.py --replay var/bench/miniwob_frames.npz --set lr=0.003
+
+``--bc-suite NAME`` measures the cold start on a task suite instead (producers.suites): the
+scripted solvers demonstrate ``--bc-demos`` episodes per task, ``trainer.bc`` clones them into
+the pixel policy (the code ``flywheel bc`` runs), and greedy pi_sft and the untrained policy
+(uniform over its heads: a random agent) each play ``--bc-eval`` unseen episodes per task:
+
+    python benchmarks/learn_miniwob.py --bc-suite default --bc-demos 10 --bc-eval 6
 """
 
 from __future__ import annotations
@@ -206,8 +213,80 @@ async def run(args, cfg: TrainConfig) -> dict:
             "lag": args.lag, "replay": bool(args.replay)}
 
 
+async def play(sandbox, spec: TaskSpec, choose, max_steps: int) -> tuple[bool, list]:
+    """One episode; ``choose(obs, history, dom)`` -> action. Returns (success, [(obs, action)])."""
+    from producers.scripted import DOM_PROBE_JS
+    from schemas.events import Step
+
+    obs, history, seen = await sandbox.reset(spec), [], []
+    for i in range(max_steps):
+        dom = await sandbox.query(DOM_PROBE_JS)
+        action = choose(obs, history, dom)
+        result = await sandbox.step(action)
+        seen.append((obs, list(history), action))
+        history.append(Step(episode_id="b", ts=1.0, step_index=i, started_at=1.0, observation=obs.observation,
+                            action=action, policy="bench", policy_version=0, logprob=0.0))
+        obs = result.obs
+        if result.done:
+            return bool(result.success), seen
+    return False, seen
+
+
+async def bc_suite(args) -> dict:
+    """Scripted demonstrations -> behaviour cloning -> pi_sft vs the untrained policy, per task."""
+    from producers import scripted
+    from producers.suites import get_suite
+    from trainer.bc import Examples, bc_train
+
+    suite = get_suite(args.bc_suite)
+    torch.manual_seed(0)
+    env = LiveEnv(1)
+    await env.start()
+    sandbox, t0 = env.sandboxes[0], time.perf_counter()
+    policy = build_policy("pixel", "bc-bench", {"action_types": list(suite.action_types), **json.loads(args.policy or "{}")})
+    untrained = copy.deepcopy(policy)
+    obs, instructions, actions, tasks = [], [], [], []
+    try:
+        for name in suite.tasks:
+            for seed in range(args.bc_demos):
+                ok, seen = await play(sandbox, TaskSpec(task_id=f"d{seed}", suite="miniwob", name=name, seed=seed),
+                                      lambda o, h, dom: scripted.solve(name, o.observation.instruction, dom), suite.max_steps)
+                for o, h, a in seen if ok else []:  # only successes are demonstrations (V(s) = 1)
+                    obs.append(policy.preprocess(o.image, h))
+                    instructions.append(o.observation.instruction)
+                    actions.append(a)
+                    tasks.append(name)
+        collect_s = time.perf_counter() - t0
+        losses = bc_train(policy, Examples(torch.stack(obs), instructions, actions, tasks), args.bc_epochs, 1e-2, 32)
+        train_s = time.perf_counter() - t0 - collect_s
+
+        def agent(p, greedy):
+            return lambda o, h, dom: p.act([PolicyInput(o.image, o.observation.instruction, 160, 210, history=h)],
+                                           greedy=greedy)[0].action
+
+        table = {}
+        for name in suite.tasks:
+            row = {}
+            for label, choose in (("random", agent(untrained, False)), ("pi_sft", agent(policy, True))):
+                wins = [(await play(sandbox, TaskSpec(task_id=f"e{seed}", suite="miniwob", name=name, seed=50_000 + seed),
+                                    choose, suite.max_steps))[0] for seed in range(args.bc_eval)]
+                row[label] = round(float(np.mean(wins)), 2)
+            table[name] = row
+            print(f"  {name:24s} random {row['random']:.2f}  pi_sft {row['pi_sft']:.2f}", flush=True)
+    finally:
+        await env.close()
+    return {"suite": suite.name, "demos_per_task": args.bc_demos, "steps": len(actions), "epochs": args.bc_epochs,
+            "loss": [round(losses[0], 3), round(losses[-1], 3)], "collect_s": round(collect_s, 1),
+            "train_s": round(train_s, 1), "wall_s": round(time.perf_counter() - t0, 1), "per_task": table,
+            "mean": {k: round(float(np.mean([r[k] for r in table.values()])), 3) for k in ("random", "pi_sft")}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bc-suite", default="", help="measure behaviour cloning on this task suite instead of PPO")
+    ap.add_argument("--bc-demos", type=int, default=10, help="scripted demonstrations per task")
+    ap.add_argument("--bc-epochs", type=int, default=30)
+    ap.add_argument("--bc-eval", type=int, default=6, help="unseen episodes per task and policy")
     ap.add_argument("--tasks", default="click-test,click-test-2")
     ap.add_argument("--sandboxes", type=int, default=4)
     ap.add_argument("--max-episodes", type=int, default=4000)
@@ -223,6 +302,9 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     if args.record:
         asyncio.run(record(args.record, args.frames, args.sandboxes))
+        return 0
+    if args.bc_suite:
+        print(json.dumps(asyncio.run(bc_suite(args))), flush=True)
         return 0
     cfg = resolve(TrainConfig, dict(kv.split("=", 1) for kv in args.set), env={})
     print(json.dumps(asyncio.run(run(args, cfg))), flush=True)
