@@ -8,34 +8,37 @@ copies of trajectories it already saw. Each record carries ``scorer`` and ``scor
 which are part of its ``event_id``, so consumers tell the sets apart. The router's staleness
 check uses the latest policy versions read once at start (infra.versions).
 
-Delivery guarantee: at-least-once. The producer is idempotent with acks=all; offsets of the
-replay's consumer group are committed only after ``flush_or_raise`` confirmed every output of
-the consumed records. A crash re-scores from the last commit; repeats have the same event ids.
-Records that do not decode (or fail to score) go to flywheel.dlq.v1 with stage "rescore".
+Delivery guarantee: at-least-once, through the one checkpointed consume loop
+(infra.consume_loop): at each checkpoint every output is acknowledged (``flush``), then every
+dead letter, and only then are the replay group's offsets committed. A crash re-scores from the
+last commit (a restarted replay resumes from the group's offsets; ``--since`` only places
+partitions the group never committed); repeats have the same event ids. Records that do not
+decode (or fail to score) go to flywheel.dlq.v1 with stage "rescore".
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from datetime import datetime, timezone
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, TopicPartition
 
 from infra import versions
-from infra.dlq import dead_letter, send_dead_letter
+from infra.consume_loop import ConsumeLoop, DeadLetters, GroupOffsets, LoopConfig
 from infra.errors import UserError
 from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
 from infra.settings import Settings
 from infra.topics import TOPICS, topic_name
 from schemas.base import now
-from schemas.codec import decode, encode
+from schemas.codec import decode
 from streams.config import RescoreConfig
 from streams.judge import make_judge
 from streams.route import get_rule
 from streams.score import make_scorer
-from streams.topology import encoded, pipeline, run_chain
+from streams.topology import Stage, encoded, pipeline, run_chain
 
 log = logging.getLogger("flywheel.rescore")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
@@ -62,81 +65,84 @@ def parse_since(text: str, clock: float | None = None) -> float | None:
     return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def _start_positions(consumer, name: str, since: float | None, timeout_s: float) -> list[TopicPartition]:
-    meta = consumer.list_topics(name, timeout=timeout_s).topics.get(name)
-    if meta is None or meta.error is not None:
-        raise UserError(f"topic {name} does not exist (run `flywheel topics`)")
-    parts = sorted(meta.partitions)
-    if since is None:
-        return [TopicPartition(name, p, OFFSET_BEGINNING) for p in parts]
-    wanted = [TopicPartition(name, p, int(since * 1000)) for p in parts]
-    found = consumer.offsets_for_times(wanted, timeout=timeout_s)
-    # -1 means no record at or after ``since`` in that partition: start at its end.
-    out = []
-    for tp in found:
-        if tp.offset < 0:
-            tp = TopicPartition(name, tp.partition, consumer.get_watermark_offsets(tp, timeout=timeout_s)[1])
-        out.append(tp)
-    return out
+class _FromTime(GroupOffsets):
+    """Partitions the replay group has committed resume there; the others start at ``since``
+    (the first record at or after it; the partition's end when none) or at the beginning."""
+
+    def __init__(self, consumer, since: float | None, timeout_s: float = 10.0) -> None:
+        self.consumer, self.since, self.timeout_s = consumer, since, timeout_s
+
+    def seek(self, partitions: list[TopicPartition]) -> None:
+        committed = {(tp.topic, tp.partition): tp.offset
+                     for tp in self.consumer.committed(partitions, timeout=self.timeout_s)}
+        fresh = [tp for tp in partitions if committed.get((tp.topic, tp.partition), OFFSET_INVALID) < 0]
+        if self.since is None:
+            for tp in fresh:
+                tp.offset = OFFSET_BEGINNING
+            return
+        wanted = [TopicPartition(tp.topic, tp.partition, int(self.since * 1000)) for tp in fresh]
+        found = {(tp.topic, tp.partition): tp.offset
+                 for tp in self.consumer.offsets_for_times(wanted, timeout=self.timeout_s)}
+        for tp in fresh:
+            offset = found[(tp.topic, tp.partition)]
+            if offset < 0:  # no record at or after ``since``
+                offset = self.consumer.get_watermark_offsets(tp, timeout=self.timeout_s)[1]
+            tp.offset = offset
 
 
-def rescore(settings: Settings, cfg: RescoreConfig, idle_timeout_s: float = 5.0) -> dict[str, int]:
-    """Replay trajectories through ``cfg.scorer``; returns counts (consumed, scored, routed, dead)."""
+class _Replay:
+    """The replay as a consume-loop stage: each trajectory through ``stages`` (run_chain), its
+    outputs produced; ``flush`` waits for their acknowledgement."""
+
+    def __init__(self, settings: Settings, stages: tuple[Stage, ...], producer, flush_every: int = COMMIT_EVERY) -> None:
+        self.stages, self.producer, self.flush_every = stages, producer, flush_every
+        self.names = {spec.name: topic_name(spec, settings) for stage in stages for spec in stage.outputs}
+        self.tracker, self.pending = DeliveryTracker(), 0
+        self.counts = {"consumed": 0, "scored": 0, "routed": 0, "dead": 0}
+
+    def add(self, record, dlq: DeadLetters) -> None:
+        self.counts["consumed"] += 1
+        try:
+            outputs = run_chain(self.stages, decode(record.value(), self.stages[0].model), now())
+        except Exception as exc:  # noqa: BLE001 - errors are data
+            dlq.send_record(exc, record)
+            self.counts["dead"] += 1
+            return
+        for spec, value in encoded(outputs):
+            self.producer.produce(self.names[spec.name], key=record.key(), value=value, partition=record.partition(),
+                                  on_delivery=self.tracker)
+            self.counts["scored" if spec == TOPICS.scored else "routed"] += 1
+        self.producer.poll(0)
+        self.pending += 1
+
+    def ready(self) -> bool:
+        return self.pending >= self.flush_every
+
+    def flush(self, dlq: DeadLetters) -> None:
+        flush_or_raise(self.producer, self.tracker)  # outputs acknowledged before the offsets move
+        self.pending = 0
+
+
+def rescore(settings: Settings, cfg: RescoreConfig, idle_timeout_s: float = 2.0,
+            stop: threading.Event | None = None) -> dict[str, int]:
+    """Replay trajectories through ``cfg.scorer``; returns counts (consumed, scored, routed, dead).
+    With ``until_caught_up`` it stops once no record came for ``idle_timeout_s`` and no lag is left."""
     scorer = make_scorer(cfg.scorer, make_judge(cfg.judge_url, cfg.judge_timeout_s))
     latest = versions.latest_by_policy(versions.scan(settings)) if cfg.route else {}
     _, score, route = pipeline(scorer, get_rule(cfg.routing_rule), latest, cfg.max_staleness, to_rl=cfg.to_rl)
-    stages = (score, route) if cfg.route else (score,)
     source = topic_name(TOPICS.trajectories, settings)
-    names = {spec.name: topic_name(spec, settings) for stage in stages for spec in stage.outputs}
     group = cfg.group_id or f"flywheel-rescore-{cfg.scorer}"
+    producer = make_producer(settings)
+    replay = _Replay(settings, (score, route) if cfg.route else (score,), producer)
     consumer = make_consumer(settings, group)
-    producer, tracker = make_producer(settings), DeliveryTracker()
-    counts = {"consumed": 0, "scored": 0, "routed": 0, "dead": 0}
-    try:
-        starts = _start_positions(consumer, source, parse_since(cfg.since), 10.0)
-        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10.0)[1] for tp in starts}
-        consumer.assign(starts)
-        todo = {tp.partition for tp in starts if tp.offset == OFFSET_BEGINNING or tp.offset < ends[tp.partition]}
-        todo = {p for p in todo if ends[p] > 0}
-        log.info("rescore %s %s from %s (group %s): %d partition(s) to replay", scorer.name, scorer.version,
-                 source, group, len(todo))
-        last_msg, pending = time.time(), 0
-        while todo or not cfg.until_caught_up:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                if cfg.until_caught_up and time.time() - last_msg > idle_timeout_s:
-                    log.warning("rescore: no record for %.0fs before reaching the end offsets", idle_timeout_s)
-                    break
-                continue
-            if msg.error():
-                log.warning("rescore: consumer error %s", msg.error())
-                continue
-            last_msg = time.time()
-            counts["consumed"] += 1
-            part = msg.partition()
-            if msg.offset() + 1 >= ends.get(part, 0):
-                todo.discard(part)
-            try:
-                outputs = run_chain(stages, decode(msg.value(), score.model), now())
-            except Exception as exc:  # noqa: BLE001 - errors are data
-                letter = dead_letter("rescore", exc, msg.topic(), part, msg.offset(), msg.key(), msg.value())
-                send_dead_letter(producer, settings, letter, msg.key(), on_delivery=tracker)
-                counts["dead"] += 1
-            else:
-                for spec, value in encoded(outputs):
-                    producer.produce(names[spec.name], key=msg.key(), value=value, partition=part,
-                                     on_delivery=tracker)
-                    counts["scored" if spec == TOPICS.scored else "routed"] += 1
-            producer.poll(0)
-            pending += 1
-            if pending >= COMMIT_EVERY:
-                flush_or_raise(producer, tracker)  # outputs acknowledged before the offsets move
-                consumer.commit(asynchronous=False)
-                pending = 0
-        flush_or_raise(producer, tracker)
-        if counts["consumed"]:
-            consumer.commit(asynchronous=False)
-    finally:
+    meta = consumer.list_topics(source, timeout=10.0).topics.get(source)
+    if meta is None or meta.error is not None:
         consumer.close()
-    log.info("rescore done: %s", counts)
-    return counts
+        raise UserError(f"topic {source} does not exist (run `flywheel topics`)")
+    loop = ConsumeLoop(consumer, [source], replay, DeadLetters(producer, settings, "rescore"),
+                       _FromTime(consumer, parse_since(cfg.since)),
+                       LoopConfig(exit_when_idle_s=idle_timeout_s if cfg.until_caught_up else 0.0))
+    log.info("rescore %s %s from %s (group %s)", scorer.name, scorer.version, source, group)
+    loop.run(stop or threading.Event())
+    log.info("rescore done: %s", replay.counts)
+    return replay.counts

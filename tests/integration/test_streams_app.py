@@ -271,6 +271,8 @@ def test_rescore_reaches_rl_only_when_asked(settings, group_id):
                        + len(collector.values(settings, TOPICS.ct, ScoredTrajectory)) >= 4, 30, None, "sft/ct")
         time.sleep(1)
         assert collector.values(settings, TOPICS.rl, ScoredTrajectory) == []
+        again = rescore(settings, RescoreConfig(scorer="strict-v1", group_id=group_id + "-plain"))
+        assert again["consumed"] == 0  # the same replay group resumes after its committed offsets
 
         counts = rescore(settings, RescoreConfig(scorer="strict-v1", group_id=group_id + "-rl", to_rl=True))
         assert counts == {"consumed": 4, "scored": 4, "routed": 8, "dead": 0}
