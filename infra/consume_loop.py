@@ -154,9 +154,11 @@ class ConsumeLoop:
 
     @classmethod
     def create(cls, settings: Settings, group_id: str, topics: list[str], stage: Stage, stage_name: str,
-               cfg: LoopConfig, commit: GroupOffsets | CheckpointFile | None = None) -> "ConsumeLoop":
+               cfg: LoopConfig, commit: GroupOffsets | CheckpointFile | None = None,
+               **consumer_overrides: Any) -> "ConsumeLoop":
         dlq = DeadLetters(make_producer(settings), settings, stage_name)
-        return cls(make_consumer(settings, group_id), topics, stage, dlq, commit or GroupOffsets(), cfg)
+        consumer = make_consumer(settings, group_id, **consumer_overrides)
+        return cls(consumer, topics, stage, dlq, commit or GroupOffsets(), cfg)
 
     # ------------------------------------------------------------------ the checkpoint
     def checkpoint(self) -> None:

@@ -57,7 +57,9 @@ def run(bootstrap: str, prefix: str, group: str, topic: str, out: Path, marker: 
     settings = load_settings({"kafka_bootstrap": bootstrap, "topic_prefix": prefix})
     commit = CheckpointFile(Path(ckpt), State) if ckpt != "-" else None
     cfg = LoopConfig(poll_messages=5, flush_interval_s=3600, exit_when_idle_s=2.0)
-    ConsumeLoop.create(settings, group, [topic], OffsetWriter(out, marker, hang_on), "crash-test", cfg, commit).run(stop)
+    # a short session: the restart need not wait 45 s for the killed member to leave the group
+    ConsumeLoop.create(settings, group, [topic], OffsetWriter(out, marker, hang_on), "crash-test", cfg, commit,
+                       **{"session.timeout.ms": 6000}).run(stop)
 
 
 if __name__ == "__main__":
