@@ -157,9 +157,15 @@ def high_watermarks(consumer: Consumer, topic: str, timeout_s: float = 15.0) -> 
     from confluent_kafka import KafkaException, TopicPartition
 
     deadline = time.monotonic() + timeout_s
-    meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    if meta is None or meta.error is not None:
-        raise KafkaException(meta.error if meta is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    while True:  # on several brokers, one may not know a just-created topic yet
+        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        err = meta.error if meta is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+        if err is None:
+            break
+        if err.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE) \
+                or time.monotonic() > deadline:
+            raise KafkaException(err)
+        time.sleep(0.2)
     ends: dict[int, int] = {}
     for p in sorted(meta.partitions):
         while True:
