@@ -1,10 +1,10 @@
 """Pure mapping from decoded events to ClickHouse rows.
 
 ``kind`` is the catalog attribute of the topic the event came from (``steps``, ``trajectories``,
-``scored``, ``policy``, ``metrics``, ``dlq``). Every event becomes exactly one row of one table:
+``scored``, ``policy``, ``metrics``, ``pairs``, ``dlq``). Every event becomes exactly one row of one table:
 
 - ``row_for(kind, event) -> (table, values)``: the row as a tuple in ``COLUMNS[table]`` order
-  (the columns of ``infra/sql/001_tables.sql``), timestamps as DateTime64(3) ticks (integer
+  (the columns of the tables in ``infra/sql``), timestamps as DateTime64(3) ticks (integer
   milliseconds). This is what the sink buffers: tuples transpose to columns in one C call and
   ticks are written as they are, with no per-value conversion in the insert.
 - ``rows_for(kind, event) -> {table: [row dict]}``: the same row keyed by column, timestamps as
@@ -21,15 +21,15 @@ from typing import Any, Callable
 import orjson
 
 from schemas.events import (
-    DeadLetter, EpisodeAborted, EpisodeEnded, EpisodeStarted, PolicyVersion, ScoredTrajectory, Step,
-    TrainerMetrics, Trajectory,
+    DeadLetter, EpisodeAborted, EpisodeEnded, EpisodeStarted, PolicyVersion, PreferencePair, ScoredTrajectory,
+    Step, TrainerMetrics, Trajectory,
 )
 
 Row = dict[str, Any]
 Values = tuple[Any, ...]
 EVENT_TYPE_BY_KIND = {
     "steps": "EpisodeEvent", "trajectories": "Trajectory", "scored": "ScoredTrajectory",
-    "policy": "PolicyVersion", "metrics": "TrainerMetrics", "dlq": "DeadLetter",
+    "policy": "PolicyVersion", "metrics": "TrainerMetrics", "pairs": "PreferencePair", "dlq": "DeadLetter",
 }
 SINK_KINDS = tuple(EVENT_TYPE_BY_KIND)
 
@@ -54,6 +54,10 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "policy_versions": (
         "event_id", "policy", "version", "kind", "uri", "sha256", "parent", "created_at", "metrics", "config"),
     "trainer_metrics": ("event_id", "run_id", "update", "policy", "policy_version", "ts", "metrics"),
+    "pairs": (
+        "event_id", "episode_id", "kind", "task_id", "task_name", "suite", "seed", "tau", "step_index", "instruction",
+        "screenshot_sha256", "chosen_action_type", "chosen_action", "rejected_action_type", "rejected_action",
+        "rejected_raw_output", "annotator", "policy", "policy_version", "created_at"),
     "dead_letters": (
         "event_id", "stage", "error_type", "message", "source_topic", "source_partition", "source_offset",
         "original_key", "original_value", "ts"),
@@ -129,6 +133,20 @@ def metrics_values(m: TrainerMetrics) -> Values:
     return (m.event_id, m.run_id, m.update, m.policy, m.policy_version, ticks(m.ts), dict(m.metrics))
 
 
+def _action_columns(action) -> tuple[str, str]:
+    return (action.type, action.model_dump_json()) if action is not None else ("", "")
+
+
+def pair_values(p: PreferencePair) -> Values:
+    rejected = p.rejected
+    r_type, r_action = _action_columns(rejected.action) if rejected is not None else ("", None)
+    return (p.event_id, p.episode_id, p.kind, p.task.task_id, p.task.name, p.task.suite, p.task.seed, p.tau,
+            p.step_index, p.observation.instruction, p.observation.screenshot.sha256,
+            *_action_columns(p.chosen.action), r_type, r_action,
+            rejected.raw_output if rejected is not None else None, p.annotator, p.policy, p.policy_version,
+            ticks(p.created_at))
+
+
 def dead_letter_values(d: DeadLetter) -> Values:
     return (d.event_id, d.stage, d.error_type, d.message, d.source_topic, d.source_partition, d.source_offset,
             d.original_key, d.original_value, ticks(d.ts))
@@ -146,6 +164,7 @@ _MAPPERS: dict[str, Callable[[Any], tuple[str, Values]]] = {
     "scored": lambda e: ("scored", scored_values(e)),
     "policy": lambda e: ("policy_versions", policy_values(e)),
     "metrics": lambda e: ("trainer_metrics", metrics_values(e)),
+    "pairs": lambda e: ("pairs", pair_values(e)),
     "dlq": lambda e: ("dead_letters", dead_letter_values(e)),
 }
 

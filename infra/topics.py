@@ -52,6 +52,9 @@ class Catalog:
         extra={"min.cleanable.dirty.ratio": "0.1", "segment.ms": str(3600 * 1000)},
     )
     metrics: TopicSpec = TopicSpec("flywheel.metrics.v1", "run_id", "TrainerMetrics", 1)
+    # reflection tuning (UI-TARS section 4.5): annotated pairs kept long, like the sft/ct data sets
+    pairs: TopicSpec = TopicSpec("flywheel.pairs.v1", "episode_id", "PreferencePair", STEP_PARTITIONS,
+                                 retention_ms=90 * DAY_MS)
     dlq: TopicSpec = TopicSpec("flywheel.dlq.v1", "original key", "DeadLetter", 1, retention_ms=30 * DAY_MS)
 
     def all(self) -> list[TopicSpec]:

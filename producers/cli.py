@@ -1,4 +1,4 @@
-"""`flywheel rollout` and `flywheel tasks submit`."""
+"""`flywheel rollout`, `flywheel tasks submit` and `flywheel annotate`."""
 
 from __future__ import annotations
 
@@ -81,6 +81,26 @@ def cmd_tasks_list(args) -> int:
     return 0
 
 
+def cmd_annotate(args) -> int:
+    import threading
+
+    from producers.annotate import AnnotateConfig, Annotator
+
+    settings = load_settings(vars(args))
+    cfg = resolve(AnnotateConfig, vars(args))
+    if cfg.batch_episodes < 1:
+        raise UserError(f"--batch-episodes must be >= 1, got {cfg.batch_episodes}")
+    log_settings(settings)
+    log.info("annotate config %s", describe(cfg))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # finish the batch, commit, close the browser
+        signal.signal(sig, lambda *_: stop.set())
+    stats = Annotator(settings, cfg).run(stop)
+    print(f"annotated {stats.episodes} failed episodes: pairs {dict(stats.pairs)}, outcomes {dict(stats.outcomes)}, "
+          f"skipped {dict(stats.skipped)}, {stats.dead_letters} dead letters")
+    return 0
+
+
 def register(subparsers) -> None:
     from producers.rollout import RolloutConfig
 
@@ -88,6 +108,14 @@ def register(subparsers) -> None:
     add_arguments(p, RolloutConfig)
     add_arguments(p.add_argument_group("platform settings"), Settings)
     p.set_defaults(func=cmd_rollout)
+
+    from producers.annotate import AnnotateConfig
+
+    a = subparsers.add_parser("annotate", help="reflection tuning: failed episodes (flywheel.ct.v1) -> "
+                                               "error-correction and post-reflection pairs (flywheel.pairs.v1)")
+    add_arguments(a, AnnotateConfig)
+    add_arguments(a.add_argument_group("platform settings"), Settings)
+    a.set_defaults(func=cmd_annotate)
 
     tasks = subparsers.add_parser("tasks", help="submit or list tasks")
     tsub = tasks.add_subparsers(dest="tasks_command", metavar="ACTION")

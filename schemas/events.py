@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
 from schemas.actions import Action
 from schemas.base import Event, Id, Int32, Int64, JsonDict, Metrics, Model, Name, RawText, Sha256, Text, Timestamp, UInt32
@@ -234,6 +234,62 @@ class DeadLetter(Event):
         return base if self.source_offset >= 0 else f"{base}:{self.original_key or ''}"
 
 
+# ---------------------------------------------------------------- reflection pairs (flywheel.pairs.v1)
+
+
+class PairSide(Model):
+    """One side of a preference pair: an action and, for a language policy, the text it is scored on."""
+
+    action: Action | None  # None: a model output that did not parse (only ever a rejected side)
+    thought: Text = ""
+    raw_output: RawText = ""  # what the model wrote; empty for an annotator's action (rendered when trained on)
+
+
+class PreferencePair(Event):
+    """UI-TARS reflection tuning (section 4.5): at one state of a failed episode, the annotator's
+    action (``chosen``) is preferred to the agent's (``rejected``).
+
+    ``error_correction``: the state before ``tau``, the episode's first wrong step.
+    ``post_reflection``: the state that wrong action produced (step tau + 1); ``chosen`` recovers
+    from it, ``rejected`` is what the agent did next (None when the episode stopped there).
+    The state is exactly what the policy saw: ``observation`` (screenshot reference, instruction)
+    and ``history``, the episode's recorded steps before it (for post_reflection the wrong step is
+    the last of them), so a trainer rebuilds either policy kind's input from the pair alone.
+    """
+
+    episode_id: Id
+    kind: Literal["error_correction", "post_reflection"]
+    task: TaskSpec  # name and seed: the episode can be replayed
+    tau: UInt32  # step index of the first wrong step
+    step_index: UInt32  # the state's step: tau (error_correction) or tau + 1 (post_reflection)
+    observation: Observation
+    history: list[Step]
+    chosen: PairSide
+    rejected: PairSide | None = None
+    annotator: Name  # who chose: "scripted-v1", a person's or a judge's id
+    policy: Name  # the policy (and version) that produced the rejected action, or the wrong step
+    policy_version: UInt32
+    created_at: Timestamp
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "PreferencePair":
+        want = self.tau + (self.kind == "post_reflection")
+        if self.step_index != want:
+            raise ValueError(f"a {self.kind} pair's step_index must be {want} (tau = {self.tau}), not {self.step_index}")
+        if len(self.history) != self.step_index:
+            raise ValueError(f"history must hold the {self.step_index} steps before the state, not {len(self.history)}")
+        if self.chosen.action is None:
+            raise ValueError("the chosen side needs an action")
+        if self.kind == "error_correction" and self.rejected is None:
+            raise ValueError("an error_correction pair needs the rejected (agent's) side")
+        return self
+
+    @property
+    def event_id(self) -> str:
+        # one pair of each kind per episode and annotator: tau is that annotator's first wrong step
+        return f"{self.episode_id}:{self.kind}:{self.annotator}"
+
+
 EVENT_TYPES: dict[str, Any] = {
     "TaskSpec": TaskSpec,
     "EpisodeEvent": EpisodeEvent,
@@ -242,4 +298,5 @@ EVENT_TYPES: dict[str, Any] = {
     "PolicyVersion": PolicyVersion,
     "TrainerMetrics": TrainerMetrics,
     "DeadLetter": DeadLetter,
+    "PreferencePair": PreferencePair,
 }

@@ -5,8 +5,10 @@ with a page per recently used task (``max_pages``, least recently used closed fi
 alternating between a few tasks never reloads them. ``reset`` makes the task's page current, seeds it the way
 the miniwob package's own environment does (``Math.seedrandom(seed)``, ``core.setDataMode``,
 ``core.startEpisodeReal()``), and screenshots the task area (MiniWoB's 160x210 ``#wrap``,
-instruction included). ``step`` performs a unified action through ``schemas.convert.to_playwright``
-with coordinates relative to that task area, advances the fake clock by ``step_ms`` and reads the
+instruction included). It also parks the pointer at the page's corner, so an episode's screens
+depend on its seed and actions only, never on the episode before it (a replay from the seed
+shows the same screens: producers.reflection). ``step`` performs a unified action through
+``schemas.convert.to_playwright`` with coordinates relative to that task area, advances the fake clock by ``step_ms`` and reads the
 task's own reward state (``WOB_DONE_GLOBAL``, ``WOB_REWARD_GLOBAL``, ``WOB_RAW_REWARD_GLOBAL``).
 
 Time: Playwright's clock is installed before the page loads and paused, so page time moves only
@@ -146,6 +148,9 @@ class BrowserSandbox:
             await self.start()
         await self._open(task.name)
         page, clock = self._page, self._context.clock
+        # the pointer where a fresh page has it: the last episode's position would leave a hover
+        # state on the new screen, and an episode replayed from its seed would not look the same
+        await self._call(page.mouse.move(0, 0), "park the pointer")
         await self._call(clock.set_system_time(EPOCH_MS), "clock.set_system_time")
         mode = str(task.params.get("data_mode", "train"))
         utterance = await self._call(page.evaluate(

@@ -96,6 +96,23 @@ DEAD_LETTERS = st.builds(E.DeadLetter, stage=names, error_type=names, message=te
                          original_value=st.binary(max_size=40).map(_b64),
                          ts=ts)
 
+
+@st.composite
+def preference_pairs(draw):
+    kind = draw(st.sampled_from(["error_correction", "post_reflection"]))
+    tau = draw(st.integers(0, 2))
+    index = tau + (kind == "post_reflection")
+    side = st.builds(E.PairSide, action=st.none() | ACTIONS, thought=texts, raw_output=texts)
+    rejected = side if kind == "error_correction" else st.none() | side
+    return E.PreferencePair(
+        episode_id=draw(ids), kind=kind, task=draw(TASKS), tau=tau, step_index=index,
+        observation=draw(OBSERVATIONS), history=draw(st.lists(STEPS, min_size=index, max_size=index)),
+        chosen=E.PairSide(action=draw(ACTIONS), thought=draw(texts)), rejected=draw(rejected),
+        annotator=draw(names), policy=draw(names), policy_version=draw(st.integers(0, 2**31)), created_at=draw(ts))
+
+
+PAIRS = preference_pairs()
+
 EVENTS = {
     "TaskSpec": TASKS,
     "EpisodeEvent": EPISODE_EVENTS,
@@ -104,4 +121,5 @@ EVENTS = {
     "PolicyVersion": POLICIES,
     "TrainerMetrics": METRICS,
     "DeadLetter": DEAD_LETTERS,
+    "PreferencePair": PAIRS,
 }

@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import re
-from importlib import resources
 
 import pytest
 
 from consumers.rows import SINK_KINDS, rows_for
 from consumers.sample import synthetic_run
-from infra.clickhouse import load_migrations, split_statements
+from infra.clickhouse import load_migrations
 from schemas.base import now
-from schemas.events import DeadLetter, EpisodeAborted, EpisodeEnded, EpisodeStarted, Step
+from schemas.actions import Click
+from schemas.events import (
+    BlobRef, DeadLetter, EpisodeAborted, EpisodeEnded, EpisodeStarted, Observation, PairSide, PreferencePair, Step,
+    TaskSpec,
+)
 
 
 def ddl_columns() -> dict[str, list[str]]:
-    """Columns per table as written in 001_tables.sql (the DEFAULT column is the sink's own)."""
-    sql = resources.files("infra").joinpath("sql", "001_tables.sql").read_text()
+    """Columns per table as the migrations create them (the DEFAULT column is the sink's own)."""
     tables = {}
-    for stmt in split_statements(sql):
-        name = re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", stmt).group(1)
+    for stmt in (s for m in load_migrations() for s in m.statements):
+        found = re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", stmt)
+        if found is None:
+            continue
+        name = found.group(1)
         body = stmt[stmt.index("(") + 1: stmt.rindex(") ENGINE")]
         cols = [ln.strip().split()[0] for ln in body.splitlines() if ln.strip()]
         tables[name] = [c for c in cols if c != "ingested_at"]
@@ -43,7 +48,7 @@ def test_every_row_has_exactly_the_table_columns(run):
             for row in rows:
                 assert list(row) == columns[table], table
                 assert row["event_id"] == event.event_id
-    assert seen == set(columns) - {"dead_letters"}
+    assert seen == set(columns) - {"dead_letters", "pairs"}  # those two: test_dead_letter_row, test_pair_row
 
 
 def test_episode_events_split_into_steps_and_episodes(run):
@@ -83,6 +88,28 @@ def test_dead_letter_row():
     row = rows_for("dlq", d)["dead_letters"][0]
     assert list(row) == ddl_columns()["dead_letters"]
     assert row["event_id"] == "t:2:7:sink"
+
+
+def _pair(kind: str, rejected: PairSide | None) -> PreferencePair:
+    obs = Observation(screenshot=BlobRef(sha256="a" * 64, uri="file:///a"), screen_width=160, screen_height=210,
+                      instruction="Click ONE")
+    step = Step(episode_id="ep", ts=1.0, step_index=0, started_at=1.0, observation=obs, action=Click(x=0.1, y=0.5),
+                policy="pixel", policy_version=3, logprob=-1.0)
+    return PreferencePair(episode_id="ep", kind=kind, task=TaskSpec(task_id="t", suite="miniwob", name="click-test", seed=7),
+                          tau=0, step_index=int(kind == "post_reflection"), observation=obs,
+                          history=[step] if kind == "post_reflection" else [], chosen=PairSide(action=Click(x=0.5, y=0.5)),
+                          rejected=rejected, annotator="scripted-v1", policy="pixel", policy_version=3, created_at=2.0)
+
+
+def test_pair_row():
+    pair = _pair("error_correction", PairSide(action=None, raw_output="Action: clack()"))
+    row = rows_for("pairs", pair)["pairs"][0]
+    assert list(row) == ddl_columns()["pairs"]
+    assert row["event_id"] == "ep:error_correction:scripted-v1"
+    assert (row["chosen_action_type"], row["rejected_action_type"], row["rejected_raw_output"]) == ("click", "", "Action: clack()")
+    assert (row["seed"], row["tau"], row["step_index"], row["task_name"]) == (7, 0, 0, "click-test")
+    post = rows_for("pairs", _pair("post_reflection", None))["pairs"][0]
+    assert (post["step_index"], post["rejected_action"], post["rejected_raw_output"]) == (1, None, None)
 
 
 def test_unknown_kind_is_rejected():
