@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "streams.cli",
     "consumers.cli",
     "trainer.cli",
+    "trainer.cli_dpo",
     "infra.app.demo_cli",
     "infra.app.deploy_cli",
 )

@@ -1,0 +1,33 @@
+"""`flywheel dpo`: DPO of a published policy on the reflection pairs of flywheel.pairs.v1 (trainer.dpo)."""
+
+from __future__ import annotations
+
+import argparse
+
+from infra.config import add_arguments, resolve
+from infra.settings import Settings, load_settings, log_settings
+
+
+def cmd_dpo(args: argparse.Namespace) -> int:
+    from trainer.dpo import run_dpo
+    from trainer.dpo_config import DPOConfig
+
+    settings = load_settings(vars(args))
+    log_settings(settings)
+    out = run_dpo(resolve(DPOConfig, vars(args)).validate(), settings)
+    first, last = out["first"], out["last"]
+    print(f"published {out['kind']} version {out['version']} (reference v{out['reference']}) after DPO on "
+          f"{out['pairs']} pairs {out['selected']}: loss {first['loss']:.3f} -> {last['loss']:.3f}, "
+          f"reward margin {last['reward_margin']:.3f}, accuracy {last['accuracy']:.0%}, {out['seconds']:.0f}s")
+    if out["skipped"]:
+        print(f"skipped pairs: {out['skipped']}")
+    return 0
+
+
+def register(sub) -> None:
+    from trainer.dpo_config import DPOConfig
+
+    p = sub.add_parser("dpo", help="DPO on reflection pairs: flywheel.pairs.v1 + pi_SFT -> a policy version")
+    add_arguments(p, DPOConfig)
+    add_arguments(p.add_argument_group("platform settings"), Settings)
+    p.set_defaults(func=cmd_dpo)

@@ -1,0 +1,173 @@
+"""`flywheel dpo`: Direct Preference Optimization on reflection pairs (UI-TARS section 4.5, "Agent DPO").
+
+Reads flywheel.pairs.v1 (error-correction and post-reflection pairs, producers.annotate) and
+improves a published policy, pixel or language, so that at each pair's state the annotator's
+action becomes more likely than the agent's, relative to the reference pi_SFT:
+
+    L = -log sigmoid(beta * ((log pi(chosen|s) - log pi(rejected|s)) - (log pi_SFT(chosen|s) - log pi_SFT(rejected|s))))
+
+The reference is a published version (``--reference-version``, default the latest): its weights
+are the starting point and its log-probs of every pair are computed once, before the first update,
+so it stays frozen by construction. Each epoch's loss, reward margin and accuracy go to
+flywheel.metrics.v1; the result is published as the next version of the policy, parented on the
+reference, through infra.versions (the rollout workers and the PPO trainer pick it up).
+
+Delivery: a snapshot read, like trainer.bc. The topic is read from its beginning to the end it had
+at start with a throw-away group that never commits; a pair annotated twice (same id: episode,
+kind, annotator) counts once; an undecodable record goes to flywheel.dlq.v1 (its dead letter's
+id is its source offset, so a re-run's copy dedupes). The version is announced only after its
+weights are in the blob store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Any, Iterable
+
+import torch
+import torch.nn.functional as F
+
+from infra import versions
+from infra.config import ConfigError, describe
+from infra.dlq import dead_letter, send_dead_letter
+from infra.kafka import DeliveryTracker, flush_or_raise, make_producer, read_to_end
+from infra.policy import load_policy_version
+from infra.settings import Settings
+from infra.topics import TOPICS, topic_name
+from schemas.base import now
+from schemas.blobs import BlobStore
+from schemas.codec import DecodeError, decode
+from schemas.events import PreferencePair, TrainerMetrics
+from trainer.dpo_config import DPOConfig
+from trainer.dpo_inputs import pair_inputs
+from trainer.publish import make_version, publish_metrics, save_weights
+
+log = logging.getLogger("flywheel.dpo")
+STAGE = "dpo"
+
+
+# ---------------------------------------------------------------- the maths
+
+
+def dpo_loss(logp_chosen: torch.Tensor, logp_rejected: torch.Tensor, ref_chosen: torch.Tensor,
+             ref_rejected: torch.Tensor, beta: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """DPO (Rafailov et al. 2023) on N pairs, each argument [N] (sums of log-probs of one side).
+
+    Returns the mean loss and, as floats: the implicit rewards ``beta * (log pi - log pi_ref)`` of
+    each side (means), their margin (chosen minus rejected) and the share of pairs whose margin is
+    positive (accuracy).
+    """
+    chosen = beta * (logp_chosen - ref_chosen)
+    rejected = beta * (logp_rejected - ref_rejected)
+    margin = chosen - rejected
+    loss = -F.logsigmoid(margin).mean()
+    return loss, {"loss": float(loss.detach()), "reward_margin": float(margin.detach().mean()),
+                  "accuracy": float((margin.detach() > 0).float().mean()),
+                  "chosen_reward": float(chosen.detach().mean()), "rejected_reward": float(rejected.detach().mean())}
+
+
+@torch.no_grad()
+def reference_logprobs(policy, data, batch: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi_ref of each pair's chosen and rejected side [N], with the weights ``policy`` has now."""
+    policy.eval()
+    parts = [data.logprobs(policy, list(range(i, min(i + batch, len(data))))) for i in range(0, len(data), batch)]
+    return torch.cat([c for c, _ in parts]), torch.cat([r for _, r in parts])
+
+
+def dpo_train(policy, data, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor, beta: float, epochs: int,
+              lr: float, minibatch_size: int, seed: int = 0) -> list[dict[str, float]]:
+    """Minimise the DPO loss over ``data`` (trainer.dpo_inputs); per epoch, the pair-weighted mean
+    of each ``dpo_loss`` statistic."""
+    optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    n, history = len(data), []
+    policy.train()
+    for _ in range(epochs):
+        totals: Counter = Counter()
+        for idx in torch.randperm(n, generator=gen).split(minibatch_size):
+            ids = idx.tolist()
+            logp_c, logp_r = data.logprobs(policy, ids)
+            loss, stats = dpo_loss(logp_c, logp_r, ref_chosen[idx], ref_rejected[idx], beta)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+            optimizer.step()
+            for k, v in stats.items():
+                totals[k] += v * len(ids)
+        history.append({k: v / n for k, v in totals.items()})
+    policy.eval()
+    return history
+
+
+# ---------------------------------------------------------------- which pairs
+
+
+def select_pairs(records: Iterable[PreferencePair], kinds: list[str], annotators: list[str]) -> list[PreferencePair]:
+    """One pair per id (the last read), of ``kinds`` and (if given) ``annotators``, in id order."""
+    by_id = {p.event_id: p for p in records if p.kind in kinds and (not annotators or p.annotator in annotators)}
+    return [by_id[k] for k in sorted(by_id)]
+
+
+def read_pairs(settings: Settings, timeout_s: float) -> list[PreferencePair]:
+    """The pairs topic's snapshot, decoded; undecodable records dead-lettered (acknowledged)."""
+    topic = topic_name(TOPICS.pairs, settings)
+    producer, tracker, records = make_producer(settings), DeliveryTracker(), []
+    for msg in read_to_end(settings, topic, timeout_s):
+        try:
+            records.append(decode(msg.value(), PreferencePair))
+        except DecodeError as exc:
+            send_dead_letter(producer, settings, dead_letter(STAGE, exc, topic, msg.partition(), msg.offset(),
+                                                             msg.key(), msg.value()), msg.key(), on_delivery=tracker)
+    flush_or_raise(producer, tracker)
+    return records
+
+
+# ---------------------------------------------------------------- the job
+
+
+def reference_version(settings: Settings, cfg: DPOConfig):
+    if cfg.reference_version >= 0:
+        return versions.history(settings, cfg.policy_name, [cfg.reference_version])[cfg.reference_version]
+    pv = versions.latest(settings, cfg.policy_name)
+    if pv is None:
+        raise ConfigError(f"policy {cfg.policy_name!r} has no published version to start from: "
+                          "publish pi_SFT first (`flywheel bc`, `flywheel sft`)")
+    return pv
+
+
+def run_dpo(cfg: DPOConfig, settings: Settings) -> dict[str, Any]:
+    cfg.validate()
+    torch.manual_seed(cfg.seed)
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    log.info("dpo config %s", describe(cfg))
+    t0 = time.monotonic()
+    store = BlobStore(settings.blob_root)
+    ref = reference_version(settings, cfg)
+    pairs = select_pairs(read_pairs(settings, cfg.read_timeout_s), cfg.kinds, cfg.annotators)
+    policy = load_policy_version(ref, store)  # starts as pi_SFT
+    data, skipped = pair_inputs(policy, pairs, store)
+    if data is None:
+        raise ConfigError(f"no pair {cfg.policy_name} v{ref.version} can learn from among {len(pairs)} "
+                          f"(skipped: {dict(skipped) or 'none on the topic'}); run `flywheel annotate` first")
+    ref_c, ref_r = reference_logprobs(policy, data)
+    log.info("DPO of %s v%d (%s) on %d pairs (skipped %s), beta %g", ref.policy, ref.version, ref.kind, len(data),
+             dict(skipped), cfg.beta)
+    lr = cfg.learning_rate(policy.kind)
+    history = dpo_train(policy, data, ref_c, ref_r, cfg.beta, cfg.epochs, lr, cfg.minibatch_size, cfg.seed)
+    policy.version = versions.next_version(settings, cfg.policy_name, ref.version)
+    run_id = cfg.run_id or f"dpo-{cfg.policy_name}-v{policy.version}"
+    producer, tracker = make_producer(settings), DeliveryTracker()
+    for epoch, stats in enumerate(history):
+        publish_metrics(producer, tracker, settings, TrainerMetrics(
+            run_id=run_id, update=epoch, policy=cfg.policy_name, policy_version=policy.version, ts=now(),
+            metrics={**{f"dpo/{k}": v for k, v in stats.items()}, "dpo/pairs": float(len(data))}))
+    final = {f"dpo/{k}": v for k, v in history[-1].items()}
+    pv = make_version(policy, save_weights(policy, store), parent=ref.version,
+                      metrics={**final, "dpo/pairs": float(len(data)), "dpo/beta": cfg.beta})
+    versions.publish(producer, tracker, settings, pv)
+    return {"version": pv.version, "reference": ref.version, "kind": ref.kind, "pairs": len(data),
+            "selected": dict(Counter(p.kind for p in pairs)), "skipped": dict(skipped), "first": history[0],
+            "last": history[-1], "run_id": run_id, "seconds": time.monotonic() - t0}

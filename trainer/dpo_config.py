@@ -1,0 +1,39 @@
+"""The typed config of `flywheel dpo` (trainer.dpo), apart so the CLI need not import torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.config import ConfigError, opt
+
+PAIR_KINDS = ("error_correction", "post_reflection")
+DEFAULT_LR = {"pixel": 1e-3, "lm": 1e-6}  # lm: docs/language-policy.md (1e-5 breaks SmolLM2)
+
+
+@dataclass
+class DPOConfig:
+    policy_name: str = opt("pixel-miniwob", "policy to improve: its versions are the reference and the result")
+    reference_version: int = opt(-1, "pi_SFT, the frozen reference and the starting weights (-1: the latest published)")
+    beta: float = opt(0.1, "DPO beta: how far the policy may move from the reference (the KL penalty's weight)")
+    kinds: list[str] = opt(list(PAIR_KINDS), "pair kinds trained on")
+    annotators: list[str] = opt([], "only pairs of these annotators (default: all)")
+    epochs: int = opt(10, "passes over the pairs")
+    lr: float = opt(0.0, "Adam learning rate (0: the policy kind's default, pixel 1e-3, lm 1e-6)")
+    minibatch_size: int = opt(32, "pairs per gradient step")
+    seed: int = opt(0, "seed of the minibatch order")
+    run_id: str = opt("", "run id of the metrics on flywheel.metrics.v1 (default: dpo-<policy>-v<version>)")
+    torch_threads: int = opt(0, "torch intra-op threads (0: torch's default)")
+    read_timeout_s: float = opt(60.0, "longest time to read the flywheel.pairs.v1 snapshot")
+
+    def learning_rate(self, kind: str) -> float:
+        return self.lr or DEFAULT_LR[kind]
+
+    def validate(self) -> "DPOConfig":
+        if self.beta <= 0:
+            raise ConfigError(f"beta must be > 0, got {self.beta}")
+        if self.epochs < 1 or self.minibatch_size < 1:
+            raise ConfigError("epochs and minibatch_size must be >= 1")
+        unknown = [k for k in self.kinds if k not in PAIR_KINDS]
+        if unknown or not self.kinds:
+            raise ConfigError(f"kinds: choose from {', '.join(PAIR_KINDS)} (got {self.kinds})")
+        return self
