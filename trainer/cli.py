@@ -15,18 +15,22 @@ from infra.settings import load_settings, log_settings
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """One process; or ``--nproc-per-node N`` ranks started here; or one rank of torchrun."""
     from trainer.config import TrainConfig
+    from trainer.launch import launch, run_rank, summary_line, under_torchrun
     from trainer.stream import train
 
     settings = load_settings(vars(args))
     log_settings(settings)
     cfg = resolve(TrainConfig, vars(args)).validate()
+    if cfg.nproc_per_node > 1:
+        return launch(cfg, settings, verbose=getattr(args, "verbose", False))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):  # finish the current step, close cleanly
         signal.signal(sig, lambda *_: stop.set())
-    summary = train(cfg, settings, stop)
-    print(f"trained {summary['updates']} updates -> version {summary['version']}, "
-          f"{summary['trained']} trajectories, idle fraction {summary['idle_fraction']:.2f}")
+    summary = run_rank(cfg, settings, stop) if under_torchrun() else train(cfg, settings, stop)
+    if summary is not None:  # torchrun's other ranks have none
+        print(summary_line(summary))
     return 0
 
 

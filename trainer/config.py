@@ -49,6 +49,9 @@ class TrainConfig:
     run_id: str = opt("", "key of this run's TrainerMetrics (default: <policy_name>-<start time>)")
     max_updates: int = opt(0, "stop after this many updates (0: run until stopped)")
     poll_s: float = opt(0.5, "longest wait for records in one poll")
+    session_timeout_s: float = opt(45.0, "consumer group session timeout on flywheel.rl.v1: a killed trainer's partitions go to its restart after this long")
+    nproc_per_node: int = opt(1, "trainer processes to start on this machine (torch.distributed over gloo); rank 0 reads flywheel.rl.v1, all share each update. 1: one process, or the ranks torchrun started")
+    dist_timeout_s: float = opt(300.0, "a collective of the distributed trainer that waits longer fails the job (a hung rank; a killed one fails it at once)")
 
     def policy_overrides(self) -> dict[str, Any]:
         if self.policy_kind == "lm" and self.pretrained:
@@ -74,4 +77,6 @@ class TrainConfig:
             raise ConfigError(f"eps_low={self.eps_low} must be in [0, 1) and eps_high={self.eps_high} >= 0")
         if self.max_staleness < 0:
             raise ConfigError("max_staleness must be >= 0")
+        if self.nproc_per_node < 1 or self.dist_timeout_s <= 0:
+            raise ConfigError("nproc_per_node must be >= 1 and dist_timeout_s > 0")
         return self

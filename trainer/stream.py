@@ -15,6 +15,10 @@ A crash before the checkpoint loses nothing (the batch is read again); a crash a
 nothing (the checkpoint's offsets are past the batch). A copy of an episode that arrives again
 (an at-least-once replay upstream, a rebalance) is skipped by the ledger (trainer.ledger); a
 record scored by another scorer than ``cfg.scorer`` (e.g. a `flywheel rescore` run) is skipped.
+
+On N ranks (``group``, trainer.distributed) this loop is rank 0's and stays as it is: rank 0
+alone reads, checkpoints, announces and commits; only the update is shared with the other ranks,
+so the guarantee above holds whichever rank is killed.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from schemas.base import now
 from schemas.blobs import BlobNotFound, BlobStore
 from schemas.codec import DecodeError, decode
 from schemas.events import PolicyVersion, ScoredTrajectory, TrainerMetrics
-from trainer import ppo
+from trainer import distributed, ppo
 from trainer.config import TrainConfig
 from trainer.ledger import TrainedLedger
 from infra.policy import build_policy, load_policy_version
@@ -145,7 +149,8 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore, produce
 # ---------------------------------------------------------------- the loop
 
 
-def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = None) -> dict[str, Any]:
+def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = None,
+          group: distributed.Group | None = None) -> dict[str, Any]:
     cfg.validate()
     stop = stop or threading.Event()
     torch.manual_seed(cfg.seed)
@@ -158,6 +163,8 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
     rl_topic = topic_name(TOPICS.rl, settings)
     path = checkpoint_path(settings, cfg.policy_name)
     policy, optimizer, state = start_policy(cfg, settings, store, producer, tracker)
+    if group is not None:  # the other ranks start from the same weights and optimiser
+        distributed.share_start(group, cfg, policy, optimizer)
     criterion = ppo.ValuePretrainCriterion(cfg.value_pretrain_min_ev, cfg.value_pretrain_rel_tol,
                                            cfg.value_pretrain_patience, cfg.value_pretrain_max_batches)
 
@@ -167,7 +174,8 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
             p.offset = state["offsets"].get(p.topic, {}).get(p.partition, OFFSET_STORED)
         consumer.assign(partitions)
 
-    consumer = make_consumer(settings, cfg.group_id or f"trainer-{cfg.policy_name}")
+    consumer = make_consumer(settings, cfg.group_id or f"trainer-{cfg.policy_name}",
+                             **{"session.timeout.ms": int(cfg.session_timeout_s * 1000)})
     consumer.subscribe([rl_topic], on_assign=seek_to_checkpoint)
     pool: list[EpisodeSample] = []
     offsets: dict[int, int] = dict(state["offsets"].get(rl_topic, {}))
@@ -213,6 +221,8 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
                                                                      msg.key(), msg.value()), msg.key(), on_delivery=tracker)
             waited = time.monotonic() - first_at if first_at else 0.0
             if len(pool) < cfg.min_batch and waited < cfg.max_wait_s:
+                if group is not None:
+                    distributed.keep_alive(group)
                 continue
 
             # 2. drop stale trajectories (the version has not moved since they were pooled: a no-op
@@ -224,7 +234,8 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
             if kept:
                 critic_only = not ppo.value_pretrain_done(state["vp_losses"], state["vp_evs"], criterion)
                 staleness = [policy.version - e.policy_version for e in kept]
-                metrics = ppo_update(policy, optimizer, collate(kept), cfg, critic_only=critic_only)
+                metrics = ppo_update(policy, optimizer, collate(kept), cfg, critic_only=critic_only) if group is None \
+                    else distributed.lead_update(group, policy, optimizer, collate(kept), cfg, critic_only)
                 if critic_only:  # the acting policy is unchanged: no new version
                     state["vp_losses"].append(metrics["value_loss"])
                     state["vp_evs"].append(metrics["explained_variance"])
@@ -263,6 +274,8 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
     finally:
         consumer.close()
         producer.flush(10)
+    if group is not None:  # a clean stop; after a failure the followers fail on their own
+        distributed.release(group)
     wall = time.monotonic() - started
     return {"version": policy.version, "updates": state["updates"], "trained": ledger.total,
             "idle_fraction": idle / max(wall, 1e-9), "counts": dict(counts)}

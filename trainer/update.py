@@ -5,6 +5,9 @@ Pure with respect to the outside world: tensors in, weights and optimiser change
 out. The streaming loop (trainer/stream.py) and the offline benchmark call the same code.
 Invariant: a batch's samples are ordered trajectory by trajectory, step by step, so the
 [B, T] tensors of GAE and the flattened [N] tensors line up through ``mask.bool()``.
+Given a ``Rank`` (trainer.collectives), N processes share one update of the same batch and end
+with the weights one process would reach (to float rounding): each evaluates and backpropagates
+its part of every minibatch, gradients and metrics are summed over the ranks.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import torch
 
 from trainer import ppo
+from trainer.collectives import Rank, all_reduce_grads, all_reduce_sums, gather_parts, part
 
 
 @dataclass
@@ -78,15 +82,23 @@ def _take(inputs: Any, ids: list[int]) -> Any:
     return inputs[torch.tensor(ids)] if isinstance(inputs, torch.Tensor) else [inputs[i] for i in ids]
 
 
-def _evaluate_all(policy, batch: Batch, chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-    """Current log-probs and values for every step, without gradients: ([N], [N])."""
+def _evaluate_all(policy, batch: Batch, chunk: int = 256, me: Rank | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Current log-probs and values for every step, without gradients: ([N], [N]). With ``me``
+    each rank evaluates its part of the steps and the parts are gathered."""
+    N = len(batch.actions)
+    lo, hi = 0, N
+    if me is not None:
+        mine = part(torch.arange(N), me)
+        lo, hi = (int(mine[0]), int(mine[-1]) + 1) if len(mine) else (0, 0)
     logps, values = [], []
     with torch.no_grad():
-        for i in range(0, len(batch.actions), chunk):
-            lp, v, _ = policy.evaluate(batch.images[i:i + chunk], batch.instructions[i:i + chunk], batch.actions[i:i + chunk])
+        for i in range(lo, hi, chunk):
+            j = min(i + chunk, hi)
+            lp, v, _ = policy.evaluate(batch.images[i:j], batch.instructions[i:j], batch.actions[i:j])
             logps.append(lp)
             values.append(v)
-    return torch.cat(logps), torch.cat(values)
+    logp, value = (torch.cat(logps), torch.cat(values)) if logps else (torch.zeros(0), torch.zeros(0))
+    return (logp, value) if me is None else (gather_parts(logp, N, me), gather_parts(value, N, me))
 
 
 def _to_bt(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -112,13 +124,44 @@ def bootstrap_values(policy, batch: Batch, values_bt: torch.Tensor) -> torch.Ten
     return boot
 
 
-def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, critic_only: bool = False) -> dict[str, float]:
+def _minibatch_loss(policy, batch: Batch, idx: torch.Tensor, adv: torch.Tensor, ret: torch.Tensor,
+                    proximal: torch.Tensor | None, cfg, critic_only: bool) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's loss on the steps ``idx`` (every term a mean over them) and its scalar parts."""
+    ids = idx.tolist()
+    old_logprob = batch.behaviour_logprob[idx]
+    logprob, value, entropy = policy.evaluate(_take(batch.images, ids), [batch.instructions[i] for i in ids],
+                                              [batch.actions[i] for i in ids])
+    vloss = ppo.value_loss(value, ret[idx])
+    if critic_only:
+        loss, pg, clip_frac = vloss, torch.zeros(()), torch.zeros(())
+    else:
+        if proximal is not None:  # decoupled: clip around the proximal policy, reweight to behaviour
+            pg, stats = ppo.ppo_policy_loss(logprob, proximal[idx], adv[idx], cfg.eps_low, cfg.eps_high,
+                                            behaviour_logprob=old_logprob, tis_cap=cfg.tis_cap)
+        else:
+            pg, stats = ppo.ppo_policy_loss(logprob, old_logprob, adv[idx], cfg.eps_low, cfg.eps_high)
+        clip_frac = stats["clip_frac"]
+        loss = pg + cfg.vf_coef * vloss - cfg.ent_coef * ppo.entropy_bonus(entropy)
+        if cfg.kl_coef > 0:
+            loss = loss + cfg.kl_coef * ppo.kl_penalty(logprob, old_logprob)
+    with torch.no_grad():
+        parts = {"pg_loss": float(pg), "value_loss": float(vloss), "entropy": float(entropy.mean()),
+                 "clip_frac": float(clip_frac), "approx_kl": float(ppo.kl_penalty(logprob, old_logprob))}
+    return loss, parts
+
+
+def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, critic_only: bool = False,
+               me: Rank | None = None, generator: torch.Generator | None = None) -> dict[str, float]:
     """PPO epochs over ``batch``; ``critic_only`` trains the value head alone with lambda = 1
-    (value pretraining: the acting policy stays fixed). Returns scalar metrics."""
+    (value pretraining: the acting policy stays fixed). Returns scalar metrics.
+
+    ``generator`` draws the minibatches (default: torch's global one). With ``me`` this rank
+    shares the update with the others of the process group: all must call it on the same batch,
+    weights, optimiser state and ``generator`` seed (trainer.distributed sees to it)."""
     t0 = time.perf_counter()
     policy.train()
     mask_b = batch.mask.bool()
-    _, values0 = _evaluate_all(policy, batch)
+    _, values0 = _evaluate_all(policy, batch, me=me)
     values_bt = _to_bt(values0, batch.mask)
     lam_critic = 1.0 if critic_only else cfg.lam_critic
     lam_policy = None if cfg.lam_policy < 0 else cfg.lam_policy  # None: length-adaptive from alpha
@@ -128,46 +171,33 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     adv, ret = adv_bt[mask_b], ret_bt[mask_b]
     if cfg.norm_adv and adv.numel() > 1:
         adv = ppo.masked_whiten(adv)
-    old_logprob = batch.behaviour_logprob
-    proximal = _evaluate_all(policy, batch)[0] if cfg.tis_cap > 0 else None
+    proximal = _evaluate_all(policy, batch, me=me)[0] if cfg.tis_cap > 0 else None
     params = [p for n, p in policy.named_parameters() if n.startswith("value_head")] if critic_only \
         else [p for p in policy.parameters()]
     N = len(batch.actions)
     sums: dict[str, float] = {"pg_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0}
     n_mb = 0
     for _ in range(cfg.epochs):
-        for idx in torch.randperm(N).split(cfg.minibatch_size):
-            ids = idx.tolist()
-            logprob, value, entropy = policy.evaluate(_take(batch.images, ids), [batch.instructions[i] for i in ids],
-                                                      [batch.actions[i] for i in ids])
-            vloss = ppo.value_loss(value, ret[idx])
-            if critic_only:
-                loss, pg, clip_frac = vloss, torch.zeros(()), torch.zeros(())
-            else:
-                if proximal is not None:  # decoupled: clip around the proximal policy, reweight to behaviour
-                    pg, stats = ppo.ppo_policy_loss(logprob, proximal[idx], adv[idx], cfg.eps_low, cfg.eps_high,
-                                                    behaviour_logprob=old_logprob[idx], tis_cap=cfg.tis_cap)
-                else:
-                    pg, stats = ppo.ppo_policy_loss(logprob, old_logprob[idx], adv[idx], cfg.eps_low, cfg.eps_high)
-                clip_frac = stats["clip_frac"]
-                loss = pg + cfg.vf_coef * vloss - cfg.ent_coef * ppo.entropy_bonus(entropy)
-                if cfg.kl_coef > 0:
-                    loss = loss + cfg.kl_coef * ppo.kl_penalty(logprob, old_logprob[idx])
+        for idx in torch.randperm(N, generator=generator).split(cfg.minibatch_size):
+            mine = idx if me is None else part(idx, me)
+            share = len(mine) / len(idx)  # this rank's weight in the minibatch's mean
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if len(mine):
+                loss, parts = _minibatch_loss(policy, batch, mine, adv, ret, proximal, cfg, critic_only)
+                (loss if me is None else loss * share).backward()
+                for k, v in parts.items():
+                    sums[k] += v * share
+            if me is not None:  # the sum of the ranks' shares: the whole minibatch's gradient
+                all_reduce_grads(list(policy.parameters()))
             torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             if critic_only:  # only the value head moves: drop any gradient that reached the trunk
                 for n, p in policy.named_parameters():
                     if not n.startswith("value_head"):
                         p.grad = None
             optimizer.step()
-            with torch.no_grad():
-                sums["pg_loss"] += float(pg)
-                sums["value_loss"] += float(vloss)
-                sums["entropy"] += float(entropy.mean())
-                sums["clip_frac"] += float(clip_frac)
-                sums["approx_kl"] += float(ppo.kl_penalty(logprob, old_logprob[idx]))
             n_mb += 1
+    if me is not None:
+        sums = all_reduce_sums(sums)
     policy.eval()
     first = batch.mask.clone()
     first[:, 1:] = 0
