@@ -5,11 +5,12 @@ with a page per recently used task (``max_pages``, least recently used closed fi
 alternating between a few tasks never reloads them. ``reset`` makes the task's page current, seeds it the way
 the miniwob package's own environment does (``Math.seedrandom(seed)``, ``core.setDataMode``,
 ``core.startEpisodeReal()``), and screenshots the task area (MiniWoB's 160x210 ``#wrap``,
-instruction included). It also parks the pointer at the page's corner, so an episode's screens
-depend on its seed and actions only, never on the episode before it (a replay from the seed
-shows the same screens: producers.reflection). ``step`` performs a unified action through
-``schemas.convert.to_playwright`` with coordinates relative to that task area, advances the fake clock by ``step_ms`` and reads the
-task's own reward state (``WOB_DONE_GLOBAL``, ``WOB_REWARD_GLOBAL``, ``WOB_RAW_REWARD_GLOBAL``).
+instruction included). It also parks the pointer at the page's corner and drops the focus, so
+an episode's screens depend on its seed and actions only, never on the episode before it (a
+replay from the seed shows the same screens: producers.reflection). ``step`` performs a unified
+action through ``schemas.convert.to_playwright`` with coordinates relative to that task area,
+advances the fake clock by ``step_ms`` and reads the task's own reward state
+(``WOB_DONE_GLOBAL``, ``WOB_REWARD_GLOBAL``, ``WOB_RAW_REWARD_GLOBAL``).
 
 Time: Playwright's clock is installed before the page loads and paused, so page time moves only
 when we advance it: a task's 10 s limit and its time-scaled reward depend on the number of
@@ -148,13 +149,17 @@ class BrowserSandbox:
             await self.start()
         await self._open(task.name)
         page, clock = self._page, self._context.clock
-        # the pointer where a fresh page has it: the last episode's position would leave a hover
-        # state on the new screen, and an episode replayed from its seed would not look the same
+        # the pointer where a fresh page has it, and (in the page script below) no focus: the last
+        # episode's pointer would leave a hover state and its focused field a focus ring on the
+        # new screen (tasks that keep their inputs across episodes), and a replay from the seed
+        # would not look the same
         await self._call(page.mouse.move(0, 0), "park the pointer")
         await self._call(clock.set_system_time(EPOCH_MS), "clock.set_system_time")
         mode = str(task.params.get("data_mode", "train"))
         utterance = await self._call(page.evaluate(
-            f"(() => {{ Math.seedrandom({json.dumps(task.seed)}); core.setDataMode({json.dumps(mode)});"
+            "(() => { if (document.activeElement) document.activeElement.blur();"  # see the pointer above
+            " if (window.jQuery) jQuery(':animated').finish();"
+            f" Math.seedrandom({json.dumps(task.seed)}); core.setDataMode({json.dumps(mode)});"
             " core.startEpisodeReal(); const u = core.getUtterance();"
             " return [WOB_TASK_READY, typeof u === 'string' ? u : u.utterance]; })()"), "start episode")
         ready, self._instruction = bool(utterance[0]), str(utterance[1])
