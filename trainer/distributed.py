@@ -89,9 +89,16 @@ def init_group(timeout_s: float, backend: str = "gloo") -> Group:
     return Group(me, keepalive_s=max(timeout_s / 4, 0.5))
 
 
-def close_group() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+def close_group(synchronise: bool = True) -> None:
+    """Leave the group. After a clean run (``synchronise``) every rank first waits for the others:
+    a rank that closes its connections while a peer is still busy (saving, logging) makes the
+    peer's gloo thread abort that process (SIGABRT, "terminate called without an active
+    exception", seen once in CI on the follower). After a failure there is nobody to wait for."""
+    if not dist.is_initialized():
+        return
+    if synchronise:
+        dist.barrier()
+    dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------- messages from rank 0

@@ -54,11 +54,15 @@ def run_rank(cfg: TrainConfig, settings: Settings, stop: threading.Event) -> dic
         if group.leader:
             from trainer.stream import train
 
-            return train(cfg, settings, stop, group)
-        distributed.follow(group)
-        return None
-    finally:
-        distributed.close_group()
+            summary = train(cfg, settings, stop, group)
+        else:
+            distributed.follow(group)
+            summary = None
+    except BaseException:
+        distributed.close_group(synchronise=False)
+        raise
+    distributed.close_group()
+    return summary
 
 
 def _die_with(parent: int) -> None:
