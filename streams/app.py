@@ -19,14 +19,22 @@ dead letter of the batch (``acknowledged``, one gather per batch rather than one
 record). A delivery that fails ends the worker at once, before any offset past the record can be
 committed; the restart replays it. The producer is aiokafka with ``acks=all`` and
 ``enable_idempotence=True`` (``FlywheelApp`` below sets both; Faust alone enables idempotence
-only in its transactional mode), so broker retries add no duplicates.
+only in its transactional mode), so broker retries add no duplicates. And every agent admits a
+partition's records in offset order only (``in_order``, streams.continuity): Faust's fetcher was
+seen to skip records right after a restart and then commit over the hole; now the hole is never
+committed and the worker restarts itself to replay it.
 
 The assembler keeps one EpisodeState per episode in a table (in memory, rebuilt from its
 compacted changelog on start). It writes the table once per episode per batch, after the
 batch's trajectories were acknowledged, so a crash can repeat a trajectory (same event_id) but
-never lose one; the changelog is flushed before the commit. A replay after a crash drops steps
-already in the table by (episode_id, step_index). The abandoned-episode timer applies
-``streams.assemble.sweep`` the same way: closures acknowledged, then the table written.
+never lose one; and it waits for the broker's acknowledgement of those changelog writes too
+before the batch returns, so no source offset is committed ahead of the table state it produced.
+(Faust's own ``send_changelog`` is not enough: it queues the write in a buffer whose ``flush``
+gives up after 0.1 s, so under load Faust committed offsets whose table writes were still
+queued, and a SIGKILL then lost those steps from the table for good.) A replay after a crash
+drops steps already in the table by (episode_id, step_index). The abandoned-episode timer
+applies ``streams.assemble.sweep`` the same way: closures acknowledged, then the table written
+and acknowledged.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -52,10 +61,12 @@ from streams.assemble import EpisodeState, Sweep, sweep
 from streams.config import StreamsConfig, app_id_for
 from streams.judge import make_judge
 from streams.route import get_rule
+from streams.continuity import OffsetGuard, Verdict
 from streams.score import make_scorer
 from streams.topology import Stage, encoded, pipeline, run, run_keyed
 
 log = logging.getLogger("flywheel.streams")
+CHANGELOG = "assembler-changelog"  # the send() name of the assembler table's changelog topic
 EXIT_DELIVERY_FAILED = 75  # a record's output or dead letter was not acknowledged: restart and replay
 
 
@@ -64,6 +75,16 @@ def delivery_failed(exc: BaseException) -> None:
     agent crashes, and would commit past a record whose output or dead letter is lost."""
     log.critical("a send was not acknowledged (%s); exiting without committing past it", exc)
     os._exit(EXIT_DELIVERY_FAILED)
+
+
+def restart_after_hole(topic: str, partition: int, want: int, got: int) -> None:
+    """Faust's fetcher skipped records (streams.continuity): start this worker afresh, in the
+    same process (``exec``: the same pid, so a supervisor or a test still holds it). Nothing past
+    the hole was acked, so the new worker resumes at or before ``want`` and replays the rest."""
+    log.critical("%s[%d]: offset %d delivered while %d was expected (records skipped by the fetcher); "
+                 "restarting the worker to replay from the committed offset", topic, partition, got, want)
+    logging.shutdown()
+    os.execv(sys.executable, sys.orig_argv)
 
 
 async def acknowledged(futures) -> None:
@@ -79,12 +100,25 @@ class _IdempotentProducer(faust_aiokafka.Producer):
         return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
 
 
+class _GaplessConsumer(faust_aiokafka.Consumer):
+    """Faust's consumer, except that on the stage topics (``FlywheelApp.gapless_topics``) a jump
+    in offsets is never recorded as a gap to commit over (see streams.continuity)."""
+
+    async def _add_gap(self, tp, offset_from: int, offset_to: int) -> None:
+        if tp.topic not in self.app.gapless_topics:
+            await super()._add_gap(tp, offset_from, offset_to)
+
+
 class _Transport(faust_aiokafka.Transport):
+    Consumer = _GaplessConsumer
     Producer = _IdempotentProducer
 
 
 class FlywheelApp(faust.App):
-    """faust.App whose Kafka producer is idempotent with acks=all."""
+    """faust.App whose Kafka producer is idempotent with acks=all, and whose consumer commits
+    over no hole in ``gapless_topics``."""
+
+    gapless_topics: frozenset[str] = frozenset()
 
     def _new_transport(self):
         return _Transport(self.conf.broker_consumer, self)
@@ -128,12 +162,44 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
     assemble, score, route = pipeline(scorer, get_rule(cfg.routing_rule), latest_policy, cfg.max_staleness)
 
     names = {name: t.get_topic_name() for name, t in topics.items()}
+    names[CHANGELOG] = changelog.get_topic_name()
+    app.gapless_topics = frozenset(names[spec.name] for spec in (TOPICS.steps, TOPICS.trajectories, TOPICS.scored))
+    guard = OffsetGuard()
 
-    async def send(spec, key: bytes, value: bytes, partition: int | None = None):
+    @app.on_partitions_assigned.connect
+    async def _start_over(sender, assigned, **kwargs) -> None:  # noqa: ARG001 - the signal's signature
+        guard.forget()
+
+    async def in_order(events) -> list:
+        """The events of a batch the stage may process: each partition's next offsets, in order
+        (streams.continuity). On a jump the worker restarts before anything past the hole is acked."""
+        consumer, admitted = app.consumer, []
+        for event in events:
+            msg = event.message
+            committed = consumer._committed_offset.get(msg.tp)  # Faust keeps no public accessor
+            verdict = guard.admit(msg.tp, msg.offset, committed)
+            if verdict is Verdict.PROCESS:
+                admitted.append(event)
+            elif verdict is Verdict.JUMP:
+                want = guard.expected(msg.tp, committed)
+                start = (await consumer.earliest_offsets(msg.tp)).get(msg.tp, 0)
+                if start > want:  # deleted by retention before anyone read them: nothing to wait for
+                    log.warning("%s[%d]: offsets %d..%d expired before they were read; going on from %d",
+                                msg.topic, msg.partition, want, start - 1, start)
+                    guard.expired_to(msg.tp, start)
+                    if msg.offset == start:
+                        guard.admit(msg.tp, msg.offset, committed)
+                        admitted.append(event)
+                    continue
+                restart_after_hole(msg.topic, msg.partition, want, msg.offset)
+        return admitted
+
+    async def send(spec, key: bytes, value: bytes | None, partition: int | None = None):
         """-> the delivery future (awaited in batches with ``acknowledged``). Straight to the
         producer: Faust's Topic.send adds a message object, a codec pass and a debug log per record."""
         try:
-            return await app.producer.send(names[spec.name], key, value, partition, None, None)
+            return await app.producer.send(names[spec if isinstance(spec, str) else spec.name], key, value,
+                                           partition, None, None)
         except Exception as exc:  # noqa: BLE001 - e.g. no metadata for the topic: not the record's fault
             delivery_failed(exc)
 
@@ -146,15 +212,15 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
         return await send(TOPICS.dlq, event.key, encode(letter))
 
     for stage in (score, route):
-        _stateless_agent(app, cfg, topics, stage, send, to_dlq)
+        _stateless_agent(app, cfg, topics, stage, send, to_dlq, in_order)
 
     # One actor per partition: a revoked partition's actor stops with it, so a worker never
     # writes the table of a partition another worker now owns.
     @app.agent(topics[assemble.source.name], name=assemble.step_id, isolated_partitions=True)
     async def assembler(stream):
-        async for events in stream.take_events(cfg.batch_max, within=cfg.batch_within_s):
+        async for batch in stream.take_events(cfg.batch_max, within=cfg.batch_within_s):
             t, touched, sent = now(), {}, []
-            for event in events:
+            for event in await in_order(batch):
                 try:
                     record = decode(event.value, assemble.model)
                     key = record.episode_id.encode()
@@ -169,8 +235,8 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
             # Trajectories acknowledged before the table forgets their steps: a crash may
             # repeat one, never lose one. One table write per episode per batch.
             await acknowledged(sent)
-            for key, (state, msg) in touched.items():
-                _store(episodes, key, state.model_copy(update={"partition": msg.partition, "last_offset": msg.offset}))
+            await acknowledged([await _store(episodes, send, key, state.model_copy(
+                update={"partition": msg.partition, "last_offset": msg.offset})) for key, (state, msg) in touched.items()])
 
     @app.agent(topics[TOPICS.policy.name])
     async def policy_watcher(stream):
@@ -222,14 +288,14 @@ def faust_settings(settings: Settings, cfg: StreamsConfig) -> dict[str, Any]:
     )
 
 
-def _stateless_agent(app: faust.App, cfg: StreamsConfig, topics, stage: Stage, send, to_dlq) -> None:
+def _stateless_agent(app: faust.App, cfg: StreamsConfig, topics, stage: Stage, send, to_dlq, in_order) -> None:
     """An agent running ``stage`` over its input topic in batches: every output and dead letter
     of a batch is acknowledged before Faust acks (and so may commit) the batch's events."""
 
     async def agent(stream):
-        async for events in stream.take_events(cfg.batch_max, within=cfg.batch_within_s):
+        async for batch in stream.take_events(cfg.batch_max, within=cfg.batch_within_s):
             t, sent = now(), []
-            for event in events:
+            for event in await in_order(batch):
                 try:
                     record = decode(event.value, stage.model)
                     if stage.blocking:  # the HTTP judge: keep the event loop free
@@ -246,17 +312,19 @@ def _stateless_agent(app: faust.App, cfg: StreamsConfig, topics, stage: Stage, s
     app.agent(topics[stage.source.name], name=stage.step_id)(agent)
 
 
-def _store(table, key: bytes, state: EpisodeState) -> None:
-    """How the assembler table is written: memory, then its changelog (Faust flushes the
-    producer before it commits, so the changelog is acknowledged before the input offsets move)."""
+async def _store(table, send, key: bytes, state: EpisodeState):
+    """How the assembler table is written: memory, then its changelog; -> the changelog write's
+    delivery future, which the caller acknowledges before its batch returns (see the module doc)."""
     table.data[key] = state
-    table.send_changelog(state.partition, key, state, value_serializer=STATE_CODEC)
+    return await send(CHANGELOG, key, STATE_CODEC.dumps(state), state.partition)
 
 
-def _forget(table, key: bytes) -> None:
+async def _forget(table, send, key: bytes):
+    """Drop an episode from the table; -> the tombstone's delivery future (None if it was not there)."""
     state = table.data.pop(key, None)
     if state is not None:  # a tombstone on the compacted changelog deletes it there too
-        table.send_changelog(state.partition, key, None, value_serializer="raw")
+        return await send(CHANGELOG, key, None, state.partition)
+    return None
 
 
 async def _apply_sweep(decision: Sweep, table, steps_name: str, send) -> None:
@@ -274,11 +342,10 @@ async def _apply_sweep(decision: Sweep, table, steps_name: str, send) -> None:
                                  encode(c.before))
             sent.append(await send(TOPICS.dlq, c.key, encode(letter)))
     await acknowledged(sent)
-    for c in decision.closures:
-        if table.data.get(c.key) is c.before:  # the agent did not touch it meanwhile
-            _store(table, c.key, c.after)
-    for key in decision.forget:
-        _forget(table, key)
+    writes = [await _store(table, send, c.key, c.after) for c in decision.closures
+              if table.data.get(c.key) is c.before]  # the agent did not touch it meanwhile
+    writes += [await _forget(table, send, key) for key in decision.forget]
+    await acknowledged([w for w in writes if w is not None])
 
 
 def declare_internal_topics(app: faust.App, settings: Settings) -> None:

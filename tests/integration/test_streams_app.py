@@ -99,7 +99,8 @@ class Collector:
             msgs = list(self.by_topic[topic_name(spec, settings)])
         return [decode(m.value(), tp) for m in msgs]
 
-    def wait(self, predicate, timeout: float, worker: subprocess.Popen | None = None, what: str = "") -> None:
+    def wait(self, predicate, timeout: float, worker: subprocess.Popen | None = None, what: str = "",
+             detail=lambda: "") -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if predicate():
@@ -107,7 +108,7 @@ class Collector:
             if worker is not None and worker.poll() is not None:
                 pytest.fail(f"streams worker exited with {worker.returncode} while waiting for {what}")
             time.sleep(0.2)
-        pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} {detail()}")
 
     def close(self) -> None:
         self._stop.set()
@@ -202,8 +203,14 @@ def test_sigkill_mid_stream_loses_and_duplicates_nothing(settings, group_id, tmp
         assert before < n_episodes, "killed too late: nothing left to recover"
 
         worker = start_worker(settings, log_path)
-        collector.wait(lambda: len({t.episode_id for t in collector.values(settings, TOPICS.trajectories, Trajectory)})
-                       >= n_episodes, STARTUP_S + 60, worker, f"{n_episodes} distinct trajectories after restart")
+        want = {e[0].episode_id for e in episodes}
+
+        def assembled() -> set[str]:
+            return {t.episode_id for t in collector.values(settings, TOPICS.trajectories, Trajectory)}
+
+        collector.wait(lambda: len(assembled()) >= n_episodes, STARTUP_S + 60, worker,
+                       f"{n_episodes} distinct trajectories after restart",
+                       detail=lambda: f"(missing: {sorted(want - assembled())[:20]})")
         time.sleep(2)  # let any replayed duplicate arrive before counting
         trajs = collector.values(settings, TOPICS.trajectories, Trajectory)
         per_episode = Counter(t.event_id for t in trajs)
