@@ -168,13 +168,18 @@ def submit_round_robin(settings, tasks) -> None:
 
 def test_two_workers_in_one_group_split_the_tasks_without_duplicates(settings, group_id):
     tasks = build_tasks("miniwob", ["click-test", "click-test-2", "click-button"], 4, prefix="split")
-    workers = [RolloutWorker(config(group_id, idle_exit_s=8.0), settings, make_client("scripted", "scripted"), f"w{i}")
+    # idle exit well above a rebalance's duration: under load the second join took over 8 s, the
+    # first worker idled out before any task was submitted, and the other one ran them all
+    workers = [RolloutWorker(config(group_id, idle_exit_s=20.0), settings, make_client("scripted", "scripted"), f"w{i}")
                for i in range(2)]
 
     async def assigned(w) -> bool:
         def check():
             with w._consumer_lock:
-                return w._consumer is not None and bool(w._consumer.assignment())
+                try:
+                    return w._consumer is not None and bool(w._consumer.assignment())
+                except RuntimeError:  # the worker already stopped and closed it
+                    return False
         return w._consumer is not None and await asyncio.to_thread(check)
 
     async def submit_when_both_assigned():
