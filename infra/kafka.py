@@ -149,21 +149,33 @@ def flush_or_raise(producer: Producer, tracker: DeliveryTracker | None = None, t
         tracker.raise_if_failed()
 
 
+# errors that pass: a topic just created that one broker does not know yet, a partition whose
+# leader is moving, a broker that was killed (its handle destroyed, its socket cut)
+_TRANSIENT = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+              KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT}
+
+
+def _transient(err) -> bool:
+    return isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT)
+
+
 def high_watermarks(consumer: Consumer, topic: str, timeout_s: float = 15.0) -> dict[int, int]:
-    """partition -> high watermark. A topic created a moment ago may still answer 'not leader'
-    or 'unknown partition' for a short while: those are retried until ``timeout_s``."""
+    """partition -> high watermark. Transient errors (a topic created a moment ago that a broker
+    does not know yet, a leader moving after a broker was killed) are retried until ``timeout_s``."""
     import time
 
     from confluent_kafka import KafkaException, TopicPartition
 
     deadline = time.monotonic() + timeout_s
     while True:  # on several brokers, one may not know a just-created topic yet
-        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        err = meta.error if meta is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+        try:
+            meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            err = meta.error if meta is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+        except KafkaException as exc:
+            meta, err = None, exc.args[0] if exc.args else None
         if err is None:
             break
-        if err.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE) \
-                or time.monotonic() > deadline:
+        if not _transient(err) or time.monotonic() > deadline:
             raise KafkaException(err)
         time.sleep(0.2)
     ends: dict[int, int] = {}
@@ -173,11 +185,7 @@ def high_watermarks(consumer: Consumer, topic: str, timeout_s: float = 15.0) -> 
                 ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
                 break
             except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in (
-                    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                    KafkaError.UNKNOWN_TOPIC_OR_PART))
-                if not retriable or time.monotonic() > deadline:
+                if not _transient(exc.args[0] if exc.args else None) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
     return ends

@@ -10,8 +10,10 @@ SIGKILLed once while busy and started again. Then, counting from the topics and 
 - nothing reached the dead-letter topic;
 - the trajectories in ClickHouse (FINAL) equal the episodes that closed on flywheel.steps.v1.
 
-A second run uses three brokers (replication 3, min.insync.replicas 2) and SIGKILLs one of them
-under the running pipeline. Bounded: about 2 minutes each on a 2-core machine.
+A second run is the scale-out run: three brokers (replication 3, min.insync.replicas 2), every
+stage twice (2 rollout workers, 2 Faust workers and 2 sinks in their consumer groups, the trainer
+on 2 torch.distributed ranks), and one broker SIGKILLed under the running pipeline; the same
+counts must hold. Bounded: about 2-4 minutes each on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import signal
 import time
 import uuid
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -61,8 +64,9 @@ def _closed_tasks(settings) -> set[str]:
     return closed
 
 
-def run_under_chaos(settings, tmp_path, disrupt) -> str:
-    """Run the pipeline, call ``disrupt(children)`` once episodes flow, then count; -> a summary line."""
+def run_under_chaos(settings, tmp_path, disrupt, scale: int = 1) -> str:
+    """Run the pipeline (``scale`` processes of every stage), call ``disrupt(children)`` once
+    episodes flow, then count; -> a summary line."""
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("Debian chromium is not installed (bash infra/run.sh installs it as root)")
     from infra.app.demo import DemoConfig, child_env, plan_children, submit_tasks
@@ -72,21 +76,29 @@ def run_under_chaos(settings, tmp_path, disrupt) -> str:
     from trainer.stream import checkpoint_path, load_checkpoint
 
     policy = f"pixel-chaos-{uuid.uuid4().hex[:6]}"
-    cfg = DemoConfig(tasks=TASKS, episodes=EPISODES_PER_TASK, max_steps=2, sandboxes=2, batch_episodes=8,
-                     trainer_args="--max-staleness 1000 --max-wait-s 5 --epochs 2 --torch-threads 1",
+    cfg = DemoConfig(tasks=TASKS, episodes=EPISODES_PER_TASK, max_steps=2, sandboxes=2 if scale == 1 else 1,
+                     batch_episodes=8, workers=scale,
+                     trainer_args="--max-staleness 1000 --max-wait-s 5 --epochs 2 --torch-threads 1"
+                                  + (f" --nproc-per-node {scale}" if scale > 1 else ""),
                      # the killed rollout's partial execution is closed as abandoned within the test
                      streams_args="--abandoned-timeout-s 20 --abandoned-scan-s 2")
     logs = tmp_path / "logs"
-    children = {c.name: c for c in plan_children(cfg, settings, settings.topic_prefix, policy, logs)}
+    children = {}
+    for c in plan_children(cfg, settings, settings.topic_prefix, policy, logs):
+        children[c.name] = c
+        for i in range(1, scale if c.name in ("sink", "streams") else 1):  # more members of its group
+            children[f"{c.name}-{i}"] = replace(c, name=f"{c.name}-{i}", log_path=logs / f"{c.name}-{i}.log")
     env = child_env(settings, settings.topic_prefix)
     try:
-        for name in ("sink", "streams", "trainer"):
+        for name in [n for n in children if not n.startswith("rollout")]:
             children[name].start()
         from infra import versions
 
         assert wait_until(lambda: versions.latest(settings, policy) is not None, 180, 1.0), \
             children["trainer"].tail(10)
-        children["rollout-0"].start()
+        for i in range(scale):
+            children[f"rollout-{i}"].start()
+        t0 = time.monotonic()
         submit_tasks(cfg, env, logs)
 
         assert wait_until(lambda: len(_records(settings, TOPICS.steps)) >= 20, 180, 2.0), \
@@ -96,10 +108,11 @@ def run_under_chaos(settings, tmp_path, disrupt) -> str:
         submitted = len(TASKS) * EPISODES_PER_TASK
         assert wait_until(lambda: len(_closed_tasks(settings)) >= submitted, 240, 5.0), \
             f"tasks without an ended episode after chaos; rollout log: {children['rollout-0'].tail(10)}"
+        rollout_s = time.monotonic() - t0
         time.sleep(30)  # streams close the abandoned partial; trainer and sink drain what is in flight
     finally:
         for child in reversed(list(children.values())):
-            child.stop(grace=60 if child.name == "sink" else 30)
+            child.stop(grace=60 if child.name.startswith("sink") else 30)
 
     events = _episode_events(settings)
     slots: dict[tuple[str, int], set] = defaultdict(set)
@@ -133,8 +146,9 @@ def run_under_chaos(settings, tmp_path, disrupt) -> str:
     assert in_ch == len(started), f"ClickHouse has {in_ch} trajectories for {len(started)} started episodes"
     assert all(n == 1 for n in closes.values()), "an episode was closed twice"
     return (f"{len(started)} episodes started ({len(started) - len(closes)} interrupted and closed as "
-          f"abandoned), {len(slots)} step slots, {ledger.total} RL episodes trained once, "
-          f"{in_ch} trajectories in ClickHouse")
+            f"abandoned), {len(slots)} step slots, {ledger.total} RL episodes trained once, "
+            f"{in_ch} trajectories in ClickHouse; {len(slots) / rollout_s:.1f} steps/s from submission "
+            f"to the last task closed ({rollout_s:.0f} s, {scale} process(es) per stage)")
 
 
 def test_sigkill_every_stage_loses_mixes_and_double_counts_nothing(settings, tmp_path):
@@ -148,7 +162,7 @@ def test_sigkill_every_stage_loses_mixes_and_double_counts_nothing(settings, tmp
     print("chaos, every stage killed once:", run_under_chaos(settings, tmp_path, kill_each_stage))
 
 
-def test_a_broker_killed_under_the_running_pipeline_loses_nothing(kafka_libs, tmp_path):
+def test_scale_out_on_three_brokers_with_a_broker_killed_loses_nothing(kafka_libs, tmp_path):
     from infra.admin import ensure_topics
     from infra.broker import LocalCluster, free_port_block
     from infra.settings import load_settings
@@ -170,6 +184,7 @@ def test_a_broker_killed_under_the_running_pipeline_loses_nothing(kafka_libs, tm
             cluster.kill(2)  # replication 3, min.insync.replicas 2: the pipeline carries on
             time.sleep(15.0)
 
-        print("chaos, one of three brokers killed:", run_under_chaos(settings, tmp_path, kill_a_broker))
+        print("scale-out (2 of every stage), one of three brokers killed:",
+              run_under_chaos(settings, tmp_path, kill_a_broker, scale=2))
     finally:
         cluster.stop()

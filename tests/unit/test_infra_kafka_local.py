@@ -107,3 +107,16 @@ def test_unreachable_bootstrap_is_one_clear_line():
     msg = str(info.value)
     assert "\n" not in msg and "cannot reach Kafka at 127.0.0.1:1" in msg
     assert "flywheel up" in msg and "FLYWHEEL_KAFKA_BOOTSTRAP" in msg
+
+
+def test_a_killed_brokers_errors_are_retried_and_others_are_not():
+    from confluent_kafka import KafkaError
+
+    from infra.kafka import _transient
+
+    # seen when a broker of three was SIGKILLed under the trainer's read of flywheel.policy.v1
+    assert _transient(KafkaError(KafkaError._DESTROY_BROKER))
+    assert _transient(KafkaError(KafkaError._TRANSPORT))
+    assert _transient(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+    assert not _transient(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    assert not _transient(None)
