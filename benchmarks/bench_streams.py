@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from own_broker import broker_for_benchmarks  # noqa: E402  (also puts the repository on sys.path)
 
-from confluent_kafka import TopicPartition  # noqa: E402
+from confluent_kafka import KafkaException, TopicPartition  # noqa: E402
 
 from infra.admin import delete_topics, ensure_topics  # noqa: E402
 from infra.kafka import DeliveryTracker, flush_or_raise, high_watermarks, make_consumer, make_producer  # noqa: E402
@@ -91,6 +91,23 @@ def wait_for_records(settings, spec, want: int, timeout: float, worker=None) -> 
     finally:
         consumer.close()
     raise SystemExit(f"only {have}/{want} records on {spec.name} after {timeout:.0f}s")
+
+
+def wait_for_members(settings, group: str, n: int, timeout: float) -> None:
+    """Until the consumer group is Stable with ``n`` members."""
+    from confluent_kafka.admin import AdminClient
+
+    from infra.kafka import client_config
+    admin, deadline = AdminClient(client_config(settings)), time.time() + timeout
+    while time.time() < deadline:
+        try:
+            desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        except KafkaException:  # the group's coordinator is not up yet (the group does not exist yet)
+            desc = None
+        if desc is not None and len(desc.members) == n and str(desc.state).endswith("STABLE"):
+            return
+        time.sleep(1.0)
+    raise SystemExit(f"the {n} workers did not settle in group {group} within {timeout:.0f}s")
 
 
 def edge_timestamp(settings, spec, last: bool) -> int:
@@ -180,6 +197,8 @@ def main() -> None:
     ap.add_argument("--latency-episodes", type=int, default=100)
     ap.add_argument("--pace-s", type=float, default=0.05, help="gap between episodes in the latency phase")
     ap.add_argument("--skip-bare", action="store_true", help="measure the worker only")
+    ap.add_argument("--workers", type=int, default=1, help="Faust workers in the app's group (all started before the "
+                    "backlog is read; the rate is the group's)")
     ap.add_argument("--worker-src", type=Path, default=ROOT,
                     help="run the worker from this source tree (e.g. an older commit, for before/after)")
     args = ap.parse_args()
@@ -191,22 +210,26 @@ def main() -> None:
     created = ensure_topics(settings).created + ensure_topics(scratch).created
     env = dict(os.environ, FLYWHEEL_KAFKA_BOOTSTRAP=settings.bootstrap, FLYWHEEL_TOPIC_PREFIX=settings.topic_prefix,
                FLYWHEEL_DATA_DIR=data_dir, FLYWHEEL_LOGLEVEL="warning", FLYWHEEL_STANDBY_REPLICAS="0")
-    worker = None
+    workers: list[subprocess.Popen] = []
     try:
         events = [ev for i in range(args.episodes)
                   for ev in episode_events(f"ep-{run_id}-{i}", args.steps, success=i % 2 == 0)]
+        workers = [subprocess.Popen([sys.executable, "-m", "infra.app.cli", "streams"], cwd=args.worker_src, env=env,
+                                    stdout=open(Path(data_dir) / f"worker-{i}.log", "wb"), stderr=subprocess.STDOUT)
+                   for i in range(args.workers)]
+        worker = workers[0]
+        if args.workers > 1:  # the group settled first: a rebalance inside the measured span is not scaling
+            wait_for_members(settings, f"{settings.topic_prefix}flywheel-streams", args.workers, 300)
         produce(settings, events)
         print(f"backlog: {len(events)} events in {args.episodes} episodes of {args.steps} steps")
-
-        worker = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "streams"], cwd=args.worker_src, env=env,
-                                  stdout=open(Path(data_dir) / "worker.log", "wb"), stderr=subprocess.STDOUT)
         wait_for_records(settings, TOPICS.trajectories, 1, 300, worker)
-        cpu0 = cpu_s(worker.pid)  # start-up (imports, group join, recovery) not counted
+        cpu0 = sum(cpu_s(w.pid) for w in workers)  # start-up (imports, group join, recovery) not counted
         wait_for_records(settings, TOPICS.rl, args.episodes, 1800, worker)
-        faust_cpu = cpu_s(worker.pid) - cpu0
+        faust_cpu = sum(cpu_s(w.pid) for w in workers) - cpu0
         took = span_s(settings)
         faust_rate = len(events) / took
-        print(f"faust worker (assemble+score+route, 1 worker): {faust_rate:,.0f} events/s "
+        print(f"faust worker (assemble+score+route, {args.workers} worker{'s' if args.workers > 1 else ''}): "
+              f"{faust_rate:,.0f} events/s "
               f"({len(events)} events in {took:.2f}s; {len(events) / faust_cpu:,.0f} events per CPU second)",
               flush=True)
 
@@ -216,8 +239,10 @@ def main() -> None:
             print(f"latency last event -> flywheel.rl.v1 over {len(lat_ms)} episodes (one every "
                   f"{args.pace_s * 1000:.0f} ms): p50 {statistics.median(lat_ms):.0f} ms, p99 {p99:.0f} ms, "
                   f"max {lat_ms[-1]:.0f} ms", flush=True)
-        worker.terminate()
-        worker.wait(60)
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            w.wait(60)
 
         if not args.skip_bare:
             bare_cpu = bare_loop(settings, scratch, args.episodes, f"bench-bare-{run_id}")
@@ -228,9 +253,10 @@ def main() -> None:
                   f"{len(events) / bare_cpu:,.0f} events per CPU second)")
             print(f"ratio faust / bare: {faust_rate / bare_rate:.2f} (per CPU second: {bare_cpu / faust_cpu:.2f})")
     finally:
-        if worker is not None and worker.poll() is None:
-            worker.kill()
-            worker.wait(30)
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait(30)
         from confluent_kafka.admin import AdminClient
 
         from infra.kafka import client_config
