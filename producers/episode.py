@@ -71,7 +71,10 @@ class _Abort(Exception):
 
 async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: Emit, *, attempt: int = 0,
                       sandbox_name: str, worker_id: str, abort: asyncio.Event | None = None,
-                      clock: Callable[[], float] = time.time) -> EpisodeResult:
+                      clock: Callable[[], float] = time.time, step_latency_s: float = 0.0) -> EpisodeResult:
+    """Run ``task`` in ``sandbox`` step by step, emitting every event. ``step_latency_s`` is added
+    to every environment step (counted in its ``latency_env_ms``): a stand-in for a real GUI VM,
+    where a step takes seconds, for comparing asynchronous and synchronous training."""
     eid = episode_id(task.task_id, attempt)
     t0 = clock()
     deadline = time.monotonic() + task.timeout_s
@@ -115,6 +118,8 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
                 result = await sandbox.step(decision.action)
             except SandboxCrashed as exc:
                 raise _Abort(f"sandbox crashed: {exc}", crashed=True) from None
+            if step_latency_s > 0:
+                await asyncio.sleep(step_latency_s)
             latency_env = (time.perf_counter() - t_env) * 1000
             step = Step(
                 episode_id=eid, ts=clock(), step_index=index, started_at=started_at, observation=obs.observation,

@@ -25,7 +25,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from infra.config import opt
+from infra.config import ConfigError, opt
 from infra.dlq import dead_letter, send_dead_letter
 from infra.kafka import DeliveryError, DeliveryTracker, flush_or_raise, make_consumer, make_producer
 from infra.topics import TOPICS, topic_name
@@ -55,6 +55,8 @@ class RolloutConfig:
     group_id: str = opt("flywheel-rollout", "consumer group shared by all rollout workers")
     worker_id: str = opt("", "this worker's name on its events; empty: rollout-<host>-<pid>")
     step_ms: int = opt(100, "page time the browser's fake clock advances per step (ms)")
+    step_latency_ms: int = opt(0, "wall-clock latency added to every environment step (ms): a stand-in for a GUI VM's "
+                               "seconds per step, for the asynchronous vs synchronous comparison (0: none)")
     max_attempts: int = opt(2, "runs of a task whose episode an infrastructure failure aborted")
     session_timeout_s: float = opt(45.0, "seconds after which the group hands a crashed worker's "
                                           "uncommitted tasks to another (the broker allows 6 at least)")
@@ -66,6 +68,10 @@ class RolloutConfig:
     ack_timeout_s: float = opt(30.0, "seconds to wait for the broker to acknowledge an episode's events")
     sync_episodes: int = opt(0, "synchronous mode: after this many tasks under one policy version, take no "
                                 "more until a newer version is loaded (0: asynchronous)")
+
+    def __post_init__(self) -> None:
+        if self.step_latency_ms < 0:
+            raise ConfigError(f"step_latency_ms must be >= 0, got {self.step_latency_ms}")
 
 
 class RolloutWorker:
@@ -301,7 +307,8 @@ class RolloutWorker:
                 produced[0] += 1
 
             result = await run_episode(task, sandbox, self.client, emit, attempt=attempt, sandbox_name=kind,
-                                       worker_id=self.worker_id, abort=self.abort)
+                                       worker_id=self.worker_id, abort=self.abort,
+                                       step_latency_s=self.cfg.step_latency_ms / 1000)
             runs.append((result.episode_id, tracker, produced[0]))
             self._count(result)
             if result.crashed:

@@ -97,3 +97,26 @@ def test_shutdown_aborts_between_steps():
 
     events = asyncio.run(main())
     assert [e.kind for e in events] == ["started", "aborted"] and events[-1].infra_failure
+
+
+def test_step_latency_is_added_to_every_environment_step_and_recorded():
+    import time
+
+    from producers.rollout import RolloutConfig
+    from infra.config import ConfigError
+
+    events = []
+    task = TaskSpec(task_id="t1", suite="miniwob", name="click-test", max_steps=3, timeout_s=60.0)
+    t0 = time.perf_counter()
+    result = asyncio.run(run_episode(task, Sandbox(), Policy("p"), events.append, sandbox_name="browser",
+                                     worker_id="w", step_latency_s=0.05))
+    took = time.perf_counter() - t0
+    steps = [e for e in events if getattr(e, "kind", "") == "step"]
+    assert result.status == "ended" and len(steps) == 3
+    assert took >= 0.15 and all(s.latency_env_ms >= 50 for s in steps)
+    try:
+        RolloutConfig(step_latency_ms=-1)
+    except ConfigError as exc:
+        assert "step_latency_ms" in str(exc)
+    else:
+        raise AssertionError("a negative latency was accepted")
