@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from serving_fixtures import scored_trajectory  # noqa: E402
 
 from schemas.blobs import BlobStore  # noqa: E402
+from trainer import metric_names as M  # noqa: E402
 from trainer.lm_stream import LMTrainConfig, train_step  # noqa: E402
 from trainer.openai_chat import encode_image  # noqa: E402
 from infra.policy import build_policy  # noqa: E402
@@ -46,7 +47,7 @@ def bench_updates(n_traj: int, repeats: int) -> None:
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-4)
     cfg = LMTrainConfig(minibatch_samples=8)
     train_step(policy, opt, samples, cfg)  # warm-up
-    sft = [train_step(policy, opt, samples, cfg)["update_s"] for _ in range(repeats)]
+    sft = [train_step(policy, opt, samples, cfg)[M.UPDATE_TIME_S] for _ in range(repeats)]
     ppo = []
     for _ in range(repeats):
         t0 = time.perf_counter()

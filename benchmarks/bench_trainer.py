@@ -30,6 +30,7 @@ from infra.settings import load_settings  # noqa: E402
 from infra.topics import TOPICS, topic_name  # noqa: E402
 from schemas.blobs import BlobStore  # noqa: E402
 from schemas.codec import encode  # noqa: E402
+from trainer import metric_names as M  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from infra.policy import build_policy  # noqa: E402
 from infra.policy import PolicyInput  # noqa: E402
@@ -82,7 +83,7 @@ def main() -> int:
             stop.set()
             feeder.join(timeout=30)
             delete_topics(settings, report.created)
-    update_times = [v.metrics["update_time_s"] for v in versions if "update_time_s" in v.metrics]
+    update_times = [v.metrics[M.UPDATE_TIME_S] for v in versions if M.UPDATE_TIME_S in v.metrics]
     print(json.dumps({
         "feed_rate_traj_per_s": args.rate, "min_batch": args.min_batch, "updates": summary["updates"],
         "update_time_s_per_batch_mean": round(float(np.mean(update_times)), 3),

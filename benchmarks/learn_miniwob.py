@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from infra.config import resolve  # noqa: E402
 from schemas.blobs import BlobStore  # noqa: E402
 from schemas.events import TaskSpec  # noqa: E402
+from trainer import metric_names as M  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from infra.policy import build_policy  # noqa: E402
 from infra.policy import PolicyInput  # noqa: E402
@@ -193,12 +194,12 @@ async def run(args, cfg: TrainConfig) -> dict:
                     snapshots.append(copy.deepcopy(policy.state_dict()))
                     actor.load_state_dict(snapshots[0])
                     actor.version = policy.version - len(snapshots) + 1
-                upd.append(m["update_time_s"])
+                upd.append(m[M.UPDATE_TIME_S])
                 pool = []
                 if policy.version % args.log_every == 0:
                     succ = " ".join(f"{t}={np.mean(recent[t]):.2f}" for t in tasks)
-                    print(f"  v{policy.version} ep={episodes} {succ} ent={m['entropy']:.2f} clip={m['clip_frac']:.2f} "
-                          f"kl={m['approx_kl']:.3f} upd={m['update_time_s']:.2f}s t={time.perf_counter() - t0:.0f}s",
+                    print(f"  v{policy.version} ep={episodes} {succ} ent={m[M.ENTROPY]:.2f} clip={m[M.CLIP_FRAC]:.2f} "
+                          f"kl={m[M.APPROX_KL]:.3f} upd={m[M.UPDATE_TIME_S]:.2f}s t={time.perf_counter() - t0:.0f}s",
                           flush=True)
     finally:
         await env.close()

@@ -117,10 +117,11 @@ def synthetic_run(n_episodes: int = 24, seed: int = 0, versions: int = 3, t0: fl
     for v in range(versions):
         run.policies.append(PolicyVersion(policy="pixel-ppo", version=v, kind="pixel", uri=f"file://policies/v{v}",
                                           sha256=sha(f"v{v}"), parent=v - 1 if v else None,
-                                          created_at=t0 + v * 60.0, metrics={"loss": round(1.0 / (v + 1), 4)}))
+                                          created_at=t0 + v * 60.0,
+                                          metrics={"losses/pg_loss": round(1.0 / (v + 1), 4)}))
         run.metrics.append(TrainerMetrics(run_id="run-1", update=v, policy="pixel-ppo", policy_version=v,
-                                          ts=t0 + v * 60.0, metrics={"loss": round(1.0 / (v + 1), 4),
-                                                                     "kl": 0.01 * v}))
+                                          ts=t0 + v * 60.0, metrics={"losses/pg_loss": round(1.0 / (v + 1), 4),
+                                                                     "losses/approx_kl": 0.01 * v}))
     for i in range(n_episodes):
         # behaviour version lags behind the trainer now and then: that is the staleness histogram
         t = t0 + i * (versions * 60.0 / n_episodes)

@@ -32,7 +32,7 @@ QUERIES = [
     "SELECT policy_version, action, steps, share FROM v_action_types WHERE policy_version = 2",
     "SELECT * FROM v_staleness_histogram",
     "SELECT stage, error_type, letters FROM v_dead_letters_by_stage",
-    "SELECT name, update, value FROM v_trainer_metrics WHERE name = 'loss'",
+    "SELECT name, update, value FROM v_trainer_metrics WHERE name = 'losses/pg_loss'",
     "SELECT step_index, round(avg(thought_words), 1) AS mean_words, count() AS steps FROM steps FINAL "
     "GROUP BY step_index ORDER BY step_index",
     "SELECT count() AS inserted, (SELECT count() FROM steps FINAL) AS distinct_steps FROM steps",

@@ -35,6 +35,7 @@ from infra.policy import build_policy
 from infra.settings import Settings
 from infra.topics import TOPICS, topic_name
 from producers.suites import get_suite
+from trainer import metric_names as M
 from trainer.bc_config import BCConfig
 from schemas.blobs import BlobNotFound, BlobStore
 from schemas.codec import DecodeError, decode
@@ -175,8 +176,8 @@ def run_bc(cfg: BCConfig, settings: Settings) -> dict[str, Any]:
     match = greedy_match(policy, data)
     published = versions.latest(settings, cfg.policy_name)
     policy.version = versions.next_version(settings, cfg.policy_name, -1)
-    metrics = {"bc/loss": losses[-1], "bc/train_match": match["all"], "bc/demos": float(len(demos)),
-               "bc/steps": float(len(data.actions))}
+    metrics = {M.BC_LOSS: losses[-1], M.BC_TRAIN_MATCH: match["all"], M.DEMOS: float(len(demos)),
+               M.STEPS: float(len(data.actions))}
     pv = make_version(policy, save_weights(policy, store), parent=published.version if published else None, metrics=metrics)
     producer, tracker = make_producer(settings), DeliveryTracker()
     versions.publish(producer, tracker, settings, pv)

@@ -9,6 +9,7 @@ from infra.settings import Settings, load_settings, log_settings
 
 
 def cmd_dpo(args: argparse.Namespace) -> int:
+    from trainer import metric_names as M
     from trainer.dpo import run_dpo
     from trainer.dpo_config import DPOConfig
 
@@ -17,8 +18,8 @@ def cmd_dpo(args: argparse.Namespace) -> int:
     out = run_dpo(resolve(DPOConfig, vars(args)).validate(), settings)
     first, last = out["first"], out["last"]
     print(f"published {out['kind']} version {out['version']} (reference v{out['reference']}) after DPO on "
-          f"{out['pairs']} pairs {out['selected']}: loss {first['loss']:.3f} -> {last['loss']:.3f}, "
-          f"reward margin {last['reward_margin']:.3f}, accuracy {last['accuracy']:.0%}, {out['seconds']:.0f}s")
+          f"{out['pairs']} pairs {out['selected']}: loss {first[M.DPO_LOSS]:.3f} -> {last[M.DPO_LOSS]:.3f}, "
+          f"reward margin {last[M.DPO_REWARD_MARGIN]:.3f}, accuracy {last[M.DPO_ACCURACY]:.0%}, {out['seconds']:.0f}s")
     if out["skipped"]:
         print(f"skipped pairs: {out['skipped']}")
     return 0

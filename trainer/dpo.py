@@ -40,6 +40,7 @@ from schemas.base import now
 from schemas.blobs import BlobStore
 from schemas.codec import DecodeError, decode
 from schemas.events import PreferencePair, TrainerMetrics
+from trainer import metric_names as M
 from trainer.dpo_config import DPOConfig
 from trainer.dpo_inputs import pair_inputs
 from trainer.publish import make_version, publish_metrics, save_weights
@@ -55,17 +56,18 @@ def dpo_loss(logp_chosen: torch.Tensor, logp_rejected: torch.Tensor, ref_chosen:
              ref_rejected: torch.Tensor, beta: float) -> tuple[torch.Tensor, dict[str, float]]:
     """DPO (Rafailov et al. 2023) on N pairs, each argument [N] (sums of log-probs of one side).
 
-    Returns the mean loss and, as floats: the implicit rewards ``beta * (log pi - log pi_ref)`` of
-    each side (means), their margin (chosen minus rejected) and the share of pairs whose margin is
-    positive (accuracy).
+    Returns the mean loss and, as floats under their trainer.metric_names: the loss, the implicit
+    rewards ``beta * (log pi - log pi_ref)`` of each side (means), their margin (chosen minus
+    rejected) and the share of pairs whose margin is positive (accuracy).
     """
     chosen = beta * (logp_chosen - ref_chosen)
     rejected = beta * (logp_rejected - ref_rejected)
     margin = chosen - rejected
     loss = -F.logsigmoid(margin).mean()
-    return loss, {"loss": float(loss.detach()), "reward_margin": float(margin.detach().mean()),
-                  "accuracy": float((margin.detach() > 0).float().mean()),
-                  "chosen_reward": float(chosen.detach().mean()), "rejected_reward": float(rejected.detach().mean())}
+    return loss, {M.DPO_LOSS: float(loss.detach()), M.DPO_REWARD_MARGIN: float(margin.detach().mean()),
+                  M.DPO_ACCURACY: float((margin.detach() > 0).float().mean()),
+                  M.DPO_CHOSEN_REWARD: float(chosen.detach().mean()),
+                  M.DPO_REJECTED_REWARD: float(rejected.detach().mean())}
 
 
 @torch.no_grad()
@@ -163,10 +165,9 @@ def run_dpo(cfg: DPOConfig, settings: Settings) -> dict[str, Any]:
     for epoch, stats in enumerate(history):
         publish_metrics(producer, tracker, settings, TrainerMetrics(
             run_id=run_id, update=epoch, policy=cfg.policy_name, policy_version=policy.version, ts=now(),
-            metrics={**{f"dpo/{k}": v for k, v in stats.items()}, "dpo/pairs": float(len(data))}))
-    final = {f"dpo/{k}": v for k, v in history[-1].items()}
+            metrics={**stats, M.PAIRS: float(len(data))}))
     pv = make_version(policy, save_weights(policy, store), parent=ref.version,
-                      metrics={**final, "dpo/pairs": float(len(data)), "dpo/beta": cfg.beta})
+                      metrics={**history[-1], M.PAIRS: float(len(data)), M.DPO_BETA: cfg.beta})
     versions.publish(producer, tracker, settings, pv)
     return {"version": pv.version, "reference": ref.version, "kind": ref.kind, "pairs": len(data),
             "selected": dict(Counter(p.kind for p in pairs)), "skipped": dict(skipped), "first": history[0],

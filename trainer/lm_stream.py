@@ -29,6 +29,7 @@ import torch
 from confluent_kafka import TopicPartition
 from PIL import Image
 
+from trainer import metric_names as M
 from trainer.lm_config import LMTrainConfig  # noqa: F401 - re-exported: the config lives apart so the CLI need not import torch
 from infra.dlq import dead_letter, send_dead_letter
 from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
@@ -52,8 +53,9 @@ def token_mean_loss(policy, samples: list) -> tuple[torch.Tensor, int]:
     return -(logprobs * batch.target).sum(), int(batch.target.sum())
 
 
-def train_step(policy, optimizer, samples: list, cfg: LMTrainConfig) -> dict[str, float]:
-    """One optimiser step over ``samples`` (accumulated in minibatches), token-mean NLL."""
+def train_step(policy, optimizer, samples: list, cfg: LMTrainConfig, loss_name: str = M.SFT_LOSS) -> dict[str, float]:
+    """One optimiser step over ``samples`` (accumulated in minibatches), token-mean NLL; the loss is
+    reported as ``loss_name`` (SFT's or CT's, trainer.metric_names.LM_LOSS: the same NLL)."""
     policy.train()
     optimizer.zero_grad(set_to_none=True)
     n_tokens = sum(sum(s.target) for s in samples)
@@ -66,8 +68,8 @@ def train_step(policy, optimizer, samples: list, cfg: LMTrainConfig) -> dict[str
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
     optimizer.step()
     policy.eval()
-    return {"loss": total / max(n_tokens, 1), "tokens": float(n_tokens), "samples": float(len(samples)),
-            "grad_norm": grad_norm, "update_s": time.perf_counter() - t0}
+    return {loss_name: total / max(n_tokens, 1), M.TOKENS: float(n_tokens), M.SAMPLES: float(len(samples)),
+            M.GRAD_NORM: grad_norm, M.UPDATE_TIME_S: time.perf_counter() - t0}
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -210,19 +212,19 @@ class LMStreamTrainer:
     def _update(self, policy, optimizer, batch: list[ScoredTrajectory], offsets, producer, tracker) -> None:
         flush_or_raise(producer, tracker)  # the batch's dead letters are acknowledged before its checkpoint
         samples = [s for scored in batch for s in self.sample_fn(policy, scored, self._load_image)]
-        metrics = {"trajectories": float(len(batch))}
+        metrics = {M.TRAJECTORIES: float(len(batch))}
         if not samples:  # nothing trainable (e.g. screenshots gone): move the offsets on, publish nothing
             save_checkpoint(self.ckpt_dir, policy, optimizer, offsets, published=True)
             log.warning("%s batch of %d trajectories had no trainable steps", self.mode, len(batch))
             return
-        metrics.update(train_step(policy, optimizer, samples, self.cfg))
-        self.update_times.append(metrics["update_s"])
+        metrics.update(train_step(policy, optimizer, samples, self.cfg, loss_name=M.LM_LOSS[self.mode]))
+        self.update_times.append(metrics[M.UPDATE_TIME_S])
         from infra import versions
 
         parent = policy.version
         policy.version = versions.next_version(self.settings, self.cfg.policy_name, parent)
         save_checkpoint(self.ckpt_dir, policy, optimizer, offsets, published=False)
-        publish_version(self.settings, producer, tracker, self.store, policy, parent, {f"{self.mode}_{k}": v for k, v in metrics.items()})
+        publish_version(self.settings, producer, tracker, self.store, policy, parent, metrics)
         mark_published(self.ckpt_dir)
         self.updates += 1
         log.info("%s update %d -> %s v%d %s", self.mode, self.updates, policy.name, policy.version, metrics)

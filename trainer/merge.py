@@ -15,6 +15,7 @@ from typing import Sequence
 import torch
 
 from infra.errors import UserError
+from trainer import metric_names as M
 
 log = logging.getLogger("flywheel.merge")
 ALPHA_TOLERANCE = 1e-6
@@ -83,7 +84,7 @@ class MergePlan:
         return self.versions[max(range(len(self.alphas)), key=lambda i: self.alphas[i])]
 
     def metrics(self) -> dict[str, float]:
-        return {f"merge_alpha_v{v}": a for v, a in zip(self.versions, self.alphas)}
+        return {M.merge_alpha(v): a for v, a in zip(self.versions, self.alphas)}
 
 
 def merge_versions(pvs: list, alphas: Sequence[float], store) -> tuple[dict[str, torch.Tensor], dict]:

@@ -47,6 +47,7 @@ from schemas.blobs import BlobNotFound, BlobStore
 from schemas.codec import DecodeError, decode
 from schemas.events import PolicyVersion, ScoredTrajectory, TrainerMetrics
 from trainer import distributed, ppo
+from trainer import metric_names as M
 from trainer.config import TrainConfig
 from trainer.ledger import TrainedLedger
 from infra.policy import build_policy, load_policy_version
@@ -237,20 +238,22 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
                 metrics = ppo_update(policy, optimizer, collate(kept), cfg, critic_only=critic_only) if group is None \
                     else distributed.lead_update(group, policy, optimizer, collate(kept), cfg, critic_only)
                 if critic_only:  # the acting policy is unchanged: no new version
-                    state["vp_losses"].append(metrics["value_loss"])
-                    state["vp_evs"].append(metrics["explained_variance"])
+                    state["vp_losses"].append(metrics[M.VALUE_LOSS])
+                    state["vp_evs"].append(metrics[M.EXPLAINED_VARIANCE])
                 else:
                     policy.version = versions.next_version(settings, cfg.policy_name, policy.version)
-                metrics.update(staleness_mean=float(np.mean(staleness)), staleness_max=float(max(staleness)),
-                               thought_length=float(np.mean([e.thought_chars for e in kept])))
+                metrics.update({M.STALENESS_MEAN: float(np.mean(staleness)), M.STALENESS_MAX: float(max(staleness)),
+                                M.THOUGHT_LENGTH: float(np.mean([e.thought_chars for e in kept]))})
                 for e in kept:
                     ledger.add(e.episode_id, e.policy_version)
                 ledger.prune(policy.version, cfg.max_staleness)
                 state["updates"] += 1
             wall = time.monotonic() - started
-            metrics.update(idle_fraction=idle / max(wall, 1e-9), stale_dropped_total=float(counts["stale_dropped"]),
-                           dead_lettered_total=float(counts["dead_lettered"]), trained_total=float(ledger.total),
-                       duplicates_skipped_total=float(counts["duplicates_skipped"]))
+            metrics.update({M.IDLE_FRACTION: idle / max(wall, 1e-9),
+                            M.STALE_DROPPED_TOTAL: float(counts["stale_dropped"]),
+                            M.DEAD_LETTERED_TOTAL: float(counts["dead_lettered"]),
+                            M.DUPLICATES_SKIPPED_TOTAL: float(counts["duplicates_skipped"]),
+                            M.TRAINED_TOTAL: float(ledger.total)})
 
             # 3. dead letters acknowledged, checkpoint (the point of no return), announce, commit offsets
             flush_or_raise(producer, tracker)  # a dead letter is never lost behind a checkpointed offset
@@ -268,8 +271,8 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
                     ts=now(), metrics={k: float(v) for k, v in metrics.items() if v == v}))
             consumer.commit(offsets=[TopicPartition(rl_topic, p, o) for p, o in offsets.items()], asynchronous=False)
             log.info("update %d -> v%d: %d trajectories (%d stale dropped) reward %.3f entropy %.3f idle %.2f",
-                     state["updates"], policy.version, len(kept), dropped, metrics.get("reward_mean", float("nan")),
-                     metrics.get("entropy", float("nan")), metrics["idle_fraction"])
+                     state["updates"], policy.version, len(kept), dropped, metrics.get(M.REWARD_MEAN, float("nan")),
+                     metrics.get(M.ENTROPY, float("nan")), metrics[M.IDLE_FRACTION])
             pool, first_at, stale_before = [], None, counts["stale_dropped"]
     finally:
         consumer.close()

@@ -95,6 +95,7 @@ def learn(task: str, target: float, max_episodes: int, cfg, log_every: int = 0) 
 
     from infra.policy import build_policy
     from infra.policy import PolicyInput
+    from trainer import metric_names as M
     from trainer.update import EpisodeSample, collate, ppo_update
 
     torch.manual_seed(cfg.seed)
@@ -121,10 +122,10 @@ def learn(task: str, target: float, max_episodes: int, cfg, log_every: int = 0) 
             break
         m = ppo_update(policy, optimizer, collate(samples), cfg)
         policy.version += 1
-        update_times.append(m["update_time_s"])
+        update_times.append(m[M.UPDATE_TIME_S])
         if log_every and policy.version % log_every == 0:
             print(f"  v{policy.version} episodes={episodes} success@100={np.mean(recent):.2f} "
-                  f"entropy={m['entropy']:.2f} clip={m['clip_frac']:.2f} t={time.perf_counter() - t0:.0f}s", flush=True)
+                  f"entropy={m[M.ENTROPY]:.2f} clip={m[M.CLIP_FRAC]:.2f} t={time.perf_counter() - t0:.0f}s", flush=True)
     return {"task": task, "target": target, "reached": reached, "episodes": episodes,
             "final_success_last100": round(float(np.mean(recent)), 3),
             "update_time_s_per_batch": round(float(np.mean(update_times)), 4) if update_times else None,

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from trainer import metric_names as M
 from trainer import ppo
 from trainer.collectives import Rank, all_reduce_grads, all_reduce_sums, gather_parts, part
 
@@ -145,15 +146,16 @@ def _minibatch_loss(policy, batch: Batch, idx: torch.Tensor, adv: torch.Tensor, 
         if cfg.kl_coef > 0:
             loss = loss + cfg.kl_coef * ppo.kl_penalty(logprob, old_logprob)
     with torch.no_grad():
-        parts = {"pg_loss": float(pg), "value_loss": float(vloss), "entropy": float(entropy.mean()),
-                 "clip_frac": float(clip_frac), "approx_kl": float(ppo.kl_penalty(logprob, old_logprob))}
+        parts = {M.PG_LOSS: float(pg), M.VALUE_LOSS: float(vloss), M.ENTROPY: float(entropy.mean()),
+                 M.CLIP_FRAC: float(clip_frac), M.APPROX_KL: float(ppo.kl_penalty(logprob, old_logprob))}
     return loss, parts
 
 
 def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, critic_only: bool = False,
                me: Rank | None = None, generator: torch.Generator | None = None) -> dict[str, float]:
     """PPO epochs over ``batch``; ``critic_only`` trains the value head alone with lambda = 1
-    (value pretraining: the acting policy stays fixed). Returns scalar metrics.
+    (value pretraining: the acting policy stays fixed). Returns scalar metrics under their
+    trainer.metric_names (``losses/``, ``value/``, ``batch/``, ``train/``, ``perf/``).
 
     ``generator`` draws the minibatches (default: torch's global one). With ``me`` this rank
     shares the update with the others of the process group: all must call it on the same batch,
@@ -175,7 +177,7 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     params = [p for n, p in policy.named_parameters() if n.startswith("value_head")] if critic_only \
         else [p for p in policy.parameters()]
     N = len(batch.actions)
-    sums: dict[str, float] = {"pg_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0}
+    sums: dict[str, float] = dict.fromkeys((M.PG_LOSS, M.VALUE_LOSS, M.ENTROPY, M.CLIP_FRAC, M.APPROX_KL), 0.0)
     n_mb = 0
     for _ in range(cfg.epochs):
         for idx in torch.randperm(N, generator=generator).split(cfg.minibatch_size):
@@ -203,14 +205,14 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     first[:, 1:] = 0
     metrics = {k: v / max(n_mb, 1) for k, v in sums.items()}
     metrics.update({
-        "reward_mean": float(batch.episode_return.mean()),
-        "success_rate": float((batch.episode_return > 0).float().mean()),
-        "episodes": float(len(batch.episode_ids)),
-        "steps": float(N),
-        "episode_length": float(batch.mask.sum(1).mean()),
-        "explained_variance": ppo.explained_variance(values0, ret),
-        "value_reward_corr": ppo.correlation(values_bt[first.bool()], batch.episode_return),
-        "critic_only": float(critic_only),
-        "update_time_s": time.perf_counter() - t0,
+        M.REWARD_MEAN: float(batch.episode_return.mean()),
+        M.SUCCESS_RATE: float((batch.episode_return > 0).float().mean()),
+        M.EPISODES: float(len(batch.episode_ids)),
+        M.STEPS: float(N),
+        M.EPISODE_LENGTH: float(batch.mask.sum(1).mean()),
+        M.EXPLAINED_VARIANCE: ppo.explained_variance(values0, ret),
+        M.REWARD_CORR: ppo.correlation(values_bt[first.bool()], batch.episode_return),
+        M.CRITIC_ONLY: float(critic_only),
+        M.UPDATE_TIME_S: time.perf_counter() - t0,
     })
     return metrics

@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from infra.app import demo_queries as Q  # noqa: E402
 from infra.ch_query import execute, render  # noqa: E402
 from infra.settings import Settings  # noqa: E402
+from trainer import metric_names as M  # noqa: E402
 
 log = logging.getLogger("flywheel.report")
 TARGETS = {"click-test": 0.95, "click-test-2": 0.90}
@@ -114,8 +115,10 @@ def plot_staleness(rows, path: Path) -> str:
 def plot_trainer(rows, path: Path) -> str | None:
     if not rows:
         return None
-    keys = ["reward_mean", "entropy", "clip_frac", "explained_variance", "value_reward_corr",
-            "update_time_s", "idle_fraction", "staleness_mean", "dropped_stale"]
+    # a run recorded before the metric groups: its names read as today's
+    rows = [(*r[:3], {M.current(k): v for k, v in (r[3] or {}).items()}) for r in rows]
+    keys = [M.REWARD_MEAN, M.ENTROPY, M.CLIP_FRAC, M.EXPLAINED_VARIANCE, M.REWARD_CORR,
+            M.UPDATE_TIME_S, M.IDLE_FRACTION, M.STALENESS_MEAN, M.STALE_DROPPED_TOTAL]
     present = [k for k in keys if any(k in (r[3] or {}) for r in rows)]
     if not present:
         present = sorted({k for r in rows for k in (r[3] or {})})[:9]

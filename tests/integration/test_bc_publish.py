@@ -46,7 +46,7 @@ def test_bc_reads_demonstrations_and_publishes_pi_sft(settings):
     assert out["demos"] == {"click-test": 20} and out["steps"] == 20
     versions = [v for v in scan(settings, "pixel-bc-test")]
     assert [v.version for v in versions] == [out["version"]] == [0]
-    assert versions[0].metrics["bc/demos"] == 20
+    assert versions[0].metrics["batch/demos"] == 20
     policy = load_policy_version(versions[0], store)
     held_out = [make_episode("click-test", np.random.default_rng(99)) for _ in range(20)]
     hits = [e.reward(d.action.x, d.action.y) for e, d in

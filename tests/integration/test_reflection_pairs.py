@@ -115,10 +115,11 @@ def test_dpo_reads_the_pairs_and_publishes_the_next_version(settings):
     out = run_dpo(cfg, settings)
     assert (out["version"], out["reference"], out["pairs"]) == (1, 0, len(pairs))  # the repeats count once
     published = {v.version: v for v in versions.scan(settings, "pixel-dpo-test")}
-    assert published[1].parent == 0 and published[1].metrics["dpo/pairs"] == len(pairs)
+    assert published[1].parent == 0 and published[1].metrics["batch/pairs"] == len(pairs)
     metrics = [decode(m.value(), TrainerMetrics) for m in read(settings, TOPICS.metrics)]
     assert [m.update for m in metrics if m.run_id == "dpo-it"] == list(range(5))
-    assert metrics[-1].metrics["dpo/accuracy"] > 0.5 and metrics[-1].metrics["dpo/loss"] < metrics[0].metrics["dpo/loss"]
+    assert metrics[-1].metrics["dpo/accuracy"] > 0.5
+    assert metrics[-1].metrics["losses/dpo_loss"] < metrics[0].metrics["losses/dpo_loss"]
     letters = [decode(m.value(), DeadLetter) for m in read(settings, TOPICS.dlq)]
     assert [d.stage for d in letters] == ["dpo"]
     # the published weights prefer the chosen actions more than the reference does

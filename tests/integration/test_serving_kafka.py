@@ -118,7 +118,7 @@ def test_sft_streaming_publishes_versions_and_resumes_from_its_offsets(settings,
     second = LMStreamTrainer(settings, cfg, "sft", sft_samples)
     assert second.run() == 1
     latest = max(scan_policy_topic(settings, "lm-sft"), key=lambda pv: pv.version)
-    assert latest.version == 3 and latest.parent == 2 and latest.metrics["sft_trajectories"] == 2.0
+    assert latest.version == 3 and latest.parent == 2 and latest.metrics["batch/trajectories"] == 2.0
 
 
 def test_merge_of_two_versions_equals_the_interpolated_tensors(settings):
@@ -128,7 +128,7 @@ def test_merge_of_two_versions_equals_the_interpolated_tensors(settings):
     publish(settings, a, 3)
     publish(settings, b, 5, parent=3)
     pv = run_merge(settings, MergePlan("lm-m", [3, 5], [0.25, 0.75]))
-    assert pv.version == 6 and pv.parent == 5 and pv.metrics == {"merge_alpha_v3": 0.25, "merge_alpha_v5": 0.75}
+    assert pv.version == 6 and pv.parent == 5 and pv.metrics == {"merge/alpha_v3": 0.25, "merge/alpha_v5": 0.75}
     merged = load_policy_version(pv, BlobStore(settings.blob_root)).state_dict()
     sa, sb = a.state_dict(), b.state_dict()
     for key, value in merged.items():

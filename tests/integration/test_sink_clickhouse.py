@@ -50,6 +50,20 @@ def test_embedded_ddl_insert_query(tmp_path):
         assert scalar(client, "SELECT sum(episodes) FROM v_success_by_policy") == 6
 
 
+def test_trainer_metrics_view_shows_names_from_before_the_groups_under_todays(tmp_path):
+    from consumers.rows import rows_for
+    from infra.settings import load_settings
+    from schemas.events import TrainerMetrics
+
+    old = TrainerMetrics(run_id="r", update=1, policy="p", policy_version=1, ts=1.0,
+                         metrics={"pg_loss": 0.5, "dpo/loss": 0.7, "losses/value_loss": 0.25, "custom": 1.0})
+    rows = rows_for("metrics", old)["trainer_metrics"]
+    with client_for(load_settings({"data_dir": str(tmp_path)})) as client:
+        client.insert("trainer_metrics", [list(r.values()) for r in rows], column_names=list(rows[0]))
+        got = client.query("SELECT name, value FROM v_trainer_metrics ORDER BY name").result_rows
+    assert got == [("custom", 1.0), ("losses/dpo_loss", 0.7), ("losses/pg_loss", 0.5), ("losses/value_loss", 0.25)]
+
+
 def test_events_land_in_tables_and_replays_do_not_double_count(settings, group_id):
     run = synthetic_run(30, seed=5)
     publish(settings, run)

@@ -68,7 +68,7 @@ def test_stream_publishes_loadable_versions(settings, group_id):
     loaded = [load_policy_version(v, store) for v in versions]  # each verified against its sha256
     assert len({v.sha256 for v in versions}) == 4
     assert not torch.equal(loaded[0].loc_head.weight, loaded[3].loc_head.weight)  # it learned something
-    assert "clip_frac" in versions[1].metrics and "idle_fraction" in versions[1].metrics
+    assert "losses/clip_frac" in versions[1].metrics and "perf/idle_fraction" in versions[1].metrics
 
 
 def _run_trainer(settings, group_id: str, max_updates: int) -> subprocess.Popen:

@@ -112,7 +112,7 @@ ALLOWED = [
     "SELECT policy_version, task_name, episodes, success_rate, mean_reward FROM v_success_by_policy",
     "SELECT minute, episodes, mean_reward, success_rate FROM v_reward_over_time",
     "SELECT * FROM v_staleness_histogram",
-    "SELECT name, update, value FROM v_trainer_metrics WHERE name = 'loss'",
+    "SELECT name, update, value FROM v_trainer_metrics WHERE name = 'losses/pg_loss'",
     "SELECT step_index, round(avg(thought_words), 1) AS mean_words, count() AS steps FROM steps FINAL "
     "GROUP BY step_index ORDER BY step_index",
     "SELECT count() AS inserted, (SELECT count() FROM steps FINAL) AS distinct_steps FROM steps",

@@ -31,16 +31,16 @@ def test_loss_and_statistics_match_a_hand_computation():
     # pair 1: 0.5 * ((-1 + 3) - 0) = 1; pair 2: 0.5 * ((-2 + 1) - 0) = -0.5
     want = (math.log1p(math.exp(-1.0)) + math.log1p(math.exp(0.5))) / 2
     assert float(loss) == pytest.approx(want, abs=1e-6)
-    assert stats["accuracy"] == 0.5
-    assert stats["chosen_reward"] == pytest.approx((0.5 + 0.0) / 2)
-    assert stats["rejected_reward"] == pytest.approx((-0.5 + 0.5) / 2)
-    assert stats["reward_margin"] == pytest.approx((1.0 - 0.5) / 2)
+    assert stats["dpo/accuracy"] == 0.5
+    assert stats["dpo/chosen_reward"] == pytest.approx((0.5 + 0.0) / 2)
+    assert stats["dpo/rejected_reward"] == pytest.approx((-0.5 + 0.5) / 2)
+    assert stats["dpo/reward_margin"] == pytest.approx((1.0 - 0.5) / 2)
 
 
 def test_at_the_reference_the_loss_is_log_two_and_its_gradient_prefers_the_chosen_side():
     lc, lr_ = torch.tensor([-1.5], requires_grad=True), torch.tensor([-0.5], requires_grad=True)
     loss, stats = dpo_loss(lc, lr_, lc.detach(), lr_.detach(), beta=0.2)
-    assert stats["loss"] == pytest.approx(math.log(2)) and stats["accuracy"] == 0.0
+    assert stats["losses/dpo_loss"] == pytest.approx(math.log(2)) and stats["dpo/accuracy"] == 0.0
     loss.backward()
     assert float(lc.grad) == pytest.approx(-0.1) and float(lr_.grad) == pytest.approx(0.1)  # -beta/2, +beta/2
 
@@ -156,8 +156,8 @@ def test_dpo_steps_widen_the_margin_of_the_pixel_policy(store):
     history = dpo_train(policy, data, ref_c, ref_r, beta=0.5, epochs=5, lr=1e-2, minibatch_size=4)
     after = margins(policy, data, ref_c, ref_r)
     assert bool((after > 0).all()), after
-    assert history[-1]["loss"] < history[0]["loss"] < math.log(2) + 1e-6
-    assert history[-1]["accuracy"] == 1.0 and history[-1]["reward_margin"] > 0
+    assert history[-1]["losses/dpo_loss"] < history[0]["losses/dpo_loss"] < math.log(2) + 1e-6
+    assert history[-1]["dpo/accuracy"] == 1.0 and history[-1]["dpo/reward_margin"] > 0
 
 
 def test_dpo_steps_widen_the_margin_of_the_language_policy(store):

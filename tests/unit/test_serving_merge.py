@@ -60,4 +60,4 @@ def test_mismatched_keys_shapes_dtypes_are_refused():
 def test_plan_records_parent_and_recipe():
     plan = MergePlan("p", [3, 5], [0.25, 0.75])
     assert plan.parent == 5
-    assert plan.metrics() == {"merge_alpha_v3": 0.25, "merge_alpha_v5": 0.75}
+    assert plan.metrics() == {"merge/alpha_v3": 0.25, "merge/alpha_v5": 0.75}

@@ -94,7 +94,7 @@ def test_a_few_sft_steps_lower_the_loss(store):
     samples = sft_samples(policy, scored_trajectory(store, "ep3"), loader(store))
     opt = torch.optim.AdamW(policy.parameters(), lr=3e-3)
     cfg = LMTrainConfig(minibatch_samples=1)
-    losses = [train_step(policy, opt, samples, cfg)["loss"] for _ in range(4)]
+    losses = [train_step(policy, opt, samples, cfg)["losses/sft_loss"] for _ in range(4)]
     assert losses[-1] < losses[0]
 
 

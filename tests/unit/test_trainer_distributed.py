@@ -162,7 +162,8 @@ def test_two_ranks_update_equals_one_process(kind, opt, tmp_path):
     assert between == 0.0, "the ranks' weights diverged"
     assert diff < 1e-5
     for got, ref_m in zip(ranks[0]["metrics"], ref_metrics):
-        for k in ("pg_loss", "value_loss", "entropy", "clip_frac", "approx_kl", "explained_variance"):
+        for k in ("losses/pg_loss", "losses/value_loss", "losses/entropy", "losses/clip_frac", "losses/approx_kl",
+                  "value/explained_variance"):
             assert got[k] == pytest.approx(ref_m[k], rel=1e-4, abs=1e-6), k
 
 

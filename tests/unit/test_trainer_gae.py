@@ -74,4 +74,4 @@ def test_ppo_update_bootstraps_truncated_episodes_from_the_policy_value_of_s_T()
     for lam_policy in (-1.0, 0.95):  # decoupled length-adaptive, and coupled
         m = ppo_update(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), batch,
                        TrainConfig(epochs=1, minibatch_size=4, lam_policy=lam_policy))
-        assert np.isfinite(m["value_loss"])
+        assert np.isfinite(m["losses/value_loss"])

@@ -111,6 +111,6 @@ def test_critic_only_update_keeps_the_acting_policy_fixed():
     after = policy.state_dict()
     moved = {k for k in before if not torch.equal(before[k], after[k])}
     assert moved and all(k.startswith("value_head") for k in moved), moved
-    assert m["critic_only"] == 1.0
+    assert m["train/critic_only"] == 1.0
     m = ppo_update(policy, opt, collate(samples), cfg)  # then PPO moves the actor too
     assert any(not torch.equal(before[k], policy.state_dict()[k]) for k in before if k.startswith("loc_head"))

@@ -1,0 +1,67 @@
+"""Trainer metric names (trainer.metric_names): every name says a declared group, the trainers
+report under those names, and ClickHouse's view maps names written before the groups as
+``RENAMED`` does."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+
+from infra.clickhouse import load_migrations
+from infra.policy import PolicyInput, build_policy
+from trainer import metric_names as M
+
+
+def test_every_declared_name_has_a_declared_group_and_one_constant():
+    names = [v for k, v in vars(M).items() if k.isupper() and isinstance(v, str)]
+    assert len(names) > 30
+    assert [n for n in names if M.group(n) not in M.GROUPS] == []
+    assert len(set(names)) == len(names)
+    assert M.group(M.merge_alpha(3)) == "merge" and M.group("pg_loss") == ""
+
+
+def test_renamed_names_are_todays():
+    assert [new for new in M.RENAMED.values() if M.group(new) not in M.GROUPS] == []
+    assert all(M.current(new) == new for new in M.RENAMED.values())
+    assert M.current("pg_loss") == "losses/pg_loss" and M.current("ct_loss") == "losses/ct_loss"
+    assert M.current("custom") == "custom"
+
+
+def test_ppo_update_reports_its_metrics_under_their_groups():
+    from trainer.config import TrainConfig
+    from trainer.synthetic import make_episode
+    from trainer.update import EpisodeSample, collate, ppo_update
+
+    torch.manual_seed(0)
+    policy = build_policy("pixel", "p", {"grid": 4, "channels": [4, 8, 8]})
+    rng = np.random.default_rng(0)
+    episodes = [make_episode("click-test", rng) for _ in range(4)]
+    inputs = [PolicyInput(e.image, e.instruction, 160, 210) for e in episodes]
+    samples = [EpisodeSample(f"e{k}", [policy.preprocess(i.image)], [i.instruction], [d.action], [d.logprob],
+                             [float(k % 2)], 0) for k, (i, d) in enumerate(zip(inputs, policy.act(inputs)))]
+    cfg = TrainConfig(epochs=1, minibatch_size=4)
+    m = ppo_update(policy, torch.optim.Adam(policy.parameters()), collate(samples), cfg)
+    assert set(m) == {
+        "losses/pg_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clip_frac",
+        "value/explained_variance", "value/reward_corr",
+        "batch/reward_mean", "batch/success_rate", "batch/episodes", "batch/steps", "batch/episode_length",
+        "train/critic_only", "perf/update_time_s",
+    }
+
+
+def test_dpo_and_merge_report_under_their_groups():
+    from trainer.dpo import dpo_loss
+    from trainer.merge import MergePlan
+
+    _, stats = dpo_loss(torch.zeros(2), torch.zeros(2), torch.zeros(2), torch.zeros(2), beta=0.1)
+    assert set(stats) == {"losses/dpo_loss", "dpo/reward_margin", "dpo/accuracy", "dpo/chosen_reward",
+                          "dpo/rejected_reward"}
+    assert MergePlan("p", [3, 5], [0.25, 0.75]).metrics() == {"merge/alpha_v3": 0.25, "merge/alpha_v5": 0.75}
+
+
+def test_the_trainer_metrics_view_maps_old_names_as_renamed_does():
+    view = [s for m in load_migrations() for s in m.statements if "VIEW v_trainer_metrics" in s][-1]
+    pairs = re.findall(r"'([^']*)',\s*'([^']*)'", view[view.index("map("):view.index(") AS renamed")])
+    assert len(pairs) == len(M.RENAMED) and dict(pairs) == M.RENAMED
