@@ -58,13 +58,16 @@ class PolicyClient:
     def __init__(self, name: str) -> None:
         self.name = name
         self.version = 0
+        # False while acting with weights of its own (a local init): then any published version,
+        # version 0 included (pi_sft from the cold start, or the trainer's init), replaces them
+        self.adopted = False
 
     async def act(self, request: PolicyRequest) -> PolicyReply:
         raise NotImplementedError
 
     async def load_version(self, pv: PolicyVersion, blobs: BlobStore) -> None:
         """Adopt a newer published version (the worker verified it is for this policy)."""
-        self.version = pv.version
+        self.version, self.adopted = pv.version, True
 
     async def close(self) -> None:
         pass
@@ -191,7 +194,7 @@ class TorchClient(PolicyClient):
         # load_policy_version re-checks the sha256 of the bytes it loads
         self.blobs = self.blobs or blobs
         self.policy = self._with_blobs(await asyncio.to_thread(load_policy_version, pv, blobs))
-        self.version = pv.version
+        self.version, self.adopted = pv.version, True
 
     def _with_blobs(self, policy: Any) -> Any:
         if self.blobs is not None and hasattr(policy, "blob_store"):

@@ -25,7 +25,9 @@ log = logging.getLogger("flywheel.policy_watch")
 
 
 def newer(pv: PolicyVersion, client: PolicyClient) -> bool:
-    return pv.policy == client.name and pv.version > client.version
+    """A version to load: a later one, or any one while the client acts with weights of its own
+    (its local init is labelled version 0 but is not the published version 0)."""
+    return pv.policy == client.name and (pv.version > client.version or not client.adopted)
 
 
 class PolicyWatcher:

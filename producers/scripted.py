@@ -70,10 +70,28 @@ def quoted(instruction: str) -> str | None:
     return m.group(1) if m else None
 
 
-@solver("click-test", "click-test-2")
+@solver("click-test")
 def solve_click_test(instruction: str, dom: dict[str, Any]) -> Any:
     el = find(dom, id="subbtn")
     return click_on(el, dom) if el else Wait()
+
+
+@solver("click-test-2")
+def solve_click_test_2(instruction: str, dom: dict[str, Any]) -> Any:
+    """ONE at the point of it nearest its centre that TWO (drawn later, on top) does not cover:
+    the two 40 px buttons are placed at random and overlap in about 1 episode of 4."""
+    one, two = find(dom, id="subbtn"), find(dom, id="subbtn2")
+    if one is None:
+        return Wait()
+    if two is None:
+        return click_on(one, dom)
+    cx, cy = one["x"] + one["w"] / 2, one["y"] + one["h"] / 2
+    points = [(one["x"] + one["w"] * (i + 0.5) / 8, one["y"] + one["h"] * (j + 0.5) / 8) for i in range(8) for j in range(8)]
+    free = [(x, y) for x, y in points if not (two["x"] <= x <= two["x"] + two["w"] and two["y"] <= y <= two["y"] + two["h"])]
+    if not free:
+        return Wait()
+    x, y = min(free, key=lambda p: (p[0] - cx) ** 2 + (p[1] - cy) ** 2)
+    return Click(x=min(max(x / dom["width"], 0.0), 1.0), y=min(max(y / dom["height"], 0.0), 1.0))
 
 
 @solver("click-button")

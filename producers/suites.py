@@ -66,3 +66,27 @@ def expand(names: list[str]) -> list[str]:
             if task not in out:
                 out.append(task)
     return out
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run over some suite and task names needs: its tasks, the policy heads, a step budget."""
+
+    tasks: tuple[str, ...]
+    action_types: tuple[str, ...]
+    max_steps: int
+
+
+def plan(names: list[str], max_steps: int = 0) -> RunPlan:
+    """The tasks ``names`` stand for, the action heads they need (the union of the suites that
+    hold them; a task in no suite gets the default suite's heads, a superset) and the step budget
+    (``max_steps`` when > 0, else the largest budget of those suites)."""
+    tasks = expand(names)
+    if not tasks:
+        raise UserError("no tasks given (a suite: --tasks default, or task names)")
+    holders = [s for s in SUITES.values() if s.name in names or any(t in s.tasks for t in tasks)]
+    homeless = [t for t in tasks if not any(t in s.tasks for s in holders)]
+    if homeless or not holders:
+        holders.append(SUITES["default"])
+    heads = tuple(a for a in SUITES["default"].action_types if any(a in s.action_types for s in holders))
+    return RunPlan(tuple(tasks), heads, max_steps if max_steps > 0 else max(s.max_steps for s in holders))

@@ -58,6 +58,7 @@ PAIRS = "batch/pairs"
 
 # train/
 CRITIC_ONLY = "train/critic_only"  # 1 during value pretraining
+NONFINITE_SKIPPED = "train/nonfinite_skipped"  # minibatches whose gradient was NaN/inf: no step
 GRAD_NORM = "train/grad_norm"
 
 # perf/

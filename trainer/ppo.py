@@ -112,6 +112,9 @@ def decoupled_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tenso
 # ---------------------------------------------------------------- losses
 
 
+LOG_RATIO_LIMIT = 20.0
+
+
 def ppo_policy_loss(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor,
                     eps_low: float, eps_high: float, mask: torch.Tensor | None = None,
                     behaviour_logprob: torch.Tensor | None = None,
@@ -124,8 +127,12 @@ def ppo_policy_loss(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages
     (decoupled PPO: ``old_logprob`` recomputed at the start of the update), each term is also
     weighted by the truncated IS weight ``min(exp(old - behaviour), tis_cap)`` (no gradient).
     advantages: [N]. Returns (scalar loss to minimise, stats: ratio [N], clip_frac scalar).
+
+    The log-ratio is clamped to [-20, 20] before exp: a ratio of exp(88) overflows float32, and
+    inf times a zero truncated-IS weight is NaN (seen when the acting weights were not the ones
+    trained); at |log-ratio| > 20 the clip has long stopped the gradient of a gain anyway.
     """
-    ratio = torch.exp(logprob - old_logprob)
+    ratio = torch.exp(torch.clamp(logprob - old_logprob, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
     surr1 = ratio * advantages
     surr2 = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
     per_step = -torch.min(surr1, surr2)
@@ -154,9 +161,9 @@ def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor | None = None) -> to
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Schulman's k3 estimator of KL(pi || ref) from sampled actions: E[exp(d) - d - 1], d = ref - logprob.
 
-    logprob, ref_logprob: [N] -> scalar, >= 0 and unbiased.
+    logprob, ref_logprob: [N] -> scalar, >= 0 and unbiased (d clamped like the PPO ratio's).
     """
-    d = ref_logprob - logprob
+    d = torch.clamp(ref_logprob - logprob, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     return masked_mean(torch.exp(d) - d - 1.0, mask)
 
 

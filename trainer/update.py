@@ -178,7 +178,7 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
         else [p for p in policy.parameters()]
     N = len(batch.actions)
     sums: dict[str, float] = dict.fromkeys((M.PG_LOSS, M.VALUE_LOSS, M.ENTROPY, M.CLIP_FRAC, M.APPROX_KL), 0.0)
-    n_mb = 0
+    n_mb = skipped = 0
     for _ in range(cfg.epochs):
         for idx in torch.randperm(N, generator=generator).split(cfg.minibatch_size):
             mine = idx if me is None else part(idx, me)
@@ -191,7 +191,10 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
                     sums[k] += v * share
             if me is not None:  # the sum of the ranks' shares: the whole minibatch's gradient
                 all_reduce_grads(list(policy.parameters()))
-            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            if not torch.isfinite(norm):  # never step on NaN/inf gradients (every rank sees the same sum)
+                skipped += 1
+                continue
             if critic_only:  # only the value head moves: drop any gradient that reached the trunk
                 for n, p in policy.named_parameters():
                     if not n.startswith("value_head"):
@@ -213,6 +216,7 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
         M.EXPLAINED_VARIANCE: ppo.explained_variance(values0, ret),
         M.REWARD_CORR: ppo.correlation(values_bt[first.bool()], batch.episode_return),
         M.CRITIC_ONLY: float(critic_only),
+        M.NONFINITE_SKIPPED: float(skipped),
         M.UPDATE_TIME_S: time.perf_counter() - t0,
     })
     return metrics

@@ -15,8 +15,8 @@ full batch; the same report then tells the wall-clock to the target in that mode
 
 from __future__ import annotations
 
+import json
 import logging
-import os
 import signal
 import time
 import uuid
@@ -24,10 +24,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from infra.app import demo_queries as Q
+from infra.app import phases
 from infra.config import describe, opt, to_env
 from infra.errors import UserError
 from infra.procs import Child, flywheel_argv, wait_until
 from infra.settings import Settings, load_settings
+from producers.suites import RunPlan, plan as suite_plan
 
 log = logging.getLogger("flywheel.demo")
 
@@ -36,9 +38,12 @@ log = logging.getLogger("flywheel.demo")
 class DemoConfig:
     minutes: float = opt(15.0, "stop after this many minutes of wall-clock")
     until_target: bool = opt(False, "stop early once every task's last-100 success reached its target")
-    tasks: list[str] = opt(["click-test", "click-test-2"], "MiniWoB++ tasks to train on")
+    tasks: list[str] = opt(["default"], "MiniWoB++ tasks or suites to train on (producers.suites: default, quick)")
     episodes: int = opt(20000, "episodes submitted per task (the run stops before it uses them all)")
-    max_steps: int = opt(1, "step budget per episode: 1 means the first click must succeed")
+    max_steps: int = opt(0, "step budget per episode (0: the suite's; 1 means the first click must succeed)")
+    cold_start_demos: int = opt(20, "cold start: scripted demonstrations per task cloned into pi_sft before RL (0: start from random weights)")
+    value_pretrain_batches: int = opt(20, "value pretraining: critic-only batches at most on pi_sft's rollouts before PPO (0: off)")
+    seed: int = opt(0, "seed of the initial weights, the cloning and the task layouts")
     sandboxes: int = opt(4, "browser sandboxes per rollout worker")
     workers: int = opt(1, "rollout worker processes")
     sync: bool = opt(False, "alternate rollout and training without overlap (for the async/sync comparison)")
@@ -51,6 +56,13 @@ class DemoConfig:
     rollout_args: str = opt("", "extra arguments for `flywheel rollout`, space separated")
     streams_args: str = opt("", "extra arguments for `flywheel streams`, space separated")
     keep_broker: bool = opt(False, "leave the Kafka broker this demo started running at exit")
+
+    def validate(self) -> "DemoConfig":
+        if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 1 or self.workers < 1 or self.batch_episodes < 1:
+            raise UserError("minutes must be > 0; episodes, sandboxes, workers and batch_episodes >= 1")
+        if self.max_steps < 0 or self.cold_start_demos < 0 or self.value_pretrain_batches < 0:
+            raise UserError("max_steps, cold_start_demos and value_pretrain_batches must be >= 0")
+        return self
 
 
 def run_names(cfg: DemoConfig) -> tuple[str, str, str]:
@@ -74,8 +86,10 @@ def child_env(settings: Settings, prefix: str) -> dict[str, str]:
     return env
 
 
-def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str, logs: Path) -> list[Child]:
-    """The processes of the loop, in start order (stop order is the reverse)."""
+def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str, logs: Path,
+                  plan: RunPlan) -> list[Child]:
+    """The processes of the loop, in start order (stop order is the reverse): the platform (sink,
+    stream processors), then the learner (trainer, rollout workers)."""
     env = child_env(settings, prefix)
     sync_batch = str(cfg.batch_episodes) if cfg.sync else "0"
     children = [
@@ -85,7 +99,11 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
               logs / "streams.log", env),
         Child("trainer", flywheel_argv(
             "train", "--policy-kind", cfg.policy_kind, "--policy-name", policy,
-            "--min-batch", str(cfg.batch_episodes), "--group-id", f"{prefix}trainer",
+            "--min-batch", str(cfg.batch_episodes), "--group-id", f"{prefix}trainer", "--seed", str(cfg.seed),
+            "--value-pretrain-max-batches", str(cfg.value_pretrain_batches),
+            # the heads the tasks need (used when the trainer builds the policy: no cold start)
+            *(["--policy-config", json.dumps({"action_types": list(plan.action_types)})]
+              if cfg.policy_kind == "pixel" else []),
             # sync: update on a full batch (a partial one only if trajectories were lost to aborts)
             *(["--max-wait-s", "120"] if cfg.sync else []), *cfg.trainer_args.split(),
         ), logs / "trainer.log", env),
@@ -132,17 +150,6 @@ def leave_platform(settings: Settings, started, keep: bool) -> str:
     return f"stopped the Kafka broker this demo started ({started.bootstrap}); its data stays under {settings.data_path}"
 
 
-def submit_tasks(cfg: DemoConfig, env: dict[str, str], logs: Path) -> None:
-    import subprocess
-
-    argv = flywheel_argv("tasks", "submit", "--suite", "miniwob", "--tasks", ",".join(cfg.tasks),
-                         "--episodes", str(cfg.episodes), "--max-steps", str(cfg.max_steps))
-    with open(logs / "tasks.log", "ab") as out:
-        rc = subprocess.run(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, timeout=600).returncode
-    if rc != 0:
-        raise UserError(f"task submission failed (exit {rc}); see {logs / 'tasks.log'}")
-
-
 def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
     """One progress reading; every part is best effort (the sink may be starting)."""
     from infra.ch_query import execute
@@ -168,11 +175,11 @@ def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
     return snap
 
 
-def format_progress(elapsed_s: float, snap: dict) -> str:
+def format_progress(elapsed_s: float, snap: dict, phase: str = "") -> str:
     rates = " ".join(f"{t} {r:.2f}({n})" for t, (r, n) in sorted(snap.get("rates", {}).items())) or "-"
     lag = " ".join(f"{g}={v}" for g, v in sorted(snap.get("lag", {}).items())) or "-"
     m, s = divmod(int(elapsed_s), 60)
-    line = (f"[{m:02d}:{s:02d}] episodes {snap.get('episodes', 0)} | last-100 success {rates} | "
+    line = (f"[{m:02d}:{s:02d}]{' ' + phase if phase else ''} episodes {snap.get('episodes', 0)} | last-100 success {rates} | "
             f"policy v{snap.get('published', '-')} acting v{snap.get('acting', '-')} | "
             f"updates {snap.get('updates', '-')} | lag {lag} | dlq {snap.get('dlq', '-')}")
     if snap.get("error"):
@@ -188,29 +195,43 @@ def reached_targets(snap: dict, tasks: list[str]) -> bool:
 
 
 def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
+    cfg.validate()
     run_id, prefix, policy = run_names(cfg)
+    plan = suite_plan(cfg.tasks, cfg.max_steps)
+    tasks = list(plan.tasks)
     settings = load_settings({**asdict(settings), "topic_prefix": prefix})
     out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    print(f"Flywheel demo {run_id}: mode {'sync' if cfg.sync else 'async'}, policy {policy}, "
-          f"{cfg.minutes:g} min; logs in {logs}", flush=True)
+    cold_start = cfg.cold_start_demos > 0 and cfg.policy_kind == "pixel"
+    print(f"Flywheel demo {run_id}: mode {'sync' if cfg.sync else 'async'}, policy {policy}, {len(tasks)} tasks "
+          f"({', '.join(tasks)}), step budget {plan.max_steps}, phases: "
+          f"{'cold start -> SFT -> ' if cold_start else ''}{'value pretraining -> ' if cfg.value_pretrain_batches else ''}"
+          f"PPO; {cfg.minutes:g} min; logs in {logs}", flush=True)
     log.info("demo config %s", describe(cfg))
     started = ensure_platform(settings)
-    children = plan_children(cfg, settings, prefix, policy, logs)
+    children = plan_children(cfg, settings, prefix, policy, logs, plan)
+    env = child_env(settings, prefix)
     stop = {"flag": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
     t0 = time.time()
     notes: list[str] = []
+    clock = phases.PhaseClock()
+    base_version = 0
     try:
         for child in children:
+            if child.name == "trainer" and cold_start:  # the platform is up: demonstrations, then pi_sft
+                done = phases.demonstrate(cfg, settings, env, prefix, policy, tasks, plan.max_steps, logs, clock, stop)
+                clock.note(f"{done} scripted episodes scored ({cfg.cold_start_demos} per task asked)")
+                phases.clone(cfg, env, policy, tasks, plan.action_types, logs, clock)
             child.start()
             if child.name == "sink":  # the query endpoint must be up before progress reads
                 wait_until(lambda: not child.alive or _endpoint_up(settings), 60)
             if child.name == "trainer":  # rollout acts only with weights the trainer published
                 if not wait_until(lambda: not child.alive or _published(settings, policy), 180, 1.0):
                     raise UserError(f"the trainer published no version within 180s (log {child.log_path})")
-        submit_tasks(cfg, child_env(settings, prefix), logs)
+                base_version = _latest_version(settings, policy)
+        phases.submit(env, logs, tasks, cfg.episodes, plan.max_steps, phases.rl_seed(cfg.seed))
         deadline = t0 + cfg.minutes * 60
         while not stop["flag"] and time.time() < deadline:
             time.sleep(cfg.progress_s)
@@ -219,14 +240,16 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
                 c = dead[0]
                 raise UserError(f"{c.name} exited with code {c.returncode()}: {c.tail(3)} (log {c.log_path})")
             snap = snapshot(settings, policy, prefix)
-            print(format_progress(time.time() - t0, snap), flush=True)
-            if cfg.until_target and reached_targets(snap, cfg.tasks):
+            clock.enter(phases.current_phase(snap.get("published"), base_version, cfg.value_pretrain_batches > 0))
+            print(format_progress(time.time() - t0, snap, clock.current), flush=True)
+            if cfg.until_target and reached_targets(snap, tasks):
                 notes.append(f"every task reached its target after {(time.time() - t0) / 60:.1f} min")
                 break
     except KeyboardInterrupt:
         notes.append("stopped by Ctrl-C")
     finally:
         ended = time.time()
+        clock.close(ended)
         print("stopping: rollout workers, then the stream processors, trainer and sink", flush=True)
         for child in reversed(children):
             child.stop(grace=60 if child.name == "sink" else 30)
@@ -234,7 +257,13 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
 
     run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
                   {"demo": asdict(cfg), "settings": describe(settings)}, notes)
-    path = write_report(settings, run, out)
+    extra, data = [], {}
+    try:
+        extra, data = phases.report_section(settings, policy, base_version, cold_start,
+                                            cfg.value_pretrain_batches > 0, clock)
+    except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
+        notes.append(f"the phase section could not be computed: {exc}")
+    path = write_report(settings, run, out, extra, extra_summary=data)
     print(f"report: {path}", flush=True)
     print(leave_platform(settings, started, cfg.keep_broker), flush=True)
     return path
@@ -247,6 +276,13 @@ def _published(settings: Settings, policy: str) -> bool:
         return versions.latest(settings, policy) is not None
     except Exception:  # noqa: BLE001 - not yet readable
         return False
+
+
+def _latest_version(settings: Settings, policy: str) -> int:
+    from infra import versions
+
+    latest = versions.latest(settings, policy)
+    return latest.version if latest is not None else 0
 
 
 def _endpoint_up(settings: Settings) -> bool:

@@ -139,7 +139,8 @@ def _md_table(cols, rows) -> str:
     return render(cols, rows, "table")
 
 
-def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections: list[str] | None = None) -> Path:
+def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections: list[str] | None = None,
+                 extra_summary: dict[str, Any] | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     p = run.policy
     t0 = run.started_at
@@ -213,6 +214,6 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     (out_dir / "summary.json").write_text(json.dumps({
         "run_id": run.run_id, "mode": run.mode, "policy": p, "minutes": minutes,
         "after": {t: r for t, _, r in after}, "before": {t: r[2] for t, r in before_map.items()},
-        "seconds_to_target": reached,
-    }, indent=2))
+        "seconds_to_target": reached, **(extra_summary or {}),
+    }, indent=2, default=str))
     return path

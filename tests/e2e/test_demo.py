@@ -1,8 +1,11 @@
-"""A short `flywheel demo` run end to end: browser sandboxes, Faust, sink, trainer, hot reload.
+"""A short `flywheel demo` run end to end: browser sandboxes, Faust, sink, trainer, hot reload,
+through the main job's phases (cold start -> SFT -> value pretraining -> PPO) on the quick suite.
 
-It asserts what a new user should see: episodes flowed through every topic into ClickHouse, the
-trainer published at least one new policy version and a rollout worker acted with it (hot
-reload), and nothing reached the dead-letter topic.
+It asserts what a new user should see: the scripted annotator's demonstrations were scored and
+cloned into pi_sft (version 0), the trainer pretrained its critic on pi_sft's rollouts without
+publishing, then published PPO versions a rollout worker acted with (hot reload); episodes flowed
+through every topic into ClickHouse, the report has the phase table, and nothing reached the
+dead-letter topic.
 """
 
 from __future__ import annotations
@@ -54,14 +57,19 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
     env = {**os.environ, "FLYWHEEL_DATA_DIR": str(tmp_path), "FLYWHEEL_KAFKA_BOOTSTRAP": kafka_bootstrap}
     run_id = f"e2e{uuid.uuid4().hex[:8]}"  # its own topics, even on a shared broker
     proc = subprocess.run(
-        [sys.executable, "-m", "infra.app.cli", "demo", "--minutes", "4", "--run-id", run_id,
+        [sys.executable, "-m", "infra.app.cli", "demo", "--minutes", "4", "--run-id", run_id, "--tasks", "quick",
+         "--max-steps", "1", "--cold-start-demos", "4", "--value-pretrain-batches", "2",
          "--batch-episodes", "16", "--sandboxes", "2", "--episodes", "400", "--progress-s", "10"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     print(proc.stdout[-4000:])
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = tmp_path / "reports" / run_id / "report.md"
-    assert report.exists() and "Before and after" in report.read_text()
+    assert report.exists() and "Before and after" in report.read_text() and "## Phases" in report.read_text()
+    summary = json.loads((report.parent / "summary.json").read_text())
+    assert [p["phase"] for p in summary["phases"]] == ["cold start", "SFT", "value pretraining", "PPO"], summary
+    assert summary["value_pretraining"]["critic_only_batches"] == 2, summary["value_pretraining"]
+    assert summary["value_pretraining"]["value_return_corr_at_ppo_start"] is not None
 
     policy = f"pixel-{run_id}"
     counts = _sql(env, f"""SELECT
@@ -71,13 +79,21 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
         (SELECT max(version) FROM policy_versions FINAL WHERE policy = '{policy}') AS published,
         (SELECT max(policy_version) FROM steps FINAL WHERE policy = '{policy}') AS acted,
         (SELECT count() FROM trainer_metrics FINAL WHERE policy = '{policy}') AS updates,
-        (SELECT count() FROM dead_letters FINAL) AS dead""")[0]
+        (SELECT count() FROM dead_letters FINAL) AS dead,
+        (SELECT count() FROM scored FINAL WHERE policy = 'scripted-{policy}') AS demos,
+        (SELECT count() FROM policy_versions FINAL WHERE policy = '{policy}' AND version = 0
+            AND mapContains(metrics, 'bc/train_match')) AS pi_sft,
+        (SELECT count() FROM trainer_metrics FINAL WHERE policy = '{policy}'
+            AND metrics['train/critic_only'] = 1) AS critic_only""")[0]
     print(counts)
     assert counts["steps"] > 0 and counts["trajectories"] > 0 and counts["scored"] > 0
     assert counts["published"] >= 1, "the trainer published no new policy version"
     assert counts["acted"] >= 1, "no rollout step was taken by a hot-reloaded version"
     assert counts["updates"] >= 1
     assert counts["dead"] == 0
+    assert counts["demos"] == 8, "4 scripted demonstrations per task, each scored once"
+    assert counts["pi_sft"] == 1, "version 0 is pi_sft, published by flywheel bc"
+    assert counts["critic_only"] == 2, "value pretraining: 2 critic-only updates, no version published meanwhile"
 
     settings = load_settings({"kafka_bootstrap": kafka_bootstrap, "topic_prefix": f"demo-{run_id}."})
     marks = _high_watermarks(settings, [topic_name(t, settings) for t in TOPICS.all()])

@@ -143,3 +143,21 @@ def test_scripted_client_follows_a_desktop_tasks_own_plan():
     got = [asyncio.run(client.act(PolicyRequest(task=task, obs=obs, step_index=i))).decision.action
            for i in range(len(plan) + 1)]
     assert got == [*plan, Wait()]
+
+
+def test_a_published_version_0_replaces_a_local_init_labelled_0():
+    """pi_sft (or the trainer's init) is version 0; a rollout worker that built its own weights
+    also says version 0 and must still load it, else it acts with weights nobody trained and the
+    trainer's ratios against its log-probs explode (seen: NaN weights after the first update)."""
+    import asyncio
+
+    from producers.policy_client import RandomClient
+    from producers.policy_watch import newer
+    from schemas.events import PolicyVersion
+
+    client = RandomClient(name="p")
+    v0 = PolicyVersion(policy="p", version=0, kind="pixel", uri="file:///w", sha256="0" * 64, created_at=1.0)
+    assert client.version == 0 and newer(v0, client)
+    asyncio.run(client.load_version(v0, None))
+    assert not newer(v0, client) and newer(v0.model_copy(update={"version": 1}), client)
+    assert not newer(v0.model_copy(update={"policy": "q", "version": 5}), client)  # another policy's

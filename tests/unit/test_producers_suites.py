@@ -48,3 +48,21 @@ def test_suite_names_expand_and_single_tasks_still_run():
     assert [t.name for t in build_tasks("miniwob", ["choose-date"], 1, prefix="t")] == ["choose-date"]
     with pytest.raises(UserError, match="unknown task suite"):
         get_suite("nope")
+
+
+def test_a_run_plan_gives_the_heads_and_budget_its_tasks_need():
+    from producers.suites import SUITES, plan
+
+    quick = plan(["quick"])
+    assert quick.tasks == ("click-test", "click-test-2") and quick.action_types == ("click",)
+    assert quick.max_steps == SUITES["quick"].max_steps
+    assert plan(["quick"], max_steps=1).max_steps == 1  # an explicit budget wins
+    full = plan(["default"])
+    assert full.action_types == SUITES["default"].action_types and full.max_steps == SUITES["default"].max_steps
+    # a task of the default suite mixed with the quick pair needs the default suite's heads
+    mixed = plan(["click-test", "enter-text"])
+    assert "type" in mixed.action_types and mixed.max_steps == SUITES["default"].max_steps
+    # a MiniWoB++ task in no suite gets the superset of heads
+    assert plan(["use-autocomplete"]).action_types == SUITES["default"].action_types
+    with pytest.raises(UserError):
+        plan([])

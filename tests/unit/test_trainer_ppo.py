@@ -118,3 +118,16 @@ def test_value_pretrain_criterion():
     assert not ppo.value_pretrain_done([1.0, 0.50, 0.49, 0.30], [0.1] * 4, crit)
     assert ppo.value_pretrain_done([1.0, 0.5] * 5, [0.0] * 10, crit)  # the cap
     assert ppo.value_pretrain_done([], [], ppo.ValuePretrainCriterion(max_batches=0))  # disabled
+
+
+def test_far_off_policy_steps_give_finite_losses_and_gradients():
+    """Acting weights far from the trained ones (log-ratio 270 nats) once made exp overflow to inf
+    and inf * 0 (the truncated IS weight) NaN every weight: the log-ratio is clamped now."""
+    logprob = torch.tensor([-5.0, -1.0, -0.5], requires_grad=True)
+    proximal = torch.tensor([-275.0, -1.0, -0.4])
+    behaviour = torch.tensor([-5.99, -300.0, -0.5])
+    loss, stats = ppo.ppo_policy_loss(logprob, proximal, torch.tensor([1.0, -1.0, 0.5]), 0.2, 0.28,
+                                      behaviour_logprob=behaviour, tis_cap=2.0)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logprob.grad).all() and torch.isfinite(stats["ratio"]).all()
+    assert torch.isfinite(ppo.kl_penalty(logprob.detach(), behaviour))

@@ -1,0 +1,221 @@
+"""The main job's phases, as UI-TARS-2 runs them: cold start -> SFT -> value pretraining -> PPO.
+
+- **cold start**: the scripted solvers (producers.scripted) play the annotators. A rollout worker
+  with the scripted backend runs ``cold_start_demos`` episodes per task through the normal
+  pipeline (steps -> trajectories -> scored, V(s)=1 routed to flywheel.sft.v1) under the policy
+  name ``scripted-<policy>``, on seeds the RL phase never uses.
+- **SFT**: ``flywheel bc`` clones those demonstrations into the pixel policy and publishes pi_sft
+  as the run policy's next version.
+- **value pretraining**: the PPO trainer starts from pi_sft and trains only its critic on pi_sft's
+  own rollouts until ``ppo.value_pretrain_done`` says it converged; no version is published
+  meanwhile, so the acting policy stays pi_sft.
+- **PPO**: from the first version the trainer publishes after that.
+
+The phase of an episode is read from what it was acted by (``phase_sql``), so the report's
+per-phase table needs no clock; the wall-clock of each phase is kept by ``PhaseClock``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infra.app import demo_queries as Q
+from trainer import metric_names as M
+from infra.errors import UserError
+from infra.procs import Child, flywheel_argv
+
+COLD_START, SFT, VALUE_PRETRAIN, PPO = "cold start", "SFT", "value pretraining", "PPO"
+DEMO_SEED_BASE = 10_000_000  # demonstrations use seeds the RL tasks (seed * 100_000 + k) never reach
+
+
+def scripted_policy(policy: str) -> str:
+    return f"scripted-{policy}"
+
+
+def rl_seed(seed: int) -> int:
+    return seed * 100_000
+
+
+def current_phase(published: int | None, base_version: int, value_pretrain: bool) -> str:
+    """The training phase, from the newest published version: until the trainer publishes past
+    the version it started from (pi_sft, or the random init), its updates are critic-only when
+    value pretraining is on."""
+    if published is None or published <= base_version:
+        return VALUE_PRETRAIN if value_pretrain else PPO
+    return PPO
+
+
+@dataclass
+class PhaseClock:
+    """Wall-clock of each phase: ``enter`` ends the current one."""
+
+    spans: list[tuple[str, float, float | None, str]] = field(default_factory=list)
+
+    def enter(self, name: str, detail: str = "", at: float | None = None) -> None:
+        now = time.time() if at is None else at
+        if self.spans and self.spans[-1][0] == name:
+            return
+        self.close(now)
+        self.spans.append((name, now, None, detail))
+
+    def note(self, detail: str) -> None:
+        if self.spans:
+            name, start, end, _ = self.spans[-1]
+            self.spans[-1] = (name, start, end, detail)
+
+    def close(self, at: float | None = None) -> None:
+        if self.spans and self.spans[-1][2] is None:
+            name, start, _, detail = self.spans[-1]
+            self.spans[-1] = (name, start, time.time() if at is None else at, detail)
+
+    @property
+    def current(self) -> str:
+        return self.spans[-1][0] if self.spans else "-"
+
+    def rows(self) -> list[dict]:
+        return [{"phase": n, "started_at": s, "seconds": round((e or time.time()) - s, 1), "detail": d}
+                for n, s, e, d in self.spans]
+
+
+def phase_sql(policy: str, base_version: int, cold_start: bool, value_pretrain: bool) -> str:
+    """Success per task and phase over every ended episode of the run (demonstrations included),
+    the phase read from the policy that acted: the scripted annotator, the version the trainer
+    started from (pi_sft or the random init; during value pretraining or before the first
+    update) or PPO's."""
+    # a constant label: no input reaches it
+    start = ("2 pi_sft" if cold_start else "2 random init") + (" (value pretraining)" if value_pretrain else "")
+    return f"""SELECT task_name, phase, count() AS episodes, round(avg(success), 4) AS success_rate,
+    round(avg(num_steps), 2) AS mean_steps
+FROM (
+    SELECT task_name, success, num_steps,
+        multiIf(policy = {Q.q(scripted_policy(policy))}, '1 demonstrations (scripted)',
+                policy_version_min <= {int(base_version)}, '{start}', '3 PPO') AS phase
+    FROM scored FINAL
+    WHERE policy IN ({Q.q(policy)}, {Q.q(scripted_policy(policy))}) AND NOT infra_failure
+)
+GROUP BY task_name, phase ORDER BY task_name, phase"""
+
+
+def pivot(rows: list[tuple]) -> tuple[list[str], list[list[str]]]:
+    """(task, phase, episodes, success, ...) rows -> a task x phase table of 'success (episodes)'."""
+    phases = sorted({r[1] for r in rows})
+    by_task: dict[str, dict[str, str]] = {}
+    for task, phase, n, rate, *_ in rows:
+        by_task.setdefault(task, {})[phase] = f"{float(rate):.2f} ({n})"
+    return ["task", *phases], [[t, *(cells.get(p, "-") for p in phases)] for t, cells in sorted(by_task.items())]
+
+
+# ---------------------------------------------------------------- the cold start and SFT phases
+
+
+def count_scored(settings, policy: str) -> int:
+    from infra.ch_query import execute
+
+    _, rows, _ = execute(settings, f"SELECT count() FROM scored FINAL WHERE policy = {Q.q(policy)}")
+    return int(rows[0][0]) if rows else 0
+
+
+def demonstrate(cfg, settings, env: dict[str, str], prefix: str, policy: str, tasks: list[str], max_steps: int,
+                logs: Path, clock: PhaseClock, stop: dict) -> int:
+    """Run the scripted annotator on ``cfg.cold_start_demos`` episodes per task and wait until
+    they are scored (the sink saw them, so flywheel.sft.v1 holds the successes); -> episodes."""
+    name = scripted_policy(policy)
+    clock.enter(COLD_START, f"{cfg.cold_start_demos} scripted demonstrations per task")
+    worker = Child("annotator", flywheel_argv(
+        "rollout", "--sandboxes", str(cfg.sandboxes), "--policy-backend", "scripted", "--policy-name", name,
+        "--worker-id", "annotator", "--group-id", f"{prefix}rollout", *cfg.rollout_args.split(),
+    ), logs / "annotator.log", env).start()
+    want = cfg.cold_start_demos * len(tasks)
+    try:
+        submit(env, logs, tasks, cfg.cold_start_demos, max_steps, DEMO_SEED_BASE + cfg.seed * 1000)
+        deadline, last, last_change = time.time() + max(300.0, 6.0 * want), -1, time.time()
+        while not stop["flag"]:
+            time.sleep(cfg.progress_s)
+            if not worker.alive:
+                raise UserError(f"the scripted annotator exited with code {worker.returncode()}: {worker.tail(3)}")
+            try:
+                done = count_scored(settings, name)
+            except Exception:  # noqa: BLE001 - the sink may be starting
+                continue
+            print(f"[{clock.current}] demonstrations scored {done}/{want}", flush=True)
+            if done != last:
+                last, last_change = done, time.time()
+            # all of them, or the few that never end (a sandbox crash is retried, not scored twice)
+            if done >= want or (done >= 0.9 * want and time.time() - last_change > 30) or time.time() > deadline:
+                break
+        time.sleep(2.0)  # the router's flywheel.sft.v1 record left with the scored one; let it land
+        return last
+    finally:
+        worker.stop(grace=30)
+
+
+def clone(cfg, env: dict[str, str], policy: str, tasks: list[str], action_types: tuple[str, ...], logs: Path,
+          clock: PhaseClock) -> str:
+    """``flywheel bc`` on the run's flywheel.sft.v1: publishes pi_sft; -> its summary line."""
+    clock.enter(SFT, "behaviour cloning of the demonstrations")
+    argv = flywheel_argv("bc", "--policy-name", policy, "--tasks", ",".join(tasks),
+                         "--demos-per-task", str(cfg.cold_start_demos), "--seed", str(cfg.seed),
+                         "--policy-config", json.dumps({"action_types": list(action_types)}))
+    out = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=1800)
+    (logs / "bc.log").write_text(out.stdout + out.stderr)
+    if out.returncode != 0:
+        raise UserError(f"flywheel bc failed (exit {out.returncode}): {out.stderr.strip()[-300:]} (log {logs / 'bc.log'})")
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("published")), out.stdout.strip()[-200:])
+    clock.note(line)
+    print(f"[{SFT}] {line}", flush=True)
+    return line
+
+
+def submit(env: dict[str, str], logs: Path, tasks: list[str], episodes: int, max_steps: int, seed: int) -> None:
+    argv = flywheel_argv("tasks", "submit", "--suite", "miniwob", "--tasks", ",".join(tasks),
+                         "--episodes", str(episodes), "--max-steps", str(max_steps), "--seed", str(seed))
+    with open(logs / "tasks.log", "ab") as out:
+        rc = subprocess.run(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, timeout=600).returncode
+    if rc != 0:
+        raise UserError(f"task submission failed (exit {rc}); see {logs / 'tasks.log'}")
+
+
+# ---------------------------------------------------------------- the report's section
+
+
+def value_pretraining_summary(trainer_rows: list[tuple]) -> dict[str, float | int | None]:
+    """From the run's TrainerMetrics rows (update, version, t, metrics): how many critic-only
+    batches ran, the critic's explained variance at the last of them, and the value-return
+    correlation of the first PPO batch (UI-TARS-2's failure signature is a negative one)."""
+    rows = [(r[0], {M.current(k): v for k, v in (r[3] or {}).items()}) for r in trainer_rows]
+    critic = [m for _, m in rows if m.get(M.CRITIC_ONLY) == 1]
+    ppo = [m for _, m in rows if m.get(M.CRITIC_ONLY) == 0 and M.REWARD_CORR in m]
+    return {"critic_only_batches": len(critic),
+            "explained_variance_at_end": critic[-1].get(M.EXPLAINED_VARIANCE) if critic else None,
+            "value_return_corr_at_ppo_start": ppo[0].get(M.REWARD_CORR) if ppo else None,
+            "explained_variance_at_ppo_start": ppo[0].get(M.EXPLAINED_VARIANCE) if ppo else None}
+
+
+def report_section(settings, policy: str, base_version: int, cold_start: bool, value_pretrain: bool,
+                   clock: PhaseClock) -> tuple[list[str], dict]:
+    """Markdown of the phases (time, success per task and phase, value pretraining) and its data."""
+    from infra.ch_query import execute, render
+
+    sql = phase_sql(policy, base_version, cold_start, value_pretrain)
+    _, rows, _ = execute(settings, sql)
+    cols, table = pivot(rows)
+    _, trainer_rows, _ = execute(settings, Q.trainer_metrics(policy))
+    vp = value_pretraining_summary(trainer_rows)
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    lines = ["## Phases", "", "| phase | minutes | what |", "|---|---|---|"]
+    lines += [f"| {r['phase']} | {r['seconds'] / 60:.1f} | {r['detail']} |" for r in clock.rows()]
+    lines += ["", "Success rate (episodes) per task and phase, every ended episode of the phase "
+              "(sampled actions; the demonstrations are the scripted annotator's):", "",
+              "```", render(cols, table, "table") if table else "(no rows)", "```", "",
+              f"Value pretraining: {vp['critic_only_batches']} critic-only batches, explained variance at "
+              f"their end {fmt(vp['explained_variance_at_end'])}; at PPO's first batch the critic's explained "
+              f"variance was {fmt(vp['explained_variance_at_ppo_start'])} and the value-return correlation "
+              f"{fmt(vp['value_return_corr_at_ppo_start'])} (negative: the critic misleads the policy).", "",
+              "<details><summary>SQL</summary>", "", "```sql", sql, "```", "</details>", ""]
+    by_phase = {t[0]: dict(zip(cols[1:], t[1:])) for t in table}
+    return lines, {"phases": clock.rows(), "success_by_task_and_phase": by_phase, "value_pretraining": vp}

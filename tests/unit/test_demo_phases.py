@@ -1,0 +1,69 @@
+"""The demo's phases: which phase a run is in, their wall-clock, the per-phase table and the
+value-pretraining summary the report prints."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.app import phases
+from infra.app.demo import DemoConfig
+from infra.errors import UserError
+from trainer import metric_names as M
+
+
+def test_the_phase_follows_the_published_version():
+    # the trainer started from pi_sft v3: critic-only until it publishes past it
+    assert phases.current_phase(3, 3, value_pretrain=True) == phases.VALUE_PRETRAIN
+    assert phases.current_phase(None, 0, value_pretrain=True) == phases.VALUE_PRETRAIN
+    assert phases.current_phase(4, 3, value_pretrain=True) == phases.PPO
+    assert phases.current_phase(3, 3, value_pretrain=False) == phases.PPO
+
+
+def test_the_phase_clock_closes_each_phase_when_the_next_begins():
+    clock = phases.PhaseClock()
+    clock.enter(phases.COLD_START, "demos", at=100.0)
+    clock.enter(phases.SFT, at=130.0)
+    clock.note("published pi_sft")
+    clock.enter(phases.SFT, at=140.0)  # re-entering the current phase changes nothing
+    clock.enter(phases.PPO, at=160.0)
+    clock.close(at=400.0)
+    assert [(r["phase"], r["seconds"], r["detail"]) for r in clock.rows()] == [
+        (phases.COLD_START, 30.0, "demos"), (phases.SFT, 30.0, "published pi_sft"), (phases.PPO, 240.0, "")]
+    assert clock.current == phases.PPO
+
+
+def test_the_per_phase_table_is_task_by_phase():
+    rows = [("click-test", "1 demonstrations (scripted)", 4, 1.0, 1.0), ("click-test", "3 PPO", 50, 0.82, 1.1),
+            ("enter-text", "2 pi_sft", 10, 0.3, 3.0)]
+    cols, table = phases.pivot(rows)
+    assert cols == ["task", "1 demonstrations (scripted)", "2 pi_sft", "3 PPO"]
+    assert table == [["click-test", "1.00 (4)", "-", "0.82 (50)"], ["enter-text", "-", "0.30 (10)", "-"]]
+
+
+def test_the_phase_query_separates_annotator_start_and_ppo():
+    sql = phases.phase_sql("pixel-r1", 2, cold_start=True, value_pretrain=True)
+    assert "'scripted-pixel-r1'" in sql and "policy_version_min <= 2" in sql and "2 pi_sft (value pretraining)" in sql
+    assert "'2 random init'" in phases.phase_sql("p", 0, cold_start=False, value_pretrain=False)
+    with pytest.raises(ValueError):  # a policy name never reaches the SQL unchecked
+        phases.phase_sql("p' OR 1=1 --", 0, cold_start=False, value_pretrain=False)
+
+
+def test_value_pretraining_summary_reads_the_first_ppo_batch():
+    rows = [(1, 0, 0, {M.CRITIC_ONLY: 1.0, M.EXPLAINED_VARIANCE: 0.1, M.REWARD_CORR: 0.2}),
+            (2, 0, 0, {M.CRITIC_ONLY: 1.0, M.EXPLAINED_VARIANCE: 0.55, M.REWARD_CORR: 0.6}),
+            (3, 1, 0, {M.CRITIC_ONLY: 0.0, M.EXPLAINED_VARIANCE: 0.5, M.REWARD_CORR: 0.7}),
+            (4, 2, 0, {M.CRITIC_ONLY: 0.0, M.EXPLAINED_VARIANCE: 0.6, M.REWARD_CORR: -0.1})]
+    got = phases.value_pretraining_summary(rows)
+    assert got == {"critic_only_batches": 2, "explained_variance_at_end": 0.55,
+                   "value_return_corr_at_ppo_start": 0.7, "explained_variance_at_ppo_start": 0.5}
+    # a run recorded before the metric groups had unprefixed names
+    old = phases.value_pretraining_summary([(1, 0, 0, {"critic_only": 0.0, "value_reward_corr": -0.3})])
+    assert old["critic_only_batches"] == 0 and old["value_return_corr_at_ppo_start"] == -0.3
+
+
+def test_demo_config_refuses_negative_phases():
+    with pytest.raises(UserError):
+        DemoConfig(cold_start_demos=-1).validate()
+    with pytest.raises(UserError):
+        DemoConfig(max_steps=-2).validate()
+    assert DemoConfig().validate().tasks == ["default"]
