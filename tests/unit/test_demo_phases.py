@@ -67,3 +67,11 @@ def test_demo_config_refuses_negative_phases():
     with pytest.raises(UserError):
         DemoConfig(max_steps=-2).validate()
     assert DemoConfig().validate().tasks == ["default"]
+
+
+def test_ppo_fine_tunes_a_cloned_policy_with_smaller_steps():
+    from infra.app.demo import ppo_lr
+
+    assert ppo_lr(DemoConfig()) == 3e-4  # after the cold start
+    assert ppo_lr(DemoConfig(cold_start_demos=0)) == 0.0  # the trainer's own default
+    assert ppo_lr(DemoConfig(ppo_lr=1e-3)) == 1e-3

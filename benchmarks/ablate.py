@@ -1,0 +1,209 @@
+"""Ablations of the main job in one command: the same suite and budget per configuration and seed.
+
+Each run is a whole `flywheel demo` (cold start -> SFT -> value pretraining -> PPO unless the
+configuration removes a phase), one after the other (one heavy job at a time on a small machine),
+all on one broker and one ClickHouse, told apart by their policy names. Every number of the report
+is computed in ClickHouse by the query printed under it.
+
+    python benchmarks/ablate.py --minutes 30 --seeds 0,1,2                     # the full table
+    python benchmarks/ablate.py --minutes 6 --seeds 0 --configs full,no-cold-start
+    python benchmarks/ablate.py --report-only --out docs/ablations             # re-read finished runs
+
+Configurations (CONFIGS): the full recipe; no value pretraining; coupled GAE (lambda_policy =
+lambda_critic = 0.95); no length-adaptive lambda (lambda_policy fixed at 0.95, lambda_critic 1);
+no cold start (random weights); synchronous rollout and training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+CONFIGS: dict[str, list[str]] = {
+    "full": [],
+    "no-value-pretrain": ["--value-pretrain-batches", "0"],
+    "coupled-gae": ["--trainer-args", "--lam-policy 0.95 --lam-critic 0.95"],
+    "fixed-lambda": ["--trainer-args", "--lam-policy 0.95"],
+    "no-cold-start": ["--cold-start-demos", "0"],
+    "sync": ["--sync"],
+}
+WINDOW = 100  # episodes per point of the curves (all tasks together: they are interleaved)
+
+
+def policy_of(config: str, seed: int) -> str:
+    return f"pixel-abl-{config}-s{seed}"
+
+
+def curve_sql(policy: str) -> str:
+    """Success per window of WINDOW ended episodes of the run (RL only: the annotator's
+    demonstrations are under another policy name), with the episodes and seconds at its end."""
+    return f"""SELECT intDiv(k - 1, {WINDOW}) AS window, max(k) AS episodes, round(avg(success), 4) AS success_rate,
+    round(max(t) - (SELECT toUnixTimestamp64Milli(min(started_at)) / 1000 FROM trajectories FINAL
+                    WHERE policy IN ('{policy}', 'scripted-{policy}')), 1) AS seconds
+FROM (SELECT toFloat64(success) AS success, toUnixTimestamp64Milli(ended_at) / 1000 AS t,
+             row_number() OVER (ORDER BY ended_at) AS k
+      FROM trajectories FINAL WHERE policy = '{policy}' AND status = 'ended')
+GROUP BY window HAVING count() = {WINDOW} ORDER BY window"""
+
+
+def entropy_sql(policy: str) -> str:
+    return f"""SELECT round(avg(metrics['losses/entropy']), 4) AS entropy_last_5
+FROM (SELECT metrics FROM trainer_metrics FINAL WHERE policy = '{policy}' ORDER BY update DESC LIMIT 5)"""
+
+
+def sql(statement: str) -> list[dict]:
+    out = subprocess.run([sys.executable, "-m", "infra.app.cli", "sql", "--format", "json", statement],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip()[-500:])
+    data = json.loads(out.stdout)
+    return data if isinstance(data, list) else data.get("rows", data.get("data", []))
+
+
+def run_one(config: str, seed: int, args, out: Path) -> Path:
+    run_id = f"abl-{config}-s{seed}"
+    report_dir = out / "runs" / run_id
+    argv = [sys.executable, "-m", "infra.app.cli", "demo", "--run-id", run_id, "--minutes", str(args.minutes),
+            "--seed", str(seed), "--tasks", args.tasks, "--report-dir", str(report_dir), "--keep-broker",
+            "--progress-s", "30", *CONFIGS[config], *args.demo_args.split()]
+    print(f"== {run_id}: {' '.join(argv[3:])}", flush=True)
+    t0 = time.time()
+    rc = subprocess.run(argv, cwd=ROOT).returncode
+    print(f"== {run_id}: exit {rc} after {(time.time() - t0) / 60:.1f} min", flush=True)
+    return report_dir
+
+
+def measure(config: str, seed: int, out: Path, target: float) -> dict:
+    p = policy_of(config, seed)
+    summary_path = out / "runs" / f"abl-{config}-s{seed}" / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    curve = sql(curve_sql(p))
+    reached = next((r for r in curve if r["success_rate"] >= target), None)
+    vp = summary.get("value_pretraining", {})
+    ent = sql(entropy_sql(p))
+    after = summary.get("after", {})
+    return {"config": config, "seed": seed, "curve": curve, "episodes": curve[-1]["episodes"] if curve else 0,
+            "final_success": curve[-1]["success_rate"] if curve else None,
+            "mean_task_success_last_100": statistics.mean(after.values()) if after else None,
+            "seconds_to_target": reached["seconds"] if reached else None,
+            "episodes_to_target": reached["episodes"] if reached else None,
+            "ev_at_ppo_start": vp.get("explained_variance_at_ppo_start"),
+            "corr_at_ppo_start": vp.get("value_return_corr_at_ppo_start"),
+            "entropy_last": ent[0]["entropy_last_5"] if ent else None}
+
+
+def spread(values: list) -> str:
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return "-"
+    if len(xs) == 1:
+        return f"{xs[0]:.3g}" + ("" if len(xs) == len(values) else f" ({len(values) - len(xs)} none)")
+    s = f"{statistics.mean(xs):.3g} ± {statistics.stdev(xs):.2g}"
+    return s + ("" if len(xs) == len(values) else f" ({len(values) - len(xs)} none)")
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for config in dict.fromkeys(r["config"] for r in results):
+        runs = [r for r in results if r["config"] == config and r["curve"]]
+        for i, r in enumerate(runs):
+            xs_e = [c["episodes"] for c in r["curve"]]
+            xs_t = [c["seconds"] / 60 for c in r["curve"]]
+            ys = [c["success_rate"] for c in r["curve"]]
+            label = config if i == 0 else None
+            color = f"C{list(CONFIGS).index(config) % 10}"
+            axes[0].plot(xs_e, ys, color=color, alpha=0.8, lw=1.2, label=label)
+            axes[1].plot(xs_t, ys, color=color, alpha=0.8, lw=1.2, label=label)
+    axes[0].set(xlabel="RL episodes", ylabel=f"success (windows of {WINDOW})", title="success against episodes")
+    axes[1].set(xlabel="minutes since the first demonstration", title="success against wall-clock")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.set_ylim(0, 1)
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(results: list[dict], out: Path, args) -> Path:
+    plot(results, out / "ablations.png")
+    lines = [f"# Ablations: {args.tasks}, {args.minutes:g} min per run, seeds {args.seeds}", "",
+             f"Each run is `flywheel demo --tasks {args.tasks} --minutes {args.minutes:g} --seed S` plus its "
+             f"configuration's options; one run at a time on this machine. Success is over windows of {WINDOW} "
+             f"ended RL episodes of all tasks together; the target is {args.target}. Mean ± standard deviation "
+             "across seeds.", "",
+             "| configuration | options | seeds | RL episodes | final success | mean last-100 per task | "
+             "minutes to target | critic EV at PPO start | value-return corr at PPO start | entropy (last 5 updates) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for config in dict.fromkeys(r["config"] for r in results):
+        rs = [r for r in results if r["config"] == config]
+        minutes = [r["seconds_to_target"] / 60 if r["seconds_to_target"] is not None else None for r in rs]
+        lines.append(f"| {config} | `{' '.join(CONFIGS[config]) or '(defaults)'}` | {len(rs)} | "
+                     f"{spread([r['episodes'] for r in rs])} | {spread([r['final_success'] for r in rs])} | "
+                     f"{spread([r['mean_task_success_last_100'] for r in rs])} | {spread(minutes)} | "
+                     f"{spread([r['ev_at_ppo_start'] for r in rs])} | {spread([r['corr_at_ppo_start'] for r in rs])} | "
+                     f"{spread([r['entropy_last'] for r in rs])} |")
+    lines += ["", "![success against episodes and wall-clock](ablations.png)", "",
+              "Each run's own report (phases, success per task and phase, trainer metrics) is under `runs/`.", "",
+              "<details><summary>SQL (for run <code>P</code>)</summary>", "", "```sql",
+              curve_sql("P"), "", entropy_sql("P"), "```", "</details>", ""]
+    path = out / "README.md"
+    path.write_text("\n".join(lines))
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    return path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of: {', '.join(CONFIGS)}")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock per run")
+    ap.add_argument("--tasks", default="default", help="suite or tasks (as flywheel demo --tasks)")
+    ap.add_argument("--target", type=float, default=0.8, help="success the 'to target' columns wait for")
+    ap.add_argument("--demo-args", default="", help="more flywheel demo options for every run")
+    ap.add_argument("--out", default=str(ROOT / "var" / "ablations"))
+    ap.add_argument("--report-only", action="store_true", help="measure finished runs, run nothing")
+    args = ap.parse_args()
+    configs = [c for c in args.configs.split(",") if c]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        ap.error(f"unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("FLYWHEEL_DATA_DIR", str(ROOT / "var"))
+    if not args.report_only:
+        from own_broker import broker_for_benchmarks
+
+        with broker_for_benchmarks():
+            for seed in seeds:  # seed-major: a cut-short run still has every configuration once
+                for config in configs:
+                    run_one(config, seed, args, out)
+    results = []
+    for seed in seeds:
+        for config in configs:
+            try:
+                results.append(measure(config, seed, out, args.target))
+            except RuntimeError as exc:
+                print(f"{config} seed {seed}: not measured: {exc}", file=sys.stderr)
+    print(f"report: {write_report(results, out, args)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
