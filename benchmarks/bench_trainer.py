@@ -67,14 +67,14 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        settings = load_settings({"data_dir": tmp, "topic_prefix": f"bench{uuid.uuid4().hex[:8]}."})
+        settings = load_settings({"data_dir": tmp, "topic_prefix": f"bench{uuid.uuid4().hex[:8]}.", "max_staleness": 1000})
         report = ensure_topics(settings)
         stop = threading.Event()
         feeder = threading.Thread(target=feed, args=(settings, "bench-pixel", args.rate, stop), daemon=True)
         try:
             feeder.start()
             cfg = TrainConfig(policy_name="bench-pixel", min_batch=args.min_batch, max_updates=args.updates,
-                              max_wait_s=60.0, max_staleness=1000)
+                              max_wait_s=60.0)
             t0 = time.monotonic()
             summary = train(cfg, settings)
             wall = time.monotonic() - t0

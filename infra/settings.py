@@ -44,6 +44,7 @@ class Settings:
     clickhouse_password: str = opt("", "ClickHouse password", secret=True)
     clickhouse_database: str = opt("flywheel", "ClickHouse database")
     blob_url: str = opt("", "blob store URL (any fsspec URL); empty means <data_dir>/blobs")
+    max_staleness: int = opt(4, "policy versions a trajectory may lag the newest and still be trained on: the router keeps staler ones out of flywheel.rl.v1 and the trainer drops them (one bound for both)")
 
     @property
     def data_path(self) -> Path:
@@ -107,6 +108,8 @@ def load_settings(args: dict | None = None, env: dict | None = None) -> Settings
     s = resolve(Settings, args, env)
     if local := _local_broker_env(s, args, env):
         s = resolve(Settings, args, {**local, **env})
+    if s.max_staleness < 0:
+        raise ConfigError(f"max_staleness={s.max_staleness}: must be >= 0")
     if s.replication_factor < 1:
         raise ConfigError(f"replication_factor={s.replication_factor}: must be >= 1")
     if s.clickhouse_url and not s.clickhouse_url.startswith(("http://", "https://")):

@@ -13,7 +13,7 @@ with a throw-away consumer group.
 
 Staleness has one definition: the number of versions between the policy that produced a
 trajectory and the newest one (``staleness``); it is too stale when that exceeds
-``Settings.max_staleness`` (``is_stale``).
+``Settings.max_staleness`` (``is_stale``), the one bound the router and the trainer share.
 """
 
 from __future__ import annotations

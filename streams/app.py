@@ -159,7 +159,7 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
     latest_policy = app.GlobalTable("policy-latest", partitions=1)  # json: policy name -> version
 
     scorer = make_scorer(cfg.scorer, make_judge(cfg.judge_url, cfg.judge_timeout_s))
-    assemble, score, route = pipeline(scorer, get_rule(cfg.routing_rule), latest_policy, cfg.max_staleness)
+    assemble, score, route = pipeline(scorer, get_rule(cfg.routing_rule), latest_policy, settings.max_staleness)
 
     names = {name: t.get_topic_name() for name, t in topics.items()}
     names[CHANGELOG] = changelog.get_topic_name()

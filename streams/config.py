@@ -13,7 +13,6 @@ from infra.settings import Settings
 class StreamsConfig:
     scorer: str = opt("rule-v1", "reward scorer, by registered name (streams.score.SCORERS)")
     routing_rule: str = opt("flywheel-v1", "routing rule, by registered name (streams.route.RULES)")
-    max_staleness: int = opt(4, "a trajectory whose policy is more versions behind the latest is kept out of RL")
     abandoned_timeout_s: float = opt(300.0, "an episode with no event for this long is closed as aborted (abandoned)")
     abandoned_scan_s: float = opt(10.0, "how often the abandoned-episode timer scans the assembler table")
     tombstone_retention_s: float = opt(3600.0, "how long an emitted episode is remembered to drop late duplicates")
@@ -35,7 +34,6 @@ class StreamsConfig:
 class RescoreConfig:
     scorer: str = opt("strict-v1", "scorer to replay flywheel.trajectories.v1 through")
     routing_rule: str = opt("flywheel-v1", "routing rule for the re-scored records")
-    max_staleness: int = opt(4, "staleness bound for RL routing (policy versions)")
     since: str = opt("", "replay from this time: ISO 8601, unix seconds, or a duration ago like 2h / 30m; empty: all")
     until_caught_up: bool = opt(True, "stop once the end offsets seen at start are reached")
     route: bool = opt(True, "also route the re-scored records to flywheel.sft.v1 / flywheel.ct.v1")

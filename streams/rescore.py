@@ -129,7 +129,7 @@ def rescore(settings: Settings, cfg: RescoreConfig, idle_timeout_s: float = 2.0,
     With ``until_caught_up`` it stops once no record came for ``idle_timeout_s`` and no lag is left."""
     scorer = make_scorer(cfg.scorer, make_judge(cfg.judge_url, cfg.judge_timeout_s))
     latest = versions.latest_by_policy(versions.scan(settings)) if cfg.route else {}
-    _, score, route = pipeline(scorer, get_rule(cfg.routing_rule), latest, cfg.max_staleness, to_rl=cfg.to_rl)
+    _, score, route = pipeline(scorer, get_rule(cfg.routing_rule), latest, settings.max_staleness, to_rl=cfg.to_rl)
     source = topic_name(TOPICS.trajectories, settings)
     group = cfg.group_id or f"flywheel-rescore-{cfg.scorer}"
     producer = make_producer(settings)

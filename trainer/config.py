@@ -36,7 +36,6 @@ class TrainConfig:
     minibatch_size: int = opt(64, "steps per minibatch")
     min_batch: int = opt(32, "complete trajectories that trigger an update (partially-filled rollout pool)")
     max_wait_s: float = opt(20.0, "update with fewer trajectories once the oldest has waited this long")
-    max_staleness: int = opt(4, "drop trajectories whose oldest step is more than this many versions old")
     scorer: str = opt("rule-v1", "train only on trajectories scored by this scorer (a `flywheel rescore` run may route other scores to RL)")
     value_pretrain_max_batches: int = opt(0, "value pretraining: critic-only batches at most, before PPO starts (0: off)")
     value_pretrain_min_ev: float = opt(0.5, "value pretraining ends once explained variance reaches this")
@@ -75,8 +74,6 @@ class TrainConfig:
             raise ConfigError("min_batch, epochs and minibatch_size must be >= 1")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
             raise ConfigError(f"eps_low={self.eps_low} must be in [0, 1) and eps_high={self.eps_high} >= 0")
-        if self.max_staleness < 0:
-            raise ConfigError("max_staleness must be >= 0")
         if self.nproc_per_node < 1 or self.dist_timeout_s <= 0:
             raise ConfigError("nproc_per_node must be >= 1 and dist_timeout_s > 0")
         return self

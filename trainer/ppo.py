@@ -21,6 +21,8 @@ from typing import Callable, Sequence, TypeVar
 
 import torch
 
+from infra.versions import is_stale
+
 T = TypeVar("T")
 
 
@@ -209,7 +211,7 @@ def filter_stale(trajs: Sequence[T], current_version: int, max_staleness: int,
         return inner.policy_versions[0]
 
     get = version_of or default_version
-    kept = [t for t in trajs if current_version - get(t) <= max_staleness]
+    kept = [t for t in trajs if not is_stale(current_version, get(t), max_staleness)]
     return kept, len(trajs) - len(kept)
 
 

@@ -208,7 +208,7 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
                     if scored.episode_id in ledger or any(e.episode_id == scored.episode_id for e in pool):
                         counts["duplicates_skipped"] += 1
                         continue
-                    if versions.is_stale(policy.version, scored.trajectory.policy_versions[0], cfg.max_staleness):
+                    if versions.is_stale(policy.version, scored.trajectory.policy_versions[0], settings.max_staleness):
                         # dropped on arrival, before its screenshots are decoded: a trainer that fell
                         # behind catches up cheaply, and the pool holds only trainable data, so an
                         # update waits for min_batch fresh trajectories instead of training on the few
@@ -228,7 +228,7 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
 
             # 2. drop stale trajectories (the version has not moved since they were pooled: a no-op
             # kept as the invariant's statement), then one PPO (or critic-only) update
-            kept, dropped = ppo.filter_stale(pool, policy.version, cfg.max_staleness, version_of=lambda e: e.policy_version)
+            kept, dropped = ppo.filter_stale(pool, policy.version, settings.max_staleness, version_of=lambda e: e.policy_version)
             counts["stale_dropped"] += dropped
             dropped = counts["stale_dropped"] - stale_before  # since the last update, on arrival or here
             metrics: dict[str, float] = {}
@@ -246,7 +246,7 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
                                 M.THOUGHT_LENGTH: float(np.mean([e.thought_chars for e in kept]))})
                 for e in kept:
                     ledger.add(e.episode_id, e.policy_version)
-                ledger.prune(policy.version, cfg.max_staleness)
+                ledger.prune(policy.version, settings.max_staleness)
                 state["updates"] += 1
             wall = time.monotonic() - started
             metrics.update({M.IDLE_FRACTION: idle / max(wall, 1e-9),

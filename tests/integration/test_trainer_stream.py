@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -52,9 +53,10 @@ def produce_trajectories(settings, n: int, version: int = 0, seed: int = 0, scor
 
 
 def test_stream_publishes_loadable_versions(settings, group_id):
+    settings = replace(settings, max_staleness=100)  # every trajectory trainable (the bound is a platform setting)
     produce_trajectories(settings, 12)
     cfg = TrainConfig(policy_name=POLICY, policy_config=POLICY_CONFIG, min_batch=4, max_wait_s=60.0,
-                      max_updates=3, group_id=group_id, epochs=2, minibatch_size=4, max_staleness=100)
+                      max_updates=3, group_id=group_id, epochs=2, minibatch_size=4)
     result: dict = {}
     worker = threading.Thread(target=lambda: result.update(train(cfg, settings)), daemon=True)
     worker.start()
@@ -126,11 +128,12 @@ def test_sigkill_and_resume_train_each_trajectory_exactly_once(settings, group_i
 
 
 def test_replayed_and_rescored_copies_are_not_trained_again(settings, group_id):
+    settings = replace(settings, max_staleness=100)  # every trajectory trainable (the bound is a platform setting)
     ids = produce_trajectories(settings, 8)
     produce_trajectories(settings, 8)  # the same episodes again (an upstream at-least-once replay)
     produce_trajectories(settings, 8, scorer="strict-v1")  # a re-scoring run routed to RL
     cfg = TrainConfig(policy_name=POLICY, policy_config=POLICY_CONFIG, min_batch=4, max_wait_s=2.0,
-                      group_id=group_id, epochs=1, minibatch_size=4, max_staleness=100)
+                      group_id=group_id, epochs=1, minibatch_size=4)
     stop, result = threading.Event(), {}
     worker = threading.Thread(target=lambda: result.update(train(cfg, settings, stop)), daemon=True)
     worker.start()
@@ -153,6 +156,7 @@ def test_replayed_and_rescored_copies_are_not_trained_again(settings, group_id):
 def test_a_dead_letter_that_cannot_be_delivered_is_never_checkpointed_past(settings, group_id):
     """The DLQ topic is gone (auto-create is off): the dead letter of a bad RL record fails, and
     the trainer stops without a checkpoint past that record, so a restart reads it again."""
+    settings = replace(settings, max_staleness=100)  # every trajectory trainable (the bound is a platform setting)
     from confluent_kafka.admin import AdminClient
 
     from infra.admin import delete_topics
@@ -169,7 +173,7 @@ def test_a_dead_letter_that_cannot_be_delivered_is_never_checkpointed_past(setti
     while dlq in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
         time.sleep(0.2)  # deletion is asynchronous on the broker
     cfg = TrainConfig(policy_name=POLICY, policy_config=POLICY_CONFIG, min_batch=8, max_wait_s=2.0,
-                      group_id=group_id, epochs=1, minibatch_size=4, max_staleness=100)
+                      group_id=group_id, epochs=1, minibatch_size=4)
     stop, raised = threading.Event(), []
 
     def run():

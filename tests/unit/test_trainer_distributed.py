@@ -39,8 +39,8 @@ PIXEL = ("pixel", "p-dist", {"grid": 4, "channels": [4, 8, 8], "action_types": [
 LM = ("lm", "lm-dist", {"max_new_tokens": 12, "seed": 0})
 # 11 pixel steps / 7 LM steps in minibatches of 5 / 3: the last minibatch has one step, so rank
 # 1's part of it is empty (it still joins the all-reduce with zeros)
-CFG = {"pixel": TrainConfig(epochs=2, minibatch_size=5, lr=3e-3, max_staleness=100),
-       "lm": TrainConfig(policy_kind="lm", pretrained="", epochs=2, minibatch_size=3, lr=1e-3, max_staleness=100)}
+CFG = {"pixel": TrainConfig(epochs=2, minibatch_size=5, lr=3e-3),
+       "lm": TrainConfig(policy_kind="lm", pretrained="", epochs=2, minibatch_size=3, lr=1e-3)}
 
 
 def _free_port() -> int:
