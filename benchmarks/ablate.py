@@ -197,6 +197,9 @@ def main() -> int:
     results = []
     for seed in seeds:
         for config in configs:
+            if not (out / "runs" / f"abl-{config}-s{seed}" / "summary.json").exists():
+                print(f"{config} seed {seed}: no finished run under {out / 'runs'}", file=sys.stderr)
+                continue
             try:
                 results.append(measure(config, seed, out, args.target))
             except RuntimeError as exc:

@@ -69,7 +69,9 @@ def run_under_chaos(settings, tmp_path, disrupt, scale: int = 1) -> str:
     episodes flow, then count; -> a summary line."""
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("Debian chromium is not installed (bash infra/run.sh installs it as root)")
-    from infra.app.demo import DemoConfig, child_env, plan_children, submit_tasks
+    from infra.app.demo import DemoConfig, child_env, plan_children
+    from infra.app.phases import submit
+    from producers.suites import plan
     from infra.procs import wait_until
     from infra.topics import TOPICS
     from trainer.ledger import TrainedLedger
@@ -77,14 +79,14 @@ def run_under_chaos(settings, tmp_path, disrupt, scale: int = 1) -> str:
 
     policy = f"pixel-chaos-{uuid.uuid4().hex[:6]}"
     cfg = DemoConfig(tasks=TASKS, episodes=EPISODES_PER_TASK, max_steps=2, sandboxes=2 if scale == 1 else 1,
-                     batch_episodes=8, workers=scale,
+                     batch_episodes=8, workers=scale, cold_start_demos=0, value_pretrain_batches=0,
                      trainer_args="--max-staleness 1000 --max-wait-s 5 --epochs 2 --torch-threads 1"
                                   + (f" --nproc-per-node {scale}" if scale > 1 else ""),
                      # the killed rollout's partial execution is closed as abandoned within the test
                      streams_args="--abandoned-timeout-s 20 --abandoned-scan-s 2")
     logs = tmp_path / "logs"
     children = {}
-    for c in plan_children(cfg, settings, settings.topic_prefix, policy, logs):
+    for c in plan_children(cfg, settings, settings.topic_prefix, policy, logs, plan(TASKS, cfg.max_steps)):
         children[c.name] = c
         for i in range(1, scale if c.name in ("sink", "streams") else 1):  # more members of its group
             children[f"{c.name}-{i}"] = replace(c, name=f"{c.name}-{i}", log_path=logs / f"{c.name}-{i}.log")
@@ -99,7 +101,7 @@ def run_under_chaos(settings, tmp_path, disrupt, scale: int = 1) -> str:
         for i in range(scale):
             children[f"rollout-{i}"].start()
         t0 = time.monotonic()
-        submit_tasks(cfg, env, logs)
+        submit({**os.environ, **env}, logs, TASKS, EPISODES_PER_TASK, cfg.max_steps, 0)
 
         assert wait_until(lambda: len(_records(settings, TOPICS.steps)) >= 20, 180, 2.0), \
             children["rollout-0"].tail(10)
