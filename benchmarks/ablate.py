@@ -35,7 +35,7 @@ CONFIGS: dict[str, list[str]] = {
     "coupled-gae": ["--trainer-args", "--lam-policy 0.95 --lam-critic 0.95"],
     "fixed-lambda": ["--trainer-args", "--lam-policy 0.95"],
     "no-cold-start": ["--cold-start-demos", "0"],
-    "sync": ["--sync"],
+    "sync": ["--sync", "--value-pretrain-batches", "0"],  # the demo turns it off under --sync anyway
 }
 WINDOW = 100  # episodes per point of the curves (all tasks together: they are interleaved)
 

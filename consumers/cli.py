@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from infra.config import add_arguments, describe, resolve
-from infra.settings import load_settings, log_settings
+from infra.settings import Settings, load_settings, log_settings
 
 log = logging.getLogger("flywheel.consumers")
 
@@ -56,10 +56,12 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("sink", help="write steps, trajectories, scores, policies, metrics, dead letters to ClickHouse")
     add_arguments(p, SinkConfig)
+    add_arguments(p.add_argument_group("platform settings"), Settings)
     p.set_defaults(func=cmd_sink)
 
     p = subparsers.add_parser("export", help="export the SFT and CT topics as sharded JSONL / Parquet chat datasets")
     add_arguments(p, ExportConfig)
+    add_arguments(p.add_argument_group("platform settings"), Settings)
     p.set_defaults(func=cmd_export)
 
     p = subparsers.add_parser("sql", help="run SQL on ClickHouse (works while `flywheel sink` owns embedded chDB)")

@@ -27,7 +27,8 @@ log = logging.getLogger("flywheel.policy_watch")
 def newer(pv: PolicyVersion, client: PolicyClient) -> bool:
     """A version to load: a later one, or any one while the client acts with weights of its own
     (its local init is labelled version 0 but is not the published version 0)."""
-    return pv.policy == client.name and (pv.version > client.version or not client.adopted)
+    return pv.policy == client.name and (pv.version > client.version
+                                         or (not client.adopted and pv.version >= client.version))
 
 
 class PolicyWatcher:

@@ -6,7 +6,7 @@ import logging
 import sys
 
 from infra.config import add_arguments, describe, resolve
-from infra.settings import load_settings, log_settings
+from infra.settings import Settings, load_settings, log_settings
 
 from streams.config import RescoreConfig, StreamsConfig, app_id_for
 
@@ -42,7 +42,9 @@ def _rescore(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("streams", help="run the Faust stream processors (assemble, score, route)")
     add_arguments(p, StreamsConfig)
+    add_arguments(p.add_argument_group("platform settings"), Settings)
     p.set_defaults(func=_streams)
     p = sub.add_parser("rescore", help="replay flywheel.trajectories.v1 through another scorer")
     add_arguments(p, RescoreConfig)
+    add_arguments(p.add_argument_group("platform settings"), Settings)
     p.set_defaults(func=_rescore)

@@ -11,7 +11,7 @@ import signal
 import threading
 
 from infra.config import add_arguments, resolve
-from infra.settings import load_settings, log_settings
+from infra.settings import Settings, load_settings, log_settings
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -55,9 +55,11 @@ def register(sub) -> None:
 
     p = sub.add_parser("train", help="streaming PPO trainer: flywheel.rl.v1 -> policy versions")
     add_arguments(p, TrainConfig)
+    add_arguments(p.add_argument_group("platform settings"), Settings)
     p.set_defaults(func=cmd_train)
     b = sub.add_parser("bc", help="behaviour cloning of the pixel policy: flywheel.sft.v1 -> pi_sft, a policy version")
     add_arguments(b, BCConfig)
+    add_arguments(b.add_argument_group("platform settings"), Settings)
     b.set_defaults(func=cmd_bc)
     if importlib.util.find_spec("trainer.cli_serving") is not None:
         importlib.import_module("trainer.cli_serving").register(sub)

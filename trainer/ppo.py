@@ -132,7 +132,8 @@ def ppo_policy_loss(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages
 
     The log-ratio is clamped to [-20, 20] before exp: a ratio of exp(88) overflows float32, and
     inf times a zero truncated-IS weight is NaN (seen when the acting weights were not the ones
-    trained); at |log-ratio| > 20 the clip has long stopped the gradient of a gain anyway.
+    trained). Beyond +-20 the term has no gradient: for a positive advantage the clip had
+    already stopped it; for a negative one plain PPO would still push (with a weight of e^20).
     """
     ratio = torch.exp(torch.clamp(logprob - old_logprob, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
     surr1 = ratio * advantages

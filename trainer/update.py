@@ -184,17 +184,18 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
             mine = idx if me is None else part(idx, me)
             share = len(mine) / len(idx)  # this rank's weight in the minibatch's mean
             optimizer.zero_grad(set_to_none=True)
+            parts: dict[str, float] = {}
             if len(mine):
                 loss, parts = _minibatch_loss(policy, batch, mine, adv, ret, proximal, cfg, critic_only)
                 (loss if me is None else loss * share).backward()
-                for k, v in parts.items():
-                    sums[k] += v * share
             if me is not None:  # the sum of the ranks' shares: the whole minibatch's gradient
                 all_reduce_grads(list(policy.parameters()))
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             if not torch.isfinite(norm):  # never step on NaN/inf gradients (every rank sees the same sum)
                 skipped += 1
                 continue
+            for k, v in parts.items():  # the losses of the minibatches that stepped
+                sums[k] += v * share
             if critic_only:  # only the value head moves: drop any gradient that reached the trunk
                 for n, p in policy.named_parameters():
                     if not n.startswith("value_head"):

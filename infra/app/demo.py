@@ -20,7 +20,7 @@ import logging
 import signal
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from infra.app import demo_queries as Q
@@ -205,8 +205,21 @@ def reached_targets(snap: dict, tasks: list[str]) -> bool:
     return all(t in rates and rates[t][1] >= 100 and rates[t][0] >= TARGETS.get(t, 0.9) for t in tasks)
 
 
+def effective(cfg: DemoConfig) -> tuple[DemoConfig, list[str]]:
+    """The configuration a run can honour, and what was changed: under --sync a critic-only
+    update publishes no version while the synchronous rollout waits for one, so value
+    pretraining would stall the run after one batch."""
+    if cfg.sync and cfg.value_pretrain_batches:
+        return replace(cfg, value_pretrain_batches=0), [
+            "--sync: value pretraining off (a critic-only update publishes no version, and the synchronous "
+            "rollout waits for a new one)"]
+    return cfg, []
+
+
 def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
-    cfg.validate()
+    cfg, changed = effective(cfg.validate())
+    for line in changed:
+        print(line, flush=True)
     run_id, prefix, policy = run_names(cfg)
     plan = suite_plan(cfg.tasks, cfg.max_steps)
     tasks = list(plan.tasks)
@@ -226,7 +239,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     stop = {"flag": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
     t0 = time.time()
-    notes: list[str] = []
+    notes: list[str] = list(changed)
     clock = phases.PhaseClock()
     base_version = 0
     try:
@@ -234,7 +247,15 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
             if child.name == "trainer" and cold_start:  # the platform is up: demonstrations, then pi_sft
                 done = phases.demonstrate(cfg, settings, env, prefix, policy, tasks, plan.max_steps, logs, clock, stop)
                 clock.note(f"{done} scripted episodes scored ({cfg.cold_start_demos} per task asked)")
+                if stop["flag"]:
+                    break
+                try:
+                    phases.skip_leftover_tasks(settings, f"{prefix}rollout")
+                except Exception as exc:  # noqa: BLE001 - a killed annotator's membership may linger
+                    notes.append(f"leftover demonstration tasks not skipped ({exc}): RL workers may play some")
                 phases.clone(cfg, env, policy, tasks, plan.action_types, logs, clock)
+                if stop["flag"]:
+                    break
             child.start()
             if child.name == "sink":  # the query endpoint must be up before progress reads
                 wait_until(lambda: not child.alive or _endpoint_up(settings), 60)
@@ -244,7 +265,8 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
                 base_version = _latest_version(settings, policy)
                 clock.enter(phases.current_phase(None, base_version, cfg.value_pretrain_batches > 0),
                             f"the trainer starts from v{base_version}")
-        phases.submit(env, logs, tasks, cfg.episodes, plan.max_steps, phases.rl_seed(cfg.seed))
+        if not stop["flag"]:
+            phases.submit(env, logs, tasks, cfg.episodes, plan.max_steps, phases.rl_seed(cfg.seed))
         deadline = t0 + cfg.minutes * 60
         while not stop["flag"] and time.time() < deadline:
             time.sleep(cfg.progress_s)
@@ -253,7 +275,8 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
                 c = dead[0]
                 raise UserError(f"{c.name} exited with code {c.returncode()}: {c.tail(3)} (log {c.log_path})")
             snap = snapshot(settings, policy, prefix)
-            clock.enter(phases.current_phase(snap.get("published"), base_version, cfg.value_pretrain_batches > 0))
+            if "published" in snap and clock.current != phases.PPO:  # a failed reading says nothing; PPO is final
+                clock.enter(phases.current_phase(snap["published"], base_version, cfg.value_pretrain_batches > 0))
             print(format_progress(time.time() - t0, snap, clock.current), flush=True)
             if cfg.until_target and reached_targets(snap, tasks):
                 notes.append(f"every task reached its target after {(time.time() - t0) / 60:.1f} min")

@@ -120,6 +120,29 @@ def count_scored(settings, policy: str) -> int:
     return int(rows[0][0]) if rows else 0
 
 
+def wait_for_sft(settings, scripted: str, timeout_s: float = 60.0) -> int:
+    """Wait until flywheel.sft.v1 holds a record per successful demonstration ClickHouse has
+    scored (the router writes it beside the scored record; nothing else writes there yet);
+    -> records on the topic."""
+    from infra.ch_query import execute
+    from infra.kafka import high_watermarks, make_consumer
+    from infra.topics import TOPICS, topic_name
+
+    _, rows, _ = execute(settings, f"SELECT countIf(success) FROM scored FINAL WHERE policy = {Q.q(scripted)}")
+    want = int(rows[0][0]) if rows else 0
+    consumer = make_consumer(settings, f"probe-{scripted}")
+    try:
+        end, have = time.time() + timeout_s, 0
+        while time.time() < end:
+            have = sum(high_watermarks(consumer, topic_name(TOPICS.sft, settings)).values())
+            if have >= want:
+                break
+            time.sleep(1.0)
+        return have
+    finally:
+        consumer.close()
+
+
 def demonstrate(cfg, settings, env: dict[str, str], prefix: str, policy: str, tasks: list[str], max_steps: int,
                 logs: Path, clock: PhaseClock, stop: dict) -> int:
     """Run the scripted annotator on ``cfg.cold_start_demos`` episodes per task and wait until
@@ -148,10 +171,30 @@ def demonstrate(cfg, settings, env: dict[str, str], prefix: str, policy: str, ta
             # all of them, or the few that never end (a sandbox crash is retried, not scored twice)
             if done >= want or (done >= 0.9 * want and time.time() - last_change > 30) or time.time() > deadline:
                 break
-        time.sleep(2.0)  # the router's flywheel.sft.v1 record left with the scored one; let it land
+        wait_for_sft(settings, name)
         return last
     finally:
         worker.stop(grace=30)
+
+
+def skip_leftover_tasks(settings, group: str) -> dict[int, int]:
+    """Commit the rollout group's offsets on the tasks topic at its end: demonstration tasks the
+    annotator left unplayed (it stops at 90% after a quiet spell, or at its deadline) must not
+    reach the RL workers, which join the same group. Called with the annotator stopped (the
+    group empty); -> the committed offset per partition."""
+    from confluent_kafka import TopicPartition
+
+    from infra.kafka import high_watermarks, make_consumer
+    from infra.topics import TOPICS, topic_name
+
+    topic = topic_name(TOPICS.tasks, settings)
+    consumer = make_consumer(settings, group, **{"enable.auto.commit": False})
+    try:
+        ends = high_watermarks(consumer, topic)
+        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in ends.items()], asynchronous=False)
+        return ends
+    finally:
+        consumer.close()
 
 
 def clone(cfg, env: dict[str, str], policy: str, tasks: list[str], action_types: tuple[str, ...], logs: Path,

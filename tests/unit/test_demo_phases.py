@@ -75,3 +75,24 @@ def test_ppo_fine_tunes_a_cloned_policy_with_smaller_steps():
     assert ppo_lr(DemoConfig()) == 3e-4  # after the cold start
     assert ppo_lr(DemoConfig(cold_start_demos=0)) == 0.0  # the trainer's own default
     assert ppo_lr(DemoConfig(ppo_lr=1e-3)) == 1e-3
+
+
+def test_sync_runs_without_value_pretraining():
+    """A critic-only update publishes no version and the synchronous rollout waits for one."""
+    from infra.app.demo import effective
+
+    cfg, changed = effective(DemoConfig(sync=True))
+    assert cfg.value_pretrain_batches == 0 and changed
+    cfg, changed = effective(DemoConfig())
+    assert cfg.value_pretrain_batches == 20 and not changed
+
+
+def test_a_client_with_its_own_init_never_moves_back():
+    from producers.policy_client import RandomClient
+    from producers.policy_watch import newer
+    from schemas.events import PolicyVersion
+
+    client = RandomClient(name="p")
+    client.version = 5  # e.g. an HTTP client that learnt its version from the server's replies
+    v = PolicyVersion(policy="p", version=3, kind="pixel", uri="file:///w", sha256="0" * 64, created_at=1.0)
+    assert not newer(v, client) and newer(v.model_copy(update={"version": 5}), client)
