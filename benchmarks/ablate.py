@@ -73,6 +73,9 @@ def sql(statement: str) -> list[dict]:
 def run_one(config: str, seed: int, args, out: Path) -> Path:
     run_id = f"abl-{config}-s{seed}"
     report_dir = out / "runs" / run_id
+    if (report_dir / "summary.json").exists():  # a finished run is kept: rerunning resumes the table
+        print(f"== {run_id}: finished before, kept (delete {report_dir} to run it again in a fresh data dir)")
+        return report_dir
     argv = [sys.executable, "-m", "infra.app.cli", "demo", "--run-id", run_id, "--minutes", str(args.minutes),
             "--seed", str(seed), "--tasks", args.tasks, "--report-dir", str(report_dir), "--keep-broker",
             "--progress-s", "30", *CONFIGS[config], *args.demo_args.split()]
