@@ -68,7 +68,8 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
     assert report.exists() and "Before and after" in report.read_text() and "## Phases" in report.read_text()
     summary = json.loads((report.parent / "summary.json").read_text())
     assert [p["phase"] for p in summary["phases"]] == ["cold start", "SFT", "value pretraining", "PPO"], summary
-    assert summary["value_pretraining"]["critic_only_batches"] == 2, summary["value_pretraining"]
+    # at most 2 critic-only batches; the stopping rule may end them after 1 (explained variance >= 0.5)
+    assert 1 <= summary["value_pretraining"]["critic_only_batches"] <= 2, summary["value_pretraining"]
     assert summary["value_pretraining"]["value_return_corr_at_ppo_start"] is not None
 
     policy = f"pixel-{run_id}"
@@ -93,7 +94,7 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
     assert counts["dead"] == 0
     assert counts["demos"] == 8, "4 scripted demonstrations per task, each scored once"
     assert counts["pi_sft"] == 1, "version 0 is pi_sft, published by flywheel bc"
-    assert counts["critic_only"] == 2, "value pretraining: 2 critic-only updates, no version published meanwhile"
+    assert counts["critic_only"] == summary["value_pretraining"]["critic_only_batches"]
 
     settings = load_settings({"kafka_bootstrap": kafka_bootstrap, "topic_prefix": f"demo-{run_id}."})
     marks = _high_watermarks(settings, [topic_name(t, settings) for t in TOPICS.all()])
