@@ -85,7 +85,7 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
         (SELECT count() FROM policy_versions FINAL WHERE policy = '{policy}' AND version = 0
             AND mapContains(metrics, 'bc/train_match')) AS pi_sft,
         (SELECT count() FROM trainer_metrics FINAL WHERE policy = '{policy}'
-            AND metrics['train/critic_only'] = 1) AS critic_only""")[0]
+            AND metrics['train/critic_only'] = 1 AND policy_version = 0) AS critic_only""")[0]
     print(counts)
     assert counts["steps"] > 0 and counts["trajectories"] > 0 and counts["scored"] > 0
     assert counts["published"] >= 1, "the trainer published no new policy version"
@@ -94,6 +94,7 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
     assert counts["dead"] == 0
     assert counts["demos"] == 8, "4 scripted demonstrations per task, each scored once"
     assert counts["pi_sft"] == 1, "version 0 is pi_sft, published by flywheel bc"
+    # every critic-only update left pi_sft (v0) the acting version: none published a version
     assert counts["critic_only"] == summary["value_pretraining"]["critic_only_batches"]
 
     settings = load_settings({"kafka_bootstrap": kafka_bootstrap, "topic_prefix": f"demo-{run_id}."})
