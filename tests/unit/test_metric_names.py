@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import torch
 
 from infra.clickhouse import load_migrations
-from infra.policy import PolicyInput, build_policy
 from trainer import metric_names as M
 
 
@@ -31,16 +29,10 @@ def test_renamed_names_are_todays():
 
 def test_ppo_update_reports_its_metrics_under_their_groups():
     from trainer.config import TrainConfig
-    from trainer.synthetic import make_episode
-    from trainer.update import EpisodeSample, collate, ppo_update
+    from tests.unit.ppo_samples import tiny_policy_and_samples
+    from trainer.update import collate, ppo_update
 
-    torch.manual_seed(0)
-    policy = build_policy("pixel", "p", {"grid": 4, "channels": [4, 8, 8]})
-    rng = np.random.default_rng(0)
-    episodes = [make_episode("click-test", rng) for _ in range(4)]
-    inputs = [PolicyInput(e.image, e.instruction, 160, 210) for e in episodes]
-    samples = [EpisodeSample(f"e{k}", [policy.preprocess(i.image)], [i.instruction], [d.action], [d.logprob],
-                             [float(k % 2)], 0) for k, (i, d) in enumerate(zip(inputs, policy.act(inputs)))]
+    policy, samples = tiny_policy_and_samples([float(k % 2) for k in range(4)])
     cfg = TrainConfig(epochs=1, minibatch_size=4)
     m = ppo_update(policy, torch.optim.Adam(policy.parameters()), collate(samples), cfg)
     assert set(m) == {

@@ -134,22 +134,12 @@ def test_far_off_policy_steps_give_finite_losses_and_gradients():
 
 
 def test_a_non_finite_gradient_takes_no_step_and_spoils_no_metric():
-    import numpy as np
-
-    from infra.policy import PolicyInput, build_policy
+    from tests.unit.ppo_samples import tiny_policy_and_samples
     from trainer import metric_names as M
     from trainer.config import TrainConfig
-    from trainer.synthetic import make_episode
-    from trainer.update import EpisodeSample, collate, ppo_update
+    from trainer.update import collate, ppo_update
 
-    torch.manual_seed(0)
-    policy = build_policy("pixel", "p", {"grid": 4, "channels": [4, 8, 8]})
-    rng = np.random.default_rng(0)
-    episodes = [make_episode("click-test", rng) for _ in range(4)]
-    inputs = [PolicyInput(e.image, e.instruction, 160, 210) for e in episodes]
-    samples = [EpisodeSample(f"e{k}", [policy.preprocess(i.image)], [i.instruction], [d.action], [d.logprob],
-                             [float("nan") if k == 0 else 1.0], 0)
-               for k, (i, d) in enumerate(zip(inputs, policy.act(inputs)))]
+    policy, samples = tiny_policy_and_samples([float("nan"), 1.0, 1.0, 1.0])
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     m = ppo_update(policy, torch.optim.Adam(policy.parameters()), collate(samples), TrainConfig(epochs=2, minibatch_size=4))
     assert m[M.NONFINITE_SKIPPED] == 2  # both minibatches saw the NaN return
