@@ -97,6 +97,11 @@ class Stage(Protocol):
     def flush(self, dlq: DeadLetters) -> None:
         """Make every record added since the last flush durable; raise to abort the checkpoint."""
 
+    # optional: ``committed(self) -> None``, called after each commit, for what may only follow
+    # the point of no return (a learner announces the version its checkpoint holds);
+    # ``tick(self) -> None``, called once per poll, records or not (a distributed learner's rank 0
+    # keeps its peers alive while it waits for data).
+
 
 class GroupOffsets:
     """Commit mode of sinks, the exporter and rescore: the consumer group's offsets."""
@@ -125,9 +130,13 @@ class CheckpointFile:
             offset = self.checkpoint.next_offset(tp.topic, tp.partition)
             tp.offset = OFFSET_STORED if offset is None else offset
 
+    def save(self) -> None:
+        """Write the checkpoint as it stands (atomic), e.g. after a learner changed its state alone."""
+        save_checkpoint(self.path, self.checkpoint)
+
     def commit(self, consumer: Any, positions: Positions) -> None:
         self.checkpoint.advance(positions)
-        save_checkpoint(self.path, self.checkpoint)
+        self.save()
         try:  # for lag monitoring only: the file is what a restart reads
             consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()], asynchronous=False)
         except KafkaException as exc:
@@ -151,6 +160,9 @@ class ConsumeLoop:
             consumer, topics, stage, dlq, commit, cfg
         self.positions: Positions = {}  # added since the last checkpoint
         self.stats = LoopStats()
+        # a checkpoint failed: nothing more is committed, not even by the revocation that
+        # close() triggers (the stage may have dropped what it failed to write)
+        self.aborted = False
 
     @classmethod
     def create(cls, settings: Settings, group_id: str, topics: list[str], stage: Stage, stage_name: str,
@@ -170,6 +182,9 @@ class ConsumeLoop:
         if self.positions:
             self.committer.commit(self.consumer, self.positions)
         self.positions = {}
+        committed = getattr(self.stage, "committed", None)
+        if committed is not None:
+            committed()
         self.stats.checkpoints += 1
         self.stats.last_checkpoint_at = time.monotonic()
 
@@ -178,7 +193,8 @@ class ConsumeLoop:
         consumer.assign(partitions)
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        self.checkpoint()  # hand the partitions over with everything consumed written and committed
+        if not self.aborted:  # hand the partitions over with everything consumed written and committed
+            self.checkpoint()
         consumer.unassign()
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -213,22 +229,30 @@ class ConsumeLoop:
                                 on_lost=self._on_lost)
         last_checkpoint = last_progress = last_record = time.monotonic()
         messages_at_progress = 0
+        tick = getattr(self.stage, "tick", None)
         failed = True
         try:
             while not stop.is_set():
                 records = self.consumer.consume(self.cfg.poll_messages, timeout=self.cfg.poll_timeout_s)
+                if tick is not None:
+                    tick()
                 for record in records:
+                    if stop.is_set():  # the rest stays unadded and uncommitted: read again next time
+                        break
                     if record.error():
                         log.warning("consumer error: %s", record.error())
                         continue
                     self.stage.add(record, self.dlq)
                     self.positions[(record.topic(), record.partition())] = record.offset() + 1
+                    if self.stage.ready():  # a batch is full: checkpoint it before adding the next record
+                        self.checkpoint()
+                        last_checkpoint = time.monotonic()
                 now = time.monotonic()
                 if records:
                     self.stats.messages += len(records)
                     last_record = now
                     self.stats.first_record_at = self.stats.first_record_at or now
-                if self.stage.ready() or now - last_checkpoint >= self.cfg.flush_interval_s:
+                if now - last_checkpoint >= self.cfg.flush_interval_s:
                     self.checkpoint()
                     last_checkpoint = now
                 if now - last_progress >= self.cfg.progress_interval_s:
@@ -242,6 +266,7 @@ class ConsumeLoop:
             failed = False
         finally:
             if failed:  # an aborted checkpoint: close without committing; the records are read again
+                self.aborted = True
                 log.error("stopping without a commit: %d partition positions left uncommitted", len(self.positions))
             self.consumer.close()
             self.dlq.producer.flush(10)

@@ -167,7 +167,7 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, mask: torch.Ten
     logprob, ref_logprob: [N] -> scalar, >= 0 and unbiased (d clamped like the PPO ratio's).
     """
     d = torch.clamp(ref_logprob - logprob, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
-    return masked_mean(torch.exp(d) - d - 1.0, mask)
+    return masked_mean(torch.expm1(d) - d, mask)  # expm1: exp(d) - 1 - d cancels to 0 in float32 for |d| < ~1e-3
 
 
 # ---------------------------------------------------------------- metrics

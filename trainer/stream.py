@@ -5,16 +5,24 @@ complete ones are ready (or the oldest has waited ``max_wait_s``); trajectories 
 ``max_staleness`` versions old are dropped and counted; one PPO update follows, then a new
 version is published that the rollout workers hot-reload while they keep running.
 
+The trainer is a stage of the one checkpointed consume loop (``infra.consume_loop``) with a
+``CheckpointFile`` (``trainer.learner``): ``add`` decodes, filters and pools a record, ``ready``
+says a batch is full, ``flush`` runs the update on the pool and writes the weights file,
+``committed`` announces the version and publishes the metrics.
+
 Delivery guarantee: every trajectory is trained on exactly once across crashes, replays and
 re-scoring. After each update the dead letters of the batch are acknowledged, then the checkpoint
-(weights, optimiser, policy version, the PolicyVersion to announce, the next offset of every
-(topic, partition), the ledger of episodes trained on) is written atomically; only then is the
-version announced and are the offsets committed to Kafka. On start the consumer seeks to the
-checkpoint's offsets, not the group's, and re-announces a version the topic does not have yet.
-A crash before the checkpoint loses nothing (the batch is read again); a crash after it repeats
-nothing (the checkpoint's offsets are past the batch). A copy of an episode that arrives again
-(an at-least-once replay upstream, a rebalance) is skipped by the ledger (trainer.ledger); a
-record scored by another scorer than ``cfg.scorer`` (e.g. a `flywheel rescore` run) is skipped.
+(the next offset of every (topic, partition), the typed state naming the weights + optimiser
+file and the PolicyVersion to announce, the ids of the episodes trained on) is written
+atomically; only then is the version announced (and the group's offsets committed, for lag
+monitoring). On start the consumer seeks to the checkpoint's offsets, not the group's, and
+announces a version the crash left unannounced. A crash before the checkpoint loses nothing (the
+batch is read again); a crash after it repeats nothing (the checkpoint's offsets are past it).
+A batch is ``min_batch`` pooled trajectories, or what the pool holds after ``max_wait_s`` (the
+loop's checkpoint interval), so no offset is ever committed past an untrained trajectory. A copy
+of an episode that arrives again (an at-least-once replay upstream, a rebalance) is skipped by
+the checkpoint's trained ids (``infra.checkpoint.TrainedIds``, bounded by the staleness window);
+a record scored by another scorer than ``cfg.scorer`` (e.g. a `flywheel rescore` run) is skipped.
 
 On N ranks (``group``, trainer.distributed) this loop is rank 0's and stays as it is: rank 0
 alone reads, checkpoints, announces and commits; only the update is shared with the other ranks,
@@ -25,21 +33,19 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from confluent_kafka import OFFSET_STORED, TopicPartition
 from PIL import Image
 
+from infra.checkpoint import load_checkpoint as load_checkpoint_file
 from infra.config import describe
-from infra.dlq import dead_letter, send_dead_letter
-from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
+from infra.consume_loop import CheckpointFile, ConsumeLoop, DeadLetters, LoopConfig
+from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
 from infra.settings import Settings
 from infra.topics import TOPICS, topic_name
 from schemas.base import now
@@ -49,11 +55,11 @@ from schemas.events import PolicyVersion, ScoredTrajectory, TrainerMetrics
 from trainer import distributed, ppo
 from trainer import metric_names as M
 from trainer.config import TrainConfig
-from trainer.ledger import TrainedLedger
+from trainer.learner import LearnerState, checkpoint_file, drop_other_weights, read_weights, write_weights
 from infra.policy import build_policy, load_policy_version
 from infra import versions
 from trainer.publish import make_version, publish_metrics, save_weights
-from trainer.update import EpisodeSample, collate, ppo_update
+from trainer.update import EpisodeSample, collate, ppo_update, reference_logprobs
 
 log = logging.getLogger("flywheel.trainer")
 STAGE = "trainer"
@@ -63,22 +69,18 @@ STAGE = "trainer"
 
 
 def checkpoint_path(settings: Settings, policy_name: str) -> Path:
-    return settings.data_path / "checkpoints" / policy_name / "checkpoint.pt"
-
-
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Atomic: write a temporary file, fsync, rename over the old one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    return checkpoint_file(settings, policy_name)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any] | None:
-    return torch.load(path, weights_only=False) if path.exists() else None
+    """What the checkpoint at ``path`` says, as a plain dict (for tools and tests): version,
+    updates, counts, offsets, trained ({"recent", "total"}) and the learner's extra fields."""
+    if not path.exists():
+        return None
+    ckpt = load_checkpoint_file(path, LearnerState)
+    state = ckpt.state
+    return {"version": state.version, "updates": state.updates, "counts": dict(state.counts),
+            "offsets": ckpt.offsets, "trained": ckpt.trained.model_dump(), **state.extra}
 
 
 # ---------------------------------------------------------------- helpers
@@ -113,23 +115,22 @@ def to_episode(scored: ScoredTrajectory, policy, store: BlobStore) -> EpisodeSam
     )
 
 
-def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore, producer, tracker) -> tuple[Any, torch.optim.Optimizer, dict]:
-    """Resume from the checkpoint; else continue the last published version; else publish a
-    random init as version 0 first, so rollout workers can start."""
-    path = checkpoint_path(settings, cfg.policy_name)
-    state = load_checkpoint(path)
+def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
+                 ckpt: CheckpointFile) -> tuple[Any, torch.optim.Optimizer]:
+    """Resume from the checkpoint; else continue the last published version; else a random init
+    as version 0, which the learner announces first, so rollout workers can start."""
+    folder = ckpt.path.parent
+    state: LearnerState | None = ckpt.checkpoint.state
     if state is not None:
-        policy = build_policy(cfg.policy_kind, cfg.policy_name, state["config"])
-        policy.load_state_dict(state["weights"])
-        policy.version = state["version"]
+        saved = read_weights(folder, state)
+        policy = build_policy(cfg.policy_kind, cfg.policy_name, state.config)
+        policy.load_state_dict(saved["weights"])
+        policy.version = state.version
         optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-        optimizer.load_state_dict(state["optimizer"])
-        pv = PolicyVersion.model_validate(state["pv"])
-        published = versions.latest(settings, cfg.policy_name)
-        if published is None or published.version < pv.version:  # crashed between checkpoint and announce
-            versions.publish(producer, tracker, settings, pv)
-        log.info("resumed %s v%d from %s at offsets %s", cfg.policy_name, policy.version, path, state["offsets"])
-        return policy, optimizer, state
+        optimizer.load_state_dict(saved["optimizer"])
+        log.info("resumed %s v%d from %s at offsets %s", cfg.policy_name, policy.version, ckpt.path,
+                 ckpt.checkpoint.offsets)
+        return policy, optimizer
     published = versions.latest(settings, cfg.policy_name)
     if published is not None:
         policy = load_policy_version(published, store)
@@ -138,13 +139,176 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore, produce
         policy = build_policy(cfg.policy_kind, cfg.policy_name, cfg.policy_overrides())
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     pv = published or make_version(policy, save_weights(policy, store), parent=None)
-    state = {"version": policy.version, "config": policy.config_dict(), "pv": pv.model_dump(mode="json"),
-             "offsets": {}, "trained": TrainedLedger().to_dict(), "counts": {}, "vp_losses": [], "vp_evs": [], "updates": 0}
-    save_checkpoint(path, {**state, "weights": policy.state_dict(), "optimizer": optimizer.state_dict()})
-    if published is None:
-        versions.publish(producer, tracker, settings, pv)
-        log.info("published random init %s v0", cfg.policy_name)
-    return policy, optimizer, state
+    ckpt.checkpoint.state = LearnerState(version=policy.version, config=policy.config_dict(),
+                                         weights_file=write_weights(folder, 0, policy, optimizer),
+                                         announce=None if published else pv.model_dump(mode="json"),
+                                         extra={"vp_losses": [], "vp_evs": [], "start_version": policy.version})
+    ckpt.save()
+    return policy, optimizer
+
+
+def load_reference(cfg: TrainConfig, settings: Settings, store: BlobStore, extra: dict[str, Any]):
+    """The frozen reference policy of the KL penalty: version ``cfg.kl_ref_version``, else the
+    version this trainer first started from (pi_sft after a cold start), remembered in the
+    checkpoint so a restart keeps the same anchor."""
+    version = cfg.kl_ref_version if cfg.kl_ref_version >= 0 else extra.setdefault("kl_ref_version", extra.get("start_version", 0))  # kept for a restart
+    reference = load_policy_version(versions.history(settings, cfg.policy_name, [version])[version], store)
+    reference.requires_grad_(False)
+    log.info("KL penalty %.3g against %s v%d", cfg.kl_coef, cfg.policy_name, version)
+    return reference
+
+
+# ---------------------------------------------------------------- the learner (a consume-loop stage)
+
+
+class PPOLearner:
+    """add: decode, filter, pool; ready: min_batch pooled; flush: one PPO (or critic-only) update
+    and its weights file; committed: announce the version, publish the update's metrics."""
+
+    def __init__(self, cfg: TrainConfig, settings: Settings, store: BlobStore, ckpt: CheckpointFile, policy,
+                 optimizer, stop: threading.Event, group: distributed.Group | None, run_id: str) -> None:
+        self.cfg, self.settings, self.store, self.ckpt = cfg, settings, store, ckpt
+        self.policy, self.optimizer, self.stop, self.group, self.run_id = policy, optimizer, stop, group, run_id
+        self.producer, self.tracker = make_producer(settings), DeliveryTracker()
+        self.criterion = ppo.ValuePretrainCriterion(cfg.value_pretrain_min_ev, cfg.value_pretrain_rel_tol,
+                                                    cfg.value_pretrain_patience, cfg.value_pretrain_max_batches)
+        self.reference = None  # the KL anchor, loaded at the first update (v0 of a fresh start is announced by then)
+        self.pool: list[EpisodeSample] = []
+        self.metrics: dict[str, float] | None = None  # the last update's, published once committed
+        self.started, self.busy = time.monotonic(), 0.0
+        self.stale_before = self.counts.get("stale_dropped", 0)
+        if cfg.max_updates and self.state.updates >= cfg.max_updates:
+            stop.set()
+
+    @property
+    def state(self) -> LearnerState:
+        return self.ckpt.checkpoint.state
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.state.counts
+
+    def _count(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    def idle_fraction(self) -> float:
+        """Share of wall-clock not spent decoding or training: waiting for data."""
+        wall = time.monotonic() - self.started
+        return max(0.0, 1.0 - self.busy / max(wall, 1e-9))
+
+    # ------------------------------------------------------------------ per record
+    def add(self, record: Any, dlq: DeadLetters) -> None:
+        t0 = time.monotonic()
+        try:
+            self._add(record, dlq)
+        finally:
+            self.busy += time.monotonic() - t0
+
+    def _add(self, record: Any, dlq: DeadLetters) -> None:
+        try:
+            scored = decode(record.value(), ScoredTrajectory)
+            if scored.trajectory.policy != self.cfg.policy_name or not scored.rl_eligible:
+                return self._count("skipped_other_policy")
+            if scored.scorer != self.cfg.scorer:
+                return self._count("skipped_other_scorer")
+            if scored.episode_id in self.ckpt.checkpoint.trained or any(e.episode_id == scored.episode_id for e in self.pool):
+                return self._count("duplicates_skipped")
+            if versions.is_stale(self.policy.version, scored.trajectory.policy_versions[0], self.settings.max_staleness):
+                # dropped on arrival, before its screenshots are decoded: a trainer that fell
+                # behind catches up cheaply, and the pool holds only trainable data, so an
+                # update waits for min_batch fresh trajectories instead of training on the few
+                # that survived a stale backlog
+                return self._count("stale_dropped")
+            self.pool.append(to_episode(scored, self.policy, self.store))
+        except (DecodeError, ValueError, BlobNotFound) as exc:
+            self._count("dead_lettered")
+            dlq.send_record(exc, record)
+
+    def ready(self) -> bool:
+        return len(self.pool) >= self.cfg.min_batch
+
+    def tick(self) -> None:
+        """Once per poll: while rank 0 waits for data, the other ranks hear from it."""
+        if self.group is not None:
+            distributed.keep_alive(self.group)
+
+    # ------------------------------------------------------------------ the update (flush)
+    def flush(self, dlq: DeadLetters) -> None:
+        t0 = time.monotonic()
+        try:
+            self._flush()
+        finally:
+            self.busy += time.monotonic() - t0
+
+    def _flush(self) -> None:
+        pool, self.pool = self.pool, []
+        cfg, policy, state = self.cfg, self.policy, self.state
+        # the version has not moved since these were pooled: a no-op kept as the invariant's statement
+        kept, dropped = ppo.filter_stale(pool, policy.version, self.settings.max_staleness, version_of=lambda e: e.policy_version)
+        self.counts["stale_dropped"] = self.counts.get("stale_dropped", 0) + dropped
+        if not kept:
+            return
+        extra = state.extra
+        critic_only = not ppo.value_pretrain_done(extra.setdefault("vp_losses", []), extra.setdefault("vp_evs", []),
+                                                  self.criterion)
+        staleness = [policy.version - e.policy_version for e in kept]
+        batch = collate(kept)
+        if cfg.kl_coef > 0 and self.reference is None:
+            self.reference = load_reference(cfg, self.settings, self.store, extra)
+        if self.reference is not None:  # rank 0 scores the batch under the reference once; it travels with it
+            batch.ref_logprob = reference_logprobs(self.reference, batch)
+        metrics = ppo_update(policy, self.optimizer, batch, cfg, critic_only=critic_only) if self.group is None \
+            else distributed.lead_update(self.group, policy, self.optimizer, batch, cfg, critic_only)
+        parent = policy.version
+        if critic_only:  # the acting policy is unchanged: no new version
+            extra["vp_losses"].append(metrics[M.VALUE_LOSS])
+            extra["vp_evs"].append(metrics[M.EXPLAINED_VARIANCE])
+        else:
+            policy.version = versions.next_version(self.settings, cfg.policy_name, policy.version)
+        trained = self.ckpt.checkpoint.trained
+        for e in kept:
+            trained.add(e.episode_id, e.policy_version)
+        trained.prune(policy.version, self.settings.max_staleness)
+        updates = state.updates + 1
+        dropped = self.counts["stale_dropped"] - self.stale_before  # since the last update, on arrival or here
+        self.stale_before = self.counts["stale_dropped"]
+        metrics.update({M.STALENESS_MEAN: float(np.mean(staleness)), M.STALENESS_MAX: float(max(staleness)),
+                        M.THOUGHT_LENGTH: float(np.mean([e.thought_chars for e in kept])),
+                        M.IDLE_FRACTION: self.idle_fraction(),
+                        M.STALE_DROPPED_TOTAL: float(self.counts["stale_dropped"]),
+                        M.DEAD_LETTERED_TOTAL: float(self.counts.get("dead_lettered", 0)),
+                        M.DUPLICATES_SKIPPED_TOTAL: float(self.counts.get("duplicates_skipped", 0)),
+                        M.TRAINED_TOTAL: float(trained.total)})
+        announce = state.announce
+        if policy.version != parent:
+            announce = make_version(policy, save_weights(policy, self.store), parent=parent, metrics=metrics).model_dump(mode="json")
+        self.ckpt.checkpoint.state = state.model_copy(update={
+            "version": policy.version, "updates": updates, "announce": announce,
+            "weights_file": write_weights(self.ckpt.path.parent, updates, policy, self.optimizer)})
+        self.metrics = metrics
+        log.info("update %d -> v%d: %d trajectories (%d stale dropped) reward %.3f entropy %.3f idle %.2f",
+                 updates, policy.version, len(kept), dropped, metrics.get(M.REWARD_MEAN, float("nan")),
+                 metrics.get(M.ENTROPY, float("nan")), metrics[M.IDLE_FRACTION])
+        if cfg.max_updates and updates >= cfg.max_updates:
+            self.stop.set()
+
+    # ------------------------------------------------------------------ after the checkpoint
+    def committed(self) -> None:
+        """The checkpoint is written: announce its version, publish the update's metrics."""
+        state = self.state
+        if state.announce is not None:
+            pv = PolicyVersion.model_validate(state.announce)
+            versions.publish(self.producer, self.tracker, self.settings, pv)
+            self.ckpt.checkpoint.state = state.model_copy(update={"announce": None})
+            self.ckpt.save()
+            if pv.parent is None:
+                log.info("published random init %s v%d", pv.policy, pv.version)
+        if self.metrics is not None:
+            publish_metrics(self.producer, self.tracker, self.settings, TrainerMetrics(
+                run_id=self.run_id, update=state.updates, policy=self.cfg.policy_name, policy_version=self.policy.version,
+                ts=now(), metrics={k: float(v) for k, v in self.metrics.items() if v == v}))
+            self.metrics = None
+        drop_other_weights(self.ckpt.path.parent, state.weights_file)
 
 
 # ---------------------------------------------------------------- the loop
@@ -159,126 +323,22 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
         torch.set_num_threads(cfg.torch_threads)
     log.info("trainer config %s", describe(cfg))
     store = BlobStore(settings.blob_root)
-    producer, tracker = make_producer(settings), DeliveryTracker()
-    run_id = cfg.run_id or f"{cfg.policy_name}-{int(now())}"
-    rl_topic = topic_name(TOPICS.rl, settings)
-    path = checkpoint_path(settings, cfg.policy_name)
-    policy, optimizer, state = start_policy(cfg, settings, store, producer, tracker)
+    ckpt = CheckpointFile(checkpoint_path(settings, cfg.policy_name), LearnerState)
+    policy, optimizer = start_policy(cfg, settings, store, ckpt)
     if group is not None:  # the other ranks start from the same weights and optimiser
         distributed.share_start(group, cfg, policy, optimizer)
-    criterion = ppo.ValuePretrainCriterion(cfg.value_pretrain_min_ev, cfg.value_pretrain_rel_tol,
-                                           cfg.value_pretrain_patience, cfg.value_pretrain_max_batches)
-
-    def seek_to_checkpoint(consumer, partitions):
-        # the checkpoint's offsets win over the group's: they match the weights we hold
-        for p in partitions:
-            p.offset = state["offsets"].get(p.topic, {}).get(p.partition, OFFSET_STORED)
-        consumer.assign(partitions)
-
-    consumer = make_consumer(settings, cfg.group_id or f"trainer-{cfg.policy_name}",
-                             **{"session.timeout.ms": int(cfg.session_timeout_s * 1000)})
-    consumer.subscribe([rl_topic], on_assign=seek_to_checkpoint)
-    pool: list[EpisodeSample] = []
-    offsets: dict[int, int] = dict(state["offsets"].get(rl_topic, {}))
-    ledger = TrainedLedger.from_dict(state["trained"])
-    counts: Counter[str] = Counter(state["counts"])
-    first_at: float | None = None  # when the oldest pooled (or uncommitted) record arrived
-    stale_before = counts["stale_dropped"]
-    started, idle = time.monotonic(), 0.0
+    learner = PPOLearner(cfg, settings, store, ckpt, policy, optimizer, stop, group,
+                         cfg.run_id or f"{cfg.policy_name}-{int(now())}")
+    learner.committed()  # v0 of a fresh start, or a version the last run checkpointed but did not announce
+    loop = ConsumeLoop.create(settings, cfg.group_id or f"trainer-{cfg.policy_name}", [topic_name(TOPICS.rl, settings)],
+                              learner, STAGE, LoopConfig(poll_messages=cfg.min_batch, poll_timeout_s=cfg.poll_s,
+                                                         flush_interval_s=cfg.max_wait_s, progress_interval_s=60.0),
+                              commit=ckpt, **{"session.timeout.ms": int(cfg.session_timeout_s * 1000)})
     try:
-        while not stop.is_set() and not (cfg.max_updates and state["updates"] >= cfg.max_updates):
-            # 1. fill the pool (the time spent waiting here is the trainer's idle time)
-            t_wait = time.monotonic()
-            msgs = consumer.consume(num_messages=max(cfg.min_batch - len(pool), 1), timeout=cfg.poll_s)
-            idle += time.monotonic() - t_wait
-            for msg in msgs:
-                if msg.error():
-                    log.warning("consumer error: %s", msg.error())
-                    continue
-                offsets[msg.partition()] = msg.offset() + 1
-                first_at = first_at or time.monotonic()
-                try:
-                    scored = decode(msg.value(), ScoredTrajectory)
-                    if scored.trajectory.policy != cfg.policy_name or not scored.rl_eligible:
-                        counts["skipped_other_policy"] += 1
-                        continue
-                    if scored.scorer != cfg.scorer:
-                        counts["skipped_other_scorer"] += 1
-                        continue
-                    if scored.episode_id in ledger or any(e.episode_id == scored.episode_id for e in pool):
-                        counts["duplicates_skipped"] += 1
-                        continue
-                    if versions.is_stale(policy.version, scored.trajectory.policy_versions[0], settings.max_staleness):
-                        # dropped on arrival, before its screenshots are decoded: a trainer that fell
-                        # behind catches up cheaply, and the pool holds only trainable data, so an
-                        # update waits for min_batch fresh trajectories instead of training on the few
-                        # that survived a stale backlog
-                        counts["stale_dropped"] += 1
-                        continue
-                    pool.append(to_episode(scored, policy, store))
-                except (DecodeError, ValueError, BlobNotFound) as exc:
-                    counts["dead_lettered"] += 1
-                    send_dead_letter(producer, settings, dead_letter(STAGE, exc, rl_topic, msg.partition(), msg.offset(),
-                                                                     msg.key(), msg.value()), msg.key(), on_delivery=tracker)
-            waited = time.monotonic() - first_at if first_at else 0.0
-            if len(pool) < cfg.min_batch and waited < cfg.max_wait_s:
-                if group is not None:
-                    distributed.keep_alive(group)
-                continue
-
-            # 2. drop stale trajectories (the version has not moved since they were pooled: a no-op
-            # kept as the invariant's statement), then one PPO (or critic-only) update
-            kept, dropped = ppo.filter_stale(pool, policy.version, settings.max_staleness, version_of=lambda e: e.policy_version)
-            counts["stale_dropped"] += dropped
-            dropped = counts["stale_dropped"] - stale_before  # since the last update, on arrival or here
-            metrics: dict[str, float] = {}
-            if kept:
-                critic_only = not ppo.value_pretrain_done(state["vp_losses"], state["vp_evs"], criterion)
-                staleness = [policy.version - e.policy_version for e in kept]
-                metrics = ppo_update(policy, optimizer, collate(kept), cfg, critic_only=critic_only) if group is None \
-                    else distributed.lead_update(group, policy, optimizer, collate(kept), cfg, critic_only)
-                if critic_only:  # the acting policy is unchanged: no new version
-                    state["vp_losses"].append(metrics[M.VALUE_LOSS])
-                    state["vp_evs"].append(metrics[M.EXPLAINED_VARIANCE])
-                else:
-                    policy.version = versions.next_version(settings, cfg.policy_name, policy.version)
-                metrics.update({M.STALENESS_MEAN: float(np.mean(staleness)), M.STALENESS_MAX: float(max(staleness)),
-                                M.THOUGHT_LENGTH: float(np.mean([e.thought_chars for e in kept]))})
-                for e in kept:
-                    ledger.add(e.episode_id, e.policy_version)
-                ledger.prune(policy.version, settings.max_staleness)
-                state["updates"] += 1
-            wall = time.monotonic() - started
-            metrics.update({M.IDLE_FRACTION: idle / max(wall, 1e-9),
-                            M.STALE_DROPPED_TOTAL: float(counts["stale_dropped"]),
-                            M.DEAD_LETTERED_TOTAL: float(counts["dead_lettered"]),
-                            M.DUPLICATES_SKIPPED_TOTAL: float(counts["duplicates_skipped"]),
-                            M.TRAINED_TOTAL: float(ledger.total)})
-
-            # 3. dead letters acknowledged, checkpoint (the point of no return), announce, commit offsets
-            flush_or_raise(producer, tracker)  # a dead letter is never lost behind a checkpointed offset
-            new_version = policy.version != state["version"]
-            if new_version:
-                pv = make_version(policy, save_weights(policy, store), parent=state["version"], metrics=metrics)
-                state.update(version=policy.version, pv=pv.model_dump(mode="json"))
-            state.update(offsets={rl_topic: dict(offsets)}, counts=dict(counts), trained=ledger.to_dict())
-            save_checkpoint(path, {**state, "weights": policy.state_dict(), "optimizer": optimizer.state_dict()})
-            if new_version:
-                versions.publish(producer, tracker, settings, pv)
-            if kept:
-                publish_metrics(producer, tracker, settings, TrainerMetrics(
-                    run_id=run_id, update=state["updates"], policy=cfg.policy_name, policy_version=policy.version,
-                    ts=now(), metrics={k: float(v) for k, v in metrics.items() if v == v}))
-            consumer.commit(offsets=[TopicPartition(rl_topic, p, o) for p, o in offsets.items()], asynchronous=False)
-            log.info("update %d -> v%d: %d trajectories (%d stale dropped) reward %.3f entropy %.3f idle %.2f",
-                     state["updates"], policy.version, len(kept), dropped, metrics.get(M.REWARD_MEAN, float("nan")),
-                     metrics.get(M.ENTROPY, float("nan")), metrics[M.IDLE_FRACTION])
-            pool, first_at, stale_before = [], None, counts["stale_dropped"]
+        loop.run(stop)
     finally:
-        consumer.close()
-        producer.flush(10)
+        flush_or_raise(learner.producer, learner.tracker)
     if group is not None:  # a clean stop; after a failure the followers fail on their own
         distributed.release(group)
-    wall = time.monotonic() - started
-    return {"version": policy.version, "updates": state["updates"], "trained": ledger.total,
-            "idle_fraction": idle / max(wall, 1e-9), "counts": dict(counts)}
+    return {"version": policy.version, "updates": learner.state.updates, "trained": ckpt.checkpoint.trained.total,
+            "idle_fraction": learner.idle_fraction(), "counts": dict(learner.counts)}

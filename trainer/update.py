@@ -52,6 +52,7 @@ class Batch:
     episode_ids: list[str] = field(default_factory=list)
     truncated: torch.Tensor | None = None  # [B] bool
     bootstrap_inputs: list[Any] = field(default_factory=list)  # [B] policy input of s_T, or None
+    ref_logprob: torch.Tensor | None = None  # [N] the reference policy's log-probs (reference_logprobs)
 
 
 def collate(episodes: list[EpisodeSample]) -> Batch:
@@ -102,6 +103,13 @@ def _evaluate_all(policy, batch: Batch, chunk: int = 256, me: Rank | None = None
     return (logp, value) if me is None else (gather_parts(logp, N, me), gather_parts(value, N, me))
 
 
+def reference_logprobs(reference, batch: Batch) -> torch.Tensor:
+    """[N] log-probs of the batch's actions under the frozen reference policy (the KL penalty's
+    anchor), computed once per batch before the update, on the rank that reads."""
+    reference.eval()
+    return _evaluate_all(reference, batch)[0]
+
+
 def _to_bt(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     out = torch.zeros_like(mask)
     out[mask.bool()] = flat
@@ -144,10 +152,14 @@ def _minibatch_loss(policy, batch: Batch, idx: torch.Tensor, adv: torch.Tensor, 
         clip_frac = stats["clip_frac"]
         loss = pg + cfg.vf_coef * vloss - cfg.ent_coef * ppo.entropy_bonus(entropy)
         if cfg.kl_coef > 0:
-            loss = loss + cfg.kl_coef * ppo.kl_penalty(logprob, old_logprob)
+            if batch.ref_logprob is None:
+                raise ValueError("kl_coef > 0 needs the reference policy's log-probs (update.reference_logprobs)")
+            loss = loss + cfg.kl_coef * ppo.kl_penalty(logprob, batch.ref_logprob[idx])
     with torch.no_grad():
         parts = {M.PG_LOSS: float(pg), M.VALUE_LOSS: float(vloss), M.ENTROPY: float(entropy.mean()),
                  M.CLIP_FRAC: float(clip_frac), M.APPROX_KL: float(ppo.kl_penalty(logprob, old_logprob))}
+        if batch.ref_logprob is not None:
+            parts[M.KL_REF] = float(ppo.kl_penalty(logprob, batch.ref_logprob[idx]))
     return loss, parts
 
 
@@ -177,7 +189,8 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     params = [p for n, p in policy.named_parameters() if n.startswith("value_head")] if critic_only \
         else [p for p in policy.parameters()]
     N = len(batch.actions)
-    sums: dict[str, float] = dict.fromkeys((M.PG_LOSS, M.VALUE_LOSS, M.ENTROPY, M.CLIP_FRAC, M.APPROX_KL), 0.0)
+    sums: dict[str, float] = dict.fromkeys((M.PG_LOSS, M.VALUE_LOSS, M.ENTROPY, M.CLIP_FRAC, M.APPROX_KL)
+                                           + ((M.KL_REF,) if batch.ref_logprob is not None else ()), 0.0)
     n_mb = skipped = 0
     for _ in range(cfg.epochs):
         for idx in torch.randperm(N, generator=generator).split(cfg.minibatch_size):

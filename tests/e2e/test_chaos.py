@@ -74,7 +74,7 @@ def run_under_chaos(settings, tmp_path, disrupt, scale: int = 1) -> str:
     from producers.suites import plan
     from infra.procs import wait_until
     from infra.topics import TOPICS
-    from trainer.ledger import TrainedLedger
+    from infra.checkpoint import TrainedIds
     from trainer.stream import checkpoint_path, load_checkpoint
 
     policy = f"pixel-chaos-{uuid.uuid4().hex[:6]}"
@@ -132,7 +132,7 @@ def run_under_chaos(settings, tmp_path, disrupt, scale: int = 1) -> str:
     assert len(_closed_tasks(settings)) == len(TASKS) * EPISODES_PER_TASK
 
     state = load_checkpoint(checkpoint_path(settings, policy))
-    ledger = TrainedLedger.from_dict(state["trained"])
+    ledger = TrainedIds.model_validate(state["trained"])
     assert ledger.total == len(ledger.recent) > 0, "an RL episode was trained twice (or nothing was trained)"
 
     assert _records(settings, TOPICS.dlq) == [], "dead letters after chaos"

@@ -26,7 +26,7 @@ from infra.versions import scan as read_versions
 from schemas.blobs import BlobStore
 from schemas.codec import encode
 from schemas.events import Observation, ScoredTrajectory, Step, TaskSpec, Trajectory
-from trainer.ledger import TrainedLedger
+from infra.checkpoint import TrainedIds
 from trainer.stream import checkpoint_path, load_checkpoint
 from trainer.synthetic import make_episode, scored_trajectory
 
@@ -136,11 +136,14 @@ def test_ranks_killed_mid_run_train_each_trajectory_exactly_once(settings, group
     killed_at = load_checkpoint(ckpt)["updates"]
 
     job = Job(settings, group_id, 6, *args)  # 3. resume to the end
-    assert job.wait(timeout=120) == 0, job.output()
+    try:
+        assert job.wait(timeout=120) == 0, job.output()
+    except subprocess.TimeoutExpired:
+        raise AssertionError(job.output())
     assert "trained 6 updates -> version 6, 24 trajectories" in job.output()
 
     state = load_checkpoint(ckpt)
-    trained = TrainedLedger.from_dict(state["trained"])
+    trained = TrainedIds.model_validate(state["trained"])
     assert state["updates"] == 6 and 4 <= killed_at < 6
     assert sorted(trained.recent) == sorted(ids), "a trajectory was lost"
     assert trained.total == 24 == 4 * state["updates"], "a trajectory was trained on twice"
@@ -193,11 +196,14 @@ def test_torchrun_starts_the_same_trainer(settings, group_id):
     ids = _produce(settings, pixel_trajectories(settings, 8))
     job = Job(settings, group_id, 2, "--policy-name", POLICY, "--policy-config", json.dumps(POLICY_CONFIG),
               launcher=TORCHRUN)
-    assert job.wait(timeout=120) == 0, job.output()
+    try:
+        assert job.wait(timeout=120) == 0, job.output()
+    except subprocess.TimeoutExpired:
+        raise AssertionError(job.output())
     assert "trained 2 updates -> version 2, 8 trajectories" in job.output()
     assert "rank 1 of 2 joined" in job.output()
     state = load_checkpoint(checkpoint_path(settings, POLICY))
-    assert sorted(TrainedLedger.from_dict(state["trained"]).recent) == sorted(ids)
+    assert sorted(TrainedIds.model_validate(state["trained"]).recent) == sorted(ids)
 
 
 def test_followers_outlive_a_wait_for_data_longer_than_the_timeout(settings, group_id):
@@ -209,5 +215,8 @@ def test_followers_outlive_a_wait_for_data_longer_than_the_timeout(settings, gro
     time.sleep(15)
     assert job.proc.poll() is None, job.output()
     _produce(settings, pixel_trajectories(settings, 4))
-    assert job.wait(timeout=120) == 0, job.output()
+    try:
+        assert job.wait(timeout=120) == 0, job.output()
+    except subprocess.TimeoutExpired:
+        raise AssertionError(job.output())
     assert "trained 1 updates -> version 1, 4 trajectories" in job.output()

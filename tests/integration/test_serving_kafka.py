@@ -97,7 +97,9 @@ def produce_scored(settings, n: int, start: int = 0) -> None:
 
 
 def test_sft_streaming_publishes_versions_and_resumes_from_its_offsets(settings, group_id):
-    from trainer.lm_stream import LMStreamTrainer, LMTrainConfig, load_checkpoint
+    from infra.checkpoint import load_checkpoint
+    from trainer.learner import LearnerState
+    from trainer.lm_stream import LMStreamTrainer, LMTrainConfig
     from trainer.sft import sft_samples
 
     produce_scored(settings, 4)
@@ -110,8 +112,9 @@ def test_sft_streaming_publishes_versions_and_resumes_from_its_offsets(settings,
     store = BlobStore(settings.blob_root)
     for pv in versions.values():  # each loadable, hash-verified
         assert load_policy_version(pv, store).version == pv.version
-    ckpt = load_checkpoint(first.ckpt_dir)
-    assert ckpt["version"] == 2 and sum(ckpt["offsets"].values()) == 4 and ckpt["published"]
+    ckpt = load_checkpoint(first.ckpt_path, LearnerState)
+    topic = topic_name(TOPICS.sft, settings)
+    assert ckpt.state.version == 2 and sum(ckpt.offsets[topic].values()) == 4 and ckpt.state.announce is None
 
     produce_scored(settings, 2, start=4)  # a restarted trainer sees only the new trajectories
     cfg.max_updates, cfg.max_wait_s = 1, 60

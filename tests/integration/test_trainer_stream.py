@@ -24,7 +24,7 @@ from trainer.config import TrainConfig
 from infra.policy import build_policy, load_policy_version
 from infra.policy import PolicyInput
 from infra.versions import scan as read_versions
-from trainer.ledger import TrainedLedger
+from infra.checkpoint import TrainedIds
 from trainer.stream import checkpoint_path, load_checkpoint, train
 from trainer.synthetic import make_episode, scored_trajectory
 
@@ -73,6 +73,22 @@ def test_stream_publishes_loadable_versions(settings, group_id):
     assert "losses/clip_frac" in versions[1].metrics and "perf/idle_fraction" in versions[1].metrics
 
 
+def test_kl_penalty_is_measured_against_the_version_the_trainer_started_from(settings, group_id):
+    settings = replace(settings, max_staleness=100)
+    produce_trajectories(settings, 12)
+    cfg = TrainConfig(policy_name=POLICY, policy_config=POLICY_CONFIG, min_batch=4, max_wait_s=60.0,
+                      max_updates=2, group_id=group_id, epochs=2, minibatch_size=4, kl_coef=0.5)
+    assert train(cfg, settings)["updates"] == 2
+    # the anchor is v0 (where it started), read back from the policy topic and remembered by the checkpoint
+    assert load_checkpoint(checkpoint_path(settings, POLICY))["kl_ref_version"] == 0
+    assert train(replace(cfg, max_updates=3), settings)["updates"] == 3  # a restart at v2 keeps the anchor
+    assert load_checkpoint(checkpoint_path(settings, POLICY))["kl_ref_version"] == 0
+    versions = read_versions(settings, POLICY)
+    assert [v.version for v in versions] == [0, 1, 2, 3]
+    kl = [v.metrics["losses/kl_ref"] for v in versions[1:]]
+    assert all(k >= 0.0 for k in kl) and "losses/approx_kl" in versions[1].metrics, kl
+
+
 def _run_trainer(settings, group_id: str, max_updates: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FLYWHEEL_DATA_DIR": settings.data_dir,
            "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap, "FLYWHEEL_TOPIC_PREFIX": settings.topic_prefix}
@@ -118,7 +134,7 @@ def test_sigkill_and_resume_train_each_trajectory_exactly_once(settings, group_i
 
     state = load_checkpoint(ckpt)
     assert state["updates"] == 8
-    trained = TrainedLedger.from_dict(state["trained"])
+    trained = TrainedIds.model_validate(state["trained"])
     assert sorted(trained.recent) == sorted(ids), "a trajectory was lost or trained on twice"
     assert trained.total == 32
     versions = read_versions(settings, POLICY)
@@ -150,7 +166,7 @@ def test_replayed_and_rescored_copies_are_not_trained_again(settings, group_id):
     assert result["counts"]["duplicates_skipped"] == 8
     assert result["counts"]["skipped_other_scorer"] == 8
     state = load_checkpoint(ckpt)
-    assert sorted(TrainedLedger.from_dict(state["trained"]).recent) == sorted(ids)
+    assert sorted(TrainedIds.model_validate(state["trained"]).recent) == sorted(ids)
 
 
 def test_a_dead_letter_that_cannot_be_delivered_is_never_checkpointed_past(settings, group_id):

@@ -84,6 +84,8 @@ class FakeConsumer:
         return [TopicPartition(tp.topic, tp.partition, 0) for tp in tps]
 
     def close(self):
+        if self.assigned:  # as librdkafka does: leaving the group revokes what it holds
+            self.cb[1](self, list(self.assigned))
         self.closed = True
 
 
@@ -161,6 +163,23 @@ def test_a_failed_flush_aborts_the_checkpoint(tmp_path):
     assert consumer.committed == [] and "commit" not in log and consumer.closed
 
 
+def test_after_a_failed_flush_the_revocation_on_close_commits_nothing(tmp_path):
+    """A stage that dropped its buffer in the failed flush has nothing left to flush: the
+    revocation that close() triggers must not commit the batch it never wrote."""
+
+    class Forgetful(Stage):
+        def flush(self, dlq):
+            self.buffer = []  # handed to a write that failed (e.g. a learner's collective)
+            if not self.log or self.log[-1] != "flush-failed":
+                self.log.append("flush-failed")
+                raise OSError("peer died")
+
+    loop, consumer, _, log = make_loop(tmp_path, records(4), stage=Forgetful([]))
+    with pytest.raises(OSError, match="peer died"):
+        loop.run(threading.Event())
+    assert consumer.committed == [] and "commit" not in log and consumer.closed
+
+
 def test_a_failed_dead_letter_delivery_aborts_the_commit(tmp_path):
     loop, consumer, stage, log = make_loop(tmp_path, records(4, bad={1}), fail_dlq=True)
     with pytest.raises(DeliveryError):
@@ -173,6 +192,30 @@ def test_ready_stage_checkpoints_without_waiting_for_the_interval(tmp_path):
     loop, consumer, stage, log = make_loop(tmp_path, records(7), stage=Stage([], ready_at=3))
     loop.run(threading.Event())
     assert log.count("flush") == 3 and [o for *_, o in consumer.committed] == [3, 6, 7]
+
+
+def test_a_full_batch_is_checkpointed_before_the_next_record_of_the_same_consume_call(tmp_path):
+    loop, consumer, stage, log = make_loop(tmp_path, records(10), batch=10, stage=Stage([], ready_at=4))
+    loop.run(threading.Event())
+    assert [o for *_, o in consumer.committed] == [4, 8, 10]  # batches of exactly 4, then the rest
+
+
+def test_committed_follows_each_commit_and_a_stop_leaves_the_rest_unread(tmp_path):
+    stop = threading.Event()
+
+    class Learner(Stage):
+        def flush(self, dlq):
+            super().flush(dlq)
+            if len(self.written) >= 4:  # e.g. max_updates reached
+                stop.set()
+
+        def committed(self):
+            self.log.append("committed")
+
+    loop, consumer, stage, log = make_loop(tmp_path, records(10), batch=10, stage=Learner([], ready_at=2))
+    loop.run(stop)
+    assert log == ["flush", "commit", "committed"] * 2
+    assert [o for *_, o in consumer.committed] == [2, 4] and len(stage.written) == 4  # 4-9 stay for the next run
 
 
 def test_revocation_checkpoints_before_the_partitions_go(tmp_path):

@@ -12,7 +12,10 @@ from serving_fixtures import scored_trajectory
 
 from schemas.blobs import BlobStore
 from trainer.ct import ct_samples
-from trainer.lm_stream import LMTrainConfig, load_checkpoint, mark_published, save_checkpoint, train_step
+from infra.checkpoint import load_checkpoint
+from infra.consume_loop import CheckpointFile
+from trainer.learner import LearnerState, drop_other_weights, read_weights, write_weights
+from trainer.lm_stream import LMTrainConfig, train_step
 from infra.policy import build_policy
 from trainer.sft import sft_samples
 
@@ -99,15 +102,26 @@ def test_a_few_sft_steps_lower_the_loss(store):
 
 
 def test_checkpoint_round_trip(tmp_path):
+    """The learner's checkpoint: infra.checkpoint's JSON (offsets by topic and partition, typed state)
+    naming a weights + optimiser file written before it."""
     policy = build_policy("lm", "lm-t", {})
     policy.version = 3
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-3)
     folder = tmp_path / "ckpt"
-    save_checkpoint(folder, policy, opt, {0: 5, 2: 9}, published=False)
-    ck = load_checkpoint(folder)
-    assert ck["version"] == 3 and ck["offsets"] == {0: 5, 2: 9} and ck["published"] is False
-    assert torch.equal(ck["weights"]["value_head.weight"], policy.state_dict()["value_head.weight"])
-    mark_published(folder)
-    assert load_checkpoint(folder)["published"] is True
-    save_checkpoint(folder, policy, opt, {0: 6}, published=True)  # replaces the previous one whole
-    assert load_checkpoint(folder)["offsets"] == {0: 6}
+    ckpt = CheckpointFile(folder / "checkpoint.json", LearnerState)
+    assert ckpt.checkpoint.state is None  # nothing yet: a fresh start
+    name = write_weights(folder, 1, policy, opt)
+    ckpt.checkpoint.state = LearnerState(version=3, config=policy.config_dict(), weights_file=name, updates=1,
+                                         announce={"policy": "lm-t", "version": 3})
+    ckpt.checkpoint.advance({("flywheel.sft.v1", 0): 5, ("flywheel.sft.v1", 2): 9})
+    ckpt.save()
+    again = load_checkpoint(folder / "checkpoint.json", LearnerState)
+    assert again.offsets == {"flywheel.sft.v1": {0: 5, 2: 9}} and again.state.version == 3
+    assert again.state.announce is not None  # announced only after the commit
+    saved = read_weights(folder, again.state)
+    assert torch.equal(saved["weights"]["value_head.weight"], policy.state_dict()["value_head.weight"])
+    assert saved["optimizer"]["param_groups"][0]["lr"] == 1e-3
+    newer = write_weights(folder, 2, policy, opt)
+    drop_other_weights(folder, keep=newer)  # after the switch the old file goes
+    assert sorted(p.name for p in folder.glob("weights-*")) == [newer]
+

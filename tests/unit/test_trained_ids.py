@@ -1,14 +1,14 @@
-"""The trained-episode ledger: exactly-once in memory bounded by the staleness window."""
+"""A learner's trained ids (infra.checkpoint.TrainedIds): exactly-once in memory bounded by the staleness window."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainer.ledger import TrainedLedger
+from infra.checkpoint import TrainedIds
 
 
 def test_remembers_what_it_trained_and_refuses_a_second_add():
-    led = TrainedLedger()
+    led = TrainedIds()
     led.add("ep-1", produced_by=3)
     assert "ep-1" in led and "ep-2" not in led
     with pytest.raises(ValueError, match="trained twice"):
@@ -16,7 +16,7 @@ def test_remembers_what_it_trained_and_refuses_a_second_add():
 
 
 def test_prune_forgets_exactly_the_ids_no_copy_of_which_could_still_be_trained():
-    led = TrainedLedger()
+    led = TrainedIds()
     for v in range(10):
         led.add(f"ep-{v}", produced_by=v)
     forgotten = led.prune(latest=10, max_staleness=4)  # versions 6..10 are still trainable
@@ -26,7 +26,7 @@ def test_prune_forgets_exactly_the_ids_no_copy_of_which_could_still_be_trained()
 
 
 def test_memory_stays_bounded_over_a_long_run():
-    led = TrainedLedger()
+    led = TrainedIds()
     for v in range(1000):
         for k in range(32):
             led.add(f"ep-{v}-{k}", produced_by=v)
@@ -34,9 +34,7 @@ def test_memory_stays_bounded_over_a_long_run():
     assert len(led.recent) <= 32 * 5 and led.total == 32000
 
 
-def test_round_trips_through_a_checkpoint_dict_and_reads_the_old_list_format():
-    led = TrainedLedger()
+def test_round_trips_through_the_checkpoint_json():
+    led = TrainedIds()
     led.add("a", 1)
-    assert TrainedLedger.from_dict(led.to_dict()) == led
-    old = TrainedLedger.from_dict(["x", "y"])
-    assert "x" in old and old.total == 2
+    assert TrainedIds.model_validate(led.model_dump(mode="json")) == led
