@@ -60,7 +60,13 @@ def produce(settings, events, pace_s: float = 0.0) -> dict[str, float]:
     name, last = topic_name(TOPICS.steps, settings), {}
     for ev in events:
         ts_ms = int(time.time() * 1000)
-        producer.produce(name, key=ev.episode_id.encode(), value=encode(ev), timestamp=ts_ms, on_delivery=tracker)
+        value = encode(ev)
+        while True:
+            try:
+                producer.produce(name, key=ev.episode_id.encode(), value=value, timestamp=ts_ms, on_delivery=tracker)
+                break
+            except BufferError:  # librdkafka's local queue (100k messages) is full: let deliveries drain it
+                producer.poll(0.5)
         producer.poll(0)
         last[ev.episode_id] = ts_ms
         if pace_s and ev.kind in ("ended", "aborted"):
