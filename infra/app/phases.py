@@ -239,6 +239,16 @@ def value_pretraining_summary(trainer_rows: list[tuple]) -> dict[str, float | in
             "explained_variance_at_ppo_start": ppo[0].get(M.EXPLAINED_VARIANCE) if ppo else None}
 
 
+def corr_verdict(corr: float | None) -> str:
+    """What the value-return correlation at PPO's start says (UI-TARS-2's failure signature is a
+    negative one); empty when it was not measured."""
+    if corr is None:
+        return ""
+    if corr < 0:
+        return " (negative: UI-TARS-2's failure signature, the critic misleads the policy)"
+    return " (positive: the critic ranks states the way the returns do)"
+
+
 def report_section(settings, policy: str, base_version: int, cold_start: bool, value_pretrain: bool,
                    clock: PhaseClock) -> tuple[list[str], dict]:
     """Markdown of the phases (time, success per task and phase, value pretraining) and its data."""
@@ -258,7 +268,7 @@ def report_section(settings, policy: str, base_version: int, cold_start: bool, v
               f"Value pretraining: {vp['critic_only_batches']} critic-only batches, explained variance at "
               f"their end {fmt(vp['explained_variance_at_end'])}; at PPO's first batch the critic's explained "
               f"variance was {fmt(vp['explained_variance_at_ppo_start'])} and the value-return correlation "
-              f"{fmt(vp['value_return_corr_at_ppo_start'])} (negative: the critic misleads the policy).", "",
+              f"{fmt(vp['value_return_corr_at_ppo_start'])}{corr_verdict(vp['value_return_corr_at_ppo_start'])}.", "",
               "<details><summary>SQL</summary>", "", "```sql", sql, "```", "</details>", ""]
     by_phase = {t[0]: dict(zip(cols[1:], t[1:])) for t in table}
     return lines, {"phases": clock.rows(), "success_by_task_and_phase": by_phase, "value_pretraining": vp}

@@ -96,3 +96,9 @@ def test_a_client_with_its_own_init_never_moves_back():
     client.version = 5  # e.g. an HTTP client that learnt its version from the server's replies
     v = PolicyVersion(policy="p", version=3, kind="pixel", uri="file:///w", sha256="0" * 64, created_at=1.0)
     assert not newer(v, client) and newer(v.model_copy(update={"version": 5}), client)
+
+
+def test_the_correlation_verdict_follows_its_sign():
+    assert "misleads" in phases.corr_verdict(-0.2)
+    assert "positive" in phases.corr_verdict(0.342) and "misleads" not in phases.corr_verdict(0.342)
+    assert phases.corr_verdict(None) == ""

@@ -1,0 +1,155 @@
+"""SFT of the pretrained language policy (SmolLM2-135M-Instruct) from scripted demonstrations,
+measured on unseen MiniWoB++ episodes in a real Chromium.
+
+    python benchmarks/learn_lm_sft.py --tasks click-test --demos 50 --epochs 3 --eval 20
+
+The scripted solvers play the annotators, as in the main job's cold start. Each successful
+demonstration step is rendered in the policy's one context format (``LMPolicy.context``:
+instruction, earlier screenshots and actions, current screenshot; the assistant turn is the
+UI-TARS "Thought / Action" text), which is what trainer.sft builds from flywheel.sft.v1.
+``trainer.lm_stream.train_step`` trains on them, the token-mean NLL of the assistant turn only.
+The policy then acts greedily on unseen seeds, before SFT (the pretrained model with an untrained
+vision adapter) and after. Prints one JSON line: success per task before and after, the loss,
+and the time of each phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from learn_miniwob import LiveEnv  # noqa: E402
+
+from infra.policy import PolicyInput, build_policy  # noqa: E402
+from schemas.events import Step, TaskSpec  # noqa: E402
+from schemas.prompt import format_step_output  # noqa: E402
+from trainer import metric_names as M  # noqa: E402
+from trainer.lm_config import PRETRAINED_LM, LMTrainConfig  # noqa: E402
+from trainer.lm_stream import train_step  # noqa: E402
+
+
+def policy_input(obs, history: list) -> PolicyInput:
+    o = obs.observation
+    return PolicyInput(obs.image, o.instruction, o.screen_width, o.screen_height, history=list(history))
+
+
+def as_step(obs, action, index: int) -> Step:
+    return Step(episode_id="bench", ts=1.0, step_index=index, started_at=1.0, observation=obs.observation,
+                action=action, policy="bench", policy_version=0, logprob=0.0)
+
+
+async def episode(sandbox, spec: TaskSpec, choose, max_steps: int) -> tuple[bool, list]:
+    """One episode; ``choose(obs, history, dom)`` -> action or None (no parsable action: failed).
+    Returns (success, [(obs, history, action)])."""
+    from producers.scripted import DOM_PROBE_JS
+
+    obs, history, seen = await sandbox.reset(spec), [], []
+    for i in range(max_steps):
+        action = choose(obs, history, await sandbox.query(DOM_PROBE_JS))
+        if action is None:
+            return False, seen
+        result = await sandbox.step(action)
+        seen.append((obs, list(history), action))
+        history.append(as_step(obs, action, i))
+        obs = result.obs
+        if result.done:
+            return bool(result.success), seen
+    return False, seen
+
+
+async def measure(args) -> dict:
+    from producers import scripted
+
+    tasks = args.tasks.split(",")
+    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
+    config = {**PRETRAINED_LM, "pretrained": args.pretrained} if args.pretrained else {}
+    config.update(json.loads(args.policy or "{}"))
+    t0 = time.perf_counter()
+    policy = build_policy("lm", "lm-sft-bench", config)
+    load_s = time.perf_counter() - t0
+    env = LiveEnv(1)
+    await env.start()
+    sandbox = env.sandboxes[0]
+    policy.blob_store = sandbox.blobs  # earlier screenshots in the context, as the rollout shows them
+    coord_mode = policy.config["coord_mode"]
+
+    def greedy(obs, history, dom):
+        return policy.act([policy_input(obs, history)], greedy=True)[0].action
+
+    async def success(name: str) -> float:
+        wins = [(await episode(sandbox, TaskSpec(task_id=f"e{s}", suite="miniwob", name=name, seed=50_000 + s),
+                               greedy, args.max_steps))[0] for s in range(args.eval)]
+        return sum(wins) / len(wins)
+
+    try:
+        t = time.perf_counter()
+        before = {name: await success(name) for name in tasks}
+        before_s = time.perf_counter() - t
+
+        t = time.perf_counter()
+        samples = []
+        for name in tasks:
+            for seed in range(args.demos):
+                ok, seen = await episode(sandbox, TaskSpec(task_id=f"d{seed}", suite="miniwob", name=name, seed=seed),
+                                         lambda o, h, dom: scripted.solve(name, o.observation.instruction, dom),
+                                         args.max_steps)
+                for i, (obs, history, action) in enumerate(seen if ok else []):  # V(s) = 1 only
+                    answer = format_step_output(as_step(obs, action, i), coord_mode)
+                    samples.append(policy.render(policy.context(policy_input(obs, history)), answer, score="last"))
+        collect_s = time.perf_counter() - t
+
+        t = time.perf_counter()
+        cfg = LMTrainConfig(lr=args.lr, minibatch_samples=args.minibatch)
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr)
+        rng, losses = random.Random(0), []
+        for epoch in range(args.epochs):
+            order = list(range(len(samples)))
+            rng.shuffle(order)
+            for i in range(0, len(order), args.batch):
+                losses.append(train_step(policy, optimizer, [samples[j] for j in order[i:i + args.batch]], cfg)[M.SFT_LOSS])
+            print(f"  epoch {epoch + 1}: loss {losses[-1]:.3f} ({time.perf_counter() - t:.0f} s)", flush=True)
+        train_s = time.perf_counter() - t
+
+        t = time.perf_counter()
+        after = {name: await success(name) for name in tasks}
+        after_s = time.perf_counter() - t
+    finally:
+        await env.close()
+    return {"pretrained": args.pretrained, "tasks": tasks, "demos_per_task": args.demos, "samples": len(samples),
+            "epochs": args.epochs, "lr": args.lr, "eval_episodes": args.eval,
+            "success_before": before, "success_after": after,
+            "loss_first_last": [round(losses[0], 3), round(losses[-1], 3)] if losses else None,
+            "seconds": {"load": round(load_s, 1), "eval_before": round(before_s, 1), "demonstrations": round(collect_s, 1),
+                        "sft": round(train_s, 1), "eval_after": round(after_s, 1)}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", default="click-test")
+    ap.add_argument("--demos", type=int, default=50, help="scripted demonstrations per task")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=8, help="samples per optimiser step")
+    ap.add_argument("--minibatch", type=int, default=4, help="samples per forward pass")
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--eval", type=int, default=20, help="unseen episodes per task, before and after")
+    ap.add_argument("--max-steps", type=int, default=4)
+    ap.add_argument("--pretrained", default="smollm2-135m", help="empty: the tiny model of --policy")
+    ap.add_argument("--policy", default="", help="JSON merged into the LM config")
+    ap.add_argument("--threads", type=int, default=2)
+    print(json.dumps(asyncio.run(measure(ap.parse_args()))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
