@@ -35,6 +35,7 @@ from schemas.events import Step, TaskSpec  # noqa: E402
 from schemas.prompt import format_step_output  # noqa: E402
 from trainer import metric_names as M  # noqa: E402
 from trainer.lm_config import PRETRAINED_LM, LMTrainConfig  # noqa: E402
+from trainer.augment import random_shifts  # noqa: E402
 from trainer.lm_stream import train_step  # noqa: E402
 
 
@@ -98,7 +99,7 @@ async def measure(args) -> dict:
         before_s = time.perf_counter() - t
 
         t = time.perf_counter()
-        samples = []
+        samples, shift_rng = [], random.Random(1)
         for name in tasks:
             for seed in range(args.demos):
                 ok, seen = await episode(sandbox, TaskSpec(task_id=f"d{seed}", suite="miniwob", name=name, seed=seed),
@@ -107,6 +108,12 @@ async def measure(args) -> dict:
                 for i, (obs, history, action) in enumerate(seen if ok else []):  # V(s) = 1 only
                     answer = format_step_output(as_step(obs, action, i), coord_mode)
                     samples.append(policy.render(policy.context(policy_input(obs, history)), answer, score="last"))
+                    if i == 0:  # translated copies of a first step (no earlier screenshot to keep in line)
+                        for image, moved in random_shifts(obs.image, action, args.shift, args.shift_frac, shift_rng):
+                            inp = PolicyInput(image, obs.observation.instruction, obs.observation.screen_width,
+                                              obs.observation.screen_height, history=[])
+                            text = format_step_output(as_step(obs, moved, i), coord_mode)
+                            samples.append(policy.render(policy.context(inp), text, score="last"))
         collect_s = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -127,6 +134,7 @@ async def measure(args) -> dict:
     finally:
         await env.close()
     return {"pretrained": args.pretrained, "tasks": tasks, "demos_per_task": args.demos, "samples": len(samples),
+            "shift_copies": args.shift,
             "epochs": args.epochs, "lr": args.lr, "eval_episodes": args.eval,
             "success_before": before, "success_after": after,
             "loss_first_last": [round(losses[0], 3), round(losses[-1], 3)] if losses else None,
@@ -147,6 +155,9 @@ def main() -> int:
     ap.add_argument("--pretrained", default="smollm2-135m", help="empty: the tiny model of --policy")
     ap.add_argument("--policy", default="", help="JSON merged into the LM config")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--shift", type=int, default=0,
+                    help="grounding augmentation: translated copies of each first step (trainer.augment)")
+    ap.add_argument("--shift-frac", type=float, default=0.3, help="largest translation, as a fraction of the screen side")
     print(json.dumps(asyncio.run(measure(ap.parse_args()))), flush=True)
     return 0
 

@@ -1,4 +1,5 @@
-"""Behaviour cloning of the pixel policy on flywheel.sft.v1: the cold start's SFT (UI-TARS-2).
+"""Behaviour cloning on flywheel.sft.v1: the cold start's SFT (UI-TARS-2), for the pixel policy
+here and for the language policy in trainer.bc_lm (``--policy-kind lm``).
 
 The scripted solvers play the annotators: their episodes go through the normal pipeline
 (rollout with the scripted backend -> steps -> trajectories -> scored V(s) = 1 -> flywheel.sft.v1).
@@ -168,19 +169,29 @@ def run_bc(cfg: BCConfig, settings: Settings) -> dict[str, Any]:
     tasks = cfg.tasks or list(get_suite(cfg.suite).tasks)
     demos = select_demos(read_demonstrations(settings, cfg), tasks, cfg.demos_per_task)
     store = BlobStore(settings.blob_root)
-    policy = build_policy("pixel", cfg.policy_name, cfg.policy_overrides())
-    data = examples(policy, demos, store)
+    policy = build_policy(cfg.policy_kind, cfg.policy_name, cfg.policy_overrides())
     per_task = Counter(s.trajectory.task.name for s in demos)
-    log.info("behaviour cloning on %d demonstrations (%d steps): %s", len(demos), len(data.actions), dict(per_task))
-    losses = bc_train(policy, data, cfg.epochs, cfg.lr, cfg.minibatch_size, cfg.seed)
-    match = greedy_match(policy, data)
+    steps = sum(len(s.trajectory.steps) for s in demos)
+    log.info("behaviour cloning on %d demonstrations (%d steps): %s", len(demos), steps, dict(per_task))
+    if cfg.policy_kind == "lm":
+        from trainer.bc_lm import clone_lm
+
+        if not demos:
+            raise ConfigError(f"no demonstration of {', '.join(tasks)} on the sft topic")
+        out = clone_lm(policy, demos, store, cfg)
+        losses, match, skipped = out["losses"], {}, out["skipped"]
+        metrics = {M.BC_LOSS: losses[-1], M.DEMOS: float(len(demos)), M.STEPS: float(out["samples"])}
+    else:
+        data = examples(policy, demos, store)
+        losses = bc_train(policy, data, cfg.epochs_for("pixel"), cfg.lr_for("pixel"), cfg.minibatch_for("pixel"), cfg.seed)
+        match, skipped = greedy_match(policy, data), dict(data.skipped)
+        metrics = {M.BC_LOSS: losses[-1], M.BC_TRAIN_MATCH: match["all"], M.DEMOS: float(len(demos)),
+                   M.STEPS: float(len(data.actions))}
     published = versions.latest(settings, cfg.policy_name)
     policy.version = versions.next_version(settings, cfg.policy_name, -1)
-    metrics = {M.BC_LOSS: losses[-1], M.BC_TRAIN_MATCH: match["all"], M.DEMOS: float(len(demos)),
-               M.STEPS: float(len(data.actions))}
     pv = make_version(policy, save_weights(policy, store), parent=published.version if published else None, metrics=metrics)
     producer, tracker = make_producer(settings), DeliveryTracker()
     versions.publish(producer, tracker, settings, pv)
-    return {"version": pv.version, "demos": dict(per_task), "steps": len(data.actions), "loss": losses[-1],
-            "train_match": match, "skipped": dict(data.skipped), "missing": [t for t in tasks if t not in per_task],
+    return {"version": pv.version, "demos": dict(per_task), "steps": steps, "loss": losses[-1],
+            "train_match": match, "skipped": skipped, "missing": [t for t in tasks if t not in per_task],
             "seconds": time.monotonic() - t0}

@@ -1,4 +1,8 @@
-"""The typed config of `flywheel bc` (trainer.bc), apart so the CLI need not import torch."""
+"""The typed config of `flywheel bc` (trainer.bc), apart so the CLI need not import torch.
+
+epochs, lr and minibatch_size default per policy kind (0: the kind's default): the pixel
+policy learns from scratch at a large step size (40 epochs at 1e-2), the pretrained language
+policy is fine-tuned for a few epochs at 1e-4 (docs/language-policy.md)."""
 
 from __future__ import annotations
 
@@ -16,10 +20,16 @@ class BCConfig:
     suite: str = opt("default", "task suite: its tasks' demonstrations are used and its action heads built")
     tasks: list[str] = opt([], "only these tasks' demonstrations (default: the suite's)")
     demos_per_task: int = opt(20, "at most this many demonstrations per task (WGE used 10)")
-    policy_config: str = opt("", "JSON object merged into the pixel policy's config")
-    epochs: int = opt(40, "passes over the demonstration steps")
-    lr: float = opt(1e-2, "Adam learning rate (tests/e2e/test_bc_pixel.py: 3e-3 underfits 20 demos in 40 epochs)")
-    minibatch_size: int = opt(32, "steps per gradient step")
+    policy_kind: str = opt("pixel", "policy to clone into: the pixel policy, or the language policy (lm)",
+                           choices=("pixel", "lm"))
+    pretrained: str = opt("smollm2-135m", "policy_kind lm: the checkpoint to start from, a named one (smollm2-135m) or a local Hugging Face folder; empty: the tiny model of policy_config")
+    policy_config: str = opt("", "JSON object merged into the policy's config")
+    epochs: int = opt(0, "passes over the demonstration steps (0: pixel 40, lm 3)")
+    lr: float = opt(0.0, "learning rate (0: pixel 1e-2 with Adam, lm 1e-4 with AdamW; "
+                         "tests/e2e/test_bc_pixel.py: 3e-3 underfits 20 demos in 40 epochs)")
+    minibatch_size: int = opt(0, "steps per gradient step (0: pixel 32, lm 8)")
+    shift_copies: int = opt(8, "policy_kind lm: translated copies of each demonstration's first screen and click (trainer.augment; 0: off)")
+    shift_frac: float = opt(0.3, "largest translation of those copies, as a fraction of the screen side")
     seed: int = opt(0, "seed of the initial weights and of the minibatch order")
     torch_threads: int = opt(0, "torch intra-op threads (0: torch's default)")
     read_timeout_s: float = opt(60.0, "longest time to read the flywheel.sft.v1 snapshot")
@@ -29,10 +39,32 @@ class BCConfig:
             extra = json.loads(self.policy_config) if self.policy_config else {}
         except json.JSONDecodeError as exc:
             raise ConfigError(f"policy_config is not JSON: {exc}") from None
+        if not isinstance(extra, dict):
+            raise ConfigError("policy_config must be a JSON object")
+        if self.policy_kind == "lm":
+            from trainer.lm_config import PRETRAINED_LM
+
+            base = {**PRETRAINED_LM, "pretrained": self.pretrained} if self.pretrained else {}
+            return {**base, "seed": self.seed, **extra}
         return {"action_types": list(get_suite(self.suite).action_types), "seed": self.seed, **extra}
 
+    def epochs_for(self, kind: str) -> int:
+        return self.epochs or KIND_DEFAULTS[kind]["epochs"]
+
+    def lr_for(self, kind: str) -> float:
+        return self.lr or KIND_DEFAULTS[kind]["lr"]
+
+    def minibatch_for(self, kind: str) -> int:
+        return self.minibatch_size or KIND_DEFAULTS[kind]["minibatch_size"]
+
     def validate(self) -> "BCConfig":
-        if self.demos_per_task < 1 or self.epochs < 1 or self.minibatch_size < 1:
-            raise ConfigError("demos_per_task, epochs and minibatch_size must be >= 1")
+        if self.demos_per_task < 1 or self.epochs < 0 or self.minibatch_size < 0 or self.lr < 0:
+            raise ConfigError("demos_per_task must be >= 1; epochs, minibatch_size and lr >= 0 (0: the kind's default)")
+        if self.shift_copies < 0 or not 0.0 <= self.shift_frac <= 1.0:
+            raise ConfigError("shift_copies must be >= 0 and shift_frac within [0, 1]")
         get_suite(self.suite)
         return self
+
+
+KIND_DEFAULTS = {"pixel": {"epochs": 40, "lr": 1e-2, "minibatch_size": 32},
+                 "lm": {"epochs": 3, "lr": 1e-4, "minibatch_size": 8}}

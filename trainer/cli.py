@@ -41,9 +41,9 @@ def cmd_bc(args: argparse.Namespace) -> int:
     settings = load_settings(vars(args))
     log_settings(settings)
     out = run_bc(resolve(BCConfig, vars(args)).validate(), settings)
+    match = f", greedy = demonstrator on {out['train_match']['all']:.0%} of them" if out["train_match"] else ""
     print(f"published pi_sft as version {out['version']}: {out['steps']} steps of {sum(out['demos'].values())} "
-          f"demonstrations {out['demos']}, loss {out['loss']:.3f}, greedy = demonstrator on "
-          f"{out['train_match']['all']:.0%} of them, {out['seconds']:.0f}s")
+          f"demonstrations {out['demos']}, loss {out['loss']:.3f}{match}, {out['seconds']:.0f}s")
     if out["missing"]:
         print(f"no demonstration of {', '.join(out['missing'])}: those tasks start from what the policy knows")
     return 0
@@ -57,7 +57,7 @@ def register(sub) -> None:
     add_arguments(p, TrainConfig)
     add_arguments(p.add_argument_group("platform settings"), Settings)
     p.set_defaults(func=cmd_train)
-    b = sub.add_parser("bc", help="behaviour cloning of the pixel policy: flywheel.sft.v1 -> pi_sft, a policy version")
+    b = sub.add_parser("bc", help="behaviour cloning (pixel or language policy): flywheel.sft.v1 -> pi_sft, a policy version")
     add_arguments(b, BCConfig)
     add_arguments(b.add_argument_group("platform settings"), Settings)
     b.set_defaults(func=cmd_bc)

@@ -6,7 +6,8 @@ endpoint), the Faust app, the PPO trainer, and rollout workers with browser sand
 MiniWoB++ tasks; prints one progress line every few seconds (episodes, success over the last
 100 episodes per task, published vs acting policy version, trainer updates, consumer lag, dead
 letters); stops on Ctrl-C, after --minutes, or (with --until-target) once every task reached its
-target; writes the report and prints its path.
+target; writes the report and prints its path. The phases (cold start -> SFT -> value
+pretraining -> PPO -> DPO) are infra/app/phases.py's.
 
 --sync alternates rollout and training without overlap: the rollout workers collect one batch
 under the current version and then wait for the next one, and the trainer updates only on a
@@ -50,6 +51,9 @@ class DemoConfig:
     sync: bool = opt(False, "alternate rollout and training without overlap (for the async/sync comparison)")
     batch_episodes: int = opt(32, "complete trajectories per PPO update")
     policy_kind: str = opt("pixel", "policy model the trainer learns", choices=("pixel", "lm"))
+    dpo_minutes: float = opt(-1.0, "last minutes of the run given to DPO of pi_sft on reflection pairs annotated meanwhile "
+                                   "(0: no DPO phase; -1: a quarter of --minutes for the language policy, 0 for the pixel policy)")
+    dpo_args: str = opt("", "extra arguments for `flywheel dpo`, space separated")
     progress_s: float = opt(5.0, "seconds between progress lines")
     run_id: str = opt("", "name of this run (default: a fresh id); prefixes its topics and policy name")
     report_dir: str = opt("", "where the report goes (default <data_dir>/reports/<run_id>)")
@@ -63,7 +67,17 @@ class DemoConfig:
             raise UserError("minutes must be > 0; episodes, sandboxes, workers and batch_episodes >= 1")
         if self.max_steps < 0 or self.cold_start_demos < 0 or self.value_pretrain_batches < 0 or self.ppo_lr < 0:
             raise UserError("max_steps, cold_start_demos, value_pretrain_batches and ppo_lr must be >= 0")
+        if self.dpo_minutes < -1 or self.dpo_minutes >= self.minutes:
+            raise UserError(f"dpo_minutes must be -1 (auto), 0 (off) or less than --minutes ({self.minutes:g})")
+        if self.dpo_minutes > 0 and self.cold_start_demos == 0:
+            raise UserError("a DPO phase needs pi_sft as its reference: set --cold-start-demos > 0 or --dpo-minutes 0")
         return self
+
+    def dpo_span_s(self) -> float:
+        """Seconds of DPO at the end of the run (0: none)."""
+        if self.dpo_minutes >= 0:
+            return self.dpo_minutes * 60
+        return self.minutes * 15 if self.policy_kind == "lm" and self.cold_start_demos > 0 else 0.0
 
 
 def run_names(cfg: DemoConfig) -> tuple[str, str, str]:
@@ -103,6 +117,8 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
             "--min-batch", str(cfg.batch_episodes), "--group-id", f"{prefix}trainer", "--seed", str(cfg.seed),
             "--value-pretrain-max-batches", str(cfg.value_pretrain_batches),
             *(["--lr", str(ppo_lr(cfg))] if ppo_lr(cfg) else []),
+            # the language policy: a few small minibatches per update (a 135M model on 2 cores)
+            *(LM_PPO_ARGS if cfg.policy_kind == "lm" else []),
             # the heads the tasks need (used when the trainer builds the policy: no cold start)
             *(["--policy-config", json.dumps({"action_types": list(plan.action_types)})]
               if cfg.policy_kind == "pixel" else []),
@@ -120,13 +136,19 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
     return children
 
 
+LM_PPO_ARGS = ["--epochs", "2", "--minibatch-size", "8"]
+
+
 def ppo_lr(cfg: DemoConfig) -> float:
     """PPO's learning rate: fine-tuning a cloned policy takes smaller steps than learning from
     random weights (default suite, seed 0: at 3e-3 the typing tasks fell from 0.9-1.0 under pi_sft
-    to 0.0 within 6 minutes of PPO; at 3e-4 they held). 0: the trainer's own default."""
+    to 0.0 within 6 minutes of PPO; at 3e-4 they held). The pretrained language policy takes
+    fine-tuning steps (3e-5). 0: the trainer's own default."""
     if cfg.ppo_lr:
         return cfg.ppo_lr
-    return 3e-4 if cfg.cold_start_demos > 0 and cfg.policy_kind == "pixel" else 0.0
+    if cfg.policy_kind == "lm":
+        return 3e-5
+    return 3e-4 if cfg.cold_start_demos > 0 else 0.0
 
 
 def ensure_platform(settings: Settings):
@@ -209,11 +231,15 @@ def effective(cfg: DemoConfig) -> tuple[DemoConfig, list[str]]:
     """The configuration a run can honour, and what was changed: under --sync a critic-only
     update publishes no version while the synchronous rollout waits for one, so value
     pretraining would stall the run after one batch."""
+    changed: list[str] = []
     if cfg.sync and cfg.value_pretrain_batches:
-        return replace(cfg, value_pretrain_batches=0), [
-            "--sync: value pretraining off (a critic-only update publishes no version, and the synchronous "
-            "rollout waits for a new one)"]
-    return cfg, []
+        cfg = replace(cfg, value_pretrain_batches=0)
+        changed.append("--sync: value pretraining off (a critic-only update publishes no version, and the synchronous "
+                       "rollout waits for a new one)")
+    if cfg.sync and cfg.dpo_span_s():
+        cfg = replace(cfg, dpo_minutes=0.0)
+        changed.append("--sync: no DPO phase (with the trainer stopped, the synchronous rollout would wait for ever)")
+    return cfg, changed
 
 
 def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
@@ -227,11 +253,12 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    cold_start = cfg.cold_start_demos > 0 and cfg.policy_kind == "pixel"
+    cold_start = cfg.cold_start_demos > 0
+    dpo_s = cfg.dpo_span_s()
     print(f"Flywheel demo {run_id}: mode {'sync' if cfg.sync else 'async'}, policy {policy}, {len(tasks)} tasks "
           f"({', '.join(tasks)}), step budget {plan.max_steps}, phases: "
           f"{'cold start -> SFT -> ' if cold_start else ''}{'value pretraining -> ' if cfg.value_pretrain_batches else ''}"
-          f"PPO; {cfg.minutes:g} min; logs in {logs}", flush=True)
+          f"PPO{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min; logs in {logs}", flush=True)
     log.info("demo config %s", describe(cfg))
     started = ensure_platform(settings)
     children = plan_children(cfg, settings, prefix, policy, logs, plan)
@@ -241,7 +268,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     t0 = time.time()
     notes: list[str] = list(changed)
     clock = phases.PhaseClock()
-    base_version = 0
+    base_version, dpo_version = 0, None
     try:
         for child in children:
             if child.name == "trainer" and cold_start:  # the platform is up: demonstrations, then pi_sft
@@ -265,17 +292,22 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
                 base_version = _latest_version(settings, policy)
                 clock.enter(phases.current_phase(None, base_version, cfg.value_pretrain_batches > 0),
                             f"the trainer starts from v{base_version}")
+        if dpo_s and not stop["flag"]:  # failed episodes -> reflection pairs, while PPO runs
+            children.append(phases.reflection_annotator(env, prefix, logs, cfg.rollout_args).start())
         if not stop["flag"]:
             phases.submit(env, logs, tasks, cfg.episodes, plan.max_steps, phases.rl_seed(cfg.seed))
         deadline = t0 + cfg.minutes * 60
+        dpo_at = deadline - dpo_s if dpo_s else None
         while not stop["flag"] and time.time() < deadline:
             time.sleep(cfg.progress_s)
+            if dpo_at is not None and time.time() >= dpo_at and clock.current != phases.DPO:
+                dpo_version = _dpo_phase(cfg, settings, env, children, policy, base_version, logs, clock, notes)
             dead = [c for c in children if not c.alive]
             if dead:
                 c = dead[0]
                 raise UserError(f"{c.name} exited with code {c.returncode()}: {c.tail(3)} (log {c.log_path})")
             snap = snapshot(settings, policy, prefix)
-            if "published" in snap and clock.current != phases.PPO:  # a failed reading says nothing; PPO is final
+            if "published" in snap and clock.current not in (phases.PPO, phases.DPO):  # a failed reading says nothing
                 clock.enter(phases.current_phase(snap["published"], base_version, cfg.value_pretrain_batches > 0))
             print(format_progress(time.time() - t0, snap, clock.current), flush=True)
             if cfg.until_target and reached_targets(snap, tasks):
@@ -296,13 +328,29 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     extra, data = [], {}
     try:
         extra, data = phases.report_section(settings, policy, base_version, cold_start,
-                                            cfg.value_pretrain_batches > 0, clock)
+                                            cfg.value_pretrain_batches > 0, clock, dpo_version)
     except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
         notes.append(f"the phase section could not be computed: {exc}")
     path = write_report(settings, run, out, extra, extra_summary=data)
     print(f"report: {path}", flush=True)
     print(leave_platform(settings, started, cfg.keep_broker), flush=True)
     return path
+
+
+def _dpo_phase(cfg: DemoConfig, settings: Settings, env: dict[str, str], children: list[Child], policy: str,
+               reference: int, logs: Path, clock: phases.PhaseClock, notes: list[str]) -> int | None:
+    """Stop PPO and the annotator (their cores go to DPO; the workers keep acting with PPO's last
+    version meanwhile), then DPO of pi_sft; -> the version the workers act with from then on."""
+    for child in children:
+        if child.name in ("trainer", "reflection"):
+            child.stop(grace=60)
+    children[:] = [c for c in children if c.name not in ("trainer", "reflection")]
+    try:
+        return phases.dpo(cfg, settings, env, policy, reference, logs, clock, timeout_s=max(cfg.dpo_span_s() - 30, 60))
+    except UserError as exc:  # the run goes on with the PPO policy; the report says why
+        notes.append(f"DPO phase failed: {exc}")
+        clock.note(f"failed: {exc}")
+        return None
 
 
 def _published(settings: Settings, policy: str) -> bool:

@@ -1,15 +1,22 @@
-"""The main job's phases, as UI-TARS-2 runs them: cold start -> SFT -> value pretraining -> PPO.
+"""The main job's phases, as UI-TARS-2 runs them: cold start -> SFT -> value pretraining -> PPO
+(-> DPO on reflection pairs).
 
 - **cold start**: the scripted solvers (producers.scripted) play the annotators. A rollout worker
   with the scripted backend runs ``cold_start_demos`` episodes per task through the normal
   pipeline (steps -> trajectories -> scored, V(s)=1 routed to flywheel.sft.v1) under the policy
   name ``scripted-<policy>``, on seeds the RL phase never uses.
-- **SFT**: ``flywheel bc`` clones those demonstrations into the pixel policy and publishes pi_sft
-  as the run policy's next version.
+- **SFT**: ``flywheel bc`` clones those demonstrations into the pixel or the language policy and
+  publishes pi_sft as the run policy's next version.
 - **value pretraining**: the PPO trainer starts from pi_sft and trains only its critic on pi_sft's
   own rollouts until ``ppo.value_pretrain_done`` says it converged; no version is published
   meanwhile, so the acting policy stays pi_sft.
 - **PPO**: from the first version the trainer publishes after that.
+- **DPO** (UI-TARS's reflection tuning, when ``dpo_minutes`` > 0): during PPO, ``flywheel
+  annotate`` turns failed episodes (flywheel.ct.v1) into error-correction and post-reflection
+  pairs (flywheel.pairs.v1). For the last ``dpo_minutes`` the PPO trainer stops, ``flywheel dpo``
+  trains pi_sft on those pairs with pi_sft as the reference and publishes the result; the
+  rollout workers act with it until the run ends. So PPO and DPO are each measured against
+  the same pi_sft.
 
 The phase of an episode is read from what it was acted by (``phase_sql``), so the report's
 per-phase table needs no clock; the wall-clock of each phase is kept by ``PhaseClock``.
@@ -29,7 +36,7 @@ from trainer import metric_names as M
 from infra.errors import UserError
 from infra.procs import Child, flywheel_argv
 
-COLD_START, SFT, VALUE_PRETRAIN, PPO = "cold start", "SFT", "value pretraining", "PPO"
+COLD_START, SFT, VALUE_PRETRAIN, PPO, DPO = "cold start", "SFT", "value pretraining", "PPO", "DPO"
 DEMO_SEED_BASE = 10_000_000  # demonstrations use seeds the RL tasks (seed * 100_000 + k) never reach
 
 
@@ -82,19 +89,21 @@ class PhaseClock:
                 for n, s, e, d in self.spans]
 
 
-def phase_sql(policy: str, base_version: int, cold_start: bool, value_pretrain: bool) -> str:
+def phase_sql(policy: str, base_version: int, cold_start: bool, value_pretrain: bool,
+              dpo_version: int | None = None) -> str:
     """Success per task and phase over every ended episode of the run (demonstrations included),
     the phase read from the policy that acted: the scripted annotator, the version the trainer
     started from (pi_sft or the random init; during value pretraining or before the first
-    update) or PPO's."""
+    update), PPO's, or (from ``dpo_version`` on) DPO's."""
     # a constant label: no input reaches it
     start = ("2 pi_sft" if cold_start else "2 random init") + (" (value pretraining)" if value_pretrain else "")
+    dpo = f"policy_version_min >= {int(dpo_version)}, '4 DPO (from pi_sft)', " if dpo_version is not None else ""
     return f"""SELECT task_name, phase, count() AS episodes, round(avg(success), 4) AS success_rate,
     round(avg(num_steps), 2) AS mean_steps
 FROM (
     SELECT task_name, success, num_steps,
         multiIf(policy = {Q.q(scripted_policy(policy))}, '1 demonstrations (scripted)',
-                policy_version_min <= {int(base_version)}, '{start}', '3 PPO') AS phase
+                policy_version_min <= {int(base_version)}, '{start}', {dpo}'3 PPO') AS phase
     FROM scored FINAL
     WHERE policy IN ({Q.q(policy)}, {Q.q(scripted_policy(policy))}) AND NOT infra_failure
 )
@@ -201,17 +210,73 @@ def clone(cfg, env: dict[str, str], policy: str, tasks: list[str], action_types:
           clock: PhaseClock) -> str:
     """``flywheel bc`` on the run's flywheel.sft.v1: publishes pi_sft; -> its summary line."""
     clock.enter(SFT, "behaviour cloning of the demonstrations")
-    argv = flywheel_argv("bc", "--policy-name", policy, "--tasks", ",".join(tasks),
-                         "--demos-per-task", str(cfg.cold_start_demos), "--seed", str(cfg.seed),
-                         "--policy-config", json.dumps({"action_types": list(action_types)}))
-    out = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=1800)
-    (logs / "bc.log").write_text(out.stdout + out.stderr)
-    if out.returncode != 0:
-        raise UserError(f"flywheel bc failed (exit {out.returncode}): {out.stderr.strip()[-300:]} (log {logs / 'bc.log'})")
-    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("published")), out.stdout.strip()[-200:])
+    heads = ["--policy-config", json.dumps({"action_types": list(action_types)})] if cfg.policy_kind == "pixel" else []
+    argv = flywheel_argv("bc", "--policy-kind", cfg.policy_kind, "--policy-name", policy, "--tasks", ",".join(tasks),
+                         "--demos-per-task", str(cfg.cold_start_demos), "--seed", str(cfg.seed), *heads)
+    line = _run_step("bc", argv, env, logs)
     clock.note(line)
     print(f"[{SFT}] {line}", flush=True)
     return line
+
+
+def _run_step(name: str, argv: list[str], env: dict[str, str], logs: Path, timeout_s: float = 3600) -> str:
+    """One blocking `flywheel` step; -> its "published ..." line. UserError with its log's tail on failure."""
+    try:
+        out = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        (logs / f"{name}.log").write_text(_text(exc.stdout) + _text(exc.stderr))
+        raise UserError(f"flywheel {name} took longer than {timeout_s:.0f}s and was stopped (log {logs / f'{name}.log'})") from None
+    (logs / f"{name}.log").write_text(out.stdout + out.stderr)
+    if out.returncode != 0:
+        raise UserError(f"flywheel {name} failed (exit {out.returncode}): {out.stderr.strip()[-300:]} "
+                        f"(log {logs / f'{name}.log'})")
+    return next((ln for ln in out.stdout.splitlines() if ln.startswith("published")), out.stdout.strip()[-200:])
+
+
+def _text(out) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+
+
+def reflection_annotator(env: dict[str, str], prefix: str, logs: Path, rollout_args: str) -> Child:
+    """`flywheel annotate` over the run's failed episodes (flywheel.ct.v1 -> flywheel.pairs.v1)."""
+    args = rollout_args.split()
+    # the replay must wait as long per step as the rollout did, or the screens diverge
+    step_ms = args[args.index("--step-ms") + 1:args.index("--step-ms") + 2] if "--step-ms" in args else []
+    return Child("reflection", flywheel_argv("annotate", "--group-id", f"{prefix}annotate",
+                                             *(["--step-ms", *step_ms] if step_ms else [])),
+                 logs / "reflection.log", env)
+
+
+def count_pairs(settings) -> int:
+    from infra.kafka import high_watermarks, make_consumer
+    from infra.topics import TOPICS, topic_name
+
+    consumer = make_consumer(settings, "probe-pairs")
+    try:
+        return sum(high_watermarks(consumer, topic_name(TOPICS.pairs, settings)).values())
+    finally:
+        consumer.close()
+
+
+def dpo(cfg, settings, env: dict[str, str], policy: str, reference: int, logs: Path, clock: PhaseClock,
+        timeout_s: float = 3600) -> int | None:
+    """``flywheel dpo`` from pi_sft (``reference``) on the pairs annotated so far; -> the version
+    it published (None when there was no pair: the PPO policy keeps acting)."""
+    from infra import versions
+
+    pairs = count_pairs(settings)
+    clock.enter(DPO, f"DPO of pi_sft (v{reference}) on {pairs} reflection pairs")
+    if pairs == 0:
+        clock.note("no reflection pair was annotated: DPO skipped, the PPO policy keeps acting")
+        return None
+    few = ["--epochs", "3"] if cfg.policy_kind == "lm" else []  # a 135M model's passes take minutes on 2 cores
+    argv = flywheel_argv("dpo", "--policy-name", policy, "--reference-version", str(reference), "--seed", str(cfg.seed),
+                         *few, *cfg.dpo_args.split())
+    line = _run_step("dpo", argv, env, logs, timeout_s)
+    clock.note(line)
+    print(f"[{DPO}] {line}", flush=True)
+    latest = versions.latest(settings, policy)
+    return latest.version if latest is not None else None
 
 
 def submit(env: dict[str, str], logs: Path, tasks: list[str], episodes: int, max_steps: int, seed: int) -> None:
@@ -250,11 +315,11 @@ def corr_verdict(corr: float | None) -> str:
 
 
 def report_section(settings, policy: str, base_version: int, cold_start: bool, value_pretrain: bool,
-                   clock: PhaseClock) -> tuple[list[str], dict]:
+                   clock: PhaseClock, dpo_version: int | None = None) -> tuple[list[str], dict]:
     """Markdown of the phases (time, success per task and phase, value pretraining) and its data."""
     from infra.ch_query import execute, render
 
-    sql = phase_sql(policy, base_version, cold_start, value_pretrain)
+    sql = phase_sql(policy, base_version, cold_start, value_pretrain, dpo_version)
     _, rows, _ = execute(settings, sql)
     cols, table = pivot(rows)
     _, trainer_rows, _ = execute(settings, Q.trainer_metrics(policy))

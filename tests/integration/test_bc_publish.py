@@ -58,3 +58,39 @@ def test_bc_reads_demonstrations_and_publishes_pi_sft(settings):
     again = run_bc(cfg, settings)
     assert again["version"] == 1
     assert {v.version: v.parent for v in scan(settings, "pixel-bc-test")}[1] == 0
+
+
+def test_bc_clones_the_language_policy_with_translated_copies(settings):
+    """`flywheel bc --policy-kind lm`: the same snapshot, rendered in the policy's context format,
+    plus two translated copies of each first step; pi_sft is an lm version under which the
+    demonstrated answers are likelier than under the model it started from."""
+    import torch
+
+    from infra.policy import build_policy
+    from trainer.bc import read_demonstrations, select_demos
+    from trainer.bc_lm import lm_examples
+
+    store, rng = BlobStore(settings.blob_root), np.random.default_rng(1)
+    producer, tracker = make_producer(settings), DeliveryTracker()
+    for k in range(6):
+        e = make_episode("click-test", rng)
+        st = scored_trajectory(e, centre(e), 0.0, f"lm-demo-{k}", "scripted", 0, store)
+        producer.produce(topic_name(TOPICS.sft, settings), key=st.episode_id.encode(), value=encode(st), on_delivery=tracker)
+    flush_or_raise(producer, tracker)
+
+    cfg = BCConfig(policy_kind="lm", pretrained="", policy_name="lm-bc-test", suite="quick", tasks=["click-test"],
+                   demos_per_task=6, epochs=4, lr=3e-3, shift_copies=2)
+    out = run_bc(cfg, settings)
+    (pv,) = scan(settings, "lm-bc-test")
+    assert pv.kind == "lm" and pv.version == out["version"] == 0
+    assert pv.metrics["batch/demos"] == 6 and pv.metrics["batch/steps"] == 6 * 3  # each step and 2 copies
+    assert out["train_match"] == {} and out["loss"] > 0
+
+    demos = select_demos(read_demonstrations(settings, cfg), ["click-test"], 6)
+    start = build_policy("lm", "lm-bc-test", cfg.policy_overrides())
+    samples, skipped = lm_examples(start, demos, store, copies=0, max_frac=0.3, seed=0)
+    assert len(samples) == 6 and not skipped
+    cloned = load_policy_version(pv, store)
+    with torch.no_grad():
+        before, after = start.sequence_logprobs(samples), cloned.sequence_logprobs(samples)
+    assert after.mean() > before.mean() + 1.0, (before, after)

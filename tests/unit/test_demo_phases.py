@@ -102,3 +102,45 @@ def test_the_correlation_verdict_follows_its_sign():
     assert "misleads" in phases.corr_verdict(-0.2)
     assert "positive" in phases.corr_verdict(0.342) and "misleads" not in phases.corr_verdict(0.342)
     assert phases.corr_verdict(None) == ""
+
+
+def test_the_dpo_phase_is_the_language_policys_last_quarter_by_default():
+    assert DemoConfig(minutes=20, policy_kind="lm").validate().dpo_span_s() == 300.0
+    assert DemoConfig(minutes=20).validate().dpo_span_s() == 0.0  # the pixel main job: no DPO phase unless asked
+    assert DemoConfig(minutes=20, dpo_minutes=2).validate().dpo_span_s() == 120.0
+    assert DemoConfig(minutes=20, policy_kind="lm", dpo_minutes=0).validate().dpo_span_s() == 0.0
+    assert DemoConfig(minutes=20, policy_kind="lm", cold_start_demos=0).validate().dpo_span_s() == 0.0
+    for bad in (dict(dpo_minutes=20), dict(dpo_minutes=-2), dict(dpo_minutes=3, cold_start_demos=0)):
+        with pytest.raises(UserError):
+            DemoConfig(minutes=20, **bad).validate()
+
+
+def test_sync_runs_without_a_dpo_phase():
+    from infra.app.demo import effective
+
+    cfg, changed = effective(DemoConfig(sync=True, policy_kind="lm"))
+    assert cfg.dpo_span_s() == 0.0 and any("DPO" in c for c in changed)
+
+
+def test_the_language_policy_fine_tunes_with_small_steps():
+    from infra.app.demo import LM_PPO_ARGS, ppo_lr
+
+    assert ppo_lr(DemoConfig(policy_kind="lm")) == 3e-5
+    assert "--minibatch-size" in LM_PPO_ARGS
+
+
+def test_the_phase_query_labels_dpo_episodes_from_its_version_on():
+    sql = phases.phase_sql("lm-r1", 2, cold_start=True, value_pretrain=True, dpo_version=9)
+    assert "policy_version_min >= 9, '4 DPO (from pi_sft)'" in sql
+    # the DPO test comes before PPO's catch-all, after pi_sft's
+    assert sql.index("policy_version_min <= 2") < sql.index(">= 9") < sql.index("'3 PPO'")
+    assert "DPO" not in phases.phase_sql("lm-r1", 2, cold_start=True, value_pretrain=True)
+
+
+def test_the_reflection_annotator_replays_at_the_rollouts_page_time():
+    from pathlib import Path
+
+    child = phases.reflection_annotator({}, "demo-x.", Path("/nonexistent"), "--step-ms 250 --foo 1")
+    assert child.argv[-4:] == ["--group-id", "demo-x.annotate", "--step-ms", "250"]
+    child = phases.reflection_annotator({}, "demo-x.", Path("/nonexistent"), "")
+    assert "--step-ms" not in child.argv
