@@ -118,7 +118,7 @@ async def measure(args) -> dict:
 
         t = time.perf_counter()
         cfg = LMTrainConfig(lr=args.lr, minibatch_samples=args.minibatch)
-        optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr)
+        optimizer = torch.optim.AdamW(policy.param_groups(args.lr, args.adapter_lr_mult), lr=args.lr)
         rng, losses = random.Random(0), []
         for epoch in range(args.epochs):
             order = list(range(len(samples)))
@@ -134,7 +134,7 @@ async def measure(args) -> dict:
     finally:
         await env.close()
     return {"pretrained": args.pretrained, "tasks": tasks, "demos_per_task": args.demos, "samples": len(samples),
-            "shift_copies": args.shift,
+            "shift_copies": args.shift, "adapter_lr_mult": args.adapter_lr_mult,
             "epochs": args.epochs, "lr": args.lr, "eval_episodes": args.eval,
             "success_before": before, "success_after": after,
             "loss_first_last": [round(losses[0], 3), round(losses[-1], 3)] if losses else None,
@@ -155,6 +155,8 @@ def main() -> int:
     ap.add_argument("--pretrained", default="smollm2-135m", help="empty: the tiny model of --policy")
     ap.add_argument("--policy", default="", help="JSON merged into the LM config")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--adapter-lr-mult", type=float, default=1.0,
+                    help="learning rate of the patch adapter and value head, as a multiple of --lr")
     ap.add_argument("--shift", type=int, default=0,
                     help="grounding augmentation: translated copies of each first step (trainer.augment)")
     ap.add_argument("--shift-frac", type=float, default=0.3, help="largest translation, as a fraction of the screen side")

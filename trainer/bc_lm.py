@@ -5,11 +5,13 @@ first ``demos_per_task`` per task), rendered by ``trainer.sft.sft_samples`` in t
 format the policy acts in (the assistant's "Thought / Action" turn is the only scored text),
 trained for ``epochs`` passes with ``trainer.lm_stream.train_step``, published as one version.
 
-Grounding augmentation (trainer.augment): the first step of each demonstration (no earlier
-screenshot in its context) also gives ``shift_copies`` translated copies of its screen and
-click. The patch adapter starts from scratch and otherwise learns where the few demonstrated
-targets were rather than how to find one (click-test, 50 demonstrations, 3 epochs: 0.40 greedy
-success without copies; docs/language-policy.md has the figures with them).
+The patch adapter and the value head start from scratch: they train at ``adapter_lr_mult``
+times the LM's learning rate (LLaVA trains its projector the same way).
+
+Grounding augmentation (trainer.augment, off by default): the first step of each
+demonstration (no earlier screenshot in its context) also gives ``shift_copies`` translated
+copies of its screen and click. Measured on click-test (docs/language-policy.md) it did not
+raise greedy success and made SFT six times longer, so it stays an option.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def lm_examples(policy, demos: list[ScoredTrajectory], store: BlobStore, copies:
 
 
 def lm_train(policy, samples: list[Rendered], epochs: int, lr: float, batch: int, minibatch: int,
-             seed: int = 0, progress=None) -> list[float]:
+             seed: int = 0, progress=None, adapter_lr_mult: float = 1.0) -> list[float]:
     """``epochs`` shuffled passes of ``train_step``; -> the mean loss per epoch."""
     import torch
 
@@ -86,7 +88,7 @@ def lm_train(policy, samples: list[Rendered], epochs: int, lr: float, batch: int
     from trainer.lm_stream import train_step
 
     cfg = LMTrainConfig(lr=lr, minibatch_samples=minibatch)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr)
+    optimizer = torch.optim.AdamW(policy.param_groups(lr, adapter_lr_mult), lr=lr)
     rng, losses = random.Random(seed), []
     policy.train()
     for epoch in range(epochs):
@@ -113,5 +115,6 @@ def clone_lm(policy, demos: list[ScoredTrajectory], store: BlobStore, cfg) -> di
              len(samples) - sum(len(d.trajectory.steps) for d in demos) + sum(skipped.values()), len(demos))
     losses = lm_train(policy, samples, cfg.epochs_for("lm"), cfg.lr_for("lm"), cfg.minibatch_for("lm"),
                       min(cfg.minibatch_for("lm"), 4), cfg.seed,
-                      progress=lambda e, loss: log.info("epoch %d: loss %.3f", e, loss))
+                      progress=lambda e, loss: log.info("epoch %d: loss %.3f", e, loss),
+                      adapter_lr_mult=cfg.adapter_lr_mult)
     return {"samples": len(samples), "skipped": dict(skipped), "losses": losses}

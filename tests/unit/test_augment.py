@@ -48,3 +48,4 @@ def test_random_shifts_keep_every_click_on_its_element():
         assert (moved_img[min(int(moved.y * 10), 9), min(int(moved.x * 20), 19)] == (0, 0, 200)).all()
         offsets.add((round(moved.x, 3), round(moved.y, 3)))
     assert len(offsets) > 5  # copies at many positions, not one
+

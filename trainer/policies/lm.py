@@ -154,6 +154,13 @@ class LMPolicy(nn.Module):
     def config_dict(self) -> dict[str, Any]:
         return dict(self.config)
 
+    def param_groups(self, lr: float, adapter_lr_mult: float = 1.0) -> list[dict[str, Any]]:
+        """Optimiser groups: the pretrained LM at ``lr``; the parts trained from scratch (the
+        patch adapter and the value head) at ``lr * adapter_lr_mult``, as LLaVA-style projectors
+        are trained at a larger step than the LM they feed."""
+        fresh = [*self.vision.parameters(), *self.value_head.parameters()]
+        return [{"params": list(self.lm.parameters()), "lr": lr}, {"params": fresh, "lr": lr * adapter_lr_mult}]
+
     @property
     def device(self) -> torch.device:
         return self.value_head.weight.device
