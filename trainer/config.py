@@ -50,6 +50,7 @@ class TrainConfig:
     max_updates: int = opt(0, "stop after this many updates (0: run until stopped)")
     poll_s: float = opt(0.5, "longest wait for records in one poll")
     session_timeout_s: float = opt(45.0, "consumer group session timeout on flywheel.rl.v1: a killed trainer's partitions go to its restart after this long")
+    max_update_s: float = opt(1800.0, "longest update before the group gives the trainer's partitions away (the consumer's max.poll.interval.ms; an update of the language policy on 2 cores took over 5 minutes)")
     nproc_per_node: int = opt(1, "trainer processes to start on this machine (torch.distributed over gloo); rank 0 reads flywheel.rl.v1, all share each update. 1: one process, or the ranks torchrun started")
     dist_timeout_s: float = opt(300.0, "a collective of the distributed trainer that waits longer fails the job (a hung rank; a killed one fails it at once)")
 
@@ -77,4 +78,7 @@ class TrainConfig:
             raise ConfigError(f"eps_low={self.eps_low} must be in [0, 1) and eps_high={self.eps_high} >= 0")
         if self.nproc_per_node < 1 or self.dist_timeout_s <= 0:
             raise ConfigError("nproc_per_node must be >= 1 and dist_timeout_s > 0")
+        if not self.session_timeout_s <= self.max_update_s <= 86400:
+            raise ConfigError(f"max_update_s must be within [session_timeout_s, 86400] seconds (librdkafka's rule), "
+                              f"got {self.max_update_s}")
         return self

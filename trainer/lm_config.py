@@ -30,10 +30,13 @@ class LMTrainConfig:
     idle_exit_s: float = opt(0.0, "stop after this long without records (0: never)")
     device: str = opt("cpu", "torch device")
     poll_s: float = opt(0.5, "longest wait for records in one poll")
+    max_update_s: float = opt(1800.0, "longest update before the group gives the trainer's partitions away (the consumer's max.poll.interval.ms)")
 
     def validate(self) -> "LMTrainConfig":
         if self.batch_trajectories < 1 or self.minibatch_samples < 1 or self.lr <= 0:
             raise ConfigError("batch_trajectories and minibatch_samples must be >= 1 and lr > 0")
+        if not 1 <= self.max_update_s <= 86400:
+            raise ConfigError(f"max_update_s must be within [1, 86400] seconds, got {self.max_update_s}")
         return self
 
     def initial_config(self) -> dict:

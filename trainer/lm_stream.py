@@ -190,7 +190,7 @@ class LMStreamTrainer:
                                   learner, f"{self.mode}-trainer", LoopConfig(
                                       poll_messages=self.cfg.batch_trajectories, poll_timeout_s=self.cfg.poll_s,
                                       flush_interval_s=self.cfg.max_wait_s, exit_when_idle_s=self.cfg.idle_exit_s),
-                                  commit=ckpt)
+                                  commit=ckpt, **{"max.poll.interval.ms": int(self.cfg.max_update_s * 1000)})
         try:
             loop.run(stop)
         finally:

@@ -333,7 +333,8 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
     loop = ConsumeLoop.create(settings, cfg.group_id or f"trainer-{cfg.policy_name}", [topic_name(TOPICS.rl, settings)],
                               learner, STAGE, LoopConfig(poll_messages=cfg.min_batch, poll_timeout_s=cfg.poll_s,
                                                          flush_interval_s=cfg.max_wait_s, progress_interval_s=60.0),
-                              commit=ckpt, **{"session.timeout.ms": int(cfg.session_timeout_s * 1000)})
+                              commit=ckpt, **{"session.timeout.ms": int(cfg.session_timeout_s * 1000),
+                                              "max.poll.interval.ms": int(cfg.max_update_s * 1000)})
     try:
         loop.run(stop)
     finally:

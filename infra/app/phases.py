@@ -210,31 +210,38 @@ def clone(cfg, env: dict[str, str], policy: str, tasks: list[str], action_types:
           clock: PhaseClock) -> str:
     """``flywheel bc`` on the run's flywheel.sft.v1: publishes pi_sft; -> its summary line."""
     clock.enter(SFT, "behaviour cloning of the demonstrations")
+    print(f"[{SFT}] flywheel bc --policy-kind {cfg.policy_kind} (progress in {logs / 'bc.log'})", flush=True)
     heads = ["--policy-config", json.dumps({"action_types": list(action_types)})] if cfg.policy_kind == "pixel" else []
     argv = flywheel_argv("bc", "--policy-kind", cfg.policy_kind, "--policy-name", policy, "--tasks", ",".join(tasks),
-                         "--demos-per-task", str(cfg.cold_start_demos), "--seed", str(cfg.seed), *heads)
+                         "--demos-per-task", str(cfg.cold_start_demos), "--seed", str(cfg.seed), *heads,
+                         "--torch-threads", str(idle_cores()))
     line = _run_step("bc", argv, env, logs)
     clock.note(line)
     print(f"[{SFT}] {line}", flush=True)
     return line
 
 
+def idle_cores() -> int:
+    """Threads for a blocking step (SFT, DPO): the children keep one OpenMP thread each, but
+    while this step runs the trainer is not, so it may use every core."""
+    return max(os.cpu_count() or 1, 1)
+
+
 def _run_step(name: str, argv: list[str], env: dict[str, str], logs: Path, timeout_s: float = 3600) -> str:
-    """One blocking `flywheel` step; -> its "published ..." line. UserError with its log's tail on failure."""
-    try:
-        out = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        (logs / f"{name}.log").write_text(_text(exc.stdout) + _text(exc.stderr))
-        raise UserError(f"flywheel {name} took longer than {timeout_s:.0f}s and was stopped (log {logs / f'{name}.log'})") from None
-    (logs / f"{name}.log").write_text(out.stdout + out.stderr)
-    if out.returncode != 0:
-        raise UserError(f"flywheel {name} failed (exit {out.returncode}): {out.stderr.strip()[-300:]} "
-                        f"(log {logs / f'{name}.log'})")
-    return next((ln for ln in out.stdout.splitlines() if ln.startswith("published")), out.stdout.strip()[-200:])
-
-
-def _text(out) -> str:
-    return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+    """One blocking `flywheel` step, its output going to ``<logs>/<name>.log`` as it runs (its
+    progress can be followed there); -> its "published ..." line. UserError with the log's
+    tail on failure or past ``timeout_s``."""
+    path = logs / f"{name}.log"
+    with open(path, "wb") as out:
+        try:
+            rc = subprocess.run(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            raise UserError(f"flywheel {name} took longer than {timeout_s:.0f}s and was stopped (log {path})") from None
+    text = path.read_text(errors="replace")
+    if rc != 0:
+        raise UserError(f"flywheel {name} failed (exit {rc}): {text.strip()[-300:]} (log {path})")
+    return next((ln for ln in text.splitlines() if ln.startswith("published")), text.strip()[-200:])
 
 
 def reflection_annotator(env: dict[str, str], prefix: str, logs: Path, rollout_args: str) -> Child:
@@ -271,7 +278,7 @@ def dpo(cfg, settings, env: dict[str, str], policy: str, reference: int, logs: P
         return None
     few = ["--epochs", "3"] if cfg.policy_kind == "lm" else []  # a 135M model's passes take minutes on 2 cores
     argv = flywheel_argv("dpo", "--policy-name", policy, "--reference-version", str(reference), "--seed", str(cfg.seed),
-                         *few, *cfg.dpo_args.split())
+                         "--torch-threads", str(idle_cores()), *few, *cfg.dpo_args.split())
     line = _run_step("dpo", argv, env, logs, timeout_s)
     clock.note(line)
     print(f"[{DPO}] {line}", flush=True)

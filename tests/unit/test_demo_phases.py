@@ -144,3 +144,15 @@ def test_the_reflection_annotator_replays_at_the_rollouts_page_time():
     assert child.argv[-4:] == ["--group-id", "demo-x.annotate", "--step-ms", "250"]
     child = phases.reflection_annotator({}, "demo-x.", Path("/nonexistent"), "")
     assert "--step-ms" not in child.argv
+
+
+def test_a_blocking_step_logs_as_it_runs_and_fails_clearly(tmp_path):
+    import sys
+
+    ok = [sys.executable, "-c", "print('epoch 1: loss 0.5'); print('published pi_sft as version 0: ...')"]
+    assert phases._run_step("bc", ok, {}, tmp_path) == "published pi_sft as version 0: ..."
+    assert "epoch 1" in (tmp_path / "bc.log").read_text()
+    with pytest.raises(UserError, match=r"exit 3.*no demonstration"):
+        phases._run_step("bc", [sys.executable, "-c", "import sys; print('no demonstration'); sys.exit(3)"], {}, tmp_path)
+    with pytest.raises(UserError, match="longer than 1s"):
+        phases._run_step("dpo", [sys.executable, "-c", "import time; time.sleep(30)"], {}, tmp_path, timeout_s=1)
