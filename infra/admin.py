@@ -101,9 +101,46 @@ def _wait_visible(admin, names: Iterable[str], timeout: float = CREATE_TIMEOUT_S
             time.sleep(0.1)
 
 
+def _transient(err) -> bool:
+    """A request lost on the way, not refused: retried. librdkafka replaces its bootstrap broker
+    handle once the cluster's metadata names the brokers, failing what was queued on it with
+    _DESTROY_BROKER (seen in CI creating topics on a three-broker cluster just started)."""
+    from confluent_kafka import KafkaError
+
+    code = getattr(err, "code", lambda: None)()
+    return code in (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT) or bool(
+        getattr(err, "retriable", lambda: False)())
+
+
+def create_topics(admin, new: list, deadline: float) -> list[str]:
+    """Create ``new`` (NewTopic); return the names this call created. A topic that exists already
+    (another process made it) is not an error; one whose request was lost in transit is asked for
+    again until ``deadline``; any other refusal is a UserError naming the topic."""
+    from confluent_kafka import KafkaError
+
+    created, pending = [], list(new)
+    while pending:
+        retry = set()
+        for name, fut in admin.create_topics(pending, request_timeout=CREATE_TIMEOUT_S).items():
+            try:
+                fut.result(timeout=CREATE_TIMEOUT_S)
+                created.append(name)
+            except Exception as exc:  # the error is inspected below
+                err = exc.args[0] if exc.args else None
+                if getattr(err, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                if _transient(err) and time.monotonic() < deadline:
+                    retry.add(name)
+                    continue
+                raise UserError(f"could not create topic {name}: {getattr(err, 'str', lambda: exc)()}") from None
+        pending = [t for t in pending if t.topic in retry]
+        if pending:
+            time.sleep(0.5)
+    return created
+
+
 def ensure_topics(settings: Settings, catalog=TOPICS, fix_config: bool = False) -> TopicReport:
     """Create the missing catalog topics; report (and with ``fix_config`` alter) config drift."""
-    from confluent_kafka import KafkaError
     from confluent_kafka.admin import NewTopic
 
     from infra.probe import require_kafka
@@ -122,14 +159,7 @@ def ensure_topics(settings: Settings, catalog=TOPICS, fix_config: bool = False) 
     if missing:
         new = [NewTopic(n, specs[n].partitions, settings.replication_factor, config=desired_config(specs[n], settings))
                for n in missing]
-        for name, fut in admin.create_topics(new, request_timeout=CREATE_TIMEOUT_S).items():
-            try:
-                fut.result(timeout=CREATE_TIMEOUT_S)
-                report.created.append(name)
-            except Exception as exc:  # another process may have created it meanwhile: check it below
-                err = exc.args[0] if exc.args else None
-                if getattr(err, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise UserError(f"could not create topic {name}: {getattr(err, 'str', lambda: exc)()}") from None
+        report.created += create_topics(admin, new, time.monotonic() + CREATE_TIMEOUT_S)
         _wait_visible(admin, missing)
         md = admin.list_topics(timeout=10)
     existing = [n for n in specs if n not in report.created]

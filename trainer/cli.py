@@ -17,6 +17,7 @@ from infra.settings import Settings, load_settings, log_settings
 def cmd_train(args: argparse.Namespace) -> int:
     """One process; or ``--nproc-per-node N`` ranks started here; or one rank of torchrun."""
     from trainer.config import TrainConfig
+    from trainer import distributed
     from trainer.launch import launch, run_rank, summary_line, under_torchrun
     from trainer.stream import train
 
@@ -28,10 +29,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):  # finish the current step, close cleanly
         signal.signal(sig, lambda *_: stop.set())
-    summary = run_rank(cfg, settings, stop) if under_torchrun() else train(cfg, settings, stop)
+    if not under_torchrun():
+        print(summary_line(train(cfg, settings, stop)))
+        return 0
+    summary = run_rank(cfg, settings, stop)
     if summary is not None:  # torchrun's other ranks have none
         print(summary_line(summary))
-    return 0
+    distributed.exit_rank(0)
 
 
 def cmd_bc(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ weights are in the blob store.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import Counter
 from typing import Any, Iterable
@@ -112,6 +113,14 @@ def select_pairs(records: Iterable[PreferencePair], kinds: list[str], annotators
     return [by_id[k] for k in sorted(by_id)]
 
 
+def sample_pairs(pairs: list[PreferencePair], n: int, seed: int) -> list[PreferencePair]:
+    """At most ``n`` of ``pairs`` (0: all), drawn with ``seed``, kept in their order."""
+    if n <= 0 or len(pairs) <= n:
+        return pairs
+    keep = sorted(random.Random(seed).sample(range(len(pairs)), n))
+    return [pairs[i] for i in keep]
+
+
 def read_pairs(settings: Settings, timeout_s: float) -> list[PreferencePair]:
     """The pairs topic's snapshot, decoded; undecodable records dead-lettered (acknowledged)."""
     topic = topic_name(TOPICS.pairs, settings)
@@ -148,7 +157,8 @@ def run_dpo(cfg: DPOConfig, settings: Settings) -> dict[str, Any]:
     t0 = time.monotonic()
     store = BlobStore(settings.blob_root)
     ref = reference_version(settings, cfg)
-    pairs = select_pairs(read_pairs(settings, cfg.read_timeout_s), cfg.kinds, cfg.annotators)
+    selected = select_pairs(read_pairs(settings, cfg.read_timeout_s), cfg.kinds, cfg.annotators)
+    pairs = sample_pairs(selected, cfg.max_pairs, cfg.seed)
     policy = load_policy_version(ref, store)  # starts as pi_SFT
     data, skipped = pair_inputs(policy, pairs, store)
     if data is None:
@@ -170,5 +180,5 @@ def run_dpo(cfg: DPOConfig, settings: Settings) -> dict[str, Any]:
                       metrics={**history[-1], M.PAIRS: float(len(data)), M.DPO_BETA: cfg.beta})
     versions.publish(producer, tracker, settings, pv)
     return {"version": pv.version, "reference": ref.version, "kind": ref.kind, "pairs": len(data),
-            "selected": dict(Counter(p.kind for p in pairs)), "skipped": dict(skipped), "first": history[0],
+            "selected": dict(Counter(p.kind for p in selected)), "sampled": len(pairs), "skipped": dict(skipped), "first": history[0],
             "last": history[-1], "run_id": run_id, "seconds": time.monotonic() - t0}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from infra.config import ConfigError, opt
 
 PAIR_KINDS = ("error_correction", "post_reflection")
-DEFAULT_LR = {"pixel": 1e-3, "lm": 1e-6}  # lm: docs/language-policy.md (1e-5 breaks SmolLM2)
+DEFAULT_LR = {"pixel": 1e-3, "lm": 1e-6}  # lm: docs/language-policy.md (at 1e-5 one Adam step moves an action 3-4 nats)
 
 
 @dataclass
@@ -18,6 +18,8 @@ class DPOConfig:
     kinds: list[str] = opt(list(PAIR_KINDS), "pair kinds trained on")
     annotators: list[str] = opt([], "only pairs of these annotators (default: all)")
     epochs: int = opt(10, "passes over the pairs")
+    max_pairs: int = opt(0, "train on at most this many pairs, a seeded sample of those selected (0: all); "
+                            "a pair of the language policy costs seconds per pass on a CPU")
     lr: float = opt(0.0, "Adam learning rate (0: the policy kind's default, pixel 1e-3, lm 1e-6)")
     minibatch_size: int = opt(32, "pairs per gradient step")
     seed: int = opt(0, "seed of the minibatch order")
@@ -33,6 +35,8 @@ class DPOConfig:
             raise ConfigError(f"beta must be > 0, got {self.beta}")
         if self.epochs < 1 or self.minibatch_size < 1:
             raise ConfigError("epochs and minibatch_size must be >= 1")
+        if self.max_pairs < 0:
+            raise ConfigError(f"max_pairs must be >= 0 (0: all), got {self.max_pairs}")
         unknown = [k for k in self.kinds if k not in PAIR_KINDS]
         if unknown or not self.kinds:
             raise ConfigError(f"kinds: choose from {', '.join(PAIR_KINDS)} (got {self.kinds})")

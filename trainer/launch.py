@@ -90,6 +90,7 @@ def _rank_main(local_rank: int, cfg: TrainConfig, settings: Settings, world: int
     summary = run_rank(cfg, settings, stop)
     if summary is not None:
         print(summary_line(summary), flush=True)
+    distributed.exit_rank(0)
 
 
 def _free_port() -> int:

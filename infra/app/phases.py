@@ -38,6 +38,7 @@ from infra.procs import Child, flywheel_argv
 
 COLD_START, SFT, VALUE_PRETRAIN, PPO, DPO = "cold start", "SFT", "value pretraining", "PPO", "DPO"
 DEMO_SEED_BASE = 10_000_000  # demonstrations use seeds the RL tasks (seed * 100_000 + k) never reach
+LM_DPO_PAIRS = 32  # the language policy's DPO: a sample of this many pairs (see dpo())
 
 
 def scripted_policy(policy: str) -> str:
@@ -276,7 +277,9 @@ def dpo(cfg, settings, env: dict[str, str], policy: str, reference: int, logs: P
     if pairs == 0:
         clock.note("no reflection pair was annotated: DPO skipped, the PPO policy keeps acting")
         return None
-    few = ["--epochs", "3"] if cfg.policy_kind == "lm" else []  # a 135M model's passes take minutes on 2 cores
+    # a 135M model's pass over a pair takes seconds on 2 cores: 107 pairs' reference log-probs alone
+    # took 4.7 min in a 30-minute demo, whose DPO step then ran out of time
+    few = ["--epochs", "3", "--max-pairs", str(LM_DPO_PAIRS)] if cfg.policy_kind == "lm" else []
     argv = flywheel_argv("dpo", "--policy-name", policy, "--reference-version", str(reference), "--seed", str(cfg.seed),
                          "--torch-threads", str(idle_cores()), *few, *cfg.dpo_args.split())
     line = _run_step("dpo", argv, env, logs, timeout_s)

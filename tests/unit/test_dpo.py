@@ -173,3 +173,21 @@ def test_dpo_steps_widen_the_margin_of_the_language_policy(store):
     dpo_train(policy, data, ref_c, ref_r, beta=0.5, epochs=3, lr=1e-3, minibatch_size=2)
     after = margins(policy, data, ref_c, ref_r)
     assert bool((after > 0).all()), after
+
+
+def test_sample_pairs_is_seeded_bounded_and_keeps_order():
+    from trainer.dpo import sample_pairs
+
+    items = list(range(50))
+    a = sample_pairs(items, 8, seed=1)
+    assert len(a) == 8 and a == sorted(a) and set(a) <= set(items)
+    assert a == sample_pairs(items, 8, seed=1) and a != sample_pairs(items, 8, seed=2)
+    assert sample_pairs(items, 0, seed=1) == items and sample_pairs(items, 80, seed=1) == items
+
+
+def test_max_pairs_must_not_be_negative():
+    from infra.config import ConfigError
+    from trainer.dpo_config import DPOConfig
+
+    with pytest.raises(ConfigError, match="max_pairs"):
+        DPOConfig(max_pairs=-1).validate()

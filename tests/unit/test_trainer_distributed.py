@@ -123,6 +123,7 @@ def _rank(rank: int, world: int, port: int, start: str, opt: str, out: str) -> N
         policy, metrics = distributed.follow(group), None
     torch.save({"weights": policy.state_dict(), "metrics": metrics}, out.format(rank))
     distributed.close_group()
+    distributed.exit_rank(0)  # as trainer.launch's ranks do
 
 
 def _spawn(target, world: int, *args) -> list[multiprocessing.Process]:
