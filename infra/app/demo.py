@@ -210,11 +210,14 @@ def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
 
 def format_progress(elapsed_s: float, snap: dict, phase: str = "") -> str:
     rates = " ".join(f"{t} {r:.2f}({n})" for t, (r, n) in sorted(snap.get("rates", {}).items())) or "-"
-    lag = " ".join(f"{g}={v}" for g, v in sorted(snap.get("lag", {}).items())) or "-"
+    lags = dict(snap.get("lag", {}))
+    queued = lags.pop("rollout", None)  # the rollout group's lag is the task queue (submitted up front), not a backlog
+    lag = " ".join(f"{g}={v}" for g, v in sorted(lags.items())) or "-"
     m, s = divmod(int(elapsed_s), 60)
     line = (f"[{m:02d}:{s:02d}]{' ' + phase if phase else ''} episodes {snap.get('episodes', 0)} | last-100 success {rates} | "
             f"policy v{snap.get('published', '-')} acting v{snap.get('acting', '-')} | "
-            f"updates {snap.get('updates', '-')} | lag {lag} | dlq {snap.get('dlq', '-')}")
+            f"updates {snap.get('updates', '-')} | {'' if queued is None else f'tasks queued {queued} | '}"
+            f"lag {lag} | dlq {snap.get('dlq', '-')}")
     if snap.get("error"):
         line += f" | ({snap['error']})"
     return line

@@ -156,3 +156,14 @@ def test_a_blocking_step_logs_as_it_runs_and_fails_clearly(tmp_path):
         phases._run_step("bc", [sys.executable, "-c", "import sys; print('no demonstration'); sys.exit(3)"], {}, tmp_path)
     with pytest.raises(UserError, match="longer than 1s"):
         phases._run_step("dpo", [sys.executable, "-c", "import time; time.sleep(30)"], {}, tmp_path, timeout_s=1)
+
+
+def test_progress_line_shows_the_task_queue_apart_from_consumer_lag():
+    from infra.app.demo import format_progress
+
+    snap = {"episodes": 12, "rates": {"click-test": (0.5, 10)}, "published": 2, "acting": 1, "updates": 3,
+            "lag": {"rollout": 59941, "trainer": 52, "sink": 0}, "dlq": 1}
+    line = format_progress(75, snap, "PPO")
+    assert line.startswith("[01:15] PPO episodes 12 | last-100 success click-test 0.50(10) | policy v2 acting v1")
+    assert "tasks queued 59941 | lag sink=0 trainer=52 | dlq 1" in line and "rollout=" not in line
+    assert "tasks queued" not in format_progress(0, {"lag": {"sink": 0}})
