@@ -80,9 +80,12 @@ def reference_logprobs(policy, data, batch: int = 64) -> tuple[torch.Tensor, tor
 
 
 def dpo_train(policy, data, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor, beta: float, epochs: int,
-              lr: float, minibatch_size: int, seed: int = 0) -> list[dict[str, float]]:
+              lr: float, minibatch_size: int, seed: int = 0, micro_batch: int = 0) -> list[dict[str, float]]:
     """Minimise the DPO loss over ``data`` (trainer.dpo_inputs); per epoch, the pair-weighted mean
-    of each ``dpo_loss`` statistic."""
+    of each ``dpo_loss`` statistic. One optimiser step per minibatch; its gradient is accumulated
+    over passes of ``micro_batch`` pairs (0: the whole minibatch in one pass). Each pass's mean
+    loss is weighted by its share of the minibatch, so the step is the same as in one pass (a
+    language policy's 32 pairs in one pass took 20 GB and the kernel killed the job)."""
     optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     n, history = len(data), []
@@ -90,16 +93,18 @@ def dpo_train(policy, data, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor
     for _ in range(epochs):
         totals: Counter = Counter()
         for idx in torch.randperm(n, generator=gen).split(minibatch_size):
-            ids = idx.tolist()
-            logp_c, logp_r = data.logprobs(policy, ids)
-            loss, stats = dpo_loss(logp_c, logp_r, ref_chosen[idx], ref_rejected[idx], beta)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            for part in idx.split(micro_batch or len(idx)):
+                logp_c, logp_r = data.logprobs(policy, part.tolist())
+                loss, stats = dpo_loss(logp_c, logp_r, ref_chosen[part], ref_rejected[part], beta)
+                (loss * (len(part) / len(idx))).backward()
+                for k, v in stats.items():
+                    totals[k] += v * len(part)
             torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
             optimizer.step()
-            for k, v in stats.items():
-                totals[k] += v * len(ids)
         history.append({k: v / n for k, v in totals.items()})
+        log.info("epoch %d/%d: loss %.4f, reward margin %.4f, accuracy %.2f", len(history), epochs,
+                 history[-1][M.DPO_LOSS], history[-1][M.DPO_REWARD_MARGIN], history[-1][M.DPO_ACCURACY])
     policy.eval()
     return history
 
@@ -168,7 +173,8 @@ def run_dpo(cfg: DPOConfig, settings: Settings) -> dict[str, Any]:
     log.info("DPO of %s v%d (%s) on %d pairs (skipped %s), beta %g", ref.policy, ref.version, ref.kind, len(data),
              dict(skipped), cfg.beta)
     lr = cfg.learning_rate(policy.kind)
-    history = dpo_train(policy, data, ref_c, ref_r, cfg.beta, cfg.epochs, lr, cfg.minibatch_size, cfg.seed)
+    history = dpo_train(policy, data, ref_c, ref_r, cfg.beta, cfg.epochs, lr, cfg.minibatch_size, cfg.seed,
+                        cfg.passes(policy.kind))
     policy.version = versions.next_version(settings, cfg.policy_name, ref.version)
     run_id = cfg.run_id or f"dpo-{cfg.policy_name}-v{policy.version}"
     producer, tracker = make_producer(settings), DeliveryTracker()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from infra.config import ConfigError, opt
 
 PAIR_KINDS = ("error_correction", "post_reflection")
+DEFAULT_MICRO_BATCH = {"pixel": 0, "lm": 2}  # lm: 32 pairs in one pass took 20 GB (killed); 0: the whole minibatch
 DEFAULT_LR = {"pixel": 1e-3, "lm": 1e-6}  # lm: docs/language-policy.md (at 1e-5 one Adam step moves an action 3-4 nats)
 
 
@@ -22,6 +23,8 @@ class DPOConfig:
                             "a pair of the language policy costs seconds per pass on a CPU")
     lr: float = opt(0.0, "Adam learning rate (0: the policy kind's default, pixel 1e-3, lm 1e-6)")
     minibatch_size: int = opt(32, "pairs per gradient step")
+    micro_batch: int = opt(-1, "pairs per forward/backward pass, gradients accumulated over the minibatch "
+                               "(-1: the kind's default, pixel the whole minibatch, lm 2; 0: the whole minibatch)")
     seed: int = opt(0, "seed of the minibatch order")
     run_id: str = opt("", "run id of the metrics on flywheel.metrics.v1 (default: dpo-<policy>-v<version>)")
     torch_threads: int = opt(0, "torch intra-op threads (0: torch's default)")
@@ -30,11 +33,17 @@ class DPOConfig:
     def learning_rate(self, kind: str) -> float:
         return self.lr or DEFAULT_LR[kind]
 
+    def passes(self, kind: str) -> int:
+        """Pairs per forward/backward pass (0: the whole minibatch)."""
+        return DEFAULT_MICRO_BATCH[kind] if self.micro_batch < 0 else self.micro_batch
+
     def validate(self) -> "DPOConfig":
         if self.beta <= 0:
             raise ConfigError(f"beta must be > 0, got {self.beta}")
         if self.epochs < 1 or self.minibatch_size < 1:
             raise ConfigError("epochs and minibatch_size must be >= 1")
+        if self.micro_batch < -1:
+            raise ConfigError(f"micro_batch must be -1 (the kind's default), 0 (whole minibatch) or > 0, got {self.micro_batch}")
         if self.max_pairs < 0:
             raise ConfigError(f"max_pairs must be >= 0 (0: all), got {self.max_pairs}")
         unknown = [k for k in self.kinds if k not in PAIR_KINDS]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -228,6 +229,17 @@ def idle_cores() -> int:
     return max(os.cpu_count() or 1, 1)
 
 
+def step_failure(name: str, rc: int, log_text: str, path: Path) -> str:
+    """One line for a failed step (it goes into the report's phase table): how it ended and
+    the log's last line."""
+    how = f"exit {rc}"
+    if rc < 0:
+        sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else f"signal {-rc}"
+        how = f"killed by {sig}" + (" (out of memory? see the kernel log)" if rc == -signal.SIGKILL else "")
+    last = next((ln.strip() for ln in reversed(log_text.splitlines()) if ln.strip()), "no output")
+    return f"flywheel {name} failed ({how}); its last line: {last[-300:]} (log {path})"
+
+
 def _run_step(name: str, argv: list[str], env: dict[str, str], logs: Path, timeout_s: float = 3600) -> str:
     """One blocking `flywheel` step, its output going to ``<logs>/<name>.log`` as it runs (its
     progress can be followed there); -> its "published ..." line. UserError with the log's
@@ -241,7 +253,7 @@ def _run_step(name: str, argv: list[str], env: dict[str, str], logs: Path, timeo
             raise UserError(f"flywheel {name} took longer than {timeout_s:.0f}s and was stopped (log {path})") from None
     text = path.read_text(errors="replace")
     if rc != 0:
-        raise UserError(f"flywheel {name} failed (exit {rc}): {text.strip()[-300:]} (log {path})")
+        raise UserError(step_failure(name, rc, text, path))
     return next((ln for ln in text.splitlines() if ln.startswith("published")), text.strip()[-200:])
 
 

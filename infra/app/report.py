@@ -179,6 +179,10 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
         b = before_map.get(task)
         lines.append(f"| {task} | {target if target is not None else '-'} | "
                      f"{b[2] if b else '-'} | {rate} | {n} | {ttt} |")
+    few = sorted(task for task, n, _ in after if n < 100)
+    if few:
+        lines += ["", f"{', '.join(few)}: fewer than 100 ended episodes, so before and after are the same episodes; "
+                      "compare the phases (below) instead."]
     summary = "\n".join(lines)
 
     bucket_s = bucket_seconds(run.ended_at - run.started_at)

@@ -125,7 +125,7 @@ def test_sync_runs_without_a_dpo_phase():
 def test_the_language_policy_fine_tunes_with_small_steps():
     from infra.app.demo import LM_PPO_ARGS, ppo_lr
 
-    assert ppo_lr(DemoConfig(policy_kind="lm")) == 3e-5
+    assert ppo_lr(DemoConfig(policy_kind="lm")) == 1e-6
     assert "--minibatch-size" in LM_PPO_ARGS
 
 
@@ -156,6 +156,17 @@ def test_a_blocking_step_logs_as_it_runs_and_fails_clearly(tmp_path):
         phases._run_step("bc", [sys.executable, "-c", "import sys; print('no demonstration'); sys.exit(3)"], {}, tmp_path)
     with pytest.raises(UserError, match="longer than 1s"):
         phases._run_step("dpo", [sys.executable, "-c", "import time; time.sleep(30)"], {}, tmp_path, timeout_s=1)
+
+
+def test_a_failed_step_is_one_line_naming_how_it_ended(tmp_path):
+    from infra.app.phases import step_failure
+
+    log = "Loading weights: 100%\n[transformers] a warning\nINFO flywheel.dpo: DPO of p v0 on 32 pairs\n\n"
+    line = step_failure("dpo", -9, log, tmp_path / "dpo.log")
+    assert "\n" not in line and "killed by SIGKILL (out of memory?" in line
+    assert "its last line: INFO flywheel.dpo: DPO of p v0 on 32 pairs (log " in line
+    assert "failed (exit 2); its last line: no output" in step_failure("bc", 2, "", tmp_path / "bc.log")
+    assert "killed by SIGTERM);" in step_failure("bc", -15, "x", tmp_path / "bc.log")
 
 
 def test_progress_line_shows_the_task_queue_apart_from_consumer_lag():

@@ -4,6 +4,7 @@ policy and of the language policy. No Kafka."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -158,6 +159,43 @@ def test_dpo_steps_widen_the_margin_of_the_pixel_policy(store):
     assert bool((after > 0).all()), after
     assert history[-1]["losses/dpo_loss"] < history[0]["losses/dpo_loss"] < math.log(2) + 1e-6
     assert history[-1]["dpo/accuracy"] == 1.0 and history[-1]["dpo/reward_margin"] > 0
+
+
+def test_accumulated_passes_take_the_same_step_as_one_pass(store, monkeypatch):
+    """micro_batch splits a minibatch into passes whose gradients add up to the one-pass gradient
+    (SGD in place of Adam: its step is linear in the gradient, so the weights show it)."""
+    monkeypatch.setattr(torch.optim, "Adam", lambda params, lr: torch.optim.SGD(params, lr=lr))
+    torch.manual_seed(0)
+    start = pixel_policy()
+    data, _ = pair_inputs(start, training_pairs(store), store)
+    ref_c, ref_r = reference_logprobs(start, data)
+    with torch.no_grad():  # move off the reference, so the sides' log-ratios differ per pair
+        for p in start.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    runs = {}
+    for micro in (0, 1, 3):
+        policy = copy.deepcopy(start)
+        history = dpo_train(policy, data, ref_c, ref_r, beta=0.5, epochs=2, lr=0.5, minibatch_size=len(data),
+                            micro_batch=micro)
+        runs[micro] = (policy.state_dict(), history)
+    one, _ = runs[0]
+    moved = max(float((one[k] - v).abs().max()) for k, v in start.state_dict().items())
+    assert moved > 1e-3, "the step did not move the weights: the comparison would prove nothing"
+    for micro in (1, 3):
+        weights, history = runs[micro]
+        assert max(float((weights[k] - one[k]).abs().max()) for k in one) < 1e-5, micro
+        for k, v in runs[0][1][-1].items():
+            assert history[-1][k] == pytest.approx(v, rel=1e-4, abs=1e-6), (micro, k)
+
+
+def test_micro_batch_defaults_per_kind_and_is_validated():
+    from infra.config import ConfigError
+    from trainer.dpo_config import DPOConfig
+
+    assert DPOConfig().passes("lm") == 2 and DPOConfig().passes("pixel") == 0
+    assert DPOConfig(micro_batch=5).passes("lm") == 5 and DPOConfig(micro_batch=0).passes("lm") == 0
+    with pytest.raises(ConfigError, match="micro_batch"):
+        DPOConfig(micro_batch=-2).validate()
 
 
 def test_dpo_steps_widen_the_margin_of_the_language_policy(store):
