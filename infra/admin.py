@@ -118,7 +118,7 @@ def create_topics(admin, new: list, deadline: float) -> list[str]:
     again until ``deadline``; any other refusal is a UserError naming the topic."""
     from confluent_kafka import KafkaError
 
-    created, pending = [], list(new)
+    created, pending, lost = [], list(new), set()
     while pending:
         retry = set()
         for name, fut in admin.create_topics(pending, request_timeout=CREATE_TIMEOUT_S).items():
@@ -128,11 +128,14 @@ def create_topics(admin, new: list, deadline: float) -> list[str]:
             except Exception as exc:  # the error is inspected below
                 err = exc.args[0] if exc.args else None
                 if getattr(err, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    if name in lost:  # our lost request had reached the controller: ours after all
+                        created.append(name)
                     continue
                 if _transient(err) and time.monotonic() < deadline:
                     retry.add(name)
                     continue
                 raise UserError(f"could not create topic {name}: {getattr(err, 'str', lambda: exc)()}") from None
+        lost |= retry
         pending = [t for t in pending if t.topic in retry]
         if pending:
             time.sleep(0.5)
@@ -159,7 +162,8 @@ def ensure_topics(settings: Settings, catalog=TOPICS, fix_config: bool = False) 
     if missing:
         new = [NewTopic(n, specs[n].partitions, settings.replication_factor, config=desired_config(specs[n], settings))
                for n in missing]
-        report.created += create_topics(admin, new, time.monotonic() + CREATE_TIMEOUT_S)
+        # a request may wait CREATE_TIMEOUT_S for its answer: leave room to ask again after one timed out
+        report.created += create_topics(admin, new, time.monotonic() + 3 * CREATE_TIMEOUT_S)
         _wait_visible(admin, missing)
         md = admin.list_topics(timeout=10)
     existing = [n for n in specs if n not in report.created]

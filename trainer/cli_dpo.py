@@ -18,7 +18,8 @@ def cmd_dpo(args: argparse.Namespace) -> int:
     out = run_dpo(resolve(DPOConfig, vars(args)).validate(), settings)
     first, last = out["first"], out["last"]
     print(f"published {out['kind']} version {out['version']} (reference v{out['reference']}) after DPO on "
-          f"{out['pairs']} pairs (sampled {out['sampled']} of {out['selected']}): loss {first[M.DPO_LOSS]:.3f} -> {last[M.DPO_LOSS]:.3f}, "
+          f"{out['pairs']} pairs ({'all' if out['pairs'] == out['usable'] else 'a sample'} of {out['usable']} usable, "
+          f"selected {sum(out['selected'].values())} {out['selected']}): loss {first[M.DPO_LOSS]:.3f} -> {last[M.DPO_LOSS]:.3f}, "
           f"reward margin {last[M.DPO_REWARD_MARGIN]:.3f}, accuracy {last[M.DPO_ACCURACY]:.0%}, {out['seconds']:.0f}s")
     if out["skipped"]:
         print(f"skipped pairs: {out['skipped']}")

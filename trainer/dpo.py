@@ -118,12 +118,11 @@ def select_pairs(records: Iterable[PreferencePair], kinds: list[str], annotators
     return [by_id[k] for k in sorted(by_id)]
 
 
-def sample_pairs(pairs: list[PreferencePair], n: int, seed: int) -> list[PreferencePair]:
-    """At most ``n`` of ``pairs`` (0: all), drawn with ``seed``, kept in their order."""
-    if n <= 0 or len(pairs) <= n:
-        return pairs
-    keep = sorted(random.Random(seed).sample(range(len(pairs)), n))
-    return [pairs[i] for i in keep]
+def sample_indices(total: int, n: int, seed: int) -> list[int]:
+    """At most ``n`` of ``range(total)`` (0: all), drawn with ``seed``, in increasing order."""
+    if n <= 0 or total <= n:
+        return list(range(total))
+    return sorted(random.Random(seed).sample(range(total), n))
 
 
 def read_pairs(settings: Settings, timeout_s: float) -> list[PreferencePair]:
@@ -162,13 +161,14 @@ def run_dpo(cfg: DPOConfig, settings: Settings) -> dict[str, Any]:
     t0 = time.monotonic()
     store = BlobStore(settings.blob_root)
     ref = reference_version(settings, cfg)
-    selected = select_pairs(read_pairs(settings, cfg.read_timeout_s), cfg.kinds, cfg.annotators)
-    pairs = sample_pairs(selected, cfg.max_pairs, cfg.seed)
+    pairs = select_pairs(read_pairs(settings, cfg.read_timeout_s), cfg.kinds, cfg.annotators)
     policy = load_policy_version(ref, store)  # starts as pi_SFT
     data, skipped = pair_inputs(policy, pairs, store)
     if data is None:
         raise ConfigError(f"no pair {cfg.policy_name} v{ref.version} can learn from among {len(pairs)} "
                           f"(skipped: {dict(skipped) or 'none on the topic'}); run `flywheel annotate` first")
+    usable = len(data)
+    data = data.subset(sample_indices(usable, cfg.max_pairs, cfg.seed))  # a sample of the usable pairs
     ref_c, ref_r = reference_logprobs(policy, data)
     log.info("DPO of %s v%d (%s) on %d pairs (skipped %s), beta %g", ref.policy, ref.version, ref.kind, len(data),
              dict(skipped), cfg.beta)
@@ -186,5 +186,5 @@ def run_dpo(cfg: DPOConfig, settings: Settings) -> dict[str, Any]:
                       metrics={**history[-1], M.PAIRS: float(len(data)), M.DPO_BETA: cfg.beta})
     versions.publish(producer, tracker, settings, pv)
     return {"version": pv.version, "reference": ref.version, "kind": ref.kind, "pairs": len(data),
-            "selected": dict(Counter(p.kind for p in selected)), "sampled": len(pairs), "skipped": dict(skipped), "first": history[0],
+            "selected": dict(Counter(p.kind for p in pairs)), "usable": usable, "skipped": dict(skipped), "first": history[0],
             "last": history[-1], "run_id": run_id, "seconds": time.monotonic() - t0}

@@ -19,7 +19,7 @@ class DPOConfig:
     kinds: list[str] = opt(list(PAIR_KINDS), "pair kinds trained on")
     annotators: list[str] = opt([], "only pairs of these annotators (default: all)")
     epochs: int = opt(10, "passes over the pairs")
-    max_pairs: int = opt(0, "train on at most this many pairs, a seeded sample of those selected (0: all); "
+    max_pairs: int = opt(0, "train on at most this many pairs, a seeded sample of the usable ones (0: all); "
                             "a pair of the language policy costs seconds per pass on a CPU")
     lr: float = opt(0.0, "Adam learning rate (0: the policy kind's default, pixel 1e-3, lm 1e-6)")
     minibatch_size: int = opt(32, "pairs per gradient step")

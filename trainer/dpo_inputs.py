@@ -49,6 +49,10 @@ class PixelPairs:
     def __len__(self) -> int:
         return len(self.chosen)
 
+    def subset(self, idx: list[int]) -> "PixelPairs":
+        return PixelPairs(self.obs[idx], [self.instructions[i] for i in idx], [self.chosen[i] for i in idx],
+                          [self.rejected[i] for i in idx])
+
     def logprobs(self, policy, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """(log pi(chosen | s) [n], log pi(rejected | s) [n]) of pairs ``idx``, one forward pass."""
         obs, instr = self.obs[idx], [self.instructions[i] for i in idx]
@@ -66,6 +70,9 @@ class LMPairs:
 
     def __len__(self) -> int:
         return len(self.chosen)
+
+    def subset(self, idx: list[int]) -> "LMPairs":
+        return LMPairs([self.chosen[i] for i in idx], [self.rejected[i] for i in idx])
 
     def logprobs(self, policy, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         logprob, _, _ = policy.evaluate([self.chosen[i] for i in idx] + [self.rejected[i] for i in idx])

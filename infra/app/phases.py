@@ -234,7 +234,10 @@ def step_failure(name: str, rc: int, log_text: str, path: Path) -> str:
     the log's last line."""
     how = f"exit {rc}"
     if rc < 0:
-        sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else f"signal {-rc}"
+        try:
+            sig = signal.Signals(-rc).name
+        except ValueError:  # a real-time signal has no name
+            sig = f"signal {-rc}"
         how = f"killed by {sig}" + (" (out of memory? see the kernel log)" if rc == -signal.SIGKILL else "")
     last = next((ln.strip() for ln in reversed(log_text.splitlines()) if ln.strip()), "no output")
     return f"flywheel {name} failed ({how}); its last line: {last[-300:]} (log {path})"

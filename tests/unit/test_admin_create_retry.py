@@ -47,6 +47,12 @@ def test_a_request_lost_with_the_bootstrap_broker_is_retried(monkeypatch):
     assert admin.calls == [["a", "b", "c"], ["a", "c"], ["c"]]
 
 
+def test_a_lost_request_that_had_created_the_topic_counts_as_created(monkeypatch):
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    admin = FakeAdmin([{"a": KafkaError._TIMED_OUT}, {"a": KafkaError.TOPIC_ALREADY_EXISTS}])
+    assert create_topics(admin, _topics("a", "b"), time.monotonic() + 60) == ["b", "a"]
+
+
 def test_a_topic_made_meanwhile_is_not_created_by_us_and_not_an_error():
     admin = FakeAdmin([{"a": KafkaError.TOPIC_ALREADY_EXISTS}])
     assert create_topics(admin, _topics("a", "b"), time.monotonic() + 60) == ["b"]

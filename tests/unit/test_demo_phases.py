@@ -167,6 +167,7 @@ def test_a_failed_step_is_one_line_naming_how_it_ended(tmp_path):
     assert "its last line: INFO flywheel.dpo: DPO of p v0 on 32 pairs (log " in line
     assert "failed (exit 2); its last line: no output" in step_failure("bc", 2, "", tmp_path / "bc.log")
     assert "killed by SIGTERM);" in step_failure("bc", -15, "x", tmp_path / "bc.log")
+    assert "killed by signal 40);" in step_failure("bc", -40, "x", tmp_path / "bc.log")
 
 
 def test_progress_line_shows_the_task_queue_apart_from_consumer_lag():

@@ -207,20 +207,32 @@ def test_dpo_steps_widen_the_margin_of_the_language_policy(store):
     data, skipped = pair_inputs(policy, pairs, store)
     assert isinstance(data, LMPairs) and len(data) == 4 and not skipped
     assert sum(data.chosen[0].target) > 0 and data.chosen[0].ids != data.rejected[0].ids
+    part = data.subset([3, 1])
+    assert len(part) == 2 and part.chosen == [data.chosen[3], data.chosen[1]] and part.rejected[1] is data.rejected[1]
     ref_c, ref_r = reference_logprobs(policy, data)
     dpo_train(policy, data, ref_c, ref_r, beta=0.5, epochs=3, lr=1e-3, minibatch_size=2)
     after = margins(policy, data, ref_c, ref_r)
     assert bool((after > 0).all()), after
 
 
-def test_sample_pairs_is_seeded_bounded_and_keeps_order():
-    from trainer.dpo import sample_pairs
+def test_sample_indices_is_seeded_bounded_and_keeps_order():
+    from trainer.dpo import sample_indices
 
-    items = list(range(50))
-    a = sample_pairs(items, 8, seed=1)
-    assert len(a) == 8 and a == sorted(a) and set(a) <= set(items)
-    assert a == sample_pairs(items, 8, seed=1) and a != sample_pairs(items, 8, seed=2)
-    assert sample_pairs(items, 0, seed=1) == items and sample_pairs(items, 80, seed=1) == items
+    a = sample_indices(50, 8, seed=1)
+    assert len(a) == 8 and a == sorted(a) and len(set(a)) == 8 and set(a) <= set(range(50))
+    assert a == sample_indices(50, 8, seed=1) and a != sample_indices(50, 8, seed=2)
+    assert sample_indices(50, 0, seed=1) == list(range(50)) and sample_indices(50, 80, seed=1) == list(range(50))
+
+
+def test_a_subset_of_pairs_scores_as_the_same_pairs_did(store):
+    torch.manual_seed(0)
+    policy = pixel_policy()
+    data, _ = pair_inputs(policy, training_pairs(store), store)
+    keep = [len(data) - 1, 0]
+    c_all, r_all = data.logprobs(policy, keep)
+    c_sub, r_sub = data.subset(keep).logprobs(policy, [0, 1])
+    assert len(data.subset(keep)) == 2
+    assert torch.allclose(c_all, c_sub) and torch.allclose(r_all, r_sub)
 
 
 def test_max_pairs_must_not_be_negative():
