@@ -195,7 +195,7 @@ def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
         snap["rates"] = {r[0]: (r[2], r[1]) for r in rows}
         _, rows, _ = execute(settings, Q.totals(policy))
         snap["episodes"] = sum(r[1] for r in rows)
-        _, rows, _ = execute(settings, Q.latest_versions(policy))
+        _, rows, _ = execute(settings, Q.latest_versions(policy, settings.topic_prefix))
         if rows:
             snap["published"], snap["acting"], snap["updates"], snap["dlq"] = rows[0]
     except Exception as exc:  # noqa: BLE001 - progress must never stop the run

@@ -46,13 +46,16 @@ FROM trajectories FINAL WHERE policy = {q(policy)}
 GROUP BY task_name ORDER BY task_name"""
 
 
-def latest_versions(policy: str) -> str:
-    """Newest version published by the trainer, newest version seen on a step (hot reload)."""
+def latest_versions(policy: str, topic_prefix: str = "") -> str:
+    """Newest version published by the trainer, newest version seen on a step (hot reload), the
+    trainer's updates, and the dead letters of the run's own topics (``topic_prefix``; all of them
+    without one: an earlier run's letters in the same ClickHouse are not this run's)."""
+    dead = f" WHERE startsWith(source_topic, {q(topic_prefix)})" if topic_prefix else ""
     return f"""SELECT
     (SELECT max(version) FROM policy_versions FINAL WHERE policy = {q(policy)}) AS published,
     (SELECT max(policy_version) FROM steps WHERE policy = {q(policy)}) AS acting,
     (SELECT count() FROM trainer_metrics FINAL WHERE policy = {q(policy)}) AS updates,
-    (SELECT count() FROM dead_letters FINAL) AS dead_letters"""
+    (SELECT count() FROM dead_letters FINAL{dead}) AS dead_letters"""
 
 
 def success_by_version(policy: str) -> str:

@@ -178,3 +178,22 @@ def _read_all(settings, spec):
     from infra.kafka import read_to_end
 
     return list(read_to_end(settings, topic_name(spec, settings), timeout_s=30))
+
+
+def test_the_demo_counts_only_its_own_runs_dead_letters(tmp_path):
+    """The progress line's dlq figure: letters from an earlier run's topics in the same ClickHouse
+    are not this run's (they made a fresh run print 'dlq 1')."""
+    from consumers.rows import rows_for
+    from infra.app.demo_queries import latest_versions
+    from infra.settings import load_settings
+    from infra.dlq import dead_letter
+
+    settings = load_settings({"data_dir": str(tmp_path)})
+    letters = [dead_letter("annotate", ValueError("x"), f"demo-{run}.flywheel.ct.v1", 0, k, b"k", b"v")
+               for k, run in enumerate(["old", "new", "new"])]
+    with client_for(settings) as client:
+        rows = [r for d in letters for r in rows_for("dlq", d)["dead_letters"]]
+        client.insert("dead_letters", [list(r.values()) for r in rows], column_names=list(rows[0]))
+        assert client.query(latest_versions("p", "demo-new.")).result_rows[0][3] == 2
+        assert client.query(latest_versions("p", "demo-old.")).result_rows[0][3] == 1
+        assert client.query(latest_versions("p")).result_rows[0][3] == 3

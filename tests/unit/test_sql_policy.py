@@ -21,7 +21,8 @@ def test_every_attack_is_refused_with_a_reason(sql):
 
 
 @pytest.mark.parametrize("sql", ALLOWED + documented_queries() + [last_n_success("p"), totals("p"),
-                                                                 latest_versions("p"), success_over_time("p", 10)])
+                                                                 latest_versions("p"), latest_versions("p", "demo-r1."),
+                                                                 success_over_time("p", 10)])
 def test_reads_of_the_flywheel_data_pass(sql):
     assert check(sql)
 
