@@ -314,6 +314,8 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
             snap = snapshot(settings, policy, prefix)
             if "published" in snap and clock.current not in (phases.PPO, phases.DPO):  # a failed reading says nothing
                 clock.enter(phases.current_phase(snap["published"], base_version, cfg.value_pretrain_batches > 0))
+            if clock.current == phases.PPO and "published" in snap:
+                clock.note(f"{snap['updates']} trainer updates (critic-only ones included), newest version v{snap['published']}")
             print(format_progress(time.time() - t0, snap, clock.current), flush=True)
             if cfg.until_target and reached_targets(snap, tasks):
                 notes.append(f"every task reached its target after {(time.time() - t0) / 60:.1f} min")
