@@ -306,7 +306,10 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
         while not stop["flag"] and time.time() < deadline:
             time.sleep(cfg.progress_s)
             if dpo_at is not None and time.time() >= dpo_at and clock.current != phases.DPO:
-                dpo_version = _dpo_phase(cfg, settings, env, children, policy, base_version, logs, clock, notes)
+                def tick() -> None:  # progress while DPO runs: the workers keep acting
+                    print(format_progress(time.time() - t0, snapshot(settings, policy, prefix), clock.current), flush=True)
+
+                dpo_version = _dpo_phase(cfg, settings, env, children, policy, base_version, logs, clock, notes, tick)
             dead = [c for c in children if not c.alive]
             if dead:
                 c = dead[0]
@@ -345,7 +348,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
 
 
 def _dpo_phase(cfg: DemoConfig, settings: Settings, env: dict[str, str], children: list[Child], policy: str,
-               reference: int, logs: Path, clock: phases.PhaseClock, notes: list[str]) -> int | None:
+               reference: int, logs: Path, clock: phases.PhaseClock, notes: list[str], tick=None) -> int | None:
     """Stop PPO and the annotator (their cores go to DPO; the workers keep acting with PPO's last
     version meanwhile), then DPO of pi_sft; -> the version the workers act with from then on."""
     for child in children:
@@ -353,7 +356,8 @@ def _dpo_phase(cfg: DemoConfig, settings: Settings, env: dict[str, str], childre
             child.stop(grace=60)
     children[:] = [c for c in children if c.name not in ("trainer", "reflection")]
     try:
-        return phases.dpo(cfg, settings, env, policy, reference, logs, clock, timeout_s=max(cfg.dpo_span_s() - 30, 60))
+        return phases.dpo(cfg, settings, env, policy, reference, logs, clock, timeout_s=max(cfg.dpo_span_s() - 30, 60),
+                          tick=tick)
     except UserError as exc:  # the run goes on with the PPO policy; the report says why
         notes.append(f"DPO phase failed: {exc}")
         clock.note(f"failed: {exc}")

@@ -243,17 +243,31 @@ def step_failure(name: str, rc: int, log_text: str, path: Path) -> str:
     return f"flywheel {name} failed ({how}); its last line: {last[-300:]} (log {path})"
 
 
-def _run_step(name: str, argv: list[str], env: dict[str, str], logs: Path, timeout_s: float = 3600) -> str:
+def _run_step(name: str, argv: list[str], env: dict[str, str], logs: Path, timeout_s: float = 3600,
+              tick=None, every_s: float = 5.0) -> str:
     """One blocking `flywheel` step, its output going to ``<logs>/<name>.log`` as it runs (its
-    progress can be followed there); -> its "published ..." line. UserError with the log's
-    tail on failure or past ``timeout_s``."""
+    progress can be followed there); ``tick()`` is called every ``every_s`` while it runs (the
+    demo's progress line). -> its "published ..." line. UserError with the log's last line on
+    failure or past ``timeout_s``."""
     path = logs / f"{name}.log"
     with open(path, "wb") as out:
+        proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
         try:
-            rc = subprocess.run(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, timeout=timeout_s).returncode
-        except subprocess.TimeoutExpired:
-            raise UserError(f"flywheel {name} took longer than {timeout_s:.0f}s and was stopped (log {path})") from None
+            while True:
+                try:
+                    rc = proc.wait(timeout=max(0.01, min(every_s, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        raise UserError(f"flywheel {name} took longer than {timeout_s:.0f}s and was stopped (log {path})") from None
+                    if tick is not None:
+                        tick()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     text = path.read_text(errors="replace")
     if rc != 0:
         raise UserError(step_failure(name, rc, text, path))
@@ -282,7 +296,7 @@ def count_pairs(settings) -> int:
 
 
 def dpo(cfg, settings, env: dict[str, str], policy: str, reference: int, logs: Path, clock: PhaseClock,
-        timeout_s: float = 3600) -> int | None:
+        timeout_s: float = 3600, tick=None) -> int | None:
     """``flywheel dpo`` from pi_sft (``reference``) on the pairs annotated so far; -> the version
     it published (None when there was no pair: the PPO policy keeps acting)."""
     from infra import versions
@@ -297,7 +311,7 @@ def dpo(cfg, settings, env: dict[str, str], policy: str, reference: int, logs: P
     few = ["--epochs", "3", "--max-pairs", str(LM_DPO_PAIRS)] if cfg.policy_kind == "lm" else []
     argv = flywheel_argv("dpo", "--policy-name", policy, "--reference-version", str(reference), "--seed", str(cfg.seed),
                          "--torch-threads", str(idle_cores()), *few, *cfg.dpo_args.split())
-    line = _run_step("dpo", argv, env, logs, timeout_s)
+    line = _run_step("dpo", argv, env, logs, timeout_s, tick, cfg.progress_s)
     clock.note(line)
     print(f"[{DPO}] {line}", flush=True)
     latest = versions.latest(settings, policy)

@@ -148,14 +148,20 @@ def test_the_reflection_annotator_replays_at_the_rollouts_page_time():
 
 def test_a_blocking_step_logs_as_it_runs_and_fails_clearly(tmp_path):
     import sys
+    import time
 
     ok = [sys.executable, "-c", "print('epoch 1: loss 0.5'); print('published pi_sft as version 0: ...')"]
     assert phases._run_step("bc", ok, {}, tmp_path) == "published pi_sft as version 0: ..."
     assert "epoch 1" in (tmp_path / "bc.log").read_text()
     with pytest.raises(UserError, match=r"exit 3.*no demonstration"):
         phases._run_step("bc", [sys.executable, "-c", "import sys; print('no demonstration'); sys.exit(3)"], {}, tmp_path)
+    ticks = []
+    t0 = time.monotonic()
     with pytest.raises(UserError, match="longer than 1s"):
-        phases._run_step("dpo", [sys.executable, "-c", "import time; time.sleep(30)"], {}, tmp_path, timeout_s=1)
+        phases._run_step("dpo", [sys.executable, "-c", "import time; time.sleep(30)"], {}, tmp_path, timeout_s=1,
+                         tick=lambda: ticks.append(1), every_s=0.2)
+    assert time.monotonic() - t0 < 10, "the step was not stopped at its timeout"
+    assert len(ticks) >= 2, "no progress while the step ran"
 
 
 def test_a_failed_step_is_one_line_naming_how_it_ended(tmp_path):
