@@ -306,7 +306,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
         while not stop["flag"] and time.time() < deadline:
             time.sleep(cfg.progress_s)
             if dpo_at is not None and time.time() >= dpo_at and clock.current != phases.DPO:
-                def tick() -> None:  # progress while DPO runs: the workers keep acting
+                def tick() -> None:  # progress while DPO runs
                     print(format_progress(time.time() - t0, snapshot(settings, policy, prefix), clock.current), flush=True)
 
                 dpo_version = _dpo_phase(cfg, settings, env, children, policy, base_version, logs, clock, notes, tick)
@@ -349,10 +349,13 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
 
 def _dpo_phase(cfg: DemoConfig, settings: Settings, env: dict[str, str], children: list[Child], policy: str,
                reference: int, logs: Path, clock: phases.PhaseClock, notes: list[str], tick=None) -> int | None:
-    """Stop PPO and the annotator (their cores go to DPO; the workers keep acting with PPO's last
-    version meanwhile), then DPO of pi_sft; -> the version the workers act with from then on."""
+    """Stop PPO and the annotator for good and pause the rollout workers, so DPO has every core
+    (demo lm40-s2: with 4 sandboxes and the language policy acting beside it, one DPO epoch of 32
+    pairs took 9 minutes instead of 1.5, and DPO ran out of time); then DPO of pi_sft, and the
+    workers start again, acting with its version (PPO's last if DPO failed). -> the DPO version."""
+    paused = [c for c in children if c.name.startswith("rollout-")]
     for child in children:
-        if child.name in ("trainer", "reflection"):
+        if child.name in ("trainer", "reflection") or child in paused:
             child.stop(grace=60)
     children[:] = [c for c in children if c.name not in ("trainer", "reflection")]
     try:
@@ -362,6 +365,9 @@ def _dpo_phase(cfg: DemoConfig, settings: Settings, env: dict[str, str], childre
         notes.append(f"DPO phase failed: {exc}")
         clock.note(f"failed: {exc}")
         return None
+    finally:
+        for child in paused:
+            child.start()
 
 
 def _published(settings: Settings, policy: str) -> bool:

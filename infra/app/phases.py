@@ -13,9 +13,9 @@
 - **PPO**: from the first version the trainer publishes after that.
 - **DPO** (UI-TARS's reflection tuning, when ``dpo_minutes`` > 0): during PPO, ``flywheel
   annotate`` turns failed episodes (flywheel.ct.v1) into error-correction and post-reflection
-  pairs (flywheel.pairs.v1). For the last ``dpo_minutes`` the PPO trainer stops, ``flywheel dpo``
-  trains pi_sft on those pairs with pi_sft as the reference and publishes the result; the
-  rollout workers act with it until the run ends. So PPO and DPO are each measured against
+  pairs (flywheel.pairs.v1). For the last ``dpo_minutes`` the PPO trainer stops and the rollout
+  workers pause, ``flywheel dpo`` trains pi_sft on those pairs with pi_sft as the reference and
+  publishes the result; the workers start again and act with it until the run ends. So PPO and DPO are each measured against
   the same pi_sft.
 
 The phase of an episode is read from what it was acted by (``phase_sql``), so the report's

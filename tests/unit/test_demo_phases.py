@@ -185,3 +185,40 @@ def test_progress_line_shows_the_task_queue_apart_from_consumer_lag():
     assert line.startswith("[01:15] PPO episodes 12 | last-100 success click-test 0.50(10) | policy v2 acting v1")
     assert "tasks queued 59941 | lag sink=0 trainer=52 | dlq 1" in line and "rollout=" not in line
     assert "tasks queued" not in format_progress(0, {"lag": {"sink": 0}})
+
+
+def test_the_dpo_phase_stops_ppo_and_pauses_the_workers_while_dpo_runs(monkeypatch, tmp_path):
+    from infra.app import demo
+
+    class FakeChild:
+        def __init__(self, name):
+            self.name, self.running, self.starts = name, True, 0
+
+        def stop(self, grace=30.0):
+            self.running = False
+
+        def start(self):
+            self.running, self.starts = True, self.starts + 1
+            return self
+
+    children = [FakeChild(n) for n in ("sink", "streams", "trainer", "rollout-0", "rollout-1", "reflection")]
+    seen = {}
+
+    def fake_dpo(cfg, settings, env, policy, reference, logs, clock, timeout_s, tick=None):
+        seen["running"] = sorted(c.name for c in children if c.running)
+        return 7
+
+    monkeypatch.setattr(phases, "dpo", fake_dpo)
+    cfg = DemoConfig(minutes=20, policy_kind="lm").validate()
+    version = demo._dpo_phase(cfg, None, {}, children, "p", 0, tmp_path, phases.PhaseClock(), [])
+    assert version == 7 and seen["running"] == ["sink", "streams"], seen
+    assert [c.name for c in children] == ["sink", "streams", "rollout-0", "rollout-1"]
+    assert all(c.running for c in children) and [c.starts for c in children] == [0, 0, 1, 1]
+
+    def failing_dpo(*args, **kwargs):
+        raise UserError("flywheel dpo failed (killed by SIGKILL)")
+
+    monkeypatch.setattr(phases, "dpo", failing_dpo)
+    notes = []
+    assert demo._dpo_phase(cfg, None, {}, children, "p", 0, tmp_path, phases.PhaseClock(), notes) is None
+    assert all(c.running for c in children) and "DPO phase failed" in notes[0]
