@@ -101,14 +101,18 @@ def _wait_visible(admin, names: Iterable[str], timeout: float = CREATE_TIMEOUT_S
             time.sleep(0.1)
 
 
+def _code(err):
+    """A KafkaError's code (None for anything else)."""
+    return getattr(err, "code", lambda: None)()
+
+
 def _transient(err) -> bool:
     """A request lost on the way, not refused: retried. librdkafka replaces its bootstrap broker
     handle once the cluster's metadata names the brokers, failing what was queued on it with
     _DESTROY_BROKER (seen in CI creating topics on a three-broker cluster just started)."""
     from confluent_kafka import KafkaError
 
-    code = getattr(err, "code", lambda: None)()
-    return code in (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT) or bool(
+    return _code(err) in (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT) or bool(
         getattr(err, "retriable", lambda: False)())
 
 
@@ -127,7 +131,7 @@ def create_topics(admin, new: list, deadline: float) -> list[str]:
                 created.append(name)
             except Exception as exc:  # the error is inspected below
                 err = exc.args[0] if exc.args else None
-                if getattr(err, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
+                if _code(err) == KafkaError.TOPIC_ALREADY_EXISTS:
                     if name in lost:  # our lost request had reached the controller: ours after all
                         created.append(name)
                     continue
