@@ -111,13 +111,17 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
             except Exception as exc:  # noqa: BLE001 - a policy backend failure is infrastructure
                 raise _Abort(f"policy {client.name} failed: {type(exc).__name__}: {exc}", crashed=False) from None
             latency_policy = (time.perf_counter() - t_policy) * 1000
-            await out.release()  # the previous step: its screenshot was stored while the policy thought
             decision = reply.decision
             t_env = time.perf_counter()
-            try:
-                result = await sandbox.step(decision.action)
-            except SandboxCrashed as exc:
-                raise _Abort(f"sandbox crashed: {exc}", crashed=True) from None
+            # The previous step is released (its screenshots stored, then it is emitted) while this
+            # one acts: its write overlapped the policy's turn and now overlaps the environment's.
+            released, result = await asyncio.gather(out.release(), sandbox.step(decision.action),
+                                                    return_exceptions=True)
+            if isinstance(result, SandboxCrashed):
+                raise _Abort(f"sandbox crashed: {result}", crashed=True) from None
+            for outcome in (released, result):
+                if isinstance(outcome, BaseException):
+                    raise outcome  # _Abort: a screenshot was not stored; anything else: a bug, loudly
             if step_latency_s > 0:
                 await asyncio.sleep(step_latency_s)
             latency_env = (time.perf_counter() - t_env) * 1000
@@ -149,9 +153,10 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
 class _Outbox:
     """Emits steps in order, each only after the screenshots it refers to are in the blob store.
 
-    The newest step is held back until the next one is about to be taken (or the episode ends), so a
+    The newest step is held back until the next one is being taken (or the episode ends), so a
     sandbox that stores screenshots in the background (``flush``) overlaps that write with the
-    policy's turn.
+    policy's turn and the next environment step. A step whose screenshots fail to store is dropped,
+    never emitted.
     """
 
     def __init__(self, emit: Emit, sandbox: Any) -> None:
@@ -173,6 +178,7 @@ class _Outbox:
             try:
                 await self._flush()
             except Exception as exc:  # noqa: BLE001 - the blob store is infrastructure
+                self.held = None  # its screenshots are not all stored: it can never be published
                 raise _Abort(f"screenshot not stored: {type(exc).__name__}: {exc}", crashed=False) from None
         step, self.held = self.held, None
         self.emit(step)

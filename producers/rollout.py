@@ -40,6 +40,7 @@ from schemas.codec import DecodeError, decode, encode
 from schemas.events import TaskSpec
 
 log = logging.getLogger("flywheel.rollout")
+JOIN_GRACE_S = 60.0  # how much longer an idle-exiting worker waits for its first assignment
 
 
 @dataclass
@@ -94,7 +95,8 @@ class RolloutWorker:
         self._poller: threading.Thread | None = None
         self._polling = False
         self._sandboxes: list[Any] = []
-        self._assigned_at = time.monotonic()
+        self._assigned_at: float | None = None  # when the group last gave this worker its partitions
+        self._started_at = time.monotonic()
         self._settling: set[asyncio.Task] = set()  # episodes waiting for their acks before the commit
         self._shared: dict[str, Any] = {}  # per sandbox kind: what its sandboxes share (one Chromium)
         self.watcher: Any = None
@@ -170,6 +172,16 @@ class RolloutWorker:
         while self._polling:
             self._producer.poll(0.05)
 
+    def _idle_s(self, last_task: float) -> tuple[float, float]:
+        """-> (seconds without a task, the limit for stopping; 0: never). Idle time counts from the
+        latest rebalance; before the group's first assignment (a fresh broker's coordinator can take
+        several seconds to load), from the start, with JOIN_GRACE_S more to wait."""
+        if not self.cfg.idle_exit_s:
+            return 0.0, 0.0
+        if self._assigned_at is None:
+            return time.monotonic() - self._started_at, self.cfg.idle_exit_s + JOIN_GRACE_S
+        return time.monotonic() - max(last_task, self._assigned_at), self.cfg.idle_exit_s
+
     def _on_assign(self, consumer: Any, partitions: list) -> None:
         self._assigned_at = time.monotonic()  # idle time counts from the latest rebalance
 
@@ -207,8 +219,8 @@ class RolloutWorker:
                 if msg is not None and msg.error():
                     log.warning("tasks topic: %s", msg.error())
                     msg = None
-                idle = time.monotonic() - max(last_task, self._assigned_at)
-                if msg is None and self.cfg.idle_exit_s and idle > self.cfg.idle_exit_s and self.counters.in_flight == 0:
+                idle, limit = self._idle_s(last_task)
+                if msg is None and limit and idle > limit and self.counters.in_flight == 0:
                     log.info("no task for %.0fs: stopping", idle)
                     self.stop.set()
             if msg is None:

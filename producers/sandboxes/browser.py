@@ -81,7 +81,8 @@ class BrowserSandbox:
     async def _call(self, awaitable: Any, what: str) -> Any:
         """Await one Playwright call under a timeout; a dead or hung browser -> SandboxCrashed."""
         try:
-            return await asyncio.wait_for(awaitable, self.call_timeout_s)
+            async with asyncio.timeout(self.call_timeout_s):  # unlike wait_for, no task per call
+                return await awaitable
         except asyncio.TimeoutError:
             raise SandboxCrashed(f"browser hung: {what} took more than {self.call_timeout_s:.0f}s") from None
         except asyncio.CancelledError:
@@ -214,7 +215,8 @@ class BrowserSandbox:
         run and the time has advanced: that is the page's error, recorded on the step, not a
         crashed browser; a dead or hung one still raises."""
         try:
-            await asyncio.wait_for(self._context.clock.run_for(ms or self.step_ms), self.call_timeout_s)
+            async with asyncio.timeout(self.call_timeout_s):
+                await self._context.clock.run_for(ms or self.step_ms)
             return None
         except asyncio.TimeoutError:
             raise SandboxCrashed(f"browser hung: clock.run_for took more than {self.call_timeout_s:.0f}s") from None
@@ -227,7 +229,8 @@ class BrowserSandbox:
 
     async def _perform(self, calls: list) -> str | None:
         try:
-            await asyncio.wait_for(apply_playwright(self._page, calls), self.call_timeout_s)
+            async with asyncio.timeout(self.call_timeout_s):
+                await apply_playwright(self._page, calls)
             return None
         except asyncio.TimeoutError:
             raise SandboxCrashed(f"browser hung performing {calls[0][0]}") from None

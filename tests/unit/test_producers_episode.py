@@ -120,3 +120,44 @@ def test_step_latency_is_added_to_every_environment_step_and_recorded():
         assert "step_latency_ms" in str(exc)
     else:
         raise AssertionError("a negative latency was accepted")
+
+
+class LoggingSandbox(Sandbox):
+    """Steps and screenshot writes that take time, logged as they start and end."""
+
+    def __init__(self, fail_flush_at: int | None = None, **kw) -> None:
+        super().__init__(**kw)
+        self.log, self.fail_flush_at = [], fail_flush_at
+
+    async def step(self, action):
+        self.log.append(f"step {self.n} start")
+        result = await super().step(action)
+        self.log.append(f"step {self.n - 1} end")
+        return result
+
+    async def flush(self):
+        self.flushes += 1
+        self.log.append(f"write {self.flushes} start")
+        await asyncio.sleep(0.02)
+        if self.flushes == self.fail_flush_at:
+            raise OSError("disk full")
+        self.log.append(f"write {self.flushes} end")
+
+
+def test_the_previous_step_is_stored_and_emitted_while_the_next_one_acts():
+    sandbox = LoggingSandbox(done_at=2, slow_s=0.05)
+    result, events = run(sandbox)
+    assert [e.kind for e in events] == ["started", "step", "step", "step", "ended"]
+    assert [e.step_index for e in events[1:-1]] == [0, 1, 2] and result.success
+    log = sandbox.log
+    # step 0's screenshot is written after step 1 began acting and before it ended
+    assert log.index("step 1 start") < log.index("write 1 end") < log.index("step 1 end"), log
+
+
+def test_a_step_whose_screenshot_was_not_stored_is_never_emitted():
+    sandbox = LoggingSandbox(fail_flush_at=2)  # the write that releases step 1
+    result, events = run(sandbox, max_steps=5)
+    assert [e.kind for e in events] == ["started", "step", "aborted"], [e.kind for e in events]
+    assert events[1].step_index == 0
+    assert events[-1].num_steps == 1 and "screenshot not stored" in events[-1].reason and "disk full" in events[-1].reason
+    assert result.infra_failure and not result.crashed
