@@ -1,6 +1,6 @@
 """Every Flywheel figure against its raw baseline, measured side by side in one run.
 
-    python benchmarks/run_all.py                     # pipeline, rollout, sink, trainer, codec
+    python benchmarks/run_all.py                     # pipeline, Faust's floor, rollout, sink, trainer, codec
     python benchmarks/run_all.py --demo-minutes 15   # + async vs sync demo to the success target
     python benchmarks/run_all.py --write docs/performance.md
 
@@ -75,6 +75,13 @@ def bench_streams(args) -> list[Row]:
     rows.append(Row("latency: episode's last event -> its record on flywheel.rl.v1",
                     f"p50 {m.group(1)} ms, p99 {m.group(2)} ms" if m else "failed", "", "", cmd))
     return rows
+
+
+def bench_faust_floor(args) -> list[Row]:
+    text, cmd = run("bench_faust_floor.py", "--events", "300000")
+    return [_row("Faust's floor: one worker's agent that only counts the events it takes (no decode, no send) vs a bare "
+                 "confluent-kafka consumer that only counts", _num(r"faust agent[^:]*: ([\d,.]+) events/s", text),
+                 _num(r"bare confluent-kafka consumer[^:]*: ([\d,.]+) events/s", text), "events/s", cmd, text)]
 
 
 def bench_rollout(args) -> list[Row]:
@@ -163,12 +170,12 @@ def markdown(rows: list[Row], seconds: float) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="streams,rollout,sink,trainer,codec", help="comma-separated benchmarks")
+    ap.add_argument("--only", default="streams,faust_floor,rollout,sink,trainer,codec", help="comma-separated benchmarks")
     ap.add_argument("--demo-minutes", type=float, default=0.0, help="also run async and sync demos to the target")
     ap.add_argument("--write", default="", help="replace the results block of this Markdown file")
     args = ap.parse_args()
     t0 = time.time()
-    benches = {"streams": bench_streams, "rollout": bench_rollout, "sink": bench_sink,
+    benches = {"streams": bench_streams, "faust_floor": bench_faust_floor, "rollout": bench_rollout, "sink": bench_sink,
                "trainer": bench_trainer, "codec": bench_codec}
     rows: list[Row] = []
     with broker_for_benchmarks():
