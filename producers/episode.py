@@ -112,19 +112,16 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
                 raise _Abort(f"policy {client.name} failed: {type(exc).__name__}: {exc}", crashed=False) from None
             latency_policy = (time.perf_counter() - t_policy) * 1000
             decision = reply.decision
-            t_env = time.perf_counter()
             # The previous step is released (its screenshots stored, then it is emitted) while this
             # one acts: its write overlapped the policy's turn and now overlaps the environment's.
-            released, result = await asyncio.gather(out.release(), sandbox.step(decision.action),
-                                                    return_exceptions=True)
-            if isinstance(result, SandboxCrashed):
-                raise _Abort(f"sandbox crashed: {result}", crashed=True) from None
-            for outcome in (released, result):
+            released, acted = await asyncio.gather(out.release(), _act(sandbox, decision.action, step_latency_s),
+                                                   return_exceptions=True)
+            if isinstance(acted, SandboxCrashed):
+                raise _Abort(f"sandbox crashed: {acted}", crashed=True) from None
+            for outcome in (acted, released):
                 if isinstance(outcome, BaseException):
-                    raise outcome  # _Abort: a screenshot was not stored; anything else: a bug, loudly
-            if step_latency_s > 0:
-                await asyncio.sleep(step_latency_s)
-            latency_env = (time.perf_counter() - t_env) * 1000
+                    raise outcome  # a bug in the step, loudly; else _Abort: a screenshot was not stored
+            result, latency_env = acted
             step = Step(
                 episode_id=eid, ts=clock(), step_index=index, started_at=started_at, observation=obs.observation,
                 thought=decision.thought, action=decision.action, raw_output=decision.raw_output,
@@ -145,6 +142,7 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
             await out.release()
         except _Abort:
             out.drop()  # its screenshot never reached the blob store: the step cannot be published
+        await out.settle()
         emit(EpisodeAborted(episode_id=eid, ts=clock(), num_steps=out.emitted, reason=exc.reason[:4000],
                             infra_failure=True))
         return EpisodeResult(eid, "aborted", exc.reason, out.emitted, infra_failure=True, crashed=exc.crashed)
@@ -171,6 +169,17 @@ class _Outbox:
     def drop(self) -> None:
         self.held = None
 
+    async def settle(self) -> None:
+        """After an abort: wait out the sandbox's writes still under way (a step that acted beside
+        a failed release queued one), so the next episode on this sandbox does not inherit them.
+        A failure here was already reported by the release that aborted, or concerns a step that
+        will not be published."""
+        if self._flush is not None:
+            try:
+                await self._flush()
+            except Exception:  # noqa: BLE001
+                pass
+
     async def release(self) -> None:
         if self.held is None:
             return
@@ -183,6 +192,15 @@ class _Outbox:
         step, self.held = self.held, None
         self.emit(step)
         self.emitted += 1
+
+
+async def _act(sandbox: Any, action: Any, extra_latency_s: float) -> tuple[Any, float]:
+    """One environment step -> (its result, its milliseconds, the added latency included)."""
+    t0 = time.perf_counter()
+    result = await sandbox.step(action)
+    if extra_latency_s > 0:
+        await asyncio.sleep(extra_latency_s)
+    return result, (time.perf_counter() - t0) * 1000
 
 
 async def _end(out: _Outbox, eid: str, clock: Callable[[], float], reason: str, *,

@@ -279,8 +279,10 @@ class BrowserSandbox:
     async def flush(self) -> None:
         """Wait until every screenshot taken so far is in the blob store (raises if a write failed)."""
         writes, self._writes = self._writes, []
-        for write in writes:
-            await write
+        outcomes = await asyncio.gather(*writes, return_exceptions=True)  # every write awaited, even after a failure
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     # ------------------------------------------------------------ for scripted solvers and tests
 

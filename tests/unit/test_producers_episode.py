@@ -161,3 +161,76 @@ def test_a_step_whose_screenshot_was_not_stored_is_never_emitted():
     assert events[1].step_index == 0
     assert events[-1].num_steps == 1 and "screenshot not stored" in events[-1].reason and "disk full" in events[-1].reason
     assert result.infra_failure and not result.crashed
+
+
+class DeferredSandbox(Sandbox):
+    """Stores screenshots in the background like BrowserSandbox: each step queues a write, flush
+    swaps the queue out and waits for it. Writes numbered in ``failing`` fail."""
+
+    def __init__(self, failing=(), **kw) -> None:
+        super().__init__(**kw)
+        self.failing, self.writes, self._pending = set(failing), 0, []
+
+    async def _write(self, n: int) -> None:
+        await asyncio.sleep(0.01)
+        if n in self.failing:
+            raise OSError(f"disk full (write {n})")
+
+    async def step(self, action):
+        result = await super().step(action)
+        self.writes += 1
+        self._pending.append(asyncio.ensure_future(self._write(self.writes)))
+        return result
+
+    async def flush(self):
+        pending, self._pending = self._pending, []
+        outcomes = await asyncio.gather(*pending, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+
+def test_a_retry_on_the_same_sandbox_does_not_inherit_the_aborted_attempts_writes():
+    sandbox = DeferredSandbox(failing={1, 2}, done_at=2)  # the store is down during the first attempt
+
+    async def main():
+        task = TaskSpec(task_id="t3", suite="miniwob", name="click-test", max_steps=5)
+        outcomes = []
+        for attempt in (0, 1):
+            events = []
+            result = await run_episode(task, sandbox, Policy("p"), events.append, attempt=attempt,
+                                       sandbox_name="browser", worker_id="w")
+            outcomes.append((result, events))
+        return outcomes
+
+    (first, first_events), (second, second_events) = asyncio.run(main())
+    assert first.status == "aborted" and "disk full (write 1)" in first.reason and first_events[-1].num_steps == 0
+    assert second.status == "ended" and second.success, second.reason
+    assert [e.kind for e in second_events] == ["started", "step", "step", "step", "ended"]
+
+
+def test_environment_latency_is_the_step_alone_not_the_previous_steps_write():
+    class SlowWrites(LoggingSandbox):
+        async def flush(self):
+            self.flushes += 1
+            await asyncio.sleep(0.3)
+
+    result, events = run(SlowWrites(done_at=2))
+    steps = [e for e in events if e.kind == "step"]
+    assert result.success and len(steps) == 3
+    assert all(s.latency_env_ms < 150 for s in steps), [s.latency_env_ms for s in steps]
+
+
+def test_a_bug_in_the_step_is_raised_even_when_the_release_failed_beside_it():
+    class Buggy(LoggingSandbox):
+        async def step(self, action):
+            if self.n == 1:
+                raise ValueError("a bug in step")
+            return await super().step(action)
+
+    try:
+        run(Buggy(fail_flush_at=2))
+    except ValueError as exc:
+        assert "a bug in step" in str(exc)
+    else:
+        raise AssertionError("the step's bug was turned into an infrastructure abort")
