@@ -85,17 +85,40 @@ async def measure(args) -> dict:
     policy.blob_store = sandbox.blobs  # earlier screenshots in the context, as the rollout shows them
     coord_mode = policy.config["coord_mode"]
 
+    clicks: list[tuple[float, float, float, float]] = []  # (policy x, y, demonstrator x, y) at first steps
+
     def greedy(obs, history, dom):
-        return policy.act([policy_input(obs, history)], greedy=True)[0].action
+        action = policy.act([policy_input(obs, history)], greedy=True)[0].action
+        shown = scripted.solve(spec_name[0], obs.observation.instruction, dom) if not history else None
+        if shown is not None and hasattr(shown, "x") and action is not None and hasattr(action, "x"):
+            clicks.append((action.x, action.y, shown.x, shown.y))
+        return action
+
+    spec_name = [""]
 
     async def success(name: str) -> float:
+        spec_name[0] = name
         wins = [(await episode(sandbox, TaskSpec(task_id=f"e{s}", suite="miniwob", name=name, seed=50_000 + s),
                                greedy, args.max_steps))[0] for s in range(args.eval)]
         return sum(wins) / len(wins)
 
+    def grounding() -> dict:
+        """Does the first click follow the target? Correlation of the policy's and the
+        demonstrator's coordinates over the unseen episodes, and the spread of each."""
+        if len(clicks) < 3:
+            return {}
+        import numpy as np
+
+        a = np.asarray(clicks)
+        corr = [float(np.corrcoef(a[:, i], a[:, i + 2])[0, 1]) if a[:, i].std() > 0 else 0.0 for i in (0, 1)]
+        return {"corr_x": round(corr[0], 2), "corr_y": round(corr[1], 2), "n": len(a),
+                "std_policy_xy": [round(float(v), 3) for v in a[:, :2].std(0)],
+                "std_target_xy": [round(float(v), 3) for v in a[:, 2:].std(0)],
+                "mean_abs_err_xy": [round(float(v), 3) for v in np.abs(a[:, :2] - a[:, 2:]).mean(0)]}
+
     try:
         t = time.perf_counter()
-        before = {name: await success(name) for name in tasks}
+        before = {name: await success(name) for name in tasks} if args.before else {}
         before_s = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -129,14 +152,21 @@ async def measure(args) -> dict:
         train_s = time.perf_counter() - t
 
         t = time.perf_counter()
+        clicks.clear()
         after = {name: await success(name) for name in tasks}
         after_s = time.perf_counter() - t
+        after_grounding = grounding()
+        # the same greedy policy on seeds it was trained on: memorised vs generalised
+        on_train = {name: sum([(await episode(sandbox, TaskSpec(task_id=f"t{s}", suite="miniwob", name=name, seed=s),
+                                             greedy, args.max_steps))[0] for s in range(args.eval_train)]) / args.eval_train
+                    for name in tasks} if args.eval_train else {}
     finally:
         await env.close()
     return {"pretrained": args.pretrained, "tasks": tasks, "demos_per_task": args.demos, "samples": len(samples),
             "shift_copies": args.shift, "adapter_lr_mult": args.adapter_lr_mult,
             "epochs": args.epochs, "lr": args.lr, "eval_episodes": args.eval,
-            "success_before": before, "success_after": after,
+            "success_before": before, "success_after": after, "success_on_demonstrated_seeds": on_train,
+            "first_click_vs_demonstrator_after": after_grounding,
             "loss_first_last": [round(losses[0], 3), round(losses[-1], 3)] if losses else None,
             "seconds": {"load": round(load_s, 1), "eval_before": round(before_s, 1), "demonstrations": round(collect_s, 1),
                         "sft": round(train_s, 1), "eval_after": round(after_s, 1)}}
@@ -152,6 +182,10 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--eval", type=int, default=20, help="unseen episodes per task, before and after")
     ap.add_argument("--max-steps", type=int, default=4)
+    ap.add_argument("--before", action=argparse.BooleanOptionalAction, default=True,
+                    help="also measure the policy before SFT (--no-before: skip it)")
+    ap.add_argument("--eval-train", type=int, default=0,
+                    help="after SFT, also act on this many of the demonstrated seeds (memorised vs generalised)")
     ap.add_argument("--pretrained", default="smollm2-135m", help="empty: the tiny model of --policy")
     ap.add_argument("--policy", default="", help="JSON merged into the LM config")
     ap.add_argument("--threads", type=int, default=2)
