@@ -176,7 +176,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", default="click-test")
     ap.add_argument("--demos", type=int, default=50, help="scripted demonstrations per task")
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--batch", type=int, default=8, help="samples per optimiser step")
     ap.add_argument("--minibatch", type=int, default=4, help="samples per forward pass")
     ap.add_argument("--lr", type=float, default=1e-4)
@@ -189,7 +189,7 @@ def main() -> int:
     ap.add_argument("--pretrained", default="smollm2-135m", help="empty: the tiny model of --policy")
     ap.add_argument("--policy", default="", help="JSON merged into the LM config")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--adapter-lr-mult", type=float, default=1.0,
+    ap.add_argument("--adapter-lr-mult", type=float, default=10.0,
                     help="learning rate of the patch adapter and value head, as a multiple of --lr")
     ap.add_argument("--shift", type=int, default=0,
                     help="grounding augmentation: translated copies of each first step (trainer.augment)")

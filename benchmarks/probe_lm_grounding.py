@@ -83,7 +83,7 @@ def main() -> int:
     ap.add_argument("--task", default="click-test")
     ap.add_argument("--demos", type=int, default=50)
     ap.add_argument("--eval", type=int, default=40, help="unseen screens")
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--adapter-lr-mult", type=float, default=10.0)

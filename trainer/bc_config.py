@@ -24,7 +24,7 @@ class BCConfig:
                            choices=("pixel", "lm"))
     pretrained: str = opt("smollm2-135m", "policy_kind lm: the checkpoint to start from, a named one (smollm2-135m) or a local Hugging Face folder; empty: the tiny model of policy_config")
     policy_config: str = opt("", "JSON object merged into the policy's config")
-    epochs: int = opt(0, "passes over the demonstration steps (0: pixel 40, lm 3)")
+    epochs: int = opt(0, "passes over the demonstration steps (0: pixel 40, lm 6)")
     lr: float = opt(0.0, "learning rate (0: pixel 1e-2 with Adam, lm 1e-4 with AdamW; "
                          "tests/e2e/test_bc_pixel.py: 3e-3 underfits 20 demos in 40 epochs)")
     minibatch_size: int = opt(0, "steps per gradient step (0: pixel 32, lm 8)")
@@ -68,4 +68,4 @@ class BCConfig:
 
 
 KIND_DEFAULTS = {"pixel": {"epochs": 40, "lr": 1e-2, "minibatch_size": 32},
-                 "lm": {"epochs": 3, "lr": 1e-4, "minibatch_size": 8}}
+                 "lm": {"epochs": 6, "lr": 1e-4, "minibatch_size": 8}}

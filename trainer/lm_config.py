@@ -10,8 +10,11 @@ from infra.config import ConfigError, opt
 
 # The main job's language policy (merged over trainer.policies.lm's tiny defaults):
 # SmolLM2-135M-Instruct, 64 image tokens per screenshot (64 x 64 pixels in 8 x 8 patches), the
-# last 3 screenshots in context. Kept here, torch-free, so building a config imports no model.
-PRETRAINED_LM = {"pretrained": "smollm2-135m", "image_size": 64, "patch": 8, "max_images": 3, "max_new_tokens": 48}
+# last 3 screenshots in context, clicks by pointing at one of the 64 patches (written as UI-TARS
+# points on the 0..1000 grid; trainer.policies.lm_pointer). Kept here, torch-free, so building a
+# config imports no model.
+PRETRAINED_LM = {"pretrained": "smollm2-135m", "image_size": 64, "patch": 8, "max_images": 3, "max_new_tokens": 48,
+                 "pointer": True, "coord_mode": "1000"}
 
 
 @dataclass

@@ -96,12 +96,12 @@ class PolicyServer:
             redo = [i for i, t in enumerate(tokens) if t is None]
             if redo:  # report the canonical tokens, whose sum the trainer recomputes (see lm.py)
                 for i, (ids, lps) in zip(redo, policy.response_logprobs([items[i].turns for i in redo],
-                                                                        [gens[i].text for i in redo])):
+                                                                        [policy.written(gens[i].text) for i in redo])):
                     tokens[i] = list(zip(ids, lps))
         out = []
         for i, g in enumerate(gens):
             entries = None if tokens[i] is None else [(*policy.tok.piece(t), lp) for t, lp in tokens[i]]
-            out.append(chat_response(self.holder.name, version, g.text, g.finished, g.value, entries,
+            out.append(chat_response(self.holder.name, version, policy.written(g.text), g.finished, g.value, entries,
                                      len(contexts[i].ids)))
         return out
 

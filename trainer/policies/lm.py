@@ -41,6 +41,7 @@ from torch import nn
 
 from infra.policy import Decision, PolicyInput, register_policy
 from schemas.prompt import IM_END, IMAGE, PAD, PromptSpec, Rendered, Turn, history_window, render, uitars_turns
+from trainer.policies.lm_pointer import PointerCodec, PointerHead, PointerTokenizer
 from trainer.policies.lm_text import make_tokenizer
 
 log = logging.getLogger("flywheel.policy.lm")
@@ -61,6 +62,7 @@ def tiny_lm_config(**overrides: Any) -> dict[str, Any]:
         "prompt": "short",         # "short", "uitars" (ui_tars.prompt.COMPUTER_USE_DOUBAO) or a template
         "coord_mode": "qwen25vl",  # how the model writes coordinates (schemas.uitars.parse_output)
         "seed": 0,                 # initial weights of a model built from "lm"
+        "pointer": False,          # click coordinates by pointing at a patch (trainer.policies.lm_pointer)
     }
     cfg.update(overrides)
     return cfg
@@ -131,6 +133,9 @@ class LMPolicy(nn.Module):
             path = str(resolve(self.config["pretrained"]))
         tok = self.config["tokenizer"]
         self.tok = make_tokenizer(path or "bytes" if tok == "auto" else tok)
+        self.codec = self._pointer_codec()
+        if self.codec is not None:
+            self.tok = PointerTokenizer(self.tok, self.codec.n)
         torch.manual_seed(int(self.config["seed"]))  # a fresh model is a function of its config
         if path and load_pretrained:
             self.lm = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
@@ -144,12 +149,22 @@ class LMPolicy(nn.Module):
             self.lm.resize_token_embeddings(self.tok.vocab_size)
         hidden = self.lm.config.get_text_config().hidden_size
         self.vision = PatchVision(self.config["image_size"], self.config["patch"], hidden)
+        self.pointer = PointerHead(hidden) if self.codec is not None else None
         self.value_head = nn.Linear(hidden, 1)
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
         self.spec = PromptSpec.from_config(self.config)
         self.eos, self.pad = self.tok.special(IM_END), self.tok.special(PAD)
         self.eval()
+
+    def _pointer_codec(self) -> PointerCodec | None:
+        if not self.config["pointer"]:
+            return None
+        if self.config["coord_mode"] != "1000" or int(self.config["max_images"]) < 1:
+            raise ValueError("a pointer policy needs coord_mode '1000' (points relative to the screen) and "
+                             f"max_images >= 1, got coord_mode {self.config['coord_mode']!r}, "
+                             f"max_images {self.config['max_images']} (or set \"pointer\": false)")
+        return PointerCodec(int(self.config["image_size"]) // int(self.config["patch"]))
 
     def config_dict(self) -> dict[str, Any]:
         return dict(self.config)
@@ -158,7 +173,8 @@ class LMPolicy(nn.Module):
         """Optimiser groups: the pretrained LM at ``lr``; the parts trained from scratch (the
         patch adapter and the value head) at ``lr * adapter_lr_mult``, as LLaVA-style projectors
         are trained at a larger step than the LM they feed."""
-        fresh = [*self.vision.parameters(), *self.value_head.parameters()]
+        fresh = [*self.vision.parameters(), *self.value_head.parameters(),
+                 *(self.pointer.parameters() if self.pointer is not None else [])]
         return [{"params": list(self.lm.parameters()), "lr": lr}, {"params": fresh, "lr": lr * adapter_lr_mult}]
 
     @property
@@ -191,6 +207,9 @@ class LMPolicy(nn.Module):
         """Render a context; with ``response``, append it (+ <|im_end|>) as the scored answer."""
         if response is not None:
             turns = turns + [Turn("assistant", [response])]
+        if self.codec is not None:  # written points -> the location tokens the model samples
+            turns = [Turn(t.role, [self.codec.to_model(p) if isinstance(p, str) and t.role == "assistant" else p
+                                   for p in t.parts]) for t in turns]
         r = render(turns, self.tok, self.vision.n_tokens, open_assistant=response is None, score=score)
         if response is not None:  # drop the trailing newline after the answer's <|im_end|>
             n = len(self.tok.encode("\n"))
@@ -236,6 +255,33 @@ class LMPolicy(nn.Module):
         pixels = self._pixels([im for s in samples for im in s.images])
         return LMBatch(ids.to(self.device), attn.to(self.device), pixels, target[:, 1:].to(self.device))
 
+    def _current_patches(self, hidden: torch.Tensor, ids: torch.Tensor, scored: torch.Tensor | None = None
+                         ) -> torch.Tensor | None:
+        """The last hidden states of the current (last) screenshot's image slots, [B, n, H]; None
+        without a pointer. A row without a screenshot gets zeros (its location tokens keep only
+        the LM head's logits)."""
+        if self.pointer is None:
+            return None
+        n = self.vision.n_tokens
+        slots = ids == self.tok.special(IMAGE)
+        if scored is not None:
+            slots &= ~scored
+        out = hidden.new_zeros(hidden.shape[0], n, hidden.shape[-1])
+        for b in range(hidden.shape[0]):
+            where = slots[b].nonzero().flatten()
+            if len(where) >= n:
+                out[b] = hidden[b, where[-n:]]
+        return out
+
+    def _logits(self, h: torch.Tensor, patches: torch.Tensor | None) -> torch.Tensor:
+        """Next-token logits [N, V] from hidden states [N, H]; with a pointer, the location
+        tokens add the pointer's score of each patch of the row's current screenshot."""
+        logits = self.lm.lm_head(h).float()
+        if patches is not None:
+            base = self.tok.base
+            logits[:, base:base + self.codec.n] = logits[:, base:base + self.codec.n] + self.pointer(h, patches).float()
+        return logits
+
     def evaluate_tokens(self, batch: LMBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Token-level log-probs, values and entropies, each [B, L-1], zero off ``batch.target``.
 
@@ -245,9 +291,12 @@ class LMPolicy(nn.Module):
         """
         scored = F.pad(batch.target, (1, 0), value=False)
         emb = self._embed(batch.ids, batch.pixels, scored)
-        hidden = self.lm.model(inputs_embeds=emb, attention_mask=batch.attn).last_hidden_state[:, :-1]
+        full = self.lm.model(inputs_embeds=emb, attention_mask=batch.attn).last_hidden_state
+        hidden = full[:, :-1]
         values = self.value_head(hidden).squeeze(-1) * batch.target
-        logits = self.lm.lm_head(hidden[batch.target]).float()
+        patches = self._current_patches(full, batch.ids, scored)
+        rows = batch.target.nonzero()[:, 0]
+        logits = self._logits(hidden[batch.target], None if patches is None else patches[rows])
         logp_all = F.log_softmax(logits, dim=-1)
         next_ids = batch.ids[:, 1:][batch.target]
         logprobs = torch.zeros(batch.target.shape, device=hidden.device, dtype=logp_all.dtype)
@@ -329,13 +378,14 @@ class LMPolicy(nn.Module):
         emb = self._embed(ids, self._pixels([im for c in contexts for im in c.images]))
         out = self.lm.model(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True)
         h = out.last_hidden_state[:, -1]
+        patches = self._current_patches(out.last_hidden_state, ids)
         values = self.value_head(h).squeeze(-1).tolist()
         tokens: list[list[int]] = [[] for _ in range(B)]
         logps: list[list[float]] = [[] for _ in range(B)]
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
         next_pos = pos[:, -1:] + 1
         for _ in range(max_new):
-            logp = F.log_softmax(self.lm.lm_head(h).float(), dim=-1)
+            logp = F.log_softmax(self._logits(h, patches), dim=-1)
             if greedy or temperature <= 0:
                 tok = logp.argmax(-1)
             else:
@@ -358,9 +408,16 @@ class LMPolicy(nn.Module):
             gens.append(Generation(tokens[i], logps[i], text, values[i], finished))
         return gens
 
+    def written(self, model_text: str) -> str:
+        """The text the policy reports (UI-TARS's): location tokens written as their points, and a
+        point the model wrote in digits moved to its patch's centre, the action the trainer scores."""
+        return self.codec.to_uitars(self.codec.to_model(model_text)) if self.codec is not None else model_text
+
     def canonical(self, gen: Generation) -> bool:
-        """Whether the sampled tokens are exactly ``encode(text) + <|im_end|>``."""
-        return gen.finished and self.tok.encode(gen.text) + [self.eos] == gen.token_ids
+        """Whether the sampled tokens are exactly what the trainer rebuilds from the written text:
+        ``encode(text) + <|im_end|>``."""
+        text = self.codec.to_model(self.written(gen.text)) if self.codec is not None else gen.text
+        return gen.finished and self.tok.encode(text) + [self.eos] == gen.token_ids
 
     # ------------------------------------------------------------ the Policy protocol
 
@@ -371,7 +428,7 @@ class LMPolicy(nn.Module):
         logprobs = [sum(g.token_logprobs) for g in gens]
         redo = [i for i, g in enumerate(gens) if not self.canonical(g)]
         if redo:  # keep the invariant: the log-prob is that of the tokens the trainer will rebuild
-            rescored = self.response_logprobs([turns[i] for i in redo], [gens[i].text for i in redo])
+            rescored = self.response_logprobs([turns[i] for i in redo], [self.written(gens[i].text) for i in redo])
             for i, (_, lps) in zip(redo, rescored):
                 logprobs[i] = sum(lps)
         return [self._decision(g, lp, inp) for g, lp, inp in zip(gens, logprobs, inputs)]
@@ -379,11 +436,12 @@ class LMPolicy(nn.Module):
     def _decision(self, gen: Generation, logprob: float, inp: PolicyInput) -> Decision:
         from schemas.uitars import parse_output
 
+        text = self.written(gen.text)
         try:
-            parsed = parse_output(gen.text, inp.screen_width, inp.screen_height, coord_mode=self.config["coord_mode"])
+            parsed = parse_output(text, inp.screen_width, inp.screen_height, coord_mode=self.config["coord_mode"])
         except Exception as exc:  # the parser's contract is to flag, but a crash must not stop a rollout
-            return Decision(None, logprob, gen.value, "", gen.text, f"{type(exc).__name__}: {exc}")
-        return Decision(parsed.action, logprob, gen.value, parsed.thought, gen.text, parsed.error)
+            return Decision(None, logprob, gen.value, "", text, f"{type(exc).__name__}: {exc}")
+        return Decision(parsed.action, logprob, gen.value, parsed.thought, text, parsed.error)
 
 
 @register_policy("lm")
