@@ -17,7 +17,7 @@ on them. The streaming loop is trainer.lm_stream.
 from __future__ import annotations
 
 from schemas.events import ScoredTrajectory, Step
-from schemas.prompt import Rendered, Turn, format_step_output, render, uitars_turns
+from schemas.prompt import Rendered, Turn, render, uitars_turns
 from trainer.sft import ImageLoader
 
 
@@ -54,12 +54,12 @@ def ct_samples(policy, scored: ScoredTrajectory, load_image: ImageLoader) -> lis
     for i, step in enumerate(steps):
         if i >= keep_from and images[i] is not None and spec.max_images > 0:
             turns.append(Turn("user", [images[i]]))
-        turns.append(Turn("assistant", [format_step_output(step, spec.coord_mode)]))
+        turns.append(Turn("assistant", [policy.taught_text(step)]))
         text = transition_text(step, steps[i + 1] if i + 1 < len(steps) else None)
         if text:
             transitions.add(len(turns))
             turns.append(Turn("user", [text]))
     if not transitions:
         return []
-    return [render(turns, policy.tok, policy.vision.n_tokens, open_assistant=False,
+    return [render(policy.model_turns(turns), policy.tok, policy.vision.n_tokens, open_assistant=False,
                    score=lambda i, _: i in transitions)]

@@ -87,6 +87,16 @@ class MergePlan:
         return {M.merge_alpha(v): a for v, a in zip(self.versions, self.alphas)}
 
 
+def full_config(pv) -> dict:
+    """A version's model config with the defaults of its time filled in (a key added later, such as
+    the language policy's "pointer", is absent from older versions' configs)."""
+    if pv.kind == "lm":
+        from trainer.policies.lm import tiny_lm_config
+
+        return tiny_lm_config(**pv.config)
+    return dict(pv.config)
+
+
 def merge_versions(pvs: list, alphas: Sequence[float], store) -> tuple[dict[str, torch.Tensor], dict]:
     """Verify and load each version's weights, check they agree, interpolate; -> (state, config)."""
     from safetensors.torch import load as load_safetensors
@@ -97,9 +107,10 @@ def merge_versions(pvs: list, alphas: Sequence[float], store) -> tuple[dict[str,
     kinds = {pv.kind for pv in pvs}
     if len(kinds) != 1:
         raise MergeError(f"cannot merge different policy kinds: {sorted(kinds)}")
-    for pv in pvs[1:]:
-        diff = sorted(k for k in set(pv.config) | set(pvs[0].config)
-                      if k not in INIT_ONLY_KEYS and pv.config.get(k) != pvs[0].config.get(k))
+    configs = [full_config(pv) for pv in pvs]
+    for pv, config in zip(pvs[1:], configs[1:]):
+        diff = sorted(k for k in set(config) | set(configs[0])
+                      if k not in INIT_ONLY_KEYS and config.get(k) != configs[0].get(k))
         if diff:
             raise MergeError(f"v{pvs[0].version} and v{pv.version} have different model configs ({', '.join(diff)})")
     states = [load_safetensors(weights_bytes(pv, store)) for pv in pvs]  # refuses a tampered file

@@ -12,7 +12,7 @@ import numpy as np
 
 from schemas.events import ScoredTrajectory
 from infra.policy import PolicyInput
-from schemas.prompt import Rendered, format_step_output
+from schemas.prompt import Rendered
 
 ImageLoader = Callable[[Any], "np.ndarray | None"]
 
@@ -33,5 +33,5 @@ def sft_samples(policy, scored: ScoredTrajectory, load_image: ImageLoader) -> li
         inp = PolicyInput(images[i], obs.instruction or scored.trajectory.task.name, obs.screen_width,
                           obs.screen_height, history=list(steps[:i]))
         turns = policy.context_with_images(inp, images[:i])
-        samples.append(policy.render(turns, format_step_output(step, policy.config["coord_mode"]), score="last"))
+        samples.append(policy.render(turns, policy.taught_text(step), score="last"))
     return samples

@@ -55,7 +55,7 @@ def export_refusal(config: dict) -> str | None:
     if int(config.get("max_images", 5)) > 0:
         return ("this policy reads screenshots through its patch-embedding adapter, which vLLM cannot run; "
                 "serving its language model alone would be another policy. Serve it with --backend torch, "
-                "or train a text-only policy (policy config max_images: 0) for vLLM")
+                "or train a text-only policy (policy config max_images: 0, pointer: false) for vLLM")
     if not config.get("pretrained") or config.get("tokenizer", "auto") == "bytes":
         return ("this policy uses the byte tokenizer of the tiny test models, which vLLM cannot load; "
                 "build it on a checkpoint (--pretrained smollm2-135m or a Hugging Face folder)")

@@ -113,6 +113,14 @@ def test_sft_teaches_the_pointer_where_to_click():
         parsed = parse_output(d.raw_output, 32, 32, coord_mode="1000").action
         hits += parsed is not None and PointerCodec(SIDE).patch(parsed.x * 1000, parsed.y * 1000) == k
     assert hits / len(test) >= 0.8, [d.raw_output for d in decisions[:3]]
+    # a sampled location token's log-prob, left-padded among longer contexts, is what the trainer recomputes
+    inputs = [PolicyInput(img, "Click the white square." + " now" * (i % 3), 32, 32, history=[])
+              for i, (img, _) in enumerate(test[:6])]
+    gens = policy.generate([policy.render(policy.context(i)) for i in inputs], greedy=True)
+    pointed = [(i, g) for i, g in zip(inputs, gens) if policy.canonical(g) and any(t >= policy.tok.base for t in g.token_ids)]
+    assert pointed, [g.text for g in gens]
+    logprob, _, _ = policy.evaluate([policy.decision_sample(i, policy.written(g.text)) for i, g in pointed])
+    assert logprob.tolist() == pytest.approx([sum(g.token_logprobs) for _, g in pointed], abs=1e-3)
 
 
 def test_a_point_the_model_wrote_in_digits_is_reported_at_its_patch_centre(policy):
@@ -120,3 +128,50 @@ def test_a_point_the_model_wrote_in_digits_is_reported_at_its_patch_centre(polic
     text = "Action: click(point='<point>62 937</point>')"
     assert policy.written(text) == "Action: click(point='<point>125 875</point>')"  # column 0, row 3
     assert policy.written(f"Action: click(point='<point>{loc_name(12)}</point>')") == policy.written(text)
+
+
+def test_written_text_is_a_fixed_point_even_with_digits_beside_a_location_token(policy):
+    from trainer.policies.lm_pointer import POINT_RE
+
+    codec = PointerCodec(SIDE)
+    for text in (f"click(point='<point>12{loc_name(3)}</point>')", f"click(point='<point>{loc_name(3)}5</point>')",
+                 f"click(point='<point>{loc_name(3)}</point>') 7 8"):
+        once = policy.written(text)
+        assert policy.written(once) == once, text
+        for x, y in POINT_RE.findall(once):  # every reported point is a patch centre: the action scored
+            assert codec.centre(codec.patch(float(x), float(y))) == (int(x), int(y))
+
+
+def test_sft_and_ct_of_a_pointer_policy_read_the_parsed_action_not_another_policys_text(tmp_path):
+    import io
+
+    from PIL import Image
+
+    from schemas.blobs import BlobStore
+    from serving_fixtures import scored_trajectory
+    from trainer.ct import ct_samples
+    from trainer.sft import sft_samples
+
+    store = BlobStore(str(tmp_path / "blobs"))
+    scored = scored_trajectory(store, "ep", n_steps=3)  # text in pixels of a 50 x 40 screen: (25, 20)
+
+    def load(ref):
+        return np.asarray(Image.open(io.BytesIO(store.get(ref))).convert("RGB"))
+
+    policy = build_policy("lm", "pointer-sft", CFG)
+    centre = policy.tok.base + 2 * SIDE + 2  # Click(0.5, 0.5): row 2, column 2
+    first = sft_samples(policy, scored, load)[0]
+    assert [t for t, m in zip(first.ids, first.target) if m and t >= policy.tok.base] == [centre]
+    (ct,) = ct_samples(policy, scored, load)
+    assert ct.ids.count(centre) == 2 and policy.tok.base not in ct.ids  # read as (0.5, 0.5), not as (25, 20)
+
+
+def test_versions_from_before_the_pointer_merge_with_their_successors():
+    from types import SimpleNamespace
+
+    from trainer.merge import full_config
+
+    old = SimpleNamespace(kind="lm", config={"max_new_tokens": 12})
+    new = SimpleNamespace(kind="lm", config={"max_new_tokens": 12, "pointer": False})
+    assert full_config(old) == full_config(new)
+    assert full_config(SimpleNamespace(kind="lm", config={"pointer": True}))["pointer"] is True

@@ -40,7 +40,9 @@ from PIL import Image
 from torch import nn
 
 from infra.policy import Decision, PolicyInput, register_policy
-from schemas.prompt import IM_END, IMAGE, PAD, PromptSpec, Rendered, Turn, history_window, render, uitars_turns
+from schemas.prompt import (
+    IM_END, IMAGE, PAD, PromptSpec, Rendered, Turn, format_step_output, history_window, render, uitars_turns,
+)
 from trainer.policies.lm_pointer import PointerCodec, PointerHead, PointerTokenizer
 from trainer.policies.lm_text import make_tokenizer
 
@@ -207,14 +209,27 @@ class LMPolicy(nn.Module):
         """Render a context; with ``response``, append it (+ <|im_end|>) as the scored answer."""
         if response is not None:
             turns = turns + [Turn("assistant", [response])]
-        if self.codec is not None:  # written points -> the location tokens the model samples
-            turns = [Turn(t.role, [self.codec.to_model(p) if isinstance(p, str) and t.role == "assistant" else p
-                                   for p in t.parts]) for t in turns]
-        r = render(turns, self.tok, self.vision.n_tokens, open_assistant=response is None, score=score)
+        r = render(self.model_turns(turns), self.tok, self.vision.n_tokens, open_assistant=response is None, score=score)
         if response is not None:  # drop the trailing newline after the answer's <|im_end|>
             n = len(self.tok.encode("\n"))
             del r.ids[-n:], r.target[-n:]
         return r
+
+    def model_turns(self, turns: list[Turn]) -> list[Turn]:
+        """The turns as the model reads them: with a pointer, each written point of an assistant
+        turn becomes the location token the model samples (everything that scores text uses this)."""
+        if self.codec is None:
+            return turns
+        return [Turn(t.role, [self.codec.to_model(p) if isinstance(p, str) and t.role == "assistant" else p
+                              for p in t.parts]) for t in turns]
+
+    def taught_text(self, step) -> str:
+        """The assistant turn SFT and CT show for a recorded step. A pointer policy rebuilds it from
+        the parsed action: the step may come from another policy whose text has other coordinates
+        (pixels, JSON), which read on this grid would point elsewhere."""
+        if self.codec is not None and step.action is not None:
+            step = step.model_copy(update={"raw_output": None})
+        return format_step_output(step, self.config["coord_mode"])
 
     def decision_sample(self, inp: PolicyInput, raw_output: str) -> Rendered:
         """What the trainer scores for one step: its context and the text the policy wrote."""
@@ -255,31 +270,40 @@ class LMPolicy(nn.Module):
         pixels = self._pixels([im for s in samples for im in s.images])
         return LMBatch(ids.to(self.device), attn.to(self.device), pixels, target[:, 1:].to(self.device))
 
-    def _current_patches(self, hidden: torch.Tensor, ids: torch.Tensor, scored: torch.Tensor | None = None
-                         ) -> torch.Tensor | None:
-        """The last hidden states of the current (last) screenshot's image slots, [B, n, H]; None
-        without a pointer. A row without a screenshot gets zeros (its location tokens keep only
-        the LM head's logits)."""
+    def _pointer_keys(self, hidden: torch.Tensor, ids: torch.Tensor, scored: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The pointer's keys of the current (last) screenshot's patches, [B, n, d], and the
+        position of that screenshot's last slot per row, [B]; None without a pointer. A row
+        without a screenshot gets zero hidden states (its location tokens get one score each)."""
         if self.pointer is None:
             return None
         n = self.vision.n_tokens
         slots = ids == self.tok.special(IMAGE)
         if scored is not None:
             slots &= ~scored
-        out = hidden.new_zeros(hidden.shape[0], n, hidden.shape[-1])
+        patches = hidden.new_zeros(hidden.shape[0], n, hidden.shape[-1])
+        last = torch.full((hidden.shape[0],), -1, dtype=torch.long, device=hidden.device)
         for b in range(hidden.shape[0]):
             where = slots[b].nonzero().flatten()
             if len(where) >= n:
-                out[b] = hidden[b, where[-n:]]
-        return out
+                patches[b], last[b] = hidden[b, where[-n:]], where[-1]
+        return self.pointer.keys(patches), last
 
-    def _logits(self, h: torch.Tensor, patches: torch.Tensor | None) -> torch.Tensor:
-        """Next-token logits [N, V] from hidden states [N, H]; with a pointer, the location
-        tokens add the pointer's score of each patch of the row's current screenshot."""
+    def _logits(self, h: torch.Tensor, keys: tuple[torch.Tensor, torch.Tensor] | None, rows: torch.Tensor,
+                cols: torch.Tensor | None = None) -> torch.Tensor:
+        """Next-token logits [N, V] from hidden states [N, H] at (row, position) of the batch;
+        with a pointer, the location tokens add the pointer's score of each patch of the row's
+        current screenshot, where that screenshot came before (a position before it, as in a CT
+        transition, would look ahead: it gets no pointer score)."""
         logits = self.lm.lm_head(h).float()
-        if patches is not None:
+        if keys is not None:
+            k, last = keys
+            scores = self.pointer.scores(h, k, rows)
+            if cols is not None:
+                seen = (cols >= last[rows]).unsqueeze(-1)
+                scores = torch.where(seen, scores, torch.zeros_like(scores))
             base = self.tok.base
-            logits[:, base:base + self.codec.n] = logits[:, base:base + self.codec.n] + self.pointer(h, patches).float()
+            logits[:, base:base + self.codec.n] = logits[:, base:base + self.codec.n] + scores.float()
         return logits
 
     def evaluate_tokens(self, batch: LMBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -294,9 +318,8 @@ class LMPolicy(nn.Module):
         full = self.lm.model(inputs_embeds=emb, attention_mask=batch.attn).last_hidden_state
         hidden = full[:, :-1]
         values = self.value_head(hidden).squeeze(-1) * batch.target
-        patches = self._current_patches(full, batch.ids, scored)
-        rows = batch.target.nonzero()[:, 0]
-        logits = self._logits(hidden[batch.target], None if patches is None else patches[rows])
+        logits = self._logits(hidden[batch.target], self._pointer_keys(full, batch.ids, scored),
+                              *batch.target.nonzero().unbind(-1))
         logp_all = F.log_softmax(logits, dim=-1)
         next_ids = batch.ids[:, 1:][batch.target]
         logprobs = torch.zeros(batch.target.shape, device=hidden.device, dtype=logp_all.dtype)
@@ -378,14 +401,14 @@ class LMPolicy(nn.Module):
         emb = self._embed(ids, self._pixels([im for c in contexts for im in c.images]))
         out = self.lm.model(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True)
         h = out.last_hidden_state[:, -1]
-        patches = self._current_patches(out.last_hidden_state, ids)
+        keys = self._pointer_keys(out.last_hidden_state, ids)
         values = self.value_head(h).squeeze(-1).tolist()
         tokens: list[list[int]] = [[] for _ in range(B)]
         logps: list[list[float]] = [[] for _ in range(B)]
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
         next_pos = pos[:, -1:] + 1
         for _ in range(max_new):
-            logp = F.log_softmax(self._logits(h, patches), dim=-1)
+            logp = F.log_softmax(self._logits(h, keys, torch.arange(B, device=h.device)), dim=-1)
             if greedy or temperature <= 0:
                 tok = logp.argmax(-1)
             else:
@@ -411,7 +434,11 @@ class LMPolicy(nn.Module):
     def written(self, model_text: str) -> str:
         """The text the policy reports (UI-TARS's): location tokens written as their points, and a
         point the model wrote in digits moved to its patch's centre, the action the trainer scores."""
-        return self.codec.to_uitars(self.codec.to_model(model_text)) if self.codec is not None else model_text
+        if self.codec is None:
+            return model_text
+        once = self.codec.to_uitars(self.codec.to_model(model_text))
+        # twice: digits the model wrote beside a location token join its point only after the first pass
+        return self.codec.to_uitars(self.codec.to_model(once))
 
     def canonical(self, gen: Generation) -> bool:
         """Whether the sampled tokens are exactly what the trainer rebuilds from the written text:

@@ -103,11 +103,21 @@ class PointerTokenizer:
 
 
 class PointerHead(nn.Module):
-    """Score of a hidden state [N, H] against each patch's hidden state [N, n, H] -> [N, n]."""
+    """Bilinear score of a hidden state against each patch's hidden state."""
 
     def __init__(self, hidden: int, dim: int = 128) -> None:
         super().__init__()
         self.query, self.key, self.scale = nn.Linear(hidden, dim), nn.Linear(hidden, dim), 1 / math.sqrt(dim)
 
-    def forward(self, h: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
-        return torch.einsum("nd,npd->np", self.query(h), self.key(patches)) * self.scale
+    def keys(self, patches: torch.Tensor) -> torch.Tensor:
+        """[B, n, H] -> [B, n, dim], once per sequence."""
+        return self.key(patches)
+
+    def scores(self, h: torch.Tensor, keys: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """h [N, H] against the keys of each one's row (``rows`` [N] into keys [B, n, dim]) -> [N, n]."""
+        q = self.query(h) * self.scale
+        out = q.new_empty(q.shape[0], keys.shape[1])
+        for b in rows.unique().tolist():
+            at = rows == b
+            out[at] = q[at] @ keys[b].T
+        return out
