@@ -241,3 +241,14 @@ def test_max_pairs_must_not_be_negative():
 
     with pytest.raises(ConfigError, match="max_pairs"):
         DPOConfig(max_pairs=-1).validate()
+
+
+def test_a_pointer_policy_skips_a_pair_whose_two_clicks_fall_in_one_patch(store):
+    """Two clicks 0.05 apart are different text but one location token of a pointer policy."""
+    policy = build_policy("lm", "lm-pointer", {"max_new_tokens": 8, "max_images": 2, "pointer": True,
+                                               "coord_mode": "1000"})
+    same_patch = pair(store, 0, A.Click(x=0.30, y=0.5), A.Click(x=0.35, y=0.5), w=64, h=48)
+    apart = pair(store, 1, A.Click(x=0.10, y=0.5), A.Click(x=0.90, y=0.5), w=64, h=48)
+    data, skipped = pair_inputs(policy, [same_patch, apart], store)
+    assert skipped == {"indistinguishable": 1} and len(data) == 1
+    assert data.chosen[0].ids != data.rejected[0].ids
