@@ -68,6 +68,22 @@ async def episode(sandbox, spec: TaskSpec, choose, max_steps: int) -> tuple[bool
     return False, seen
 
 
+def grounding(clicks: list[tuple[float, float, float, float]]) -> dict:
+    """Does the click follow the target? Over (policy x, y, demonstrator x, y) rows: the correlation
+    of the policy's and the demonstrator's coordinates, the spread of each (0: one point on every
+    screen) and the mean error."""
+    if len(clicks) < 3:
+        return {}
+    import numpy as np
+
+    a = np.asarray(clicks)
+    corr = [float(np.corrcoef(a[:, i], a[:, i + 2])[0, 1]) if a[:, i].std() > 0 else 0.0 for i in (0, 1)]
+    return {"corr_x": round(corr[0], 2), "corr_y": round(corr[1], 2), "n": len(a),
+            "std_policy_xy": [round(float(v), 3) for v in a[:, :2].std(0)],
+            "std_target_xy": [round(float(v), 3) for v in a[:, 2:].std(0)],
+            "mean_abs_err_xy": [round(float(v), 3) for v in np.abs(a[:, :2] - a[:, 2:]).mean(0)]}
+
+
 async def measure(args) -> dict:
     from producers import scripted
 
@@ -101,20 +117,6 @@ async def measure(args) -> dict:
         wins = [(await episode(sandbox, TaskSpec(task_id=f"e{s}", suite="miniwob", name=name, seed=50_000 + s),
                                greedy, args.max_steps))[0] for s in range(args.eval)]
         return sum(wins) / len(wins)
-
-    def grounding() -> dict:
-        """Does the first click follow the target? Correlation of the policy's and the
-        demonstrator's coordinates over the unseen episodes, and the spread of each."""
-        if len(clicks) < 3:
-            return {}
-        import numpy as np
-
-        a = np.asarray(clicks)
-        corr = [float(np.corrcoef(a[:, i], a[:, i + 2])[0, 1]) if a[:, i].std() > 0 else 0.0 for i in (0, 1)]
-        return {"corr_x": round(corr[0], 2), "corr_y": round(corr[1], 2), "n": len(a),
-                "std_policy_xy": [round(float(v), 3) for v in a[:, :2].std(0)],
-                "std_target_xy": [round(float(v), 3) for v in a[:, 2:].std(0)],
-                "mean_abs_err_xy": [round(float(v), 3) for v in np.abs(a[:, :2] - a[:, 2:]).mean(0)]}
 
     try:
         t = time.perf_counter()
@@ -155,7 +157,7 @@ async def measure(args) -> dict:
         clicks.clear()
         after = {name: await success(name) for name in tasks}
         after_s = time.perf_counter() - t
-        after_grounding = grounding()
+        after_grounding = grounding(clicks)
         # the same greedy policy on seeds it was trained on: memorised vs generalised
         on_train = {name: sum([(await episode(sandbox, TaskSpec(task_id=f"t{s}", suite="miniwob", name=name, seed=s),
                                              greedy, args.max_steps))[0] for s in range(args.eval_train)]) / args.eval_train

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from learn_lm_sft import grounding  # noqa: E402
 from learn_miniwob import LiveEnv, button_boxes, replay_reward  # noqa: E402
 
 from infra.policy import PolicyInput, build_policy  # noqa: E402
@@ -129,14 +130,10 @@ def main() -> int:
                 continue
             wins.append(max(0.0, replay_reward(a.task, row["boxes"], act.x, act.y, row["w"], row["h"])))
             clicks.append((act.x, act.y, row["action"].x, row["action"].y))
-    c = np.asarray(clicks).reshape(-1, 4)
-    corr = [float(np.corrcoef(c[:, i], c[:, i + 2])[0, 1]) if len(c) > 2 and c[:, i].std() > 0 else 0.0 for i in (0, 1)]
     print(json.dumps({
         "task": a.task, "samples": len(samples), "epochs": a.epochs, "lr": a.lr, "adapter_lr_mult": a.adapter_lr_mult,
         "lm_lr_mult": a.lm_lr_mult, "shift": a.shift, "policy": json.loads(a.policy),
-        "success_unseen": round(float(np.mean(wins)), 3), "clicks": len(c),
-        "corr_xy_with_demonstrator": [round(v, 2) for v in corr],
-        "std_policy_xy": c[:, :2].std(0).round(3).tolist(), "std_demonstrator_xy": c[:, 2:].std(0).round(3).tolist(),
+        "success_unseen": round(float(np.mean(wins)), 3), "first_click_vs_demonstrator": grounding(clicks),
         "loss_first_last": [round(losses[0], 3), round(losses[-1], 3)], "sft_s": round(train_s)}), flush=True)
     return 0
 

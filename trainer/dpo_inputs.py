@@ -28,7 +28,6 @@ from PIL import Image
 
 from infra.policy import PolicyInput
 from schemas.blobs import BlobNotFound, BlobStore
-from schemas.prompt import Turn
 from schemas.events import PairSide, PreferencePair
 from schemas.prompt import Rendered, history_window
 from schemas.uitars import render_output
@@ -130,7 +129,7 @@ def lm_pairs(policy, pairs: list[PreferencePair], store: BlobStore) -> tuple[LMP
         if good is None or bad is None:
             skipped["unrepresentable"] += 1
             continue
-        if good == bad or policy.model_turns([Turn("assistant", [good])]) == policy.model_turns([Turn("assistant", [bad])]):
+        if policy.model_text(good) == policy.model_text(bad):
             skipped["indistinguishable"] += 1  # e.g. two clicks in one patch of a pointer policy
             continue
         try:

@@ -220,8 +220,12 @@ class LMPolicy(nn.Module):
         turn becomes the location token the model samples (everything that scores text uses this)."""
         if self.codec is None:
             return turns
-        return [Turn(t.role, [self.codec.to_model(p) if isinstance(p, str) and t.role == "assistant" else p
+        return [Turn(t.role, [self.model_text(p) if isinstance(p, str) and t.role == "assistant" else p
                               for p in t.parts]) for t in turns]
+
+    def model_text(self, text: str) -> str:
+        """An assistant text as the model reads it: with a pointer, written points are location tokens."""
+        return self.codec.to_model(text) if self.codec is not None else text
 
     def taught_text(self, step) -> str:
         """The assistant turn SFT and CT show for a recorded step. A pointer policy rebuilds it from
@@ -434,17 +438,12 @@ class LMPolicy(nn.Module):
     def written(self, model_text: str) -> str:
         """The text the policy reports (UI-TARS's): location tokens written as their points, and a
         point the model wrote in digits moved to its patch's centre, the action the trainer scores."""
-        if self.codec is None:
-            return model_text
-        once = self.codec.to_uitars(self.codec.to_model(model_text))
-        # twice: digits the model wrote beside a location token join its point only after the first pass
-        return self.codec.to_uitars(self.codec.to_model(once))
+        return self.codec.reported(model_text) if self.codec is not None else model_text
 
     def canonical(self, gen: Generation) -> bool:
         """Whether the sampled tokens are exactly what the trainer rebuilds from the written text:
         ``encode(text) + <|im_end|>``."""
-        text = self.codec.to_model(self.written(gen.text)) if self.codec is not None else gen.text
-        return gen.finished and self.tok.encode(text) + [self.eos] == gen.token_ids
+        return gen.finished and self.tok.encode(self.model_text(self.written(gen.text))) + [self.eos] == gen.token_ids
 
     # ------------------------------------------------------------ the Policy protocol
 

@@ -56,6 +56,13 @@ class PointerCodec:
         """Each ``<point>X Y</point>`` -> ``<point><|loc_K|></point>`` of the patch holding it."""
         return POINT_RE.sub(lambda m: f"<point>{loc_name(self.patch(float(m[1]), float(m[2])))}</point>", text)
 
+    def reported(self, text: str) -> str:
+        """What a policy reports for the text it sampled: every point a patch centre, so the text
+        maps back to exactly the location tokens the trainer scores. Two passes: digits written
+        beside a location token join its point only after the first."""
+        once = self.to_uitars(self.to_model(text))
+        return self.to_uitars(self.to_model(once))
+
     def to_uitars(self, text: str) -> str:
         """Each ``<|loc_K|>`` -> ``X Y``, its patch centre; an out-of-grid K is left as written
         (the parser then reports the action as unparsable)."""
