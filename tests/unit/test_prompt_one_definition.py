@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestServer
 from PIL import Image
 from serving_fixtures import scored_trajectory
 
-from infra.policy import build_policy
+from infra.policy import PolicyInput, build_policy
 from producers.policy_client import PolicyRequest, chat_request, make_client
 from producers.sandboxes.base import Obs
 from schemas.blobs import BlobStore
@@ -92,3 +92,26 @@ def test_the_chat_client_refuses_to_drop_screenshots_it_cannot_read(store):
     client = make_client("http", "lm-t")  # no blob store
     with pytest.raises(RuntimeError, match="needs the blob store"):
         client._history_pngs(steps[:1])
+
+
+def test_an_empty_reply_is_trained_on_as_its_end_of_turn_and_a_scripted_step_is_refused(policy, store):
+    """The language policy may end its turn at once (an empty reply, no action): PPO must see that
+    step, scored as the one ``<|im_end|>`` it sampled; a step without text that carries an action
+    was written by someone else (scripted, pixel) and is refused."""
+    traj = scored_trajectory(store, "ep", n_steps=3).trajectory
+    empty = traj.steps[1].model_copy(update={"raw_output": "", "action": None, "thought": "",
+                                             "parse_error": "empty model output"})
+    rebuilt = traj.model_copy(update={"steps": [traj.steps[0], empty, traj.steps[2]]})
+    samples = policy.step_inputs(rebuilt, store)
+    assert sum(samples[1].target) == 1 and samples[1].ids[-1] == policy.eos  # only its <|im_end|>
+    with torch.no_grad():
+        logprob = policy.evaluate(samples)[0]
+        step = empty.observation
+        inp_turns = policy.context_with_images(
+            PolicyInput(pixels(store, step.screenshot), step.instruction, step.screen_width, step.screen_height,
+                        history=[traj.steps[0]]), [pixels(store, traj.steps[0].observation.screenshot)])
+        (_, eos_lp), = policy.response_logprobs([inp_turns], [""])
+    assert len(eos_lp) == 1 and float(logprob[1]) == pytest.approx(eos_lp[0], abs=1e-4) and eos_lp[0] < 0
+    scripted = traj.steps[1].model_copy(update={"raw_output": ""})  # an action, no text
+    with pytest.raises(ValueError, match="no raw output"):
+        policy.step_inputs(traj.model_copy(update={"steps": [traj.steps[0], scripted]}), store)

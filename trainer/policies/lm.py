@@ -342,11 +342,13 @@ class LMPolicy(nn.Module):
         """Each step of ``traj`` in the context it was sampled in, with the text the policy wrote.
 
         ValueError for a step this policy did not write (no raw output: a scripted or pixel
-        step), whose log-prob would not be the behaviour log-prob of these tokens.
+        step), whose log-prob would not be the behaviour log-prob of these tokens. A step with
+        no text, no action and a parse error is the policy's own empty reply (it ended its turn at
+        once): it is scored as that ``<|im_end|>``, so PPO sees the failure and can make it rarer.
         """
         images = []
         for step in traj.steps:
-            if not step.raw_output:
+            if not step.raw_output and not wrote_nothing(step):
                 raise ValueError(f"step {step.step_index} has no raw output: not written by a language policy")
             images.append(np.asarray(Image.open(io.BytesIO(store.get(step.observation.screenshot.sha256))).convert("RGB")))
         samples = []
@@ -468,6 +470,12 @@ class LMPolicy(nn.Module):
         except Exception as exc:  # the parser's contract is to flag, but a crash must not stop a rollout
             return Decision(None, logprob, gen.value, "", text, f"{type(exc).__name__}: {exc}")
         return Decision(parsed.action, logprob, gen.value, parsed.thought, text, parsed.error)
+
+
+def wrote_nothing(step) -> bool:
+    """A language policy's empty reply: no text, hence no action, and the parser said so. A
+    scripted or pixel step always carries an action."""
+    return not step.raw_output and step.action is None and step.parse_error is not None
 
 
 @register_policy("lm")
