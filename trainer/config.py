@@ -18,6 +18,8 @@ class TrainConfig:
     # lr, epochs, min_batch, tis_cap: tuned on real MiniWoB click-test + click-test-2 frames
     # (benchmarks/learn_miniwob.py): both targets in 660-930 episodes over four seeds
     lr: float = opt(3e-3, "Adam learning rate")
+    head_lr_mult: float = opt(1.0, "learning rate of the parts a policy trains from scratch (the language policy's patch "
+                                   "adapter, pointer and value head) as a multiple of lr; 1: one rate for all")
     gamma: float = opt(1.0, "discount per step")
     lam_critic: float = opt(1.0, "GAE lambda of the critic's value targets (decoupled GAE)")
     alpha: float = opt(1.0, "length-adaptive GAE: lam_policy = 1 - 1/(alpha * trajectory length)")
@@ -74,6 +76,8 @@ class TrainConfig:
     def validate(self) -> "TrainConfig":
         if self.min_batch < 1 or self.epochs < 1 or self.minibatch_size < 1:
             raise ConfigError("min_batch, epochs and minibatch_size must be >= 1")
+        if self.head_lr_mult <= 0:
+            raise ConfigError(f"head_lr_mult must be > 0, got {self.head_lr_mult}")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
             raise ConfigError(f"eps_low={self.eps_low} must be in [0, 1) and eps_high={self.eps_high} >= 0")
         if self.nproc_per_node < 1 or self.dist_timeout_s <= 0:

@@ -45,6 +45,7 @@ from trainer import metric_names as M
 from trainer.dpo_config import DPOConfig
 from trainer.dpo_inputs import pair_inputs
 from trainer.publish import make_version, publish_metrics, save_weights
+from trainer.update import make_optimizer
 
 log = logging.getLogger("flywheel.dpo")
 STAGE = "dpo"
@@ -80,7 +81,8 @@ def reference_logprobs(policy, data, batch: int = 64) -> tuple[torch.Tensor, tor
 
 
 def dpo_train(policy, data, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor, beta: float, epochs: int,
-              lr: float, minibatch_size: int, seed: int = 0, micro_batch: int = 0) -> list[dict[str, float]]:
+              lr: float, minibatch_size: int, seed: int = 0, micro_batch: int = 0,
+              head_lr_mult: float = 1.0) -> list[dict[str, float]]:
     """Minimise the DPO loss over ``data`` (trainer.dpo_inputs); per epoch, the pair-weighted mean
     of each ``dpo_loss`` statistic. One optimiser step per minibatch; its gradient is accumulated
     over passes of ``micro_batch`` pairs (0: the whole minibatch in one pass). Each pass's mean
@@ -174,7 +176,7 @@ def run_dpo(cfg: DPOConfig, settings: Settings) -> dict[str, Any]:
              dict(skipped), cfg.beta)
     lr = cfg.learning_rate(policy.kind)
     history = dpo_train(policy, data, ref_c, ref_r, cfg.beta, cfg.epochs, lr, cfg.minibatch_size, cfg.seed,
-                        cfg.passes(policy.kind))
+                        cfg.passes(policy.kind), cfg.head_lr_mult)
     policy.version = versions.next_version(settings, cfg.policy_name, ref.version)
     run_id = cfg.run_id or f"dpo-{cfg.policy_name}-v{policy.version}"
     producer, tracker = make_producer(settings), DeliveryTracker()

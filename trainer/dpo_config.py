@@ -22,6 +22,8 @@ class DPOConfig:
     max_pairs: int = opt(0, "train on at most this many pairs, a seeded sample of the usable ones (0: all); "
                             "a pair of the language policy costs seconds per pass on a CPU")
     lr: float = opt(0.0, "Adam learning rate (0: the policy kind's default, pixel 1e-3, lm 1e-6)")
+    head_lr_mult: float = opt(1.0, "learning rate of the parts a policy trains from scratch (the language policy's "
+                                   "patch adapter and pointer) as a multiple of lr; 1: one rate for all")
     minibatch_size: int = opt(32, "pairs per gradient step")
     micro_batch: int = opt(-1, "pairs per forward/backward pass, gradients accumulated over the minibatch "
                                "(-1: the kind's default, pixel the whole minibatch, lm 2; 0: the whole minibatch)")
@@ -42,6 +44,8 @@ class DPOConfig:
             raise ConfigError(f"beta must be > 0, got {self.beta}")
         if self.epochs < 1 or self.minibatch_size < 1:
             raise ConfigError("epochs and minibatch_size must be >= 1")
+        if self.head_lr_mult <= 0:
+            raise ConfigError(f"head_lr_mult must be > 0, got {self.head_lr_mult}")
         if self.micro_batch < -1:
             raise ConfigError(f"micro_batch must be -1 (the kind's default), 0 (whole minibatch) or > 0, got {self.micro_batch}")
         if self.max_pairs < 0:

@@ -43,7 +43,7 @@ import torch
 from PIL import Image
 
 from infra.checkpoint import load_checkpoint as load_checkpoint_file
-from infra.config import describe
+from infra.config import ConfigError, describe
 from infra.consume_loop import CheckpointFile, ConsumeLoop, DeadLetters, LoopConfig
 from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
 from infra.settings import Settings
@@ -59,7 +59,7 @@ from trainer.learner import LearnerState, checkpoint_file, drop_other_weights, r
 from infra.policy import build_policy, load_policy_version
 from infra import versions
 from trainer.publish import make_version, publish_metrics, save_weights
-from trainer.update import EpisodeSample, collate, ppo_update, reference_logprobs
+from trainer.update import EpisodeSample, collate, make_optimizer, ppo_update, reference_logprobs
 
 log = logging.getLogger("flywheel.trainer")
 STAGE = "trainer"
@@ -126,8 +126,12 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
         policy = build_policy(cfg.policy_kind, cfg.policy_name, state.config)
         policy.load_state_dict(saved["weights"])
         policy.version = state.version
-        optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-        optimizer.load_state_dict(saved["optimizer"])
+        optimizer = make_optimizer(policy, cfg.lr, cfg.head_lr_mult)
+        try:
+            optimizer.load_state_dict(saved["optimizer"])
+        except ValueError as exc:  # another number of parameter groups: head_lr_mult changed
+            raise ConfigError(f"the checkpoint's optimiser does not fit this config ({exc}): resume with the "
+                              f"head_lr_mult it was written with, or start a new --policy-name") from None
         log.info("resumed %s v%d from %s at offsets %s", cfg.policy_name, policy.version, ckpt.path,
                  ckpt.checkpoint.offsets)
         return policy, optimizer
@@ -137,7 +141,7 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
         log.info("continuing from published %s v%d", cfg.policy_name, policy.version)
     else:
         policy = build_policy(cfg.policy_kind, cfg.policy_name, cfg.policy_overrides())
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    optimizer = make_optimizer(policy, cfg.lr, cfg.head_lr_mult)
     pv = published or make_version(policy, save_weights(policy, store), parent=None)
     ckpt.checkpoint.state = LearnerState(version=policy.version, config=policy.config_dict(),
                                          weights_file=write_weights(folder, 0, policy, optimizer),

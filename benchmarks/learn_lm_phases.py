@@ -1,0 +1,310 @@
+"""Does PPO, or DPO on reflection pairs, improve the language policy on pi_SFT? Both start from
+the same pi_SFT and are measured on the same unseen MiniWoB++ episodes in a real Chromium.
+
+    python benchmarks/learn_lm_phases.py --tasks click-test-2 --seed 0
+
+Every phase runs the main job's own functions, without Kafka in between (so a phase takes minutes,
+not the tens of minutes the main job's processes need sharing 2 cores):
+
+- episodes: ``producers.episode.run_episode`` with the in-process ``TorchClient`` (the rollout
+  worker's loop), events folded by ``streams.assemble.add_event``, scored by the ``rule-v1``
+  scorer of the streams;
+- cold start: ``--demos`` scripted episodes per task, the V(s) = 1 ones cloned by
+  ``trainer.bc_lm.clone_lm`` with ``flywheel bc``'s defaults (pi_SFT);
+- evaluation: greedy episodes on seeds 50,000 + i (never demonstrated, never trained on), the
+  same seeds for every phase, so the comparison is paired;
+- PPO: ``--ppo-updates`` batches of ``--ppo-episodes`` sampled episodes on fresh seeds, each made
+  into training data by ``trainer.stream.to_episode`` and learnt by ``trainer.update.ppo_update``
+  (decoupled, length-adaptive GAE, clip-higher, truncated importance weights; the first
+  ``--vp-updates`` batches train the critic alone, as value pretraining does);
+- DPO: ``--dpo-episodes`` sampled pi_SFT episodes per task on fresh seeds; each failed one is
+  annotated by ``producers.reflection.annotate`` (the scripted solvers replay it in the same
+  browser: error-correction and post-reflection pairs), the pairs made into inputs by
+  ``trainer.dpo_inputs.pair_inputs`` and learnt by ``trainer.dpo.dpo_train`` against pi_SFT.
+
+Prints progress, then one JSON line: greedy success per task after each phase with its standard
+error, the PPO and DPO statistics, and the seconds of each phase. ``--out`` also writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import math
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infra.policy import build_policy  # noqa: E402
+from producers import scripted  # noqa: E402
+from producers.episode import run_episode  # noqa: E402
+from producers.policy_client import ScriptedClient, TorchClient  # noqa: E402
+from producers.reflection import NoSolver, ReplayDiverged, annotate  # noqa: E402
+from schemas.blobs import BlobStore  # noqa: E402
+from schemas.events import ScoredTrajectory, TaskSpec  # noqa: E402
+from streams.assemble import add_event  # noqa: E402
+from streams.score import make_scorer  # noqa: E402
+from trainer import metric_names as M  # noqa: E402
+from trainer.bc_config import BCConfig  # noqa: E402
+from trainer.bc_lm import clone_lm  # noqa: E402
+from trainer.config import TrainConfig  # noqa: E402
+from trainer.dpo import dpo_train, reference_logprobs  # noqa: E402
+from trainer.dpo_config import DPOConfig  # noqa: E402
+from trainer.dpo_inputs import pair_inputs  # noqa: E402
+from trainer.lm_config import PRETRAINED_LM  # noqa: E402
+from trainer.stream import to_episode  # noqa: E402
+from trainer.update import collate, make_optimizer, ppo_update  # noqa: E402
+
+EVAL_SEED, DEMO_SEED, PPO_SEED, DPO_SEED = 50_000, 0, 100_000, 200_000
+
+
+class Live:
+    """One browser sandbox; episodes through the rollout's loop, scored as the streams score them."""
+
+    def __init__(self, step_ms: int = 100) -> None:
+        from producers.sandboxes.browser import BrowserSandbox
+        from producers.sandboxes.browser_host import BrowserHost
+
+        self.host = BrowserHost()
+        self.blobs = BlobStore(tempfile.mkdtemp(prefix="learn-lm-phases-"))
+        self.sandbox = BrowserSandbox(self.blobs, host=self.host, step_ms=step_ms)
+        self.scorer = make_scorer("rule-v1")
+
+    async def start(self) -> None:
+        await self.sandbox.start()
+
+    async def close(self) -> None:
+        await self.sandbox.close()
+        await self.host.close()
+
+    async def play(self, client, spec: TaskSpec) -> ScoredTrajectory:
+        events: list = []
+        await run_episode(spec, self.sandbox, client, events.append, sandbox_name="bench-0", worker_id="bench")
+        state = traj = None
+        for event in events:
+            state, done = add_event(state, event)
+            traj = done or traj
+        if traj is None:
+            raise RuntimeError(f"episode of {spec.task_id} did not complete: {[type(e).__name__ for e in events]}")
+        return self.scorer.score(traj, time.time())
+
+    # producers.reflection.ReplayEnv: the same sandbox replays a failed episode for the annotator
+    async def reset(self, task: TaskSpec):
+        obs = await self.sandbox.reset(task)
+        return obs.observation, await self.sandbox.query(scripted.DOM_PROBE_JS)
+
+    async def step(self, action: Any):
+        result = await self.sandbox.step(action)
+        return result.obs.observation, await self.sandbox.query(scripted.DOM_PROBE_JS), result.done
+
+
+def sft_key(args) -> dict[str, Any]:
+    """What pi_SFT and its evaluation depend on (a cached one must match)."""
+    return {k: getattr(args, k) for k in ("tasks", "seed", "demos", "sft_epochs", "eval", "max_steps", "pretrained")}
+
+
+def spec(name: str, seed: int, max_steps: int) -> TaskSpec:
+    return TaskSpec(task_id=f"{name}-{seed}", suite="miniwob", name=name, seed=seed, max_steps=max_steps,
+                    timeout_s=300.0)
+
+
+def rate(wins: list[bool]) -> dict[str, float]:
+    p = sum(wins) / max(len(wins), 1)
+    return {"success": round(p, 3), "stderr": round(math.sqrt(p * (1 - p) / max(len(wins), 1)), 3), "n": len(wins)}
+
+
+async def evaluate(live: Live, policy, tasks: list[str], n: int, max_steps: int) -> dict[str, dict]:
+    client = TorchClient("bench", kind="lm", policy=policy, blobs=live.blobs, greedy=True)
+    out = {}
+    for name in tasks:
+        out[name] = rate([(await live.play(client, spec(name, EVAL_SEED + s, max_steps))).trajectory.success
+                          for s in range(n)])
+    return out
+
+
+async def sampled(live: Live, policy, tasks: list[str], n: int, seed0: int, max_steps: int) -> list[ScoredTrajectory]:
+    client = TorchClient("bench", kind="lm", policy=policy, blobs=live.blobs, greedy=False)
+    return [await live.play(client, spec(name, seed0 + s, max_steps)) for s in range(n) for name in tasks]
+
+
+async def run_ppo(live: Live, policy, args, tasks: list[str], log) -> dict[str, Any]:
+    """PPO from pi_SFT, as `flywheel train` does it for the main job's language policy."""
+    cfg = TrainConfig(policy_kind="lm", lr=args.ppo_lr, head_lr_mult=args.ppo_head_lr_mult, epochs=args.ppo_epochs,
+                      minibatch_size=args.ppo_minibatch, seed=args.seed).validate()
+    optimizer = make_optimizer(policy, cfg.lr, cfg.head_lr_mult)
+    gen = torch.Generator().manual_seed(args.seed)
+    history, seed0, skipped = [], PPO_SEED + 1000 * args.seed, 0
+    for u in range(args.vp_updates + args.ppo_updates):
+        per_task = max(1, args.ppo_episodes // len(tasks))
+        scored = await sampled(live, policy, tasks, per_task, seed0 + u * per_task, args.max_steps)
+        episodes = []
+        for s in scored:
+            try:
+                episodes.append(to_episode(s, policy, live.blobs))
+            except ValueError:  # as the trainer does: e.g. an empty reply is no text to score
+                skipped += 1
+        if not episodes:
+            continue
+        batch = collate(episodes)
+        critic_only = u < args.vp_updates
+        stats = ppo_update(policy, optimizer, batch, cfg, critic_only=critic_only, generator=gen)
+        row = {"update": u, "critic_only": critic_only, "success": stats[M.SUCCESS_RATE],
+               "ev": round(stats[M.EXPLAINED_VARIANCE], 3), "value_return_corr": round(stats[M.REWARD_CORR], 3),
+               "kl": round(stats[M.APPROX_KL], 4), "clip": round(stats[M.CLIP_FRAC], 3),
+               "entropy": round(stats[M.ENTROPY], 3), "seconds": round(stats[M.UPDATE_TIME_S], 1)}
+        history.append(row)
+        log(f"  ppo {'critic' if critic_only else 'update'} {u}: {row}")
+    per_task = max(1, args.ppo_episodes // len(tasks))
+    return {"updates": history, "episodes": (args.vp_updates + args.ppo_updates) * per_task * len(tasks),
+            "untrainable_episodes": skipped}
+
+
+async def run_dpo(live: Live, policy, args, tasks: list[str], log) -> dict[str, Any]:
+    """Reflection pairs from pi_SFT's own failures, annotated by the scripted solvers, then DPO."""
+    scored = await sampled(live, policy, tasks, args.dpo_episodes, DPO_SEED + 1000 * args.seed, args.max_steps)
+    outcomes, pairs = Counter(), []
+    for s in scored:
+        traj = s.trajectory
+        if traj.success or traj.status != "ended":
+            outcomes["not_failed" if traj.success else "aborted"] += 1
+            continue
+        try:
+            note = await annotate(traj, live)
+        except (NoSolver, ReplayDiverged) as exc:
+            outcomes[type(exc).__name__] += 1
+            continue
+        outcomes[note.outcome] += 1
+        pairs += note.pairs
+    await live.sandbox.flush()
+    data, skipped = pair_inputs(policy, pairs, live.blobs)
+    out: dict[str, Any] = {"episodes": len(scored), "sampled_success": rate([s.trajectory.success for s in scored]),
+                           "annotations": dict(outcomes), "pairs": dict(Counter(p.kind for p in pairs)),
+                           "skipped": dict(skipped)}
+    if data is None:
+        log("  dpo: no usable pair")
+        return out
+    cfg = DPOConfig(beta=args.dpo_beta, epochs=args.dpo_epochs, lr=args.dpo_lr, head_lr_mult=args.dpo_head_lr_mult,
+                    seed=args.seed).validate()
+    ref_c, ref_r = reference_logprobs(policy, data)
+    history = dpo_train(policy, data, ref_c, ref_r, cfg.beta, cfg.epochs, cfg.learning_rate("lm"),
+                        cfg.minibatch_size, cfg.seed, cfg.passes("lm"), cfg.head_lr_mult)
+    out.update({"used": len(data), "first_epoch": history[0], "last_epoch": history[-1]})
+    log(f"  dpo on {len(data)} pairs: loss {history[0][M.DPO_LOSS]:.3f} -> {history[-1][M.DPO_LOSS]:.3f}, "
+        f"accuracy {history[-1][M.DPO_ACCURACY]:.2f}")
+    return out
+
+
+async def measure(args) -> dict[str, Any]:
+    tasks = args.tasks.split(",")
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - t_start:6.0f} s] {msg}", flush=True)
+
+    seconds: dict[str, float] = {}
+    live = Live()
+    await live.start()
+    try:
+        policy = build_policy("lm", "bench", {**PRETRAINED_LM, "pretrained": args.pretrained, "seed": args.seed})
+        policy.blob_store = live.blobs
+        cache = Path(args.sft_cache) if args.sft_cache else None
+        if cache is not None and cache.exists():  # the same tasks, seed and demonstrations: skip to the phases
+            saved = torch.load(cache, weights_only=False)
+            if saved["key"] != sft_key(args):
+                raise SystemExit(f"{cache} holds pi_SFT of {saved['key']}, not {sft_key(args)}: name another --sft-cache")
+            policy.load_state_dict(saved["weights"])
+            results, seconds = {"sft": saved["eval"]}, dict(saved["seconds"])
+            log(f"pi_SFT from {cache}: {results['sft']}")
+        else:
+            results = {}
+            t = time.perf_counter()
+            demo_client = ScriptedClient()
+            demos = [s for name in tasks for seed in range(args.demos)
+                     for s in [await live.play(demo_client, spec(name, DEMO_SEED + seed, args.max_steps))]
+                     if s.verdict == 1]
+            seconds["demonstrations"] = time.perf_counter() - t
+            log(f"{len(demos)} successful demonstrations of {args.demos * len(tasks)}")
+            t = time.perf_counter()
+            sft = clone_lm(policy, demos, live.blobs, BCConfig(policy_kind="lm", seed=args.seed, epochs=args.sft_epochs))
+            seconds["sft"] = time.perf_counter() - t
+            log(f"SFT on {sft['samples']} samples: loss {sft['losses'][0]:.3f} -> {sft['losses'][-1]:.3f}")
+            t = time.perf_counter()
+            results["sft"] = await evaluate(live, policy, tasks, args.eval, args.max_steps)
+            seconds["eval_sft"] = time.perf_counter() - t
+            log(f"pi_SFT greedy: {results['sft']}")
+            if cache is not None:
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                torch.save({"key": sft_key(args), "weights": policy.state_dict(), "eval": results["sft"],
+                            "seconds": seconds}, cache)
+        pi_sft = copy.deepcopy(policy.state_dict())
+
+        details: dict[str, Any] = {}
+        for phase in args.phases.split(","):
+            policy.load_state_dict(pi_sft)
+            t = time.perf_counter()
+            run = run_ppo if phase == "ppo" else run_dpo
+            details[phase] = await run(live, policy, args, tasks, log)
+            seconds[phase] = time.perf_counter() - t
+            t = time.perf_counter()
+            results[phase] = await evaluate(live, policy, tasks, args.eval, args.max_steps)
+            seconds[f"eval_{phase}"] = time.perf_counter() - t
+            log(f"{phase} greedy: {results[phase]}")
+    finally:
+        await live.close()
+    return {"tasks": tasks, "seed": args.seed, "demos_per_task": args.demos, "eval_episodes": args.eval,
+            "success": results, "ppo": details.get("ppo"), "dpo": details.get("dpo"),
+            "settings": {k: v for k, v in vars(args).items() if k.startswith(("ppo", "dpo", "vp", "sft"))},
+            "seconds": {k: round(v, 1) for k, v in seconds.items()}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", default="click-test-2")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the weights, minibatches and training episodes")
+    ap.add_argument("--demos", type=int, default=50, help="scripted demonstrations per task (the cold start)")
+    ap.add_argument("--sft-epochs", type=int, default=0, help="0: flywheel bc's default for the language policy")
+    ap.add_argument("--eval", type=int, default=50, help="unseen greedy episodes per task after each phase")
+    ap.add_argument("--max-steps", type=int, default=4)
+    ap.add_argument("--phases", default="ppo,dpo", help="each starts from pi_SFT: ppo, dpo or both")
+    ap.add_argument("--ppo-updates", type=int, default=10)
+    ap.add_argument("--vp-updates", type=int, default=2, help="critic-only batches before PPO (value pretraining)")
+    ap.add_argument("--ppo-episodes", type=int, default=16, help="sampled episodes per update (all tasks)")
+    ap.add_argument("--ppo-lr", type=float, default=1e-6, help="the main job's rate for the language policy")
+    ap.add_argument("--ppo-head-lr-mult", type=float, default=1.0,
+                    help="learning rate of the adapter, pointer and value head as a multiple of --ppo-lr")
+    ap.add_argument("--ppo-epochs", type=int, default=2)
+    ap.add_argument("--ppo-minibatch", type=int, default=8)
+    ap.add_argument("--dpo-episodes", type=int, default=60, help="sampled pi_SFT episodes per task to annotate")
+    ap.add_argument("--dpo-lr", type=float, default=0.0, help="0: flywheel dpo's default for the language policy")
+    ap.add_argument("--dpo-head-lr-mult", type=float, default=1.0,
+                    help="learning rate of the adapter and pointer as a multiple of the DPO rate")
+    ap.add_argument("--dpo-beta", type=float, default=0.1)
+    ap.add_argument("--dpo-epochs", type=int, default=3)
+    ap.add_argument("--pretrained", default="smollm2-135m")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sft-cache", default="", help="a file: pi_SFT and its evaluation are saved there, and "
+                    "read back by a later run with the same tasks, seed and SFT settings")
+    ap.add_argument("--out", default="", help="also write the JSON result here")
+    args = ap.parse_args()
+    result = asyncio.run(measure(args))
+    line = json.dumps(result)
+    print(line, flush=True)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
