@@ -151,12 +151,30 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
     return policy, optimizer
 
 
-def load_reference(cfg: TrainConfig, settings: Settings, store: BlobStore, extra: dict[str, Any]):
+SCORING_FREE_KEYS = frozenset({"seed", "max_new_tokens"})  # the start of the weights, the sampling: not the inputs
+
+
+def reference_mismatch(policy, reference) -> str | None:
+    """Why ``reference`` cannot score ``policy``'s steps (None: it can). It reads the policy's own
+    inputs (rendered tokens, preprocessed screens), so its kind and every config key that shapes
+    them must agree: another tokenizer, pointer or coordinate mode would index other tokens."""
+    if reference.kind != policy.kind:
+        return f"it is a {reference.kind} policy, this one is {policy.kind}"
+    mine, theirs = policy.config_dict(), reference.config_dict()
+    differ = sorted(k for k in set(mine) | set(theirs) if k not in SCORING_FREE_KEYS and mine.get(k) != theirs.get(k))
+    return f"its config differs in {', '.join(differ)}" if differ else None
+
+
+def load_reference(cfg: TrainConfig, settings: Settings, store: BlobStore, extra: dict[str, Any], policy):
     """The frozen reference policy of the KL penalty: version ``cfg.kl_ref_version``, else the
     version this trainer first started from (pi_sft after a cold start), remembered in the
-    checkpoint so a restart keeps the same anchor."""
+    checkpoint so a restart keeps the same anchor. ConfigError when it cannot score ``policy``'s steps."""
     version = cfg.kl_ref_version if cfg.kl_ref_version >= 0 else extra.setdefault("kl_ref_version", extra.get("start_version", 0))  # kept for a restart
     reference = load_policy_version(versions.history(settings, cfg.policy_name, [version])[version], store)
+    why = reference_mismatch(policy, reference)
+    if why is not None:
+        raise ConfigError(f"the KL reference {cfg.policy_name} v{version} cannot score this policy's steps: {why}; "
+                          "name a version of the same model and config with --kl-ref-version")
     reference.requires_grad_(False)
     log.info("KL penalty %.3g against %s v%d", cfg.kl_coef, cfg.policy_name, version)
     return reference
@@ -258,7 +276,7 @@ class PPOLearner:
         staleness = [policy.version - e.policy_version for e in kept]
         batch = collate(kept)
         if cfg.kl_coef > 0 and self.reference is None:
-            self.reference = load_reference(cfg, self.settings, self.store, extra)
+            self.reference = load_reference(cfg, self.settings, self.store, extra, policy)
         if self.reference is not None:  # rank 0 scores the batch under the reference once; it travels with it
             batch.ref_logprob = reference_logprobs(self.reference, batch)
         metrics = ppo_update(policy, self.optimizer, batch, cfg, critic_only=critic_only) if self.group is None \

@@ -58,3 +58,16 @@ def test_without_a_reference_no_kl_ref_metric():
     metrics = ppo_update(policy, torch.optim.Adam(policy.parameters()), collate(samples),
                          TrainConfig(epochs=1, minibatch_size=2))
     assert M.KL_REF not in metrics and M.APPROX_KL in metrics
+
+
+def test_a_reference_that_reads_other_inputs_is_refused_and_one_that_differs_only_in_seed_is_not():
+    from infra.policy import build_policy
+    from trainer.stream import reference_mismatch
+
+    base = {"coord_mode": "1000", "max_images": 1, "max_new_tokens": 8}
+    policy = build_policy("lm", "lm-t", {**base, "pointer": True})
+    assert reference_mismatch(policy, build_policy("lm", "lm-t", {**base, "pointer": True, "seed": 7,
+                                                                   "max_new_tokens": 32})) is None
+    digits = build_policy("lm", "lm-t", {**base, "pointer": False})  # its vocabulary has no location tokens
+    assert "pointer" in reference_mismatch(policy, digits)
+    assert "is a pixel policy" in reference_mismatch(policy, build_policy("pixel", "px", {}))
