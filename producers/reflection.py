@@ -66,21 +66,23 @@ def _pixels(action: Any, dom: dict[str, Any]) -> tuple[float, float]:
 
 
 def target_element(action: Any, dom: dict[str, Any]) -> dict[str, Any] | None:
-    """The smallest element whose box holds the pointer of ``action``: what a click there hits."""
+    """The element a click at the pointer of ``action`` hits: of those whose box holds it, the last
+    in document order (the probe lists them so), which is drawn on top: a child after its parent,
+    a later sibling over an earlier one (click-test-2's TWO over ONE)."""
     px, py = _pixels(action, dom)
     hits = [el for el in dom["elements"]
             if el["x"] - SLACK_PX <= px <= el["x"] + el["w"] + SLACK_PX
             and el["y"] - SLACK_PX <= py <= el["y"] + el["h"] + SLACK_PX]
-    return min(hits, key=lambda el: el["w"] * el["h"]) if hits else None
+    return hits[-1] if hits else None
 
 
 def same_action(want: Any, got: Any, dom: dict[str, Any]) -> bool:
     """Whether ``got`` does what ``want`` (the solver's choice) does on this page.
 
-    Pointer actions: the same type (and scroll direction), and ``got``'s pointer inside the
-    element ``want`` aims at (within ``SLACK_PX``; with no element there, within that of the
-    point). Typed text: the same text. Anything else: equal actions. An unparsed action (None)
-    never matches.
+    Pointer actions: the same type (and scroll direction), and ``got``'s pointer hits the element
+    ``want``'s hits (``target_element``: a point of that element's box covered by another element
+    hits the other; with no element there, within ``SLACK_PX`` of the point). Typed text: the same
+    text. Anything else: equal actions. An unparsed action (None) never matches.
     """
     if got is None or got.type != want.type:
         return False
@@ -88,11 +90,10 @@ def same_action(want: Any, got: Any, dom: dict[str, Any]) -> bool:
         if getattr(want, "direction", None) != getattr(got, "direction", None):
             return False
         target = target_element(want, dom)
-        (gx, gy), (wx, wy) = _pixels(got, dom), _pixels(want, dom)
         if target is None:
+            (gx, gy), (wx, wy) = _pixels(got, dom), _pixels(want, dom)
             return abs(gx - wx) <= SLACK_PX and abs(gy - wy) <= SLACK_PX
-        return (target["x"] - SLACK_PX <= gx <= target["x"] + target["w"] + SLACK_PX
-                and target["y"] - SLACK_PX <= gy <= target["y"] + target["h"] + SLACK_PX)
+        return target_element(got, dom) is target
     return want == got
 
 

@@ -78,6 +78,7 @@ class Start:
     kind: str
     name: str
     config: dict[str, Any]
+    optimizer_class: type
     optimizer: dict[str, Any]  # its state_dict: hyper-parameters and moments
 
 
@@ -140,7 +141,7 @@ def _broadcast_weights(policy: torch.nn.Module) -> None:
 
 def share_start(group: Group, cfg, policy, optimizer: torch.optim.Optimizer) -> None:
     """Rank 0, once its policy is resumed: every follower gets the same weights and optimiser."""
-    send(group, Start(cfg, policy.kind, policy.name, policy.config_dict(), optimizer.state_dict()))
+    send(group, Start(cfg, policy.kind, policy.name, policy.config_dict(), type(optimizer), optimizer.state_dict()))
     _broadcast_weights(policy)
 
 
@@ -172,7 +173,7 @@ def receive_start() -> tuple[Any, Any, torch.optim.Optimizer]:
     start: Start = receive()
     policy = build_policy(start.kind, start.name, start.config)
     _broadcast_weights(policy)
-    optimizer = make_optimizer(policy, start.cfg.lr, start.cfg.head_lr_mult)
+    optimizer = make_optimizer(policy, start.cfg.lr, start.cfg.head_lr_mult, start.optimizer_class)
     optimizer.load_state_dict(start.optimizer)  # rank 0's hyper-parameters and state replace these
     return start.cfg, policy, optimizer
 

@@ -55,13 +55,15 @@ class Batch:
     ref_logprob: torch.Tensor | None = None  # [N] the reference policy's log-probs (reference_logprobs)
 
 
-def make_optimizer(policy, lr: float, head_lr_mult: float = 1.0) -> torch.optim.Optimizer:
-    """Adam at ``lr`` (PPO's, DPO's); with ``head_lr_mult`` != 1, the parts the policy trains from
-    scratch (its ``param_groups``: the language policy's patch adapter, pointer and value head)
-    at that multiple. A policy without such parts has one rate."""
+def make_optimizer(policy, lr: float, head_lr_mult: float = 1.0,
+                   optimizer_class: type = torch.optim.Adam) -> torch.optim.Optimizer:
+    """Adam (PPO's, DPO's; a distributed follower passes its leader's class) at ``lr``; with
+    ``head_lr_mult`` != 1, the parts the policy trains from scratch (its ``param_groups``: the
+    language policy's patch adapter, pointer and value head) at that multiple. A policy without
+    such parts has one rate."""
     if head_lr_mult != 1 and hasattr(policy, "param_groups"):
-        return torch.optim.Adam(policy.param_groups(lr, head_lr_mult), lr=lr)
-    return torch.optim.Adam(policy.parameters(), lr=lr)
+        return optimizer_class(policy.param_groups(lr, head_lr_mult), lr=lr)
+    return optimizer_class(policy.parameters(), lr=lr)
 
 
 def collate(episodes: list[EpisodeSample]) -> Batch:

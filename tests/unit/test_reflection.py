@@ -112,12 +112,26 @@ def run(traj, env=None, **kw):
 def test_a_click_anywhere_in_the_target_matches_and_outside_does_not():
     dom = FakeCheckboxes().dom()
     want = checkbox(0)
-    assert target_element(want, dom)["tag"] == "input"  # the smallest box under the point
+    assert target_element(want, dom)["tag"] == "input"  # the box on top under the point (after its label)
     assert same_action(want, Click(x=14 / W, y=65 / H), dom)  # a corner of the same box
     assert not same_action(want, Click(x=40 / W, y=70 / H), dom)  # the label around it: another element
     assert not same_action(want, checkbox(1), dom)
     assert not same_action(want, None, dom)  # unparsed
     assert not same_action(want, PressEnter(), dom)
+
+
+def test_a_click_on_a_part_of_the_target_that_another_element_covers_hits_that_one():
+    """click-test-2: TWO (later in the page) overlaps ONE; a click inside ONE's box but under TWO
+    presses TWO, so it is not the solver's click on ONE's free part (the annotator said "no error")."""
+    one = box(40, 100, 40, 40, tag="button", id="subbtn", text="ONE")
+    two = box(60, 120, 40, 40, tag="button", id="subbtn2", text="TWO")
+    dom = {"width": W, "height": H, "elements": [one, two]}
+    want = Click(x=50 / W, y=110 / H)  # ONE's uncovered corner
+    assert target_element(want, dom) is one
+    assert same_action(want, Click(x=45 / W, y=105 / H), dom)  # elsewhere on ONE's free part
+    covered = Click(x=75 / W, y=135 / H)  # inside ONE's box, under TWO
+    assert target_element(covered, dom) is two
+    assert not same_action(want, covered, dom)
 
 
 def test_text_scroll_and_argument_free_actions_compare_their_arguments():
