@@ -45,7 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infra.policy import build_policy  # noqa: E402
-from producers import scripted  # noqa: E402
+from producers.annotate import BrowserReplay  # noqa: E402
 from producers.episode import run_episode  # noqa: E402
 from producers.policy_client import ScriptedClient, TorchClient  # noqa: E402
 from producers.reflection import NoSolver, ReplayDiverged, annotate  # noqa: E402
@@ -96,15 +96,6 @@ class Live:
         if traj is None:
             raise RuntimeError(f"episode of {spec.task_id} did not complete: {[type(e).__name__ for e in events]}")
         return self.scorer.score(traj, time.time())
-
-    # producers.reflection.ReplayEnv: the same sandbox replays a failed episode for the annotator
-    async def reset(self, task: TaskSpec):
-        obs = await self.sandbox.reset(task)
-        return obs.observation, await self.sandbox.query(scripted.DOM_PROBE_JS)
-
-    async def step(self, action: Any):
-        result = await self.sandbox.step(action)
-        return result.obs.observation, await self.sandbox.query(scripted.DOM_PROBE_JS), result.done
 
 
 def sft_key(args) -> dict[str, Any]:
@@ -172,13 +163,14 @@ async def run_dpo(live: Live, policy, args, tasks: list[str], log) -> dict[str, 
     """Reflection pairs from pi_SFT's own failures, annotated by the scripted solvers, then DPO."""
     scored = await sampled(live, policy, tasks, args.dpo_episodes, DPO_SEED + 1000 * args.seed, args.max_steps)
     outcomes, pairs = Counter(), []
+    replay = BrowserReplay(live.blobs, live.sandbox.step_ms, sandbox=live.sandbox)  # the same browser replays
     for s in scored:
         traj = s.trajectory
         if traj.success or traj.status != "ended":
             outcomes["not_failed" if traj.success else "aborted"] += 1
             continue
         try:
-            note = await annotate(traj, live)
+            note = await annotate(traj, replay)
         except (NoSolver, ReplayDiverged) as exc:
             outcomes[type(exc).__name__] += 1
             continue

@@ -88,12 +88,14 @@ class BrowserReplay:
     """A browser sandbox as a ``producers.reflection.ReplayEnv`` (each state with its DOM), plus
     the lifecycle the stage drives: start, restart after a crash, flush screenshots, close."""
 
-    def __init__(self, blobs: BlobStore, step_ms: int, executable: str = "") -> None:
+    def __init__(self, blobs: BlobStore, step_ms: int, executable: str = "", sandbox: Any = None) -> None:
+        """``sandbox``: replay in this started browser sandbox (its owner closes it), else in a
+        sandbox of this stage's own Chromium, which ``close`` ends."""
         from producers.sandboxes.browser import BrowserSandbox
         from producers.sandboxes.browser_host import BrowserHost
 
-        self.host = BrowserHost(executable)  # this stage's own Chromium: close() ends it
-        self.sandbox = BrowserSandbox(blobs, host=self.host, step_ms=step_ms)
+        self.host = None if sandbox is not None else BrowserHost(executable)
+        self.sandbox = sandbox or BrowserSandbox(blobs, host=self.host, step_ms=step_ms)
 
     async def start(self) -> None:
         await self.sandbox.start()
@@ -113,8 +115,9 @@ class BrowserReplay:
         await self.sandbox.restart()
 
     async def close(self) -> None:
-        await self.sandbox.close()
-        await self.host.close()
+        if self.host is not None:
+            await self.sandbox.close()
+            await self.host.close()
 
 
 class Annotator:
