@@ -52,6 +52,10 @@ class ServeConfig:
     max_wait_ms: float = opt(5.0, "how long a request waits for others to share its forward pass")
     max_completion: int = opt(512, "largest max_tokens a chat request may ask for")
     device: str = opt("cpu", "torch device of the model (cpu, cuda, cuda:1, ...)")
+    vllm_dtype: str = opt("float32", "--backend vllm: the dtype vLLM computes in. float32 serves the trained "
+                          "policy (its greedy replies and log-probs match the torch policy's); bfloat16 is a "
+                          "little faster but shifts log-probs by up to 0.1-0.2 per token (docs/language-policy.md)",
+                          choices=("float32", "bfloat16", "float16"))
     follow: bool = opt(True, "follow flywheel.policy.v1 and hot-reload new versions")
     catchup_timeout_s: float = opt(60.0, "how long start-up waits to load the latest published version")
 

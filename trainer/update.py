@@ -108,8 +108,8 @@ def _evaluate_all(policy, batch: Batch, chunk: int = 256, me: Rank | None = None
         for i in range(lo, hi, chunk):
             j = min(i + chunk, hi)
             lp, v, _ = policy.evaluate(batch.images[i:j], batch.instructions[i:j], batch.actions[i:j])
-            logps.append(lp)
-            values.append(v)
+            logps.append(lp.cpu())  # the batch's per-step tensors live on the CPU; the model may not
+            values.append(v.cpu())
     logp, value = (torch.cat(logps), torch.cat(values)) if logps else (torch.zeros(0), torch.zeros(0))
     return (logp, value) if me is None else (gather_parts(logp, N, me), gather_parts(value, N, me))
 
@@ -140,7 +140,7 @@ def bootstrap_values(policy, batch: Batch, values_bt: torch.Tensor) -> torch.Ten
     if have and hasattr(policy, "values"):
         with torch.no_grad():
             boot[have] = policy.values(_stack([batch.bootstrap_inputs[b] for b in have]),
-                                       [batch.instructions[int(batch.mask[:b].sum())] for b in have])
+                                       [batch.instructions[int(batch.mask[:b].sum())] for b in have]).cpu()
     return boot
 
 
@@ -149,8 +149,8 @@ def _minibatch_loss(policy, batch: Batch, idx: torch.Tensor, adv: torch.Tensor, 
     """PPO's loss on the steps ``idx`` (every term a mean over them) and its scalar parts."""
     ids = idx.tolist()
     old_logprob = batch.behaviour_logprob[idx]
-    logprob, value, entropy = policy.evaluate(_take(batch.images, ids), [batch.instructions[i] for i in ids],
-                                              [batch.actions[i] for i in ids])
+    out = policy.evaluate(_take(batch.images, ids), [batch.instructions[i] for i in ids], [batch.actions[i] for i in ids])
+    logprob, value, entropy = (t.cpu() for t in out)  # a model on a GPU: the loss is small, gradients flow back
     vloss = ppo.value_loss(value, ret[idx])
     if critic_only:
         loss, pg, clip_frac = vloss, torch.zeros(()), torch.zeros(())

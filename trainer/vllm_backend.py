@@ -94,17 +94,22 @@ def export_hf_folder(pv, store, out: Path) -> Path:
 
 
 class VllmProcess:
-    """One ``vllm.entrypoints.openai.api_server`` child, restarted on each new version."""
+    """One ``vllm.entrypoints.openai.api_server`` child, restarted on each new version.
 
-    def __init__(self, name: str, host: str, port: int, extra_args: list[str] | None = None) -> None:
-        self.name, self.host, self.port, self.extra = name, host, port, extra_args or []
+    ``dtype`` is passed on: vLLM's "auto" computes a float32 checkpoint in bfloat16, which on an
+    H100 changed 13 of 32 greedy replies of the exported SmolLM2 policy and moved token
+    log-probs by up to 0.14 (benchmarks/gpu_lm.py); float32 matched all 32."""
+
+    def __init__(self, name: str, host: str, port: int, extra_args: list[str] | None = None,
+                 dtype: str = "float32") -> None:
+        self.name, self.host, self.port, self.extra, self.dtype = name, host, port, extra_args or [], dtype
         self.proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
 
     def command(self, folder: Path) -> list[str]:
         return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
                 "--served-model-name", self.name, "--host", self.host, "--port", str(self.port),
-                "--max-logprobs", "1", *self.extra]
+                "--max-logprobs", "1", "--dtype", self.dtype, *self.extra]
 
     def restart(self, folder: Path) -> None:
         with self._lock:
@@ -130,7 +135,7 @@ def serve_vllm(settings, cfg, stop: threading.Event) -> int:
     from trainer.reload import PolicyHolder, PolicyReloader
 
     store = BlobStore(settings.blob_root)
-    proc = VllmProcess(cfg.policy, cfg.host, cfg.port)
+    proc = VllmProcess(cfg.policy, cfg.host, cfg.port, dtype=cfg.vllm_dtype)
     root = settings.data_path / "vllm" / cfg.policy
 
     def load(pv):

@@ -15,6 +15,14 @@ def test_vllm_command_line_names_the_model_and_port(tmp_path):
     assert "--served-model-name" in cmd and "ui-tars" in cmd and "8011" in cmd
 
 
+def test_vllm_serves_in_float32_unless_told_otherwise(tmp_path):
+    # vLLM's "auto" dtype computes a float32 checkpoint in bfloat16: another policy (measured on an H100)
+    cmd = VllmProcess("ui-tars", "127.0.0.1", 8011).command(tmp_path)
+    assert cmd[cmd.index("--dtype") + 1] == "float32"
+    cmd = VllmProcess("ui-tars", "127.0.0.1", 8011, dtype="bfloat16").command(tmp_path)
+    assert cmd[cmd.index("--dtype") + 1] == "bfloat16"
+
+
 def test_vllm_missing_is_a_clear_user_error():
     if vllm_available() is None:
         pytest.skip("vLLM is installed here; the missing-vLLM message cannot be shown")
