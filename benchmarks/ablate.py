@@ -8,6 +8,7 @@ is computed in ClickHouse by the query printed under it.
     python benchmarks/ablate.py --minutes 30 --seeds 0,1,2                     # the full table
     python benchmarks/ablate.py --minutes 6 --seeds 0 --configs full,no-cold-start
     python benchmarks/ablate.py --report-only --out docs/ablations             # re-read finished runs
+    python benchmarks/ablate.py --seeds 2 --keep docs/ablations/results.json   # add a seed to a table
 
 Configurations (CONFIGS): the full recipe; no value pretraining; coupled GAE (lambda_policy =
 lambda_critic = 0.95); no length-adaptive lambda (lambda_policy fixed at 0.95, lambda_critic 1);
@@ -143,13 +144,25 @@ def plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def merge_kept(results: list[dict], kept: list[dict]) -> list[dict]:
+    """This invocation's rows, plus the kept rows of the (configuration, seed) pairs it has none of,
+    in the order of CONFIGS then seed; a kept row is marked ``"kept": true``."""
+    have = {(r["config"], r["seed"]) for r in results}
+    merged = results + [{**r, "kept": True} for r in kept if (r["config"], r["seed"]) not in have]
+    return sorted(merged, key=lambda r: (list(CONFIGS).index(r["config"]), r["seed"]))
+
+
 def write_report(results: list[dict], out: Path, args) -> Path:
     plot(results, out / "ablations.png")
-    lines = [f"# Ablations: {args.tasks}, {args.minutes:g} min per run, seeds {args.seeds}", "",
+    seeds = ",".join(str(s) for s in sorted({r["seed"] for r in results}))
+    kept = sum(bool(r.get("kept")) for r in results)
+    lines = [f"# Ablations: {args.tasks}, {args.minutes:g} min per run, seeds {seeds}", "",
              f"Each run is `flywheel demo --tasks {args.tasks} --minutes {args.minutes:g} --seed S` plus its "
              f"configuration's options; one run at a time on this machine. Success is over windows of {WINDOW} "
              f"ended RL episodes of all tasks together; the target is {args.target}. Mean ± standard deviation "
-             "across seeds.", "",
+             "across seeds." + (f" {kept} of the {len(results)} runs were measured by an earlier invocation "
+                                "(`--keep`) on an earlier commit; their rows are marked `kept` in results.json."
+                                if kept else ""), "",
              "| configuration | options | seeds | RL episodes | final success | mean last-100 per task | "
              "minutes to target | critic EV at PPO start | value-return corr at PPO start | entropy (last 5 updates) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -181,6 +194,8 @@ def main() -> int:
     ap.add_argument("--demo-args", default="", help="more flywheel demo options for every run")
     ap.add_argument("--out", default=str(ROOT / "var" / "ablations"))
     ap.add_argument("--report-only", action="store_true", help="measure finished runs, run nothing")
+    ap.add_argument("--keep", default="", help="results.json of runs measured before (another data dir): their "
+                    "rows join the report where this invocation has no run of that configuration and seed")
     args = ap.parse_args()
     configs = [c for c in args.configs.split(",") if c]
     unknown = [c for c in configs if c not in CONFIGS]
@@ -207,6 +222,8 @@ def main() -> int:
                 results.append(measure(config, seed, out, args.target))
             except RuntimeError as exc:
                 print(f"{config} seed {seed}: not measured: {exc}", file=sys.stderr)
+    if args.keep:
+        results = merge_kept(results, json.loads(Path(args.keep).read_text()))
     print(f"report: {write_report(results, out, args)}")
     return 0
 

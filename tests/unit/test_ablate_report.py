@@ -1,0 +1,23 @@
+"""benchmarks/ablate.py: a table grown over several invocations keeps every run once."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import ablate  # noqa: E402
+
+
+def _row(config: str, seed: int, success: float) -> dict:
+    return {"config": config, "seed": seed, "final_success": success}
+
+
+def test_kept_rows_fill_only_the_runs_this_invocation_lacks():
+    kept = [_row("full", 0, 0.6), _row("full", 1, 0.61), _row("sync", 0, 0.5)]
+    fresh = [_row("full", 1, 0.7), _row("full", 2, 0.65)]
+    merged = ablate.merge_kept(fresh, kept)
+    assert [(r["config"], r["seed"]) for r in merged] == [("full", 0), ("full", 1), ("full", 2), ("sync", 0)]
+    by_key = {(r["config"], r["seed"]): r for r in merged}
+    assert by_key[("full", 1)]["final_success"] == 0.7 and "kept" not in by_key[("full", 1)]  # re-measured wins
+    assert by_key[("full", 0)]["kept"] and by_key[("sync", 0)]["kept"]
