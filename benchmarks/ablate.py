@@ -144,11 +144,23 @@ def plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def merge_kept(results: list[dict], kept: list[dict]) -> list[dict]:
-    """This invocation's rows, plus the kept rows of the (configuration, seed) pairs it has none of,
-    in the order of CONFIGS then seed; a kept row is marked ``"kept": true``."""
+SETTINGS = ("tasks", "minutes", "target", "demo_args")  # what makes two runs comparable
+
+
+def merge_kept(results: list[dict], kept: list[dict], configs: list[str], settings: dict) -> list[dict]:
+    """This invocation's rows, plus the kept rows of ``configs`` for the (configuration, seed)
+    pairs it has none of, in the order of CONFIGS then seed; a kept row is marked ``"kept": true``.
+    A kept row measured under other ``settings`` (where it records them) is refused: ValueError."""
     have = {(r["config"], r["seed"]) for r in results}
-    merged = results + [{**r, "kept": True} for r in kept if (r["config"], r["seed"]) not in have]
+    merged = list(results)
+    for r in kept:
+        if r["config"] not in configs or (r["config"], r["seed"]) in have:
+            continue
+        other = {k: r[k] for k in SETTINGS if k in r and r[k] != settings[k]}
+        if other:
+            raise ValueError(f"kept run {r['config']} seed {r['seed']} was measured with {other}, "
+                             f"not {({k: settings[k] for k in other})}")
+        merged.append({**r, "kept": True})
     return sorted(merged, key=lambda r: (list(CONFIGS).index(r["config"]), r["seed"]))
 
 
@@ -161,8 +173,7 @@ def write_report(results: list[dict], out: Path, args) -> Path:
              f"configuration's options; one run at a time on this machine. Success is over windows of {WINDOW} "
              f"ended RL episodes of all tasks together; the target is {args.target}. Mean ± standard deviation "
              "across seeds." + (f" {kept} of the {len(results)} runs were measured by an earlier invocation "
-                                "(`--keep`) on an earlier commit; their rows are marked `kept` in results.json."
-                                if kept else ""), "",
+                                "(`--keep`); their rows are marked `kept` in results.json." if kept else ""), "",
              "| configuration | options | seeds | RL episodes | final success | mean last-100 per task | "
              "minutes to target | critic EV at PPO start | value-return corr at PPO start | entropy (last 5 updates) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -222,8 +233,14 @@ def main() -> int:
                 results.append(measure(config, seed, out, args.target))
             except RuntimeError as exc:
                 print(f"{config} seed {seed}: not measured: {exc}", file=sys.stderr)
+    settings = {"tasks": args.tasks, "minutes": args.minutes, "target": args.target, "demo_args": args.demo_args}
+    for r in results:
+        r.update(settings)
     if args.keep:
-        results = merge_kept(results, json.loads(Path(args.keep).read_text()))
+        try:
+            results = merge_kept(results, json.loads(Path(args.keep).read_text()), configs, settings)
+        except ValueError as exc:
+            ap.error(f"--keep {args.keep}: {exc}")
     print(f"report: {write_report(results, out, args)}")
     return 0
 

@@ -16,9 +16,11 @@ vllm (needs vLLM), torch: what `flywheel serve --backend vllm` runs, without the
      torch server (trainer.server, dynamic batching) on the same GPU.
 learner: time of the learner's phases for the main job's language policy (screenshots, pointer),
   on the GPU and on ``--cpu-threads`` CPU threads (this project's 2-core machine), same inputs:
-  sampled acting for 16 one-step episodes, one PPO update on them (``ppo_update``, the demo's
-  settings), one SFT epoch on ``--demos`` demonstrations (``lm_train``). The episodes are the policy's
-  own samples on random screenshots: the timing does not depend on what the pixels show.
+  sampled acting for ``--episodes`` one-step episodes, one PPO update on them (``ppo_update`` with
+  ``flywheel train``'s defaults: 8 epochs, minibatches of 64 steps, so one minibatch here), one SFT
+  epoch on ``--demos`` demonstrations (``lm_train``). The episodes are the policy's own samples on
+  the same random screenshots and instructions on each device (their replies, hence lengths,
+  differ between devices): the timing does not depend on what the pixels show.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -100,15 +103,16 @@ def compare(policy, pv, reqs: list[dict], replies: list[dict]) -> dict[str, Any]
     from schemas.prompt import IM_END
 
     eos = policy.tok.special(IM_END)
-    gaps, seq_gaps, id_mismatch, texts = [], [], 0, []
+    gaps, seq_gaps, id_mismatch, cut, texts = [], [], 0, 0, []
     for req, body in zip(reqs, replies):
         text, ids, lps = reply_tokens(body)
+        cut += body["choices"][0].get("finish_reason") == "length"
         instruction = req["_instruction"]
         turns = policy.context(PolicyInput(np.zeros((4, 4, 3), np.uint8), instruction, 160, 210))
         with torch.no_grad():
             (tids, tlps), = policy.response_logprobs([turns], [text])
-        if ids and ids[-1] != eos:  # cut by max_tokens: torch's canonical answer adds <|im_end|>
-            tids, tlps = tids[:len(ids)], tlps[:len(ids)]
+        if ids and ids[-1] != eos:  # cut by max_tokens: the trainer's answer adds an <|im_end|> vLLM never
+            tids, tlps = tids[:len(ids)], tlps[:len(ids)]  # sampled; compared here: the tokens both have
         if tids != ids:
             id_mismatch += 1
             continue
@@ -116,18 +120,18 @@ def compare(policy, pv, reqs: list[dict], replies: list[dict]) -> dict[str, Any]
         gaps += d
         seq_gaps.append(abs(sum(lps) - sum(tlps)))
         texts.append(text)
-    return {"replies": len(replies), "token_id_mismatch": id_mismatch, "tokens": len(gaps),
+    return {"replies": len(replies), "cut_at_max_tokens": cut, "token_id_mismatch": id_mismatch, "tokens": len(gaps),
             "max_token_logprob_gap": max(gaps) if gaps else None,
             "mean_token_logprob_gap": statistics.fmean(gaps) if gaps else None,
             "max_sequence_logprob_gap": max(seq_gaps) if seq_gaps else None, "example": texts[:2]}
 
 
-def torch_greedy(policy, instructions: list[str]) -> list[str]:
+def torch_greedy(policy, instructions: list[str], max_tokens: int) -> list[str]:
     from infra.policy import PolicyInput
 
     ctx = [policy.render(policy.context(PolicyInput(np.zeros((4, 4, 3), np.uint8), s, 160, 210))) for s in instructions]
     with torch.no_grad():
-        return [g.text for g in policy.generate(ctx, greedy=True)]
+        return [g.text for g in policy.generate(ctx, greedy=True, max_new_tokens=max_tokens)]
 
 
 def wait_up(url: str, timeout_s: float, proc) -> float:
@@ -172,10 +176,6 @@ def serve_part(args, out: dict) -> None:
     from trainer.vllm_backend import export_hf_folder, vllm_available
 
     reason = vllm_available() if "vllm" in args.parts.split(",") else None
-    if reason:
-        out["serve"] = {"skipped": reason}
-        log(f"serve: skipped ({reason})")
-        return
     tmp = Path(tempfile.mkdtemp())
     policy, pv, store = text_version(tmp)
     policy.to("cuda").eval()
@@ -184,7 +184,10 @@ def serve_part(args, out: dict) -> None:
     res: dict[str, Any] = {"export_s": round(time.time() - t0, 1), "requests": args.requests,
                            "concurrency": args.concurrency, "max_tokens": args.max_tokens}
     out["serve"] = res
-    for extra in args.vllm_args.split("|") if "vllm" in args.parts.split(",") else []:
+    if reason:
+        res["vllm"] = {"skipped": reason}
+        log(f"vllm: skipped ({reason})")
+    for extra in args.vllm_args.split("|") if "vllm" in args.parts.split(",") and not reason else []:
         try:
             res[f"vllm {extra}"] = serve_vllm_once(args, policy, pv, folder, extra.split())
         except Exception as exc:  # noqa: BLE001 - the report says which configuration failed and why
@@ -194,6 +197,7 @@ def serve_part(args, out: dict) -> None:
     for mb in (1, args.max_batch) if "torch" in args.parts.split(",") else ():
         rate = asyncio.run(torch_server_rate(policy, reqs, args.concurrency, mb))
         res[f"torch_server_req_per_s_max_batch_{mb}"] = round(rate, 2)
+    shutil.rmtree(tmp, ignore_errors=True)  # the export is half a gigabyte
     log(f"serve: {res}")
 
 
@@ -216,7 +220,7 @@ def serve_vllm_once(args, policy, pv, folder: Path, extra: list[str]) -> dict[st
             replies, _ = asyncio.run(post_all(url, send, args.concurrency))
             res[name] = compare(policy, pv, reqs, replies)
             if name == "greedy":
-                mine = torch_greedy(policy, [r["_instruction"] for r in reqs])
+                mine = torch_greedy(policy, [r["_instruction"] for r in reqs], args.max_tokens)
                 theirs = [reply_tokens(b)[0] for b in replies]
                 res[name]["same_text_as_torch"] = sum(a == b for a, b in zip(mine, theirs))
         reqs = bodies(pv, args.requests, 1.0, args.max_tokens)
@@ -295,7 +299,7 @@ def time_learner(device: str, threads: int, args) -> dict[str, float]:
     t0 = time.perf_counter()
     lm_train(policy, samples, 1, 1e-5, 16, 4, 0)
     sft_s = time.perf_counter() - t0
-    return {"act_16_sampled_s": round(act_s, 2), "ppo_update_s": round(stats[M.UPDATE_TIME_S], 2),
+    return {"act_sampled_s": round(act_s, 2), "ppo_update_s": round(stats[M.UPDATE_TIME_S], 2),
             "ppo_episodes": len(eps), "sft_epoch_s": round(sft_s, 2), "sft_samples": len(samples)}
 
 
@@ -308,9 +312,9 @@ def learner_part(args, out: dict) -> None:
         log(f"learner on {device} ({threads} threads)")
         res[device] = time_learner(device, threads, args)
         log(f"  {res[device]}")
-    if "act_16_sampled_s" in res.get("cuda", {}):
+    if "act_sampled_s" in res.get("cuda", {}):
         res["speedup"] = {k: round(res["cpu"][k] / max(res["cuda"][k], 1e-9), 1)
-                          for k in ("act_16_sampled_s", "ppo_update_s", "sft_epoch_s")}
+                          for k in ("act_sampled_s", "ppo_update_s", "sft_epoch_s")}
     out["learner"] = res
     log(f"learner: {json.dumps(res)}")
 
@@ -335,7 +339,7 @@ def main() -> int:
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     out: dict[str, Any] = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-                           "torch": torch.__version__}
+                           "torch": torch.__version__, "args": vars(args)}
     parts = args.parts.split(",")
     try:
         if "vllm" in parts or "torch" in parts:
@@ -347,7 +351,8 @@ def main() -> int:
         print(text)
         if args.out:
             Path(args.out).write_text(text)
-    return 0
+    failed = [k for k, v in out.get("serve", {}).items() if k.startswith("vllm ") and "failed" in v]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ class VllmProcess:
 
     ``dtype`` is passed on: vLLM's "auto" computes a float32 checkpoint in bfloat16, which on an
     H100 changed 13 of 32 greedy replies of the exported SmolLM2 policy and moved token
-    log-probs by up to 0.14 (benchmarks/gpu_lm.py); float32 matched all 32."""
+    log-probs by up to 0.19 (benchmarks/gpu_lm.py); float32 matched all 32."""
 
     def __init__(self, name: str, host: str, port: int, extra_args: list[str] | None = None,
                  dtype: str = "float32") -> None:

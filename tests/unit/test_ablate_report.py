@@ -5,8 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import ablate  # noqa: E402
+
+
+SETTINGS = {"tasks": "default", "minutes": 7.0, "target": 0.8, "demo_args": ""}
 
 
 def _row(config: str, seed: int, success: float) -> dict:
@@ -16,8 +21,16 @@ def _row(config: str, seed: int, success: float) -> dict:
 def test_kept_rows_fill_only_the_runs_this_invocation_lacks():
     kept = [_row("full", 0, 0.6), _row("full", 1, 0.61), _row("sync", 0, 0.5)]
     fresh = [_row("full", 1, 0.7), _row("full", 2, 0.65)]
-    merged = ablate.merge_kept(fresh, kept)
+    merged = ablate.merge_kept(fresh, kept, ["full", "sync"], SETTINGS)
     assert [(r["config"], r["seed"]) for r in merged] == [("full", 0), ("full", 1), ("full", 2), ("sync", 0)]
     by_key = {(r["config"], r["seed"]): r for r in merged}
     assert by_key[("full", 1)]["final_success"] == 0.7 and "kept" not in by_key[("full", 1)]  # re-measured wins
     assert by_key[("full", 0)]["kept"] and by_key[("sync", 0)]["kept"]
+
+
+def test_kept_rows_of_other_settings_or_other_configurations_are_not_mixed_in():
+    kept = [{**_row("full", 0, 0.6), **SETTINGS, "minutes": 30.0}]
+    with pytest.raises(ValueError, match="minutes"):
+        ablate.merge_kept([], kept, ["full"], SETTINGS)
+    kept = [_row("sync", 0, 0.5), _row("renamed-config", 0, 0.1)]
+    assert ablate.merge_kept([], kept, ["full"], SETTINGS) == []  # outside --configs: left out, no error
