@@ -291,7 +291,8 @@ def time_learner(device: str, threads: int, args) -> dict[str, float]:
             eps.append(to_episode(s, policy, store))
         except ValueError:
             pass
-    cfg = TrainConfig(policy_kind="lm", lr=1e-6, seed=0).validate()
+    cfg = TrainConfig(policy_kind="lm", lr=1e-6, seed=0, epochs=args.ppo_epochs,
+                      minibatch_size=args.ppo_minibatch).validate()
     opt = make_optimizer(policy, cfg.lr, cfg.head_lr_mult)
     stats = ppo_update(policy, opt, collate(eps), cfg, generator=torch.Generator().manual_seed(0))
     demos = (scored * ((args.demos + len(scored) - 1) // len(scored)))[:args.demos]
@@ -336,6 +337,8 @@ def main() -> int:
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--demos", type=int, default=48)
     ap.add_argument("--cpu-threads", type=int, default=2)
+    ap.add_argument("--ppo-epochs", type=int, default=8, help="flywheel train's default; the demo's is 2")
+    ap.add_argument("--ppo-minibatch", type=int, default=64, help="flywheel train's default; the demo's is 8")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     out: dict[str, Any] = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
