@@ -45,7 +45,7 @@ class TrainConfig:
     value_pretrain_rel_tol: float = opt(0.05, "... or once the loss changes by less than this fraction ...")
     value_pretrain_patience: int = opt(3, "... for this many batches in a row")
     seed: int = opt(0, "seed of the initial weights and of sampling")
-    device: str = opt("cpu", "torch device")
+    device: str = opt("cpu", "torch device: only cpu for now (other devices are refused with the reason)")
     torch_threads: int = opt(0, "torch intra-op threads (0: torch's default)")
     group_id: str = opt("", "consumer group on flywheel.rl.v1 (default: trainer-<policy_name>)")
     run_id: str = opt("", "key of this run's TrainerMetrics (default: <policy_name>-<start time>)")
@@ -74,6 +74,10 @@ class TrainConfig:
         return {**base, **extra}
 
     def validate(self) -> "TrainConfig":
+        if self.device != "cpu":  # accepted and ignored before: the policy stayed on the CPU
+            raise ConfigError(f"flywheel train keeps the policy on the CPU; device={self.device!r} is not supported "
+                              "yet (a PPO update of the language policy on a GPU is measured by "
+                              "benchmarks/gpu_lm.py, but the streaming trainer is not wired for it)")
         if self.min_batch < 1 or self.epochs < 1 or self.minibatch_size < 1:
             raise ConfigError("min_batch, epochs and minibatch_size must be >= 1")
         if self.head_lr_mult <= 0:

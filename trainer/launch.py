@@ -47,8 +47,7 @@ def summary_line(summary: dict[str, Any]) -> str:
 
 def run_rank(cfg: TrainConfig, settings: Settings, stop: threading.Event) -> dict[str, Any] | None:
     """Join the group, play this rank's part, leave. Rank 0 returns train()'s summary."""
-    if cfg.device != "cpu":  # stream.train keeps the policy on the CPU: nccl would have nothing on a GPU
-        raise ConfigError(f"the distributed trainer runs on the CPU (gloo); device={cfg.device!r} is not supported yet")
+    cfg.validate()  # refuses a device other than the CPU (stream.train keeps the policy there; gloo)
     group = distributed.init_group(cfg.dist_timeout_s)
     try:
         if group.leader:
