@@ -186,7 +186,8 @@ def write_report(results: list[dict], out: Path, args) -> Path:
                      f"{spread([r['ev_at_ppo_start'] for r in rs])} | {spread([r['corr_at_ppo_start'] for r in rs])} | "
                      f"{spread([r['entropy_last'] for r in rs])} |")
     lines += ["", "![success against episodes and wall-clock](ablations.png)", "",
-              "Each run's own report (phases, success per task and phase, trainer metrics) is under `runs/`.", "",
+              "Each run's own report (phases, success per task and phase, trainer metrics) is written under "
+              "`runs/` of the output folder (`--out`; about 0.8 MB a run, not kept beside a committed table).", "",
               "<details><summary>SQL (for run <code>P</code>)</summary>", "", "```sql",
               curve_sql("P"), "", entropy_sql("P"), "```", "</details>", ""]
     path = out / "README.md"
