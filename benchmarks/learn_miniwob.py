@@ -25,6 +25,7 @@ the pixel policy (the code ``flywheel bc`` runs), and greedy pi_sft and the untr
 (uniform over its heads: a random agent) each play ``--bc-eval`` unseen episodes per task:
 
     python benchmarks/learn_miniwob.py --bc-suite default --bc-demos 10 --bc-eval 6
+    python benchmarks/learn_miniwob.py --bc-suite default --bc-demos 20,80 --bc-eval 20 --bc-sampled
 """
 
 from __future__ import annotations
@@ -234,58 +235,74 @@ async def play(sandbox, spec: TaskSpec, choose, max_steps: int) -> tuple[bool, l
 
 
 async def bc_suite(args) -> dict:
-    """Scripted demonstrations -> behaviour cloning -> pi_sft vs the untrained policy, per task."""
+    """Scripted demonstrations -> behaviour cloning -> pi_sft vs the untrained policy, per task;
+    with several ``--bc-demos`` counts (``10,40``), one pi_sft per count, each cloned from the
+    first that many demonstrations of every task (how success grows with the data)."""
     from producers import scripted
     from producers.suites import get_suite
     from trainer.bc import Examples, bc_train
 
     suite = get_suite(args.bc_suite)
+    counts = sorted({int(n) for n in str(args.bc_demos).split(",")})
     torch.manual_seed(0)
     env = LiveEnv(1)
     await env.start()
     sandbox, t0 = env.sandboxes[0], time.perf_counter()
-    policy = build_policy("pixel", "bc-bench", {"action_types": list(suite.action_types), **json.loads(args.policy or "{}")})
-    untrained = copy.deepcopy(policy)
-    obs, instructions, actions, tasks = [], [], [], []
+    config = {"action_types": list(suite.action_types), **json.loads(args.policy or "{}")}
+    untrained = build_policy("pixel", "bc-bench", config)
+    demos: dict[str, list[list]] = {}  # task -> per successful demonstration, its (obs, instruction, action) steps
     try:
         for name in suite.tasks:
-            for seed in range(args.bc_demos):
+            for seed in range(counts[-1]):
                 ok, seen = await play(sandbox, TaskSpec(task_id=f"d{seed}", suite="miniwob", name=name, seed=seed),
                                       lambda o, h, dom: scripted.solve(name, o.observation.instruction, dom), suite.max_steps)
-                for o, h, a in seen if ok else []:  # only successes are demonstrations (V(s) = 1)
-                    obs.append(policy.preprocess(o.image, h))
-                    instructions.append(o.observation.instruction)
-                    actions.append(a)
-                    tasks.append(name)
+                if ok:  # only successes are demonstrations (V(s) = 1)
+                    demos.setdefault(name, []).append(
+                        [(untrained.preprocess(o.image, h), o.observation.instruction, a) for o, h, a in seen])
         collect_s = time.perf_counter() - t0
-        losses = bc_train(policy, Examples(torch.stack(obs), instructions, actions, tasks), args.bc_epochs, 1e-2, 32)
-        train_s = time.perf_counter() - t0 - collect_s
+        policies, fits = {}, {}
+        for n in counts:
+            steps = [(name, *st) for name, eps in demos.items() for ep in eps[:n] for st in ep]
+            torch.manual_seed(0)
+            policy = build_policy("pixel", "bc-bench", config)
+            t1 = time.perf_counter()
+            losses = bc_train(policy, Examples(torch.stack([s[1] for s in steps]), [s[2] for s in steps],
+                                               [s[3] for s in steps], [s[0] for s in steps]), args.bc_epochs, 1e-2, 32)
+            policies[f"pi_sft@{n}"] = policy
+            fits[n] = {"steps": len(steps), "loss": [round(losses[0], 3), round(losses[-1], 3)],
+                       "train_s": round(time.perf_counter() - t1, 1)}
 
         def agent(p, greedy):
             return lambda o, h, dom: p.act([PolicyInput(o.image, o.observation.instruction, 160, 210, history=h)],
                                            greedy=greedy)[0].action
 
+        players = [("random", agent(untrained, False))]
+        for label, p in policies.items():
+            players += [(label, agent(p, True))] + ([(label + " sampled", agent(p, False))] if args.bc_sampled else [])
         table = {}
         for name in suite.tasks:
             row = {}
-            for label, choose in (("random", agent(untrained, False)), ("pi_sft", agent(policy, True))):
+            for label, choose in players:
                 wins = [(await play(sandbox, TaskSpec(task_id=f"e{seed}", suite="miniwob", name=name, seed=50_000 + seed),
                                     choose, suite.max_steps))[0] for seed in range(args.bc_eval)]
                 row[label] = round(float(np.mean(wins)), 2)
             table[name] = row
-            print(f"  {name:24s} random {row['random']:.2f}  pi_sft {row['pi_sft']:.2f}", flush=True)
+            print(f"  {name:24s} " + "  ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
     finally:
         await env.close()
-    return {"suite": suite.name, "demos_per_task": args.bc_demos, "steps": len(actions), "epochs": args.bc_epochs,
-            "loss": [round(losses[0], 3), round(losses[-1], 3)], "collect_s": round(collect_s, 1),
-            "train_s": round(train_s, 1), "wall_s": round(time.perf_counter() - t0, 1), "per_task": table,
-            "mean": {k: round(float(np.mean([r[k] for r in table.values()])), 3) for k in ("random", "pi_sft")}}
+    return {"suite": suite.name, "demos_per_task": counts, "demos_found": {k: len(v) for k, v in demos.items()},
+            "epochs": args.bc_epochs, "fits": fits, "collect_s": round(collect_s, 1),
+            "wall_s": round(time.perf_counter() - t0, 1), "per_task": table,
+            "mean": {k: round(float(np.mean([r[k] for r in table.values()])), 3) for k, _ in players}}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bc-suite", default="", help="measure behaviour cloning on this task suite instead of PPO")
-    ap.add_argument("--bc-demos", type=int, default=10, help="scripted demonstrations per task")
+    ap.add_argument("--bc-demos", default="10", help="scripted demonstrations per task; a comma list (10,40): "
+                                                     "one pi_sft per count, on the first that many")
+    ap.add_argument("--bc-sampled", action="store_true", help="also play each pi_sft with sampled actions "
+                                                              "(what the demo's success counts)")
     ap.add_argument("--bc-epochs", type=int, default=30)
     ap.add_argument("--bc-eval", type=int, default=6, help="unseen episodes per task and policy")
     ap.add_argument("--tasks", default="click-test,click-test-2")

@@ -146,14 +146,18 @@ def greedy_match(policy, data: Examples, cells: int = 1) -> dict[str, float]:
 
 
 def read_demonstrations(settings: Settings, cfg: BCConfig) -> list[ScoredTrajectory]:
-    """The sft topic's snapshot, decoded; undecodable records dead-lettered (acknowledged)."""
+    return read_sft(settings, STAGE, cfg.read_timeout_s)
+
+
+def read_sft(settings: Settings, stage: str, timeout_s: float = 60.0) -> list[ScoredTrajectory]:
+    """The sft topic's snapshot, decoded; undecodable records dead-lettered by ``stage`` (acknowledged)."""
     topic = topic_name(TOPICS.sft, settings)
     producer, tracker, records = make_producer(settings), DeliveryTracker(), []
-    for msg in read_to_end(settings, topic, cfg.read_timeout_s):
+    for msg in read_to_end(settings, topic, timeout_s):
         try:
             records.append(decode(msg.value(), ScoredTrajectory))
         except DecodeError as exc:
-            send_dead_letter(producer, settings, dead_letter(STAGE, exc, topic, msg.partition(), msg.offset(),
+            send_dead_letter(producer, settings, dead_letter(stage, exc, topic, msg.partition(), msg.offset(),
                                                              msg.key(), msg.value()), msg.key(), on_delivery=tracker)
     flush_or_raise(producer, tracker)
     return records

@@ -44,6 +44,11 @@ class TrainConfig:
     value_pretrain_min_ev: float = opt(0.5, "value pretraining ends once explained variance reaches this")
     value_pretrain_rel_tol: float = opt(0.05, "... or once the loss changes by less than this fraction ...")
     value_pretrain_patience: int = opt(3, "... for this many batches in a row")
+    rft_every: int = opt(0, "rejection-sampling fine-tuning (trainer.rft): after every this many PPO updates, fine-tune "
+                            "on the policy's successful trajectories on flywheel.sft.v1 (0: off; pixel policy only)")
+    rft_per_task: int = opt(64, "RFT: the newest this many of the policy's own successes per task (every demonstration too)")
+    rft_epochs: int = opt(2, "RFT: passes over the round's steps")
+    rft_lr: float = opt(1e-3, "RFT: Adam learning rate (an optimiser of its own; PPO's is left as it is)")
     seed: int = opt(0, "seed of the initial weights and of sampling")
     device: str = opt("cpu", "torch device: only cpu for now (other devices are refused with the reason)")
     torch_threads: int = opt(0, "torch intra-op threads (0: torch's default)")
@@ -84,6 +89,11 @@ class TrainConfig:
             raise ConfigError(f"head_lr_mult must be > 0, got {self.head_lr_mult}")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
             raise ConfigError(f"eps_low={self.eps_low} must be in [0, 1) and eps_high={self.eps_high} >= 0")
+        if self.rft_every < 0 or self.rft_per_task < 0 or self.rft_epochs < 1 or self.rft_lr <= 0:
+            raise ConfigError("rft_every and rft_per_task must be >= 0, rft_epochs >= 1 and rft_lr > 0")
+        if self.rft_every and (self.policy_kind != "pixel" or self.nproc_per_node > 1):
+            raise ConfigError("rft_every works for the pixel policy in one trainer process only (the language policy's "
+                              "fine-tuning is `flywheel sft`; on several ranks the round would run on rank 0 alone)")
         if self.nproc_per_node < 1 or self.dist_timeout_s <= 0:
             raise ConfigError("nproc_per_node must be >= 1 and dist_timeout_s > 0")
         if not self.session_timeout_s <= self.max_update_s <= 86400:

@@ -37,6 +37,7 @@ CT_LOSS = "losses/ct_loss"  # the same NLL on continual-training data
 LM_LOSS = {"sft": SFT_LOSS, "ct": CT_LOSS}
 BC_LOSS = "losses/bc_loss"  # mean NLL of the demonstrated actions
 DPO_LOSS = "losses/dpo_loss"
+RFT_LOSS = "losses/rft_loss"  # mean NLL of the successful steps a rejection-sampling fine-tuning round trained on
 
 # value/
 EXPLAINED_VARIANCE = "value/explained_variance"
@@ -56,6 +57,9 @@ SAMPLES = "batch/samples"
 TOKENS = "batch/tokens"
 DEMOS = "batch/demos"
 PAIRS = "batch/pairs"
+RFT_TRAJECTORIES = "batch/rft_trajectories"  # successful trajectories of an RFT round (demonstrations included)
+RFT_OWN = "batch/rft_own"  # ... of which the policy's own
+RFT_STEPS = "batch/rft_steps"
 
 # train/
 CRITIC_ONLY = "train/critic_only"  # 1 during value pretraining
@@ -65,6 +69,7 @@ GRAD_NORM = "train/grad_norm"
 # perf/
 UPDATE_TIME_S = "perf/update_time_s"
 IDLE_FRACTION = "perf/idle_fraction"
+RFT_TIME_S = "perf/rft_time_s"
 
 # stream/
 STALE_DROPPED_TOTAL = "stream/stale_dropped_total"

@@ -281,6 +281,8 @@ class PPOLearner:
             batch.ref_logprob = reference_logprobs(self.reference, batch)
         metrics = ppo_update(policy, self.optimizer, batch, cfg, critic_only=critic_only) if self.group is None \
             else distributed.lead_update(self.group, policy, self.optimizer, batch, cfg, critic_only)
+        if not critic_only and cfg.rft_every:
+            metrics.update(self._rft_round(extra))
         parent = policy.version
         if critic_only:  # the acting policy is unchanged: no new version
             extra["vp_losses"].append(metrics[M.VALUE_LOSS])
@@ -313,6 +315,18 @@ class PPOLearner:
                  metrics.get(M.ENTROPY, float("nan")), metrics[M.IDLE_FRACTION])
         if cfg.max_updates and updates >= cfg.max_updates:
             self.stop.set()
+
+    def _rft_round(self, extra: dict) -> dict[str, float]:
+        """Every ``rft_every``-th PPO update is followed by a rejection-sampling fine-tuning round
+        (trainer.rft) before its version is published; -> the round's metrics."""
+        from trainer.rft import rft_round
+
+        extra["ppo_updates"] = extra.get("ppo_updates", 0) + 1
+        if extra["ppo_updates"] % self.cfg.rft_every:
+            return {}
+        cfg = self.cfg
+        return rft_round(self.policy, self.settings, self.store, cfg.policy_name, cfg.rft_per_task, cfg.rft_epochs,
+                         cfg.rft_lr, minibatch_size=32, seed=cfg.seed + extra["ppo_updates"])
 
     # ------------------------------------------------------------------ after the checkpoint
     def committed(self) -> None:

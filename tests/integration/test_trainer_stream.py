@@ -18,6 +18,7 @@ import torch
 
 from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
 from infra.topics import TOPICS, topic_name
+from schemas.actions import Click
 from schemas.blobs import BlobStore
 from schemas.codec import encode
 from trainer.config import TrainConfig
@@ -87,6 +88,35 @@ def test_kl_penalty_is_measured_against_the_version_the_trainer_started_from(set
     assert [v.version for v in versions] == [0, 1, 2, 3]
     kl = [v.metrics["losses/kl_ref"] for v in versions[1:]]
     assert all(k >= 0.0 for k in kl) and "losses/approx_kl" in versions[1].metrics, kl
+
+
+def test_rft_rounds_fine_tune_on_the_sft_topics_successes_every_nth_update(settings, group_id):
+    """rft_every=2: the second PPO update's version is also fine-tuned on the policy's own and its
+    annotator's successes on flywheel.sft.v1 (another policy's are left out; junk is dead-lettered)."""
+    from infra.kafka import read_to_end
+    from trainer.rft import annotator_of
+
+    settings = replace(settings, max_staleness=100)
+    produce_trajectories(settings, 8)
+    store, rng = BlobStore(settings.blob_root), np.random.default_rng(3)
+    producer, tracker = make_producer(settings), DeliveryTracker()
+    for k, policy in enumerate([POLICY] * 5 + [annotator_of(POLICY)] * 2 + ["someone-else"] * 3):
+        e = make_episode("click-test", rng)
+        x0, y0, x1, y1 = e.target
+        st = scored_trajectory(e, Click(x=(x0 + x1) / 320, y=(y0 + y1) / 420), 0.0, f"s-{k}", policy, 0, store)
+        producer.produce(topic_name(TOPICS.sft, settings), key=st.episode_id.encode(), value=encode(st), on_delivery=tracker)
+    producer.produce(topic_name(TOPICS.sft, settings), key=b"junk", value=b"{not json", on_delivery=tracker)
+    flush_or_raise(producer, tracker)
+    cfg = TrainConfig(policy_name=POLICY, policy_config=POLICY_CONFIG, min_batch=4, max_wait_s=60.0, max_updates=2,
+                      group_id=group_id, epochs=1, minibatch_size=4, rft_every=2, rft_per_task=4, rft_epochs=2)
+    assert train(cfg, settings)["updates"] == 2
+    v1, v2 = read_versions(settings, POLICY)[1:]
+    assert "losses/rft_loss" not in v1.metrics
+    assert v2.metrics["batch/rft_trajectories"] == 6 and v2.metrics["batch/rft_own"] == 4  # 4 newest own + 2 demos
+    assert v2.metrics["batch/rft_steps"] == 6 and v2.metrics["losses/rft_loss"] > 0
+    assert load_checkpoint(checkpoint_path(settings, POLICY))["ppo_updates"] == 2
+    letters = [m.value() for m in read_to_end(settings, topic_name(TOPICS.dlq, settings))]
+    assert len(letters) == 1 and b"rft" in letters[0]
 
 
 def _run_trainer(settings, group_id: str, max_updates: int) -> subprocess.Popen:

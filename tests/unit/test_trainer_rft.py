@@ -1,0 +1,73 @@
+"""Rejection-sampling fine-tuning (trainer.rft): which successes a round takes, that the round
+teaches the current weights what its successes did, and the config's refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from infra.config import ConfigError
+from schemas.actions import Click
+from schemas.blobs import BlobStore
+from trainer.config import TrainConfig
+from trainer.rft import annotator_of, select_rft
+from trainer.synthetic import make_episode, scored_trajectory
+
+
+def centre(e):
+    x0, y0, x1, y1 = e.target
+    return Click(x=(x0 + x1) / 2 / 160, y=(y0 + y1) / 2 / 210)
+
+
+def scored(store, rng, eid, policy, hit=True, ended=1.0e9, task="click-test"):
+    e = make_episode("click-test", rng)
+    st = scored_trajectory(e, centre(e) if hit else Click(x=0.01, y=0.99), 0.0, eid, policy, 0, store)
+    traj = st.trajectory.model_copy(update={"ended_at": ended, "task": st.trajectory.task.model_copy(update={"name": task})})
+    return st.model_copy(update={"trajectory": traj})
+
+
+def test_a_round_takes_every_demonstration_and_the_newest_own_successes_per_task(tmp_path):
+    store, rng = BlobStore(str(tmp_path)), np.random.default_rng(0)
+    me = "pixel-run"
+    demos = [scored(store, rng, f"d{k}", annotator_of(me)) for k in range(3)]
+    own = [scored(store, rng, f"o{k}", me, ended=1.0e9 + k) for k in range(5)]
+    other_task = [scored(store, rng, "t0", me, task="click-button")]
+    noise = [scored(store, rng, "x0", "another-policy"), scored(store, rng, "f0", me, hit=False),
+             own[4]]  # another policy's success, a failure, a replayed copy
+    chosen = select_rft(reversed(demos + own + other_task + noise), me, per_task=2)
+    assert [s.episode_id for s in chosen] == ["t0", "d0", "d1", "d2", "o3", "o4"]
+    assert select_rft(demos + own, me, per_task=0) == sorted(demos, key=lambda s: s.episode_id)
+    assert select_rft(noise[:2], me, per_task=10) == []
+
+
+def test_fine_tuning_on_the_rounds_successes_raises_their_likelihood(tmp_path):
+    import torch
+
+    from infra.policy import PolicyInput, build_policy
+    from trainer.bc import examples
+    from trainer.rft import fine_tune
+
+    store, rng = BlobStore(str(tmp_path)), np.random.default_rng(1)
+    chosen = select_rft([scored(store, rng, f"o{k}", "p") for k in range(24)], "p", per_task=24)
+    policy = build_policy("pixel", "p", {"grid": 8, "channels": [8, 16, 16], "seed": 0})
+    policy.eval()
+    data = examples(policy, chosen, store)
+    with torch.no_grad():
+        before = policy.evaluate(data.obs, data.instructions, data.actions)[0].mean()
+    losses = fine_tune(policy, data, epochs=20, lr=1e-2, minibatch_size=8, seed=0)
+    with torch.no_grad():
+        after = policy.evaluate(data.obs, data.instructions, data.actions)[0].mean()
+    assert not policy.training  # the trainer's mode is kept
+    assert losses[-1] < losses[0] and after > before + 1.0, (before, after, losses)
+    held_out = [make_episode("click-test", np.random.default_rng(7)) for _ in range(20)]
+    hits = [e.reward(d.action.x, d.action.y) for e, d in
+            zip(held_out, policy.act([PolicyInput(e.image, e.instruction, 160, 210) for e in held_out], greedy=True))]
+    assert np.mean(hits) >= 0.5, hits  # random clicking on 8 x 8 cells hits about 1 time in 15
+
+
+@pytest.mark.parametrize("changes", [{"rft_every": 4, "policy_kind": "lm"}, {"rft_every": 4, "nproc_per_node": 2},
+                                     {"rft_every": -1}, {"rft_every": 4, "rft_epochs": 0}, {"rft_lr": 0.0}])
+def test_rft_settings_it_cannot_honour_are_refused(changes):
+    with pytest.raises(ConfigError):
+        TrainConfig(**changes).validate()
+    TrainConfig(rft_every=4).validate()
