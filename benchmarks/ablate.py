@@ -12,7 +12,8 @@ is computed in ClickHouse by the query printed under it.
 
 Configurations (CONFIGS): the full recipe; no value pretraining; coupled GAE (lambda_policy =
 lambda_critic = 0.95); no length-adaptive lambda (lambda_policy fixed at 0.95, lambda_critic 1);
-no cold start (random weights); synchronous rollout and training.
+no cold start (random weights); synchronous rollout and training; and one addition, the full recipe
+with a rejection-sampling fine-tuning round every 4 PPO updates (trainer.rft).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ CONFIGS: dict[str, list[str]] = {
     "fixed-lambda": ["--trainer-args", "--lam-policy 0.95"],
     "no-cold-start": ["--cold-start-demos", "0"],
     "sync": ["--sync", "--value-pretrain-batches", "0"],  # the demo turns it off under --sync anyway
+    "rft": ["--rft-every", "4"],  # an addition, not an ablation: the full recipe plus RFT rounds
 }
 WINDOW = 100  # episodes per point of the curves (all tasks together: they are interleaved)
 
