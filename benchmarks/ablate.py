@@ -43,8 +43,13 @@ CONFIGS: dict[str, list[str]] = {
 WINDOW = 100  # episodes per point of the curves (all tasks together: they are interleaved)
 
 
-def policy_of(config: str, seed: int) -> str:
-    return f"pixel-abl-{config}-s{seed}"
+def run_of(config: str, seed: int, tag: str = "") -> str:
+    """The demo's run id (a run id used before in the data dir is refused by the demo)."""
+    return f"abl{'-' + tag if tag else ''}-{config}-s{seed}"
+
+
+def policy_of(config: str, seed: int, tag: str = "") -> str:
+    return f"pixel-{run_of(config, seed, tag)}"
 
 
 def curve_sql(policy: str) -> str:
@@ -74,7 +79,7 @@ def sql(statement: str) -> list[dict]:
 
 
 def run_one(config: str, seed: int, args, out: Path) -> Path:
-    run_id = f"abl-{config}-s{seed}"
+    run_id = run_of(config, seed, args.tag)
     report_dir = out / "runs" / run_id
     if (report_dir / "summary.json").exists():  # a finished run is kept: rerunning resumes the table
         print(f"== {run_id}: finished before, kept (delete {report_dir} to run it again in a fresh data dir)")
@@ -89,9 +94,9 @@ def run_one(config: str, seed: int, args, out: Path) -> Path:
     return report_dir
 
 
-def measure(config: str, seed: int, out: Path, target: float) -> dict:
-    p = policy_of(config, seed)
-    summary_path = out / "runs" / f"abl-{config}-s{seed}" / "summary.json"
+def measure(config: str, seed: int, out: Path, target: float, tag: str = "") -> dict:
+    p = policy_of(config, seed, tag)
+    summary_path = out / "runs" / run_of(config, seed, tag) / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     curve = sql(curve_sql(p))
     reached = next((r for r in curve if r["success_rate"] >= target), None)
@@ -207,6 +212,8 @@ def main() -> int:
     ap.add_argument("--target", type=float, default=0.8, help="success the 'to target' columns wait for")
     ap.add_argument("--demo-args", default="", help="more flywheel demo options for every run")
     ap.add_argument("--out", default=str(ROOT / "var" / "ablations"))
+    ap.add_argument("--tag", default="", help="part of every run id and policy name (abl-TAG-CONFIG-sSEED): a data dir "
+                                              "refuses a run id used before, so a new budget or setting needs a new tag")
     ap.add_argument("--report-only", action="store_true", help="measure finished runs, run nothing")
     ap.add_argument("--keep", default="", help="results.json of runs measured before (another data dir): their "
                     "rows join the report where this invocation has no run of that configuration and seed")
@@ -229,11 +236,11 @@ def main() -> int:
     results = []
     for seed in seeds:
         for config in configs:
-            if not (out / "runs" / f"abl-{config}-s{seed}" / "summary.json").exists():
+            if not (out / "runs" / run_of(config, seed, args.tag) / "summary.json").exists():
                 print(f"{config} seed {seed}: no finished run under {out / 'runs'}", file=sys.stderr)
                 continue
             try:
-                results.append(measure(config, seed, out, args.target))
+                results.append(measure(config, seed, out, args.target, args.tag))
             except RuntimeError as exc:
                 print(f"{config} seed {seed}: not measured: {exc}", file=sys.stderr)
     settings = {"tasks": args.tasks, "minutes": args.minutes, "target": args.target, "demo_args": args.demo_args}

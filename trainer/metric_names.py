@@ -60,6 +60,7 @@ PAIRS = "batch/pairs"
 RFT_TRAJECTORIES = "batch/rft_trajectories"  # successful trajectories of an RFT round (demonstrations included)
 RFT_OWN = "batch/rft_own"  # ... of which the policy's own
 RFT_STEPS = "batch/rft_steps"
+RFT_SKIPPED = "batch/rft_skipped"  # chosen trajectories the policy could not learn from (screenshot gone, another action space)
 
 # train/
 CRITIC_ONLY = "train/critic_only"  # 1 during value pretraining
@@ -76,6 +77,7 @@ STALE_DROPPED_TOTAL = "stream/stale_dropped_total"
 DEAD_LETTERED_TOTAL = "stream/dead_lettered_total"
 DUPLICATES_SKIPPED_TOTAL = "stream/duplicates_skipped_total"
 TRAINED_TOTAL = "stream/trained_total"
+RFT_FAILED_TOTAL = "stream/rft_failed_total"  # RFT rounds that failed (the sft topic unreadable in time): PPO went on
 
 # dpo/
 DPO_REWARD_MARGIN = "dpo/reward_margin"

@@ -10,7 +10,16 @@ newest ``rft_per_task`` of its own successes, so a task the policy already solve
 crowd out one it rarely solves.
 
 The round runs inside the update that precedes it, so the delivery guarantee is the update's:
-a crash before the checkpoint repeats both, on a snapshot that may have grown.
+a crash before the checkpoint repeats both, on a snapshot that may have grown. The policy's own
+successes are trained on again in later rounds (up to ``rft_per_task`` of the newest per task):
+that is the point of the flywheel, not a duplicate. A round that fails (the topic unreadable in
+time) is logged and counted (``stream/rft_failed_total``) and PPO goes on without it.
+
+What it does not do: the value head is not trained by the round, but the trunk it reads moves, so
+the critic's next predictions are on shifted features (PPO's next update refits it); the
+version's PPO metrics (approx_kl, entropy, clip_frac) describe the update before the round. Each
+round re-reads the whole sft topic (no offsets kept between rounds): seconds for a demo's few
+thousand records, more on a long-lived shared topic.
 """
 
 from __future__ import annotations
@@ -33,15 +42,17 @@ def annotator_of(policy: str) -> str:
     return f"scripted-{policy}"
 
 
-def select_rft(records: Iterable[ScoredTrajectory], policy: str, per_task: int) -> list[ScoredTrajectory]:
-    """Successful trajectories for a round: per task, every demonstration of ``policy``'s
-    annotator and the newest ``per_task`` of ``policy``'s own, one per episode; in a fixed order
-    (task, then episode id) so a round does not depend on partition order."""
+def select_rft(records: Iterable[ScoredTrajectory], policy: str, per_task: int,
+               scorer: str = "rule-v1") -> list[ScoredTrajectory]:
+    """Successful trajectories for a round: per task, the demonstrations of ``policy``'s
+    annotator and the newest ``per_task`` of ``policy``'s own (each capped at ``per_task``), one
+    per episode, as ``scorer`` judged them (a `flywheel rescore` copy by another scorer is left
+    out); in a fixed order (task, then episode id) so a round does not depend on partition order."""
     demos: dict[str, dict[str, ScoredTrajectory]] = defaultdict(dict)
     own: dict[str, dict[str, ScoredTrajectory]] = defaultdict(dict)
     for s in records:
         t = s.trajectory
-        if s.verdict != 1 or not t.success or not t.steps:
+        if s.scorer != scorer or s.verdict != 1 or not t.success or not t.steps:
             continue
         if t.policy == annotator_of(policy):
             demos[t.task.name].setdefault(t.episode_id, s)
@@ -50,13 +61,15 @@ def select_rft(records: Iterable[ScoredTrajectory], policy: str, per_task: int) 
     out = []
     for task in sorted(set(demos) | set(own)):
         newest = sorted(own[task].values(), key=lambda s: (s.trajectory.ended_at, s.episode_id))[-per_task:] if per_task else []
-        out += sorted([*demos[task].values(), *newest], key=lambda s: s.episode_id)
+        first = [demos[task][eid] for eid in sorted(demos[task])[:max(per_task, 1)]]
+        out += sorted([*first, *newest], key=lambda s: s.episode_id)
     return out
 
 
 def fine_tune(policy, data, epochs: int, lr: float, minibatch_size: int, seed: int) -> list[float]:
     """``trainer.bc``'s maximum likelihood on the current weights, with an optimiser of its own
-    (PPO's Adam moments are left as they are); -> the mean loss per epoch."""
+    (PPO's Adam moments are left as they are), leaving the policy in the mode it was in; -> the
+    mean loss per epoch."""
     from trainer.bc import bc_train
 
     was_training = policy.training
@@ -67,14 +80,15 @@ def fine_tune(policy, data, epochs: int, lr: float, minibatch_size: int, seed: i
 
 
 def rft_round(policy, settings, store: BlobStore, policy_name: str, per_task: int, epochs: int, lr: float,
-              minibatch_size: int, seed: int) -> dict[str, float]:
+              seed: int, scorer: str = "rule-v1", read_timeout_s: float = 120.0) -> dict[str, float]:
     """One round on the current snapshot of flywheel.sft.v1; -> its metrics (empty when there
-    was nothing to learn from)."""
+    was nothing to learn from). Raises what reading the topic raises (the caller decides)."""
     from infra.config import ConfigError
     from trainer.bc import examples, read_sft
+    from trainer.bc_config import KIND_DEFAULTS
 
     t0 = time.monotonic()
-    chosen = select_rft(read_sft(settings, STAGE), policy_name, per_task)
+    chosen = select_rft(read_sft(settings, STAGE, read_timeout_s), policy_name, per_task, scorer)
     if not chosen:
         log.info("RFT: no successful trajectory of %s on the sft topic yet", policy_name)
         return {}
@@ -84,9 +98,11 @@ def rft_round(policy, settings, store: BlobStore, policy_name: str, per_task: in
         log.warning("RFT skipped: %s", exc)
         return {}
     own = sum(s.trajectory.policy == policy_name for s in chosen)
-    losses = fine_tune(policy, data, epochs, lr, minibatch_size, seed)
-    log.info("RFT: %d trajectories (%d own, %d demonstrations), %d steps, loss %.3f -> %.3f in %.1fs",
-             len(chosen), own, len(chosen) - own, len(data.actions), losses[0], losses[-1], time.monotonic() - t0)
+    losses = fine_tune(policy, data, epochs, lr, KIND_DEFAULTS["pixel"]["minibatch_size"], seed)
+    skipped = sum(data.skipped.values())
+    log.info("RFT: %d trajectories (%d own, %d demonstrations; %d skipped: %s), %d steps, loss %.3f -> %.3f in %.1fs",
+             len(chosen), own, len(chosen) - own, skipped, dict(data.skipped), len(data.actions), losses[0], losses[-1],
+             time.monotonic() - t0)
     return {M.RFT_LOSS: losses[-1], M.RFT_TRAJECTORIES: float(len(chosen)), M.RFT_OWN: float(own),
-            M.RFT_STEPS: float(len(data.actions)), M.RFT_TIME_S: time.monotonic() - t0}
+            M.RFT_SKIPPED: float(skipped), M.RFT_STEPS: float(len(data.actions)), M.RFT_TIME_S: time.monotonic() - t0}
 

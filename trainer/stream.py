@@ -24,6 +24,10 @@ of an episode that arrives again (an at-least-once replay upstream, a rebalance)
 the checkpoint's trained ids (``infra.checkpoint.TrainedIds``, bounded by the staleness window);
 a record scored by another scorer than ``cfg.scorer`` (e.g. a `flywheel rescore` run) is skipped.
 
+With ``rft_every`` set, every that many PPO updates are followed, inside the same update, by a
+rejection-sampling fine-tuning round on flywheel.sft.v1 (trainer.rft), so the guarantee above
+covers it: a replay after a crash repeats the update and its round.
+
 On N ranks (``group``, trainer.distributed) this loop is rank 0's and stays as it is: rank 0
 alone reads, checkpoints, announces and commits; only the update is shared with the other ranks,
 so the guarantee above holds whichever rank is killed.
@@ -318,15 +322,21 @@ class PPOLearner:
 
     def _rft_round(self, extra: dict) -> dict[str, float]:
         """Every ``rft_every``-th PPO update is followed by a rejection-sampling fine-tuning round
-        (trainer.rft) before its version is published; -> the round's metrics."""
+        (trainer.rft) before its version is published; -> the round's metrics. A round that fails
+        is logged and counted; the update is published without it."""
         from trainer.rft import rft_round
 
         extra["ppo_updates"] = extra.get("ppo_updates", 0) + 1
         if extra["ppo_updates"] % self.cfg.rft_every:
             return {}
         cfg = self.cfg
-        return rft_round(self.policy, self.settings, self.store, cfg.policy_name, cfg.rft_per_task, cfg.rft_epochs,
-                         cfg.rft_lr, minibatch_size=32, seed=cfg.seed + extra["ppo_updates"])
+        try:
+            return rft_round(self.policy, self.settings, self.store, cfg.policy_name, cfg.rft_per_task, cfg.rft_epochs,
+                             cfg.rft_lr, seed=cfg.seed + extra["ppo_updates"], scorer=cfg.scorer)
+        except Exception as exc:  # noqa: BLE001 - a failed round must not stop PPO (it would fail again on restart)
+            self._count("rft_failed")
+            log.warning("RFT round after PPO update %d failed, PPO goes on without it: %s", extra["ppo_updates"], exc)
+            return {M.RFT_FAILED_TOTAL: float(self.counts["rft_failed"])}
 
     # ------------------------------------------------------------------ after the checkpoint
     def committed(self) -> None:

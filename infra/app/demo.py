@@ -272,6 +272,10 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
           f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min; logs in {logs}", flush=True)
     log.info("demo config %s", describe(cfg))
     started = ensure_platform(settings)
+    if _published(settings, policy):  # its topics, versions, checkpoint and rows would mix with this run's
+        leave_platform(settings, started, cfg.keep_broker)
+        raise UserError(f"run id {run_id!r} was used before in this data dir ({policy} has published versions): "
+                        "give another --run-id, or leave it out for a fresh one")
     children = plan_children(cfg, settings, prefix, policy, logs, plan)
     env = child_env(settings, prefix)
     stop = {"flag": False}

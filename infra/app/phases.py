@@ -43,7 +43,10 @@ LM_DPO_PAIRS = 32  # the language policy's DPO: a sample of this many pairs (see
 
 
 def scripted_policy(policy: str) -> str:
-    return f"scripted-{policy}"
+    """The annotator's policy name (the trainer's RFT rounds read its demonstrations by it)."""
+    from trainer.rft import annotator_of
+
+    return annotator_of(policy)
 
 
 def rl_seed(seed: int) -> int:

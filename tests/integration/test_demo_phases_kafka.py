@@ -37,3 +37,35 @@ def test_leftover_demonstrations_are_skipped_and_later_tasks_still_arrive(settin
     submit(settings, rl)
     got = _take(settings, group_id, 3, timeout_s=10.0)  # asks for more than there are
     assert sorted(got) == sorted(t.task_id for t in rl), got
+
+
+def test_a_demo_refuses_a_run_id_used_before_in_the_data_dir(settings, tmp_path):
+    """A second `flywheel demo --run-id X` would resume X's checkpoint and mix its versions,
+    episodes and rows with the new run's: it is refused before anything starts."""
+    import uuid
+    from dataclasses import asdict
+
+    import pytest
+
+    from infra import versions
+    from infra.admin import delete_topics, ensure_topics
+    from infra.app.demo import DemoConfig, run_demo
+    from infra.errors import UserError
+    from infra.kafka import DeliveryTracker, make_producer
+    from infra.policy import build_policy
+    from infra.settings import load_settings
+    from schemas.blobs import BlobStore
+    from trainer.publish import make_version, save_weights
+
+    run_id = f"reused-{uuid.uuid4().hex[:6]}"
+    earlier = load_settings({**asdict(settings), "topic_prefix": f"demo-{run_id}."})
+    created = ensure_topics(earlier).created
+    try:
+        policy = build_policy("pixel", f"pixel-{run_id}", {"grid": 8, "channels": [8, 16, 16]})
+        producer, tracker = make_producer(earlier), DeliveryTracker()
+        versions.publish(producer, tracker, earlier, make_version(policy, save_weights(policy, BlobStore(earlier.blob_root)), parent=None))
+        with pytest.raises(UserError, match="was used before"):
+            run_demo(DemoConfig(run_id=run_id, minutes=1.0, report_dir=str(tmp_path / "report")), settings)
+        assert not (tmp_path / "report" / "logs" / "trainer.log").exists()  # nothing was started
+    finally:
+        delete_topics(earlier, created)

@@ -90,33 +90,51 @@ def test_kl_penalty_is_measured_against_the_version_the_trainer_started_from(set
     assert all(k >= 0.0 for k in kl) and "losses/approx_kl" in versions[1].metrics, kl
 
 
-def test_rft_rounds_fine_tune_on_the_sft_topics_successes_every_nth_update(settings, group_id):
+def test_rft_rounds_fine_tune_on_the_sft_topics_successes_every_nth_update(settings, group_id, monkeypatch):
     """rft_every=2: the second PPO update's version is also fine-tuned on the policy's own and its
-    annotator's successes on flywheel.sft.v1 (another policy's are left out; junk is dead-lettered)."""
+    annotator's successes on flywheel.sft.v1 (another policy's are left out; junk is dead-lettered),
+    so those steps are likelier under it; a round that fails is counted and PPO goes on."""
     from infra.kafka import read_to_end
-    from trainer.rft import annotator_of
+    from trainer import rft
+    from trainer.bc import examples
 
     settings = replace(settings, max_staleness=100)
-    produce_trajectories(settings, 8)
+    produce_trajectories(settings, 16)  # four updates of 4
     store, rng = BlobStore(settings.blob_root), np.random.default_rng(3)
-    producer, tracker = make_producer(settings), DeliveryTracker()
-    for k, policy in enumerate([POLICY] * 5 + [annotator_of(POLICY)] * 2 + ["someone-else"] * 3):
+    producer, tracker, sft = make_producer(settings), DeliveryTracker(), []
+    for k, policy in enumerate([POLICY] * 5 + [rft.annotator_of(POLICY)] * 2 + ["someone-else"] * 3):
         e = make_episode("click-test", rng)
         x0, y0, x1, y1 = e.target
         st = scored_trajectory(e, Click(x=(x0 + x1) / 320, y=(y0 + y1) / 420), 0.0, f"s-{k}", policy, 0, store)
         producer.produce(topic_name(TOPICS.sft, settings), key=st.episode_id.encode(), value=encode(st), on_delivery=tracker)
+        sft.append(st)
     producer.produce(topic_name(TOPICS.sft, settings), key=b"junk", value=b"{not json", on_delivery=tracker)
     flush_or_raise(producer, tracker)
     cfg = TrainConfig(policy_name=POLICY, policy_config=POLICY_CONFIG, min_batch=4, max_wait_s=60.0, max_updates=2,
-                      group_id=group_id, epochs=1, minibatch_size=4, rft_every=2, rft_per_task=4, rft_epochs=2)
+                      group_id=group_id, epochs=1, minibatch_size=4, rft_every=2, rft_per_task=4, rft_epochs=40,
+                      rft_lr=1e-2)
     assert train(cfg, settings)["updates"] == 2
     v1, v2 = read_versions(settings, POLICY)[1:]
     assert "losses/rft_loss" not in v1.metrics
     assert v2.metrics["batch/rft_trajectories"] == 6 and v2.metrics["batch/rft_own"] == 4  # 4 newest own + 2 demos
-    assert v2.metrics["batch/rft_steps"] == 6 and v2.metrics["losses/rft_loss"] > 0
+    assert v2.metrics["batch/rft_steps"] == 6 and v2.metrics["batch/rft_skipped"] == 0
     assert load_checkpoint(checkpoint_path(settings, POLICY))["ppo_updates"] == 2
     letters = [m.value() for m in read_to_end(settings, topic_name(TOPICS.dlq, settings))]
     assert len(letters) == 1 and b"rft" in letters[0]
+    before, after = (load_policy_version(v, store) for v in (v1, v2))  # the round is in the published weights
+    data = examples(before, sft[:7], store)
+    with torch.no_grad():
+        gain = (after.evaluate(data.obs, data.instructions, data.actions)[0]
+                - before.evaluate(data.obs, data.instructions, data.actions)[0]).mean()
+    assert gain > 1.0, gain  # one PPO update alone moves these by a fraction of a nat
+
+    def fail(*_, **__):
+        raise TimeoutError("flywheel.sft.v1 not read to its end in time")
+
+    monkeypatch.setattr(rft, "rft_round", fail)
+    assert train(replace(cfg, max_updates=4), settings)["updates"] == 4
+    v4 = read_versions(settings, POLICY)[-1]
+    assert v4.version == 4 and v4.metrics["stream/rft_failed_total"] == 1 and "losses/rft_loss" not in v4.metrics
 
 
 def _run_trainer(settings, group_id: str, max_updates: int) -> subprocess.Popen:

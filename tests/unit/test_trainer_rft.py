@@ -32,12 +32,14 @@ def test_a_round_takes_every_demonstration_and_the_newest_own_successes_per_task
     demos = [scored(store, rng, f"d{k}", annotator_of(me)) for k in range(3)]
     own = [scored(store, rng, f"o{k}", me, ended=1.0e9 + k) for k in range(5)]
     other_task = [scored(store, rng, "t0", me, task="click-button")]
+    rescored = own[0].model_copy(update={"scorer": "judge-v2"})  # a `flywheel rescore` copy of a success
     noise = [scored(store, rng, "x0", "another-policy"), scored(store, rng, "f0", me, hit=False),
-             own[4]]  # another policy's success, a failure, a replayed copy
-    chosen = select_rft(reversed(demos + own + other_task + noise), me, per_task=2)
-    assert [s.episode_id for s in chosen] == ["t0", "d0", "d1", "d2", "o3", "o4"]
-    assert select_rft(demos + own, me, per_task=0) == sorted(demos, key=lambda s: s.episode_id)
-    assert select_rft(noise[:2], me, per_task=10) == []
+             own[4].model_copy(deep=True)]  # another policy's success, a failure, a replayed copy
+    chosen = select_rft(reversed(demos + own + other_task + noise + [rescored]), me, per_task=3)
+    assert [s.episode_id for s in chosen] == ["t0", "d0", "d1", "d2", "o2", "o3", "o4"]
+    assert [s.episode_id for s in select_rft(demos + own, me, per_task=2)] == ["d0", "d1", "o3", "o4"]  # demos capped too
+    assert [s.episode_id for s in select_rft(demos + own, me, per_task=0)] == ["d0"]
+    assert select_rft(noise[:2] + [rescored], me, per_task=10) == []
 
 
 def test_fine_tuning_on_the_rounds_successes_raises_their_likelihood(tmp_path):
@@ -50,14 +52,18 @@ def test_fine_tuning_on_the_rounds_successes_raises_their_likelihood(tmp_path):
     store, rng = BlobStore(str(tmp_path)), np.random.default_rng(1)
     chosen = select_rft([scored(store, rng, f"o{k}", "p") for k in range(24)], "p", per_task=24)
     policy = build_policy("pixel", "p", {"grid": 8, "channels": [8, 16, 16], "seed": 0})
-    policy.eval()
     data = examples(policy, chosen, store)
+    policy.eval()
     with torch.no_grad():
         before = policy.evaluate(data.obs, data.instructions, data.actions)[0].mean()
     losses = fine_tune(policy, data, epochs=20, lr=1e-2, minibatch_size=8, seed=0)
     with torch.no_grad():
         after = policy.evaluate(data.obs, data.instructions, data.actions)[0].mean()
-    assert not policy.training  # the trainer's mode is kept
+    assert not policy.training  # the trainer's mode is kept, whichever it was
+    policy.train()
+    fine_tune(policy, data, epochs=1, lr=1e-3, minibatch_size=8, seed=0)
+    assert policy.training
+    policy.eval()
     assert losses[-1] < losses[0] and after > before + 1.0, (before, after, losses)
     held_out = [make_episode("click-test", np.random.default_rng(7)) for _ in range(20)]
     hits = [e.reward(d.action.x, d.action.y) for e, d in
