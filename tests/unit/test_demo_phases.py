@@ -222,3 +222,16 @@ def test_the_dpo_phase_stops_ppo_and_pauses_the_workers_while_dpo_runs(monkeypat
     notes = []
     assert demo._dpo_phase(cfg, None, {}, children, "p", 0, tmp_path, phases.PhaseClock(), notes) is None
     assert all(c.running for c in children) and "DPO phase failed" in notes[0]
+
+
+def test_rft_rounds_are_on_for_the_cloned_pixel_policy_by_default():
+    from infra.app.demo import rft_every
+
+    assert rft_every(DemoConfig()) == 4  # after the cold start
+    assert rft_every(DemoConfig(cold_start_demos=0)) == 0  # from random weights: few successes
+    assert rft_every(DemoConfig(policy_kind="lm")) == 0  # the language policy's fine-tuning is flywheel sft
+    assert rft_every(DemoConfig(rft_every=0)) == 0 and rft_every(DemoConfig(rft_every=2)) == 2
+    with pytest.raises(UserError):
+        DemoConfig(rft_every=-2).validate()
+    with pytest.raises(UserError):
+        DemoConfig(rft_every=2, policy_kind="lm").validate()
