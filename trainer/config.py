@@ -46,7 +46,8 @@ class TrainConfig:
     value_pretrain_patience: int = opt(3, "... for this many batches in a row")
     rft_every: int = opt(0, "rejection-sampling fine-tuning (trainer.rft): after every this many PPO updates, fine-tune "
                             "on the policy's successful trajectories on flywheel.sft.v1 (0: off; pixel policy only)")
-    rft_per_task: int = opt(64, "RFT: the newest this many of the policy's own successes per task (every demonstration too)")
+    rft_per_task: int = opt(64, "RFT: per task, the newest this many of the policy's own successes and at most this many demonstrations "
+                                   "(0: demonstrations only, one per task)")
     rft_epochs: int = opt(2, "RFT: passes over the round's steps")
     rft_lr: float = opt(1e-3, "RFT: Adam learning rate (an optimiser of its own; PPO's is left as it is)")
     seed: int = opt(0, "seed of the initial weights and of sampling")

@@ -5,9 +5,9 @@ Every ``rft_every`` PPO updates the trainer reads flywheel.sft.v1 (a snapshot to
 ``flywheel bc`` does), keeps the V(s) = 1 trajectories of its own policy and of its scripted
 annotator (the cold start's demonstrations), and fine-tunes the current weights on them by
 maximum likelihood of every step (``trainer.bc``'s loss) before the version is published: the
-policy's own successes become demonstrations. Per task it keeps every demonstration and the
-newest ``rft_per_task`` of its own successes, so a task the policy already solves does not
-crowd out one it rarely solves.
+policy's own successes become demonstrations. Per task it keeps at most ``rft_per_task``
+demonstrations and the newest ``rft_per_task`` of its own successes, so a task the policy already
+solves does not crowd out one it rarely solves.
 
 The round runs inside the update that precedes it, so the delivery guarantee is the update's:
 a crash before the checkpoint repeats both, on a snapshot that may have grown. The policy's own
