@@ -239,7 +239,7 @@ async def bc_suite(args) -> dict:
     with several ``--bc-demos`` counts (``10,40``), one pi_sft per count, each cloned from the
     first that many demonstrations of every task (how success grows with the data)."""
     from producers import scripted
-    from producers.suites import get_suite
+    from producers.suites import get_suite, pixel_config
     from trainer.bc import Examples, bc_train
 
     suite = get_suite(args.bc_suite)
@@ -248,7 +248,7 @@ async def bc_suite(args) -> dict:
     env = LiveEnv(1)
     await env.start()
     sandbox, t0 = env.sandboxes[0], time.perf_counter()
-    config = {"action_types": list(suite.action_types), **json.loads(args.policy or "{}")}
+    config = pixel_config(suite.action_types, json.loads(args.policy or "{}"))
     untrained = build_policy("pixel", "bc-bench", config)
     demos: dict[str, list[list]] = {}  # task -> per successful demonstration, its (obs, instruction, action) steps
     try:
@@ -258,7 +258,7 @@ async def bc_suite(args) -> dict:
                                       lambda o, h, dom: scripted.solve(name, o.observation.instruction, dom), suite.max_steps)
                 if ok:  # only successes are demonstrations (V(s) = 1)
                     demos.setdefault(name, []).append(
-                        [(untrained.preprocess(o.image, h), o.observation.instruction, a) for o, h, a in seen])
+                        [(untrained.preprocess(o.image, h, o.observation.instruction), o.observation.instruction, a) for o, h, a in seen])
         collect_s = time.perf_counter() - t0
         policies, fits = {}, {}
         for n in counts:

@@ -25,6 +25,16 @@ class Suite:
 
 SUITES: dict[str, Suite] = {}
 
+# How the pixel policy reads MiniWoB++ pages (trainer.policies.pixel_ground): match the
+# instruction's words in the page's font (core.css: Arial, 10 px text; Chromium draws buttons at
+# 13.33 px) and give the grid its coordinates. Every suite here is MiniWoB++.
+MINIWOB_VISION: dict = {"ground": True, "coords": True, "ground_font": "Arial", "ground_sizes": [10, 13]}
+
+
+def pixel_config(action_types: tuple[str, ...] | list[str], overrides: dict | None = None) -> dict:
+    """The pixel policy's config for MiniWoB++ tasks needing ``action_types``; ``overrides`` last."""
+    return {"action_types": list(action_types), **MINIWOB_VISION, **(overrides or {})}
+
 
 def register(suite: Suite) -> Suite:
     SUITES[suite.name] = suite

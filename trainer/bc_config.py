@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.config import ConfigError, opt
-from producers.suites import get_suite
+from producers.suites import get_suite, pixel_config
 
 
 @dataclass
@@ -47,7 +47,7 @@ class BCConfig:
 
             base = {**PRETRAINED_LM, "pretrained": self.pretrained} if self.pretrained else {}
             return {**base, "seed": self.seed, **extra}
-        return {"action_types": list(get_suite(self.suite).action_types), "seed": self.seed, **extra}
+        return pixel_config(get_suite(self.suite).action_types, {"seed": self.seed, **extra})
 
     def epochs_for(self, kind: str) -> int:
         return self.epochs or KIND_DEFAULTS[kind]["epochs"]

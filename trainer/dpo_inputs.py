@@ -98,7 +98,7 @@ def pixel_pairs(policy, pairs: list[PreferencePair], store: BlobStore) -> tuple[
         except BlobNotFound:
             skipped["screenshot_missing"] += 1
             continue
-        obs.append(policy.preprocess(image, p.history))
+        obs.append(policy.preprocess(image, p.history, instruction))
         instructions.append(instruction)
         chosen.append(good)
         rejected.append(bad)

@@ -30,7 +30,7 @@ from infra.config import describe, opt, to_env
 from infra.errors import UserError
 from infra.procs import Child, flywheel_argv, wait_until
 from infra.settings import Settings, load_settings
-from producers.suites import RunPlan, plan as suite_plan
+from producers.suites import RunPlan, pixel_config, plan as suite_plan
 
 log = logging.getLogger("flywheel.demo")
 
@@ -60,6 +60,8 @@ class DemoConfig:
     progress_s: float = opt(5.0, "seconds between progress lines")
     run_id: str = opt("", "name of this run (default: a fresh id); prefixes its topics and policy name")
     report_dir: str = opt("", "where the report goes (default <data_dir>/reports/<run_id>)")
+    policy_config: str = opt("", "JSON object merged into the pixel policy's config, e.g. '{\"ground\": false}' "
+                                 "(default: the suite's heads, text grounding and coordinates)")
     trainer_args: str = opt("", "extra arguments for `flywheel train`, space separated")
     rollout_args: str = opt("", "extra arguments for `flywheel rollout`, space separated")
     streams_args: str = opt("", "extra arguments for `flywheel streams`, space separated")
@@ -76,7 +78,18 @@ class DemoConfig:
             raise UserError(f"dpo_minutes must be -1 (auto), 0 (off) or less than --minutes ({self.minutes:g})")
         if self.dpo_minutes > 0 and self.cold_start_demos == 0:
             raise UserError("a DPO phase needs pi_sft as its reference: set --cold-start-demos > 0 or --dpo-minutes 0")
+        self.policy_overrides()
         return self
+
+    def policy_overrides(self) -> dict:
+        """``policy_config`` as a dict; UserError when it is not a JSON object."""
+        try:
+            extra = json.loads(self.policy_config) if self.policy_config else {}
+        except json.JSONDecodeError as exc:
+            raise UserError(f"--policy-config is not JSON: {exc}") from None
+        if not isinstance(extra, dict):
+            raise UserError("--policy-config must be a JSON object, e.g. '{\"ground\": false}'")
+        return extra
 
     def dpo_span_s(self) -> float:
         """Seconds of DPO at the end of the run (0: none)."""
@@ -126,7 +139,7 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
             # the language policy: a few small minibatches per update (a 135M model on 2 cores)
             *(LM_PPO_ARGS if cfg.policy_kind == "lm" else []),
             # the heads the tasks need (used when the trainer builds the policy: no cold start)
-            *(["--policy-config", json.dumps({"action_types": list(plan.action_types)})]
+            *(["--policy-config", json.dumps(pixel_config(plan.action_types, cfg.policy_overrides()))]
               if cfg.policy_kind == "pixel" else []),
             # sync: update on a full batch (a partial one only if trajectories were lost to aborts)
             *(["--max-wait-s", "120"] if cfg.sync else []), *cfg.trainer_args.split(),

@@ -5,9 +5,14 @@ embedding of the instruction, a factorised action head and a value head. Small e
 Input (``preprocess``): the screenshot cropped to ``crop`` (by default MiniWoB's 160 x 160 area
 below the instruction bar, pixel for pixel: 40 px buttons keep legible labels) plus three history
 planes (trainer.policies.pixel_inputs says why the history is drawn in rather than remembered):
-every earlier pointer action's cell, the last one's, and a strip of counts. Three stride-2
-convolutions give one feature per grid cell; the instruction and the counts modulate them (FiLM),
-so one policy serves several tasks and knows what it already did.
+every earlier pointer action's cell, the last one's, and a strip of counts; with ``ground``, one
+more plane holds where each instruction word is written on the screenshot
+(trainer.policies.pixel_ground). Three stride-2 convolutions give one feature per grid cell; a
+fourth, at grid resolution, also sees the grounding maps weighed per word (which words to look
+for is learnt from the word, its neighbours and the history) and, with ``coords``, each cell's
+row and column (which "2nd textbox" is needs where, not only what). The instruction and the
+counts modulate the features (FiLM), so one policy serves several tasks and knows what it
+already did.
 
 Action heads, each factor a categorical, the action's log-prob the sum of its factors':
 - ``type``: which action type (a subset of the unified action space, ``action_types``);
@@ -37,6 +42,7 @@ from torch import nn
 from infra.policy import Decision, PolicyInput, register_policy
 from schemas import actions as A
 from schemas.blobs import BlobNotFound
+from trainer.policies.pixel_ground import match_maps, word_features
 from trainer.policies.pixel_inputs import (
     history_summary, pointer_planes, span_mask, span_text, summary_size, token_features, token_spans, tokenize,
 )
@@ -49,6 +55,7 @@ ARG_TYPES = ("type", "hotkey")
 # finite "impossible": -inf would turn the masked-out branch's gradient into NaN
 NEG = -1e9
 HISTORY_PLANES = 3  # earlier pointer cells, the last pointer cell, the counts (first bytes of the plane)
+SHARPEN = 20.0  # a word's best-matching cell against the rest: exp(SHARPEN * (match - best match))
 
 # the heads the multi-step MiniWoB suites need (producers.suites names them per suite)
 MULTI_STEP_ACTIONS = ["click", "type", "press_enter", "scroll", "finished"]
@@ -68,6 +75,12 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "max_span": 8,               # longest copied span, in tokens
     "keys": ["tab", "backspace", "escape", "space"],  # what a hotkey action can press
     "scroll_directions": ["up", "down"],
+    "ground": False,             # per-word text matching maps (trainer.policies.pixel_ground)
+    "ground_words": 16,          # instruction words matched
+    "ground_font": "Arial",      # the page's CSS font family (MiniWoB's core.css), resolved by fontconfig
+    "ground_sizes": [10, 13],    # px: MiniWoB's 10 px text, Chromium's 13.33 px buttons
+    "ground_dim": 4,             # channels the weighed maps give the grid-level convolution
+    "coords": False,             # each cell's row and column as two more channels there
     "seed": 0,                   # initial weights
 }
 
@@ -90,16 +103,22 @@ class PixelPolicy(nn.Module):
         self.n_summary = summary_size(len(self.types), self.max_tokens)
         if self.n_summary > self.side ** 2:
             raise ValueError(f"history summary ({self.n_summary}) does not fit a {self.side} px plane: fewer max_tokens")
+        self.ground, self.n_words = bool(cfg["ground"]), int(cfg["ground_words"])
+        if self.ground and self.n_words * self.grid ** 2 > self.side ** 2:
+            raise ValueError(f"{self.n_words} grounding maps do not fit a {self.side} px plane: fewer ground_words")
         c_img = 1 if cfg["grayscale"] else 3
+        self.n_image = c_img + 2  # the screenshot and the two pointer planes: the convolutions' input
         c1, c2, c3 = cfg["channels"]
         e = int(cfg["embed_dim"])
+        g = int(cfg["ground_dim"]) if self.ground else 0
+        grid_in = c3 + g + (2 if cfg["coords"] else 0)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(cfg["seed"]))
             self.convs = nn.ModuleList([
                 nn.Conv2d(c_img + 2, c1, 5, stride=2, padding=2),
                 nn.Conv2d(c1, c2, 3, stride=2, padding=1),
                 nn.Conv2d(c2, c3, 3, stride=2, padding=1),
-                nn.Conv2d(c3, c3, 3, stride=1, padding=1),
+                nn.Conv2d(grid_in, c3, 3, stride=1, padding=1),
             ])
             self.embed = nn.EmbeddingBag(int(cfg["embed_buckets"]), e, mode="mean")
             self.history = nn.Linear(self.n_summary, e)
@@ -125,6 +144,14 @@ class PixelPolicy(nn.Module):
                 self.len_embed = nn.Embedding(self.max_span, e)
                 self.end_out = nn.Linear(e, 1)
                 heads += [self.start_out, self.end_out]
+            if self.ground:  # per word and map kind (raw, sharpened, its row): its weight in each channel
+                buckets = int(cfg["embed_buckets"])
+                self.word_embed = nn.ModuleList([nn.Embedding(buckets, e) for _ in range(3)])  # word, before, after
+                self.word_pos = nn.Embedding(self.n_words, e)
+                self.word_flags = nn.Linear(3, e)
+                self.word_query = nn.Linear(2 * e, e)
+                self.word_out = nn.Linear(e, 3 * g)
+                heads.append(self.word_out)
             # start uniform over cells, types and arguments: exploration comes from the policy
             for head in heads:
                 nn.init.zeros_(head.weight)
@@ -137,9 +164,10 @@ class PixelPolicy(nn.Module):
 
     # ------------------------------------------------------------ inputs
 
-    def preprocess(self, image: np.ndarray, history: Sequence[Any] = ()) -> torch.Tensor:
-        """H x W x 3 uint8 screenshot + earlier steps -> [C + 3, 8G, 8G] uint8: the cropped
-        screenshot, then the history planes. The instruction of typed texts is the steps' own."""
+    def preprocess(self, image: np.ndarray, history: Sequence[Any] = (), instruction: str = "") -> torch.Tensor:
+        """H x W x 3 uint8 screenshot + earlier steps (+ the instruction, for ``ground``) ->
+        [C + 3 (+ 1), 8G, 8G] uint8: the cropped screenshot, the pointer planes, the grounding
+        plane, the counts. Without ``instruction`` the history's is used."""
         h, w = image.shape[:2]
         x0, y0, x1, y1 = self.cfg["crop"]
         img = Image.fromarray(np.ascontiguousarray(image[..., :3]))
@@ -147,11 +175,17 @@ class PixelPolicy(nn.Module):
         img = img.convert("L" if self.cfg["grayscale"] else "RGB").resize((self.side, self.side), Image.BILINEAR)
         arr = np.asarray(img, dtype=np.uint8)
         arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
-        instruction = history[-1].observation.instruction if history else ""
+        instruction = instruction or (history[-1].observation.instruction if history else "")
         strip = np.zeros((1, self.side * self.side), dtype=np.uint8)
         strip[0, :self.n_summary] = history_summary(history, self.types, instruction, self.max_tokens, self.max_span)
-        planes = pointer_planes(history, self._cell_of, self.grid, self.side)
-        return torch.from_numpy(np.concatenate([arr, planes, strip.reshape(1, self.side, self.side)]))
+        parts = [arr, pointer_planes(history, self._cell_of, self.grid, self.side)]
+        if self.ground:
+            maps = np.zeros((1, self.side * self.side), dtype=np.uint8)
+            gray = arr[0] if arr.shape[0] == 1 else np.asarray(img.convert("L"), dtype=np.uint8)
+            found = match_maps(gray, instruction, self.n_words, self.grid, self.cfg["ground_font"], self.cfg["ground_sizes"])
+            maps[0, :found.size] = found.ravel()
+            parts.append(maps.reshape(1, self.side, self.side))
+        return torch.from_numpy(np.concatenate(parts + [strip.reshape(1, self.side, self.side)]))
 
     def step_inputs(self, traj: Any, store: Any) -> list[torch.Tensor]:
         """Each step of ``traj`` as ``act`` saw it (screenshot from ``store`` + earlier steps).
@@ -163,7 +197,7 @@ class PixelPolicy(nn.Module):
                 raise ValueError(f"step {step.step_index}: pixel policy cannot score action {step.action!r}")
             png = store.get(step.observation.screenshot.sha256)
             image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
-            out.append(self.preprocess(image, traj.steps[:i]))
+            out.append(self.preprocess(image, traj.steps[:i], step.observation.instruction))
         return out
 
     def bootstrap_input(self, traj: Any, store: Any) -> torch.Tensor | None:
@@ -176,7 +210,8 @@ class PixelPolicy(nn.Module):
             png = store.get(last.next_screenshot_sha256)
         except BlobNotFound:
             return None
-        return self.preprocess(np.asarray(Image.open(io.BytesIO(png)).convert("RGB")), traj.steps)
+        return self.preprocess(np.asarray(Image.open(io.BytesIO(png)).convert("RGB")), traj.steps,
+                               last.observation.instruction)
 
     def values(self, obs: torch.Tensor, instructions: list[str]) -> torch.Tensor:
         """V(s) [N] of preprocessed inputs."""
@@ -191,12 +226,21 @@ class PixelPolicy(nn.Module):
         """obs [N, C + 3, 8G, 8G] uint8 -> logits of every head and the value [N]:
         type [N, K], cells [N, P, G*G], direction [N, D], key [N, Keys], start [N, L], length [N, L, M]."""
         summary = obs[:, -1].flatten(1)[:, :self.n_summary].to(torch.float32)
-        h = obs[:, :-1].to(torch.float32) / 255.0
-        for conv in self.convs:
+        h = obs[:, :self.n_image].to(torch.float32) / 255.0
+        for conv in self.convs[:-1]:
             h = F.relu(conv(h))
         emb = self.embed(*self._tokens(instructions))
         hist = F.relu(self.history(torch.log1p(summary)))
-        gamma, beta = self.film(torch.cat([emb, hist], -1)).chunk(2, dim=-1)
+        context = torch.cat([emb, hist], -1)
+        extra = [h]
+        if self.ground:
+            extra.append(self._grounded(obs[:, self.n_image], instructions, context))
+        if self.cfg["coords"]:
+            ramp = torch.linspace(-1.0, 1.0, self.grid)
+            extra += [ramp.view(1, 1, -1, 1).expand(len(obs), 1, self.grid, self.grid),
+                      ramp.view(1, 1, 1, -1).expand(len(obs), 1, self.grid, self.grid)]
+        h = F.relu(self.convs[-1](torch.cat(extra, 1)))
+        gamma, beta = self.film(context).chunk(2, dim=-1)
         h = F.relu(h * (1 + gamma[:, :, None, None]) + beta[:, :, None, None])
         pooled = torch.cat([h.mean(dim=(2, 3)), h.amax(dim=(2, 3)), emb, hist], dim=-1)
         out = {"type": self.type_head(pooled), "cells": self.loc_head(h).flatten(2),
@@ -208,6 +252,24 @@ class PixelPolicy(nn.Module):
         if "type" in self.types:
             out["start"], out["length"] = self._span_logits(pooled, instructions, summary)
         return out
+
+    def _grounded(self, plane: torch.Tensor, instructions: list[str], context: torch.Tensor) -> torch.Tensor:
+        """The grounding plane [N, 8G, 8G] -> [N, ground_dim, G, G]: per channel, a weighed sum
+        over words of each word's match map, its sharpened map (1 at the word's best cell) and
+        that map's row maxima (the whole line of the word: a checkbox sits left of its label)."""
+        n, k, cells = len(plane), self.n_words, self.grid ** 2
+        maps = plane.flatten(1)[:, :k * cells].to(torch.float32).view(n, k, cells) / 255.0
+        sharp = torch.exp(SHARPEN * (maps - maps.amax(-1, keepdim=True)))
+        feats = [word_features(s, k, int(self.cfg["embed_buckets"])) for s in instructions]
+        ids = torch.from_numpy(np.stack([f[0] for f in feats]))  # [N, k, 3]
+        flags = torch.from_numpy(np.stack([f[1] for f in feats]))  # [N, k, 3]
+        tok = sum(embed(ids[..., j]) for j, embed in enumerate(self.word_embed))
+        tok = tok + self.word_pos.weight + self.word_flags(flags) + self.word_query(context).unsqueeze(1)
+        weight = self.word_out(torch.tanh(tok)) * flags[..., 2:]  # [N, k, 3 * dim]; no word, no weight
+        weight = weight.view(n, k, -1, 3)
+        row = sharp.view(n, k, self.grid, self.grid).amax(-1, keepdim=True).expand(-1, -1, -1, self.grid)
+        out = torch.einsum("nkdc,nkcg->ndg", weight, torch.stack([maps, sharp, row.reshape(n, k, cells)], 2))
+        return out.view(n, -1, self.grid, self.grid)
 
     def _span_logits(self, pooled: torch.Tensor, instructions: list[str], summary: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -349,7 +411,7 @@ class PixelPolicy(nn.Module):
     def act(self, inputs: list[PolicyInput], greedy: bool = False) -> list[Decision]:
         if not inputs:
             return []
-        obs = torch.stack([self.preprocess(i.image, i.history) for i in inputs])
+        obs = torch.stack([self.preprocess(i.image, i.history, i.instruction) for i in inputs])
         return self.decide(obs, [i.instruction for i in inputs], greedy)
 
     @torch.no_grad()

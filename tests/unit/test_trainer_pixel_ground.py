@@ -1,0 +1,135 @@
+"""Text grounding for the pixel policy: each instruction word's match map peaks where the word is
+written in the page's font; a grounded policy scores its own actions exactly; and it learns to
+click a random string named by the instruction, which the hashed-word policy cannot."""
+
+import random
+import string
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageDraw, ImageFont
+
+from infra.policy import PolicyInput, build_policy
+from schemas import actions as A
+from schemas.events import BlobRef, Observation, Step
+from trainer.bc import Examples, bc_train
+from trainer.policies.pixel_ground import font_file, match_maps, word_features, words
+
+FONT = font_file("Arial")
+needs_font = pytest.mark.skipif(FONT is None, reason="fontconfig (fc-match) or a font for Arial is not installed")
+GROUNDED = {"action_types": ["click", "type", "finished"], "ground": True, "coords": True}
+
+
+def screen(labels, size=10):
+    """A 160 x 210 MiniWoB-like screenshot: a yellow instruction bar, then ``labels`` {text: (x, y)}
+    in task-area pixels; returns the RGB array."""
+    img = Image.new("RGB", (160, 210), "white")
+    draw = ImageDraw.Draw(img)
+    draw.rectangle((0, 0, 159, 49), fill=(255, 255, 0))
+    font = ImageFont.truetype(FONT, size)
+    for text, (x, y) in labels.items():
+        draw.text((x, 50 + y), text, font=font, fill="black")
+    return np.asarray(img)
+
+
+def centre_cell(text, x, y, size=10, grid=20):
+    left, top, right, bottom = ImageFont.truetype(FONT, size).getbbox(text)
+    cx, cy = x + (left + right) / 2, y + (top + bottom) / 2
+    return int(cy // 8) * grid + int(cx // 8)
+
+
+@needs_font
+def test_each_word_peaks_where_it_is_written():
+    labels = {"gHF2pKy": (30, 20), "AU": (30, 60), "Submit": (90, 120)}
+    gray = np.asarray(Image.fromarray(screen(labels)).convert("L"))[50:]
+    instruction = "Select AU, gHF2pKy and click Submit."
+    maps = match_maps(gray, instruction, 8, 20, "Arial", [10, 13])
+    spans = words(instruction, 8)
+    assert [instruction[a:b] for a, b in spans] == ["Select", "AU", "gHF2pKy", "and", "click", "Submit"]
+    for text, (x, y) in labels.items():
+        row = maps[[instruction[a:b] for a, b in spans].index(text)]
+        assert int(row.argmax()) == centre_cell(text, x, y), text
+        assert row.max() > 0.9 * 255
+    absent = maps[0]  # "Select" is not on the screen
+    assert absent.max() < 0.75 * 255
+    assert not maps[len(spans):].any()  # no word, no map
+
+
+@needs_font
+def test_blank_screen_and_empty_instruction_give_empty_maps():
+    blank = np.full((160, 160), 255, dtype=np.uint8)
+    assert not match_maps(blank, "Click on the ok button.", 8, 20, "Arial", [10, 13]).any()
+    assert not match_maps(blank, "", 8, 20, "Arial", [10, 13]).any()
+
+
+def test_word_features_carry_neighbours_and_quotes():
+    ids, flags = word_features('Click on the "ok" button.', 6, 4096)
+    assert flags[:5, 2].all() and not flags[5:].any()
+    assert flags[3, 0] == 1 and flags[3, 1] == 1 and flags[2, 0] == 0
+    assert ids[3, 1] == ids[2, 0] and ids[3, 2] == ids[4, 0] and ids[0, 1] == 0 and ids[4, 2] == 0
+
+
+@needs_font
+@pytest.mark.parametrize("name", ["click", "type", "finished"])
+def test_grounded_policy_reproduces_its_logprob(name):
+    torch.manual_seed(0)
+    policy = build_policy("pixel", "p", {**GROUNDED, "seed": 2})
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+        policy.type_head.bias.zero_()
+        policy.type_head.weight.zero_()
+        policy.type_head.bias[policy.types.index(name)] = 30.0
+    instruction = 'Enter "AU" and click Submit.'
+    ref = BlobRef(sha256="0" * 64, uri="file:///blob", media_type="image/png", width=160, height=210)
+    earlier = Step(episode_id="e", ts=1.0, step_index=0, started_at=1.0, action=A.Click(x=0.3, y=0.5),
+                   observation=Observation(screenshot=ref, screen_width=160, screen_height=210, instruction=instruction),
+                   policy="p", policy_version=0, logprob=0.0)
+    inputs = [PolicyInput(screen({"AU": (10 + 20 * k, 30 + 10 * k)}), instruction, 160, 210,
+                          history=[earlier] if k % 2 else []) for k in range(6)]
+    decisions = policy.act(inputs)
+    obs = torch.stack([policy.preprocess(i.image, i.history, i.instruction) for i in inputs])
+    assert obs.shape[1] == policy.n_image + 2  # screenshot + pointer planes, grounding, counts
+    assert obs[:, policy.n_image].any()
+    logprob, value, _ = policy.evaluate(obs, [i.instruction for i in inputs], [d.action for d in decisions])
+    torch.testing.assert_close(logprob, torch.tensor([d.logprob for d in decisions]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(value, torch.tensor([d.value for d in decisions]), atol=1e-5, rtol=0)
+    logprob.sum().backward()
+    if name == "click":  # the click's location depends on the grounding weights
+        assert policy.word_out.weight.grad.abs().sum() > 0
+
+
+def _task(rng):
+    """Two checkboxes labelled with random strings on random rows; the instruction names one and
+    the demonstration clicks its box, left of the label: (image, instruction, target cell)."""
+    names = ["".join(rng.choice(string.ascii_letters) for _ in range(rng.randint(2, 7))) for _ in range(2)]
+    rows = rng.sample(range(5, 130, 14), 2)
+    labels = {n: (rng.randint(20, 60), r) for n, r in zip(names, rows)}
+    image = Image.fromarray(screen(labels))
+    for r in rows:
+        ImageDraw.Draw(image).rectangle((4, 50 + r, 11, 50 + r + 7), outline="black")
+    target = rng.randrange(2)
+    return np.asarray(image), f"Select {names[target]} and click Submit.", (rows[target] + 4) // 8 * 20
+
+
+@needs_font
+def test_grounding_lets_behaviour_cloning_click_the_box_of_the_named_random_string():
+    rng = random.Random(0)
+    train, test = [_task(rng) for _ in range(160)], [_task(rng) for _ in range(60)]
+    hits = {}
+    for grounded in (False, True):
+        torch.manual_seed(0)
+        policy = build_policy("pixel", "p", {"action_types": ["click"], "ground": grounded, "channels": [4, 8, 16]})
+
+        def click(cell):
+            x, y = policy._cell_centre(cell)
+            return A.Click(x=x, y=y)
+
+        obs = torch.stack([policy.preprocess(img, (), ins) for img, ins, _ in train])
+        bc_train(policy, Examples(obs, [t[1] for t in train], [click(t[2]) for t in train], ["t"] * len(train)), 15, 1e-2, 32)
+        decisions = policy.act([PolicyInput(img, ins, 160, 210) for img, ins, _ in test], greedy=True)
+        # on the named label's box: its cell or a horizontal neighbour
+        hits[grounded] = np.mean([abs(policy._cell_of(d.action) - cell) <= 1 for d, (_, _, cell) in zip(decisions, test)])
+    assert hits[True] >= 0.85, hits
+    assert hits[False] <= 0.6, hits

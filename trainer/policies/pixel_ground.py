@@ -1,0 +1,129 @@
+"""Text grounding for the pixel policy: where on the screenshot each instruction word is written.
+
+Why: several suite tasks name their target by a string the policy must find on screen
+(click-option's and click-checkboxes' labels are random strings such as "gHF2pKy";
+click-button's are button captions). A hashed word embedding cannot tell what a random string
+looks like, and a CNN trained from scratch for minutes does not learn to read. A pretrained VLM
+reads the screen (UI-TARS); this small policy gets a fixed, parameter-free stand-in instead: each
+instruction word is rendered with the page's font (the file fontconfig picks for ``font``, as
+Chromium does for MiniWoB's ``font-family: Arial``) at a few pixel sizes (10 px labels, 13 px
+buttons) and matched against the screenshot by normalised cross-correlation. The policy still
+sees only pixels and the instruction's text; it learns which words to look for and what to do
+where they are (trainer.policies.pixel weighs the maps per word).
+
+Output: uint8 [tokens, G*G], per word the best match whose centre lies in each grid cell
+(NCC clipped to [0, 1], times 255). Deterministic for a given font file: ``evaluate`` sees what
+``act`` saw. A machine without fontconfig or the font gets all-zero maps and a warning once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import shutil
+import subprocess
+import zlib
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+log = logging.getLogger(__name__)
+_WORD = re.compile(r"-?\w+")  # "-3": use-spinner's negative targets keep their sign
+MIN_STD = 0.05  # a window this flat (ink std, 0..1) has no text to match: NCC 0 there
+
+
+def words(instruction: str, k: int) -> list[tuple[int, int]]:
+    """Character spans of the instruction's first ``k`` words (letters, digits, underscores; a
+    leading minus sign stays with its number)."""
+    return [m.span() for m in _WORD.finditer(instruction)][:k]
+
+
+def word_features(instruction: str, k: int, buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per word: hashed ids [k, 3] (the word, the one before, the one after; 0 = none) and flags
+    [k, 3] (a quote just before, just after, a real word). Neighbours matter because a random
+    string's own id says nothing: "Select X and" does."""
+    spans = words(instruction, k)
+    ids = np.zeros((k, 3), dtype=np.int64)
+    flags = np.zeros((k, 3), dtype=np.float32)
+    hashed = [1 + zlib.crc32(instruction[a:b].lower().encode()) % (buckets - 1) for a, b in spans]
+    for i, (a, b) in enumerate(spans):
+        ids[i] = (hashed[i], hashed[i - 1] if i else 0, hashed[i + 1] if i + 1 < len(spans) else 0)
+        flags[i] = (instruction[:a].rstrip()[-1:] in "\"'", instruction[b:].lstrip()[:1] in "\"'", 1.0)
+    return ids, flags
+
+
+@functools.lru_cache(maxsize=8)
+def font_file(family: str) -> str | None:
+    """The font file fontconfig resolves ``family`` to (Chromium resolves CSS families the same
+    way on Linux); None without fontconfig."""
+    if shutil.which("fc-match") is None:
+        log.warning("fc-match not found: text grounding maps are empty (install fontconfig)")
+        return None
+    out = subprocess.run(["fc-match", "-f", "%{file}", family], capture_output=True, text=True, timeout=10)
+    return out.stdout.strip() or None
+
+
+@functools.lru_cache(maxsize=4096)
+def template(word: str, path: str, size: int) -> np.ndarray:
+    """``word`` rendered in ``path`` at ``size`` px: ink in [0, 1], tightly cropped plus 1 px."""
+    font = ImageFont.truetype(path, size)
+    left, top, right, bottom = font.getbbox(word)
+    img = Image.new("L", (right - left + 2, bottom - top + 2), 255)
+    ImageDraw.Draw(img).text((1 - left, 1 - top), word, font=font, fill=0)
+    return (255 - np.asarray(img, dtype=np.float64)) / 255.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _kernel(word: str, path: str, size: int, side: int) -> tuple[np.ndarray, int, int, float] | None:
+    """The zero-mean template's spectrum at ``side`` x ``side`` (flipped: a product is a
+    correlation), its height, width and norm; None when it does not fit or has no ink."""
+    t = template(word, path, size)
+    th, tw = t.shape
+    t0 = t - t.mean()
+    norm = float(np.sqrt((t0 * t0).sum()))
+    if th > side or tw > side or norm == 0:
+        return None
+    return np.fft.rfft2(t0[::-1, ::-1], s=(side, side)), th, tw, norm
+
+
+def _box_sums(integral: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Sums over every h x w window (top-left indexed) from an integral image with a zero row/col."""
+    return integral[h:, w:] - integral[:-h, w:] - integral[h:, :-w] + integral[:-h, :-w]
+
+
+def match_maps(gray: np.ndarray, instruction: str, k: int, grid: int, family: str, sizes: list[int]) -> np.ndarray:
+    """uint8 [k, grid*grid]: per instruction word (first k), the best NCC in each cell of the
+    ``gray`` [S, S] uint8 image (S = 8 * grid), over ``sizes``. Rows past the last word are 0."""
+    side = gray.shape[0]
+    out = np.zeros((k, grid * grid), dtype=np.uint8)
+    path = font_file(family)
+    spans = words(instruction, k)
+    if path is None or not spans:
+        return out
+    ink = (255.0 - gray.astype(np.float64)) / 255.0
+    integral = np.pad(ink, ((1, 0), (1, 0))).cumsum(0).cumsum(1)
+    integral2 = np.pad(ink * ink, ((1, 0), (1, 0))).cumsum(0).cumsum(1)
+    spectrum = np.fft.rfft2(ink)  # numpy's FFT: single-threaded, no contention with torch's pool
+    cell = side // grid
+    for i, (a, b) in enumerate(spans):
+        best = np.zeros((side, side))
+        for size in sizes:
+            kernel = _kernel(instruction[a:b], path, size, side)
+            if kernel is None:
+                continue
+            spec, th, tw, norm = kernel
+            # circular correlation by FFT; the positions where the word fits whole do not wrap:
+            # corr[y + th - 1, x + tw - 1] = sum t0[u, v] * ink[y + u, x + v]
+            full = np.fft.irfft2(spectrum * spec, s=(side, side))
+            num = full[th - 1:, tw - 1:]  # valid top-left positions
+            n = th * tw
+            s1, s2 = _box_sums(integral, th, tw), _box_sums(integral2, th, tw)
+            var = np.maximum(s2 - s1 * s1 / n, 0.0)
+            ncc = np.where(var > n * MIN_STD ** 2, num / (norm * np.sqrt(np.maximum(var, 1e-12))), 0.0)
+            y0, x0 = th // 2, tw // 2  # the word's centre
+            region = best[y0:y0 + ncc.shape[0], x0:x0 + ncc.shape[1]]
+            np.maximum(region, ncc, out=region)
+        pooled = best.reshape(grid, cell, grid, cell).max(axis=(1, 3))
+        out[i] = np.round(np.clip(pooled, 0.0, 1.0) * 255).astype(np.uint8).ravel()
+    return out
