@@ -72,13 +72,18 @@ def select_demos(records: Iterable[ScoredTrajectory], tasks: list[str], per_task
     return [by_task[name][eid] for name in tasks for eid in sorted(by_task[name])[:per_task]]
 
 
-def examples(policy, demos: list[ScoredTrajectory], store: BlobStore) -> Examples:
-    """Every step of every demonstration the policy can represent, with its history."""
+def examples(policy, demos: list[ScoredTrajectory], store: BlobStore,
+             cache: dict[str, list[torch.Tensor]] | None = None) -> Examples:
+    """Every step of every demonstration the policy can represent, with its history. ``cache``
+    (episode id -> step inputs, for this policy's preprocessing) spares a repeated call reading
+    and preprocessing the screenshots again; it is left holding this call's episodes only."""
     obs, instructions, actions, tasks, skipped = [], [], [], [], Counter()
+    kept: dict[str, list[torch.Tensor]] = {}
     for s in demos:
         t = s.trajectory
+        inputs = cache.get(t.episode_id) if cache is not None else None
         try:
-            inputs = policy.step_inputs(t, store)
+            inputs = inputs if inputs is not None else policy.step_inputs(t, store)
         except ValueError as exc:  # an action outside this policy's heads: not for this policy
             skipped[f"unrepresentable:{t.task.name}"] += 1
             log.debug("skipping %s: %s", t.episode_id, exc)
@@ -86,10 +91,14 @@ def examples(policy, demos: list[ScoredTrajectory], store: BlobStore) -> Example
         except BlobNotFound:
             skipped["screenshot_missing"] += 1
             continue
+        kept[t.episode_id] = inputs
         obs += inputs
         instructions += [st.observation.instruction for st in t.steps]
         actions += [st.action for st in t.steps]
         tasks += [t.task.name] * len(t.steps)
+    if cache is not None:
+        cache.clear()
+        cache.update(kept)
     if not obs:
         raise ConfigError(f"no demonstration this policy can learn from (skipped: {dict(skipped) or 'none found'})")
     return Examples(torch.stack(obs), instructions, actions, tasks, skipped)

@@ -80,9 +80,11 @@ def fine_tune(policy, data, epochs: int, lr: float, minibatch_size: int, seed: i
 
 
 def rft_round(policy, settings, store: BlobStore, policy_name: str, per_task: int, epochs: int, lr: float,
-              seed: int, scorer: str = "rule-v1", read_timeout_s: float = 120.0) -> dict[str, float]:
+              seed: int, scorer: str = "rule-v1", read_timeout_s: float = 120.0, cache: dict | None = None
+              ) -> dict[str, float]:
     """One round on the current snapshot of flywheel.sft.v1; -> its metrics (empty when there
-    was nothing to learn from). Raises what reading the topic raises (the caller decides)."""
+    was nothing to learn from). Raises what reading the topic raises (the caller decides).
+    ``cache`` carries the chosen trajectories' step inputs from one round to the next."""
     from infra.config import ConfigError
     from trainer.bc import examples, read_sft
     from trainer.bc_config import KIND_DEFAULTS
@@ -93,7 +95,7 @@ def rft_round(policy, settings, store: BlobStore, policy_name: str, per_task: in
         log.info("RFT: no successful trajectory of %s on the sft topic yet", policy_name)
         return {}
     try:
-        data = examples(policy, chosen, store)
+        data = examples(policy, chosen, store, cache)
     except ConfigError as exc:  # none representable (another action space) or every screenshot gone
         log.warning("RFT skipped: %s", exc)
         return {}

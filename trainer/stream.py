@@ -199,6 +199,7 @@ class PPOLearner:
         self.criterion = ppo.ValuePretrainCriterion(cfg.value_pretrain_min_ev, cfg.value_pretrain_rel_tol,
                                                     cfg.value_pretrain_patience, cfg.value_pretrain_max_batches)
         self.reference = None  # the KL anchor, loaded at the first update (v0 of a fresh start is announced by then)
+        self.rft_inputs: dict = {}  # RFT rounds' step inputs by episode id: preprocessed once, not every round
         self.pool: list[EpisodeSample] = []
         self.metrics: dict[str, float] | None = None  # the last update's, published once committed
         self.started, self.busy = time.monotonic(), 0.0
@@ -332,7 +333,8 @@ class PPOLearner:
         cfg = self.cfg
         try:
             return rft_round(self.policy, self.settings, self.store, cfg.policy_name, cfg.rft_per_task, cfg.rft_epochs,
-                             cfg.rft_lr, seed=cfg.seed + extra["ppo_updates"], scorer=cfg.scorer)
+                             cfg.rft_lr, seed=cfg.seed + extra["ppo_updates"], scorer=cfg.scorer,
+                             cache=self.rft_inputs)
         except Exception as exc:  # noqa: BLE001 - a failed round must not stop PPO (it would fail again on restart)
             self._count("rft_failed")
             log.warning("RFT round after PPO update %d failed, PPO goes on without it: %s", extra["ppo_updates"], exc)

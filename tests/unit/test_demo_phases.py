@@ -235,3 +235,11 @@ def test_rft_rounds_are_on_for_the_cloned_pixel_policy_by_default():
         DemoConfig(rft_every=-2).validate()
     with pytest.raises(UserError):
         DemoConfig(rft_every=2, policy_kind="lm").validate()
+
+
+def test_the_demo_passes_policy_overrides_and_refuses_non_objects():
+    assert DemoConfig(policy_config='{"ground": false}').validate().policy_overrides() == {"ground": False}
+    assert DemoConfig().policy_overrides() == {}
+    for bad in ("[1]", "{ground", '"x"'):
+        with pytest.raises(UserError, match="policy-config"):
+            DemoConfig(policy_config=bad).validate()

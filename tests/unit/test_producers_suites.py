@@ -5,7 +5,7 @@ import pytest
 
 from infra.errors import UserError
 from producers import scripted
-from producers.suites import SUITES, expand, get_suite
+from producers.suites import SUITES, expand, get_suite, pixel_config
 from producers.tasks import build_tasks, known_tasks
 
 # steps of each default task's scripted solution (min, max), measured in the browser by
@@ -37,7 +37,13 @@ def test_every_suite_fits_the_pixel_policy():
     from infra.policy import build_policy
 
     for suite in SUITES.values():
-        build_policy("pixel", "p", {"action_types": list(suite.action_types)})
+        policy = build_policy("pixel", "p", pixel_config(suite.action_types))
+        assert policy.ground and policy.cfg["coords"] and policy.cfg["ground_font"] == "Arial"
+
+
+def test_pixel_config_overrides_come_last():
+    assert pixel_config(("click",), {"ground": False})["ground"] is False
+    assert pixel_config(("click",), {"action_types": ["type"]})["action_types"] == ["type"]
 
 
 def test_suite_names_expand_and_single_tasks_still_run():

@@ -71,6 +71,27 @@ def test_fine_tuning_on_the_rounds_successes_raises_their_likelihood(tmp_path):
     assert np.mean(hits) >= 0.5, hits  # random clicking on 8 x 8 cells hits about 1 time in 15
 
 
+def test_step_inputs_are_preprocessed_once_across_rounds(tmp_path):
+    import torch
+
+    from infra.policy import build_policy
+    from trainer.bc import examples
+
+    store, rng = BlobStore(str(tmp_path)), np.random.default_rng(2)
+    records = [scored(store, rng, f"o{k}", "p") for k in range(4)]
+    policy = build_policy("pixel", "p", {"grid": 8, "channels": [4, 8, 8]})
+    calls = []
+    step_inputs = policy.step_inputs
+    policy.step_inputs = lambda t, s: calls.append(t.episode_id) or step_inputs(t, s)
+    cache: dict = {}
+    first = examples(policy, records[:3], store, cache)
+    again = examples(policy, records[1:], store, cache)
+    assert calls == ["o0", "o1", "o2", "o3"]  # o1 and o2 came from the cache
+    assert sorted(cache) == ["o1", "o2", "o3"]  # only the latest call's episodes are kept
+    torch.testing.assert_close(again.obs[:2], first.obs[1:])
+    torch.testing.assert_close(again.obs, examples(policy, records[1:], store).obs)
+
+
 @pytest.mark.parametrize("changes", [{"rft_every": 4, "policy_kind": "lm"}, {"rft_every": 4, "nproc_per_node": 2},
                                      {"rft_every": -1}, {"rft_every": 4, "rft_epochs": 0}, {"rft_lr": 0.0}])
 def test_rft_settings_it_cannot_honour_are_refused(changes):
