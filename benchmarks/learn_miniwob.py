@@ -181,7 +181,7 @@ async def run(args, cfg: TrainConfig) -> dict:
             act_s += tb - ta
             for k, ((img, instr), d, (reward, success)) in enumerate(zip(obs, decisions, results)):
                 recent[names[k]].append(1.0 if success else 0.0)
-                pool.append(EpisodeSample(f"e{episodes + k}", [policy.preprocess(img)], [instr],
+                pool.append(EpisodeSample(f"e{episodes + k}", [policy.preprocess(img, (), instr)], [instr],
                                           [d.action], [d.logprob], [reward], actor.version))
             episodes += len(names)
             for t in tasks:

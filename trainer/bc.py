@@ -49,7 +49,7 @@ STAGE = "bc"
 
 @dataclass
 class Examples:
-    """Every demonstrated step, as the policy sees it: obs [N, C + 3, 8G, 8G] uint8 and N of the rest."""
+    """Every demonstrated step, as the policy sees it: obs [N, C + 3 (+ 1), 8G, 8G] uint8 and N of the rest."""
 
     obs: torch.Tensor
     instructions: list[str]

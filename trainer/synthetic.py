@@ -114,7 +114,7 @@ def learn(task: str, target: float, max_episodes: int, cfg, log_every: int = 0) 
         for k, (e, d) in enumerate(zip(eps, decisions)):
             r = e.reward(d.action.x, d.action.y)
             recent.append(r)
-            samples.append(EpisodeSample(f"e{episodes + k}", [policy.preprocess(e.image)], [e.instruction],
+            samples.append(EpisodeSample(f"e{episodes + k}", [policy.preprocess(e.image, (), e.instruction)], [e.instruction],
                                          [d.action], [d.logprob], [r], policy.version))
         episodes += len(eps)
         if reached is None and len(recent) == 100 and np.mean(recent) >= target:

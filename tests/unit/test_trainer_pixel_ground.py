@@ -64,10 +64,46 @@ def test_blank_screen_and_empty_instruction_give_empty_maps():
 
 
 def test_word_features_carry_neighbours_and_quotes():
-    ids, flags = word_features('Click on the "ok" button.', 6, 4096)
+    ids, flags = word_features('Click on the "ok" button', 6, 4096)
     assert flags[:5, 2].all() and not flags[5:].any()
-    assert flags[3, 0] == 1 and flags[3, 1] == 1 and flags[2, 0] == 0
+    # the quotes next to "ok" (and to its neighbours); nothing before the first word nor after the last
+    assert flags[:5, 0].tolist() == [0, 0, 0, 1, 1] and flags[:5, 1].tolist() == [0, 0, 1, 1, 0]
     assert ids[3, 1] == ids[2, 0] and ids[3, 2] == ids[4, 0] and ids[0, 1] == 0 and ids[4, 2] == 0
+    assert [ids[k, 0] for k in range(2)] == [word_features("click On", 2, 4096)[0][k, 0] for k in range(2)]  # case-blind ids
+    assert words("Select -3 with the spinner", 8)[1] == (7, 9)  # a negative number keeps its sign
+
+
+def test_type_pointer_quote_flags_need_a_quote():
+    from trainer.policies.pixel_inputs import token_features
+
+    _, flags = token_features('Enter "bob" now', 8, 4096)
+    # tokens: Enter " bob " now; the first has nothing before it, the last nothing after it
+    assert flags[:5, 0].tolist() == [0, 0, 1, 0, 1] and flags[:5, 1].tolist() == [1, 0, 1, 0, 0]
+
+
+@needs_font
+def test_training_rebuilds_the_grounding_plane_acting_saw(tmp_path):
+    """``step_inputs`` (what PPO, BC and RFT train on) rebuilds each step from the stored
+    screenshot and the earlier steps exactly as ``act`` preprocessed it, grounding plane included."""
+    from schemas.blobs import BlobStore
+    from schemas.events import TaskSpec, Trajectory
+
+    policy = build_policy("pixel", "p", GROUNDED)
+    store, instruction = BlobStore(str(tmp_path)), "Select AU and click Submit."
+    images = [screen({"AU": (20, 30), "Submit": (20, 90)}), screen({"AU": (60, 10)})]
+    steps, seen = [], []
+    for i, (image, action) in enumerate(zip(images, [A.Click(x=0.2, y=0.4), A.Finished()])):
+        ref = store.put_image(Image.fromarray(image))
+        seen.append(policy.preprocess(image, list(steps), instruction))  # what act() builds
+        steps.append(Step(episode_id="e", ts=1.0, step_index=i, started_at=1.0, action=action, policy="p",
+                          policy_version=0, logprob=0.0, observation=Observation(
+                              screenshot=ref, screen_width=160, screen_height=210, instruction=instruction)))
+    traj = Trajectory(episode_id="e", task=TaskSpec(task_id="t", suite="miniwob", name="click-option"), sandbox="s",
+                      worker_id="w", policy="p", steps=steps, status="ended", success=True, started_at=1.0, ended_at=2.0)
+    rebuilt = policy.step_inputs(traj, store)
+    for want, got in zip(seen, rebuilt):
+        assert torch.equal(want, got)
+    assert rebuilt[0][policy.n_image].any() and not torch.equal(rebuilt[0][policy.n_image], rebuilt[1][policy.n_image])
 
 
 @needs_font

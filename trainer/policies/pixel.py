@@ -171,7 +171,8 @@ class PixelPolicy(nn.Module):
         h, w = image.shape[:2]
         x0, y0, x1, y1 = self.cfg["crop"]
         img = Image.fromarray(np.ascontiguousarray(image[..., :3]))
-        img = img.crop((round(x0 * w), round(y0 * h), round(x1 * w), round(y1 * h)))
+        box = (round(x0 * w), round(y0 * h), round(x1 * w), round(y1 * h))
+        img = img.crop(box)
         img = img.convert("L" if self.cfg["grayscale"] else "RGB").resize((self.side, self.side), Image.BILINEAR)
         arr = np.asarray(img, dtype=np.uint8)
         arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
@@ -182,7 +183,8 @@ class PixelPolicy(nn.Module):
         if self.ground:
             maps = np.zeros((1, self.side * self.side), dtype=np.uint8)
             gray = arr[0] if arr.shape[0] == 1 else np.asarray(img.convert("L"), dtype=np.uint8)
-            found = match_maps(gray, instruction, self.n_words, self.grid, self.cfg["ground_font"], self.cfg["ground_sizes"])
+            found = match_maps(gray, instruction, self.n_words, self.grid, self.cfg["ground_font"],
+                               self.cfg["ground_sizes"], scale=self.side / max(box[3] - box[1], 1))
             maps[0, :found.size] = found.ravel()
             parts.append(maps.reshape(1, self.side, self.side))
         return torch.from_numpy(np.concatenate(parts + [strip.reshape(1, self.side, self.side)]))
@@ -223,7 +225,7 @@ class PixelPolicy(nn.Module):
         return torch.tensor([t for i in ids for t in i]), offsets
 
     def forward(self, obs: torch.Tensor, instructions: list[str]) -> dict[str, torch.Tensor]:
-        """obs [N, C + 3, 8G, 8G] uint8 -> logits of every head and the value [N]:
+        """obs [N, C + 3 (+ 1 with ``ground``), 8G, 8G] uint8 -> logits of every head and the value [N]:
         type [N, K], cells [N, P, G*G], direction [N, D], key [N, Keys], start [N, L], length [N, L, M]."""
         summary = obs[:, -1].flatten(1)[:, :self.n_summary].to(torch.float32)
         h = obs[:, :self.n_image].to(torch.float32) / 255.0
@@ -416,7 +418,7 @@ class PixelPolicy(nn.Module):
 
     @torch.no_grad()
     def decide(self, obs: torch.Tensor, instructions: list[str], greedy: bool = False) -> list[Decision]:
-        """``act`` on already preprocessed inputs (obs [N, C + 3, 8G, 8G] from ``preprocess``)."""
+        """``act`` on already preprocessed inputs (obs [N, C + 3 (+ 1), 8G, 8G] from ``preprocess``)."""
         out = self(obs, instructions)
         actions = self._sample(out, instructions, greedy)
         logprob, _ = self._logprob_entropy(out, self._targets(actions, instructions))
@@ -432,7 +434,7 @@ class PixelPolicy(nn.Module):
 
     def evaluate(self, obs: torch.Tensor, instructions: list[str], actions: list[Any]
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Re-score stored actions: obs [N, C + 3, 8G, 8G] uint8 (from ``preprocess``) ->
+        """Re-score stored actions: obs [N, C + 3 (+ 1), 8G, 8G] uint8 (from ``preprocess``) ->
         (logprob [N], value [N], entropy [N]), differentiable. Every action must satisfy
         ``can_represent(action, instruction)``."""
         bad = [a for a, s in zip(actions, instructions) if not self.can_represent(a, s)]

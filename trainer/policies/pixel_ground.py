@@ -11,17 +11,20 @@ buttons) and matched against the screenshot by normalised cross-correlation. The
 sees only pixels and the instruction's text; it learns which words to look for and what to do
 where they are (trainer.policies.pixel weighs the maps per word).
 
-Output: uint8 [tokens, G*G], per word the best match whose centre lies in each grid cell
+Output: uint8 [words, G*G], per word the best match whose centre lies in each grid cell
 (NCC clipped to [0, 1], times 255). Deterministic for a given font file: ``evaluate`` sees what
-``act`` saw. A machine without fontconfig or the font gets all-zero maps and a warning once.
+``act`` saw as long as the processes that act and those that train resolve the font to the same
+file (one machine, or the same fonts installed; ``ground_font`` may also name the file itself).
+Without fontconfig the maps are all zero, with a warning. The template sizes are the page's px;
+``scale`` resizes them with the screenshot (a grid other than 20 shrinks the 160 px crop).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
-import shutil
 import subprocess
 import zlib
 
@@ -49,19 +52,29 @@ def word_features(instruction: str, k: int, buckets: int) -> tuple[np.ndarray, n
     hashed = [1 + zlib.crc32(instruction[a:b].lower().encode()) % (buckets - 1) for a, b in spans]
     for i, (a, b) in enumerate(spans):
         ids[i] = (hashed[i], hashed[i - 1] if i else 0, hashed[i + 1] if i + 1 < len(spans) else 0)
-        flags[i] = (instruction[:a].rstrip()[-1:] in "\"'", instruction[b:].lstrip()[:1] in "\"'", 1.0)
+        before, after = instruction[:a].rstrip()[-1:], instruction[b:].lstrip()[:1]
+        flags[i] = (before in ('"', "'"), after in ('"', "'"), 1.0)
     return ids, flags
 
 
 @functools.lru_cache(maxsize=8)
 def font_file(family: str) -> str | None:
-    """The font file fontconfig resolves ``family`` to (Chromium resolves CSS families the same
-    way on Linux); None without fontconfig."""
-    if shutil.which("fc-match") is None:
-        log.warning("fc-match not found: text grounding maps are empty (install fontconfig)")
+    """The font file for ``family``: itself when it is a file's path, else the file fontconfig
+    resolves it to. Chromium on Linux resolves CSS families through fontconfig too, so where
+    the family is missing both use the same substitute (here "Arial" is DejaVu Sans or
+    Liberation Sans). None, with a warning, without fontconfig."""
+    if os.path.isfile(family):
+        return family
+    try:
+        out = subprocess.run(["fc-match", "-f", "%{file}\n%{family}", family], capture_output=True, text=True,
+                             timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("fontconfig cannot resolve %r (%s): text grounding maps stay empty", family, exc)
         return None
-    out = subprocess.run(["fc-match", "-f", "%{file}", family], capture_output=True, text=True, timeout=10)
-    return out.stdout.strip() or None
+    path, _, found = out.stdout.partition("\n")
+    if family.lower() not in found.lower():
+        log.info("text grounding: %r resolves to %s (%s), the substitute the browser uses too", family, found, path)
+    return path.strip() or None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -74,7 +87,7 @@ def template(word: str, path: str, size: int) -> np.ndarray:
     return (255 - np.asarray(img, dtype=np.float64)) / 255.0
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=128)  # ~26 MB: the suites' fixed words stay; random labels come and go
 def _kernel(word: str, path: str, size: int, side: int) -> tuple[np.ndarray, int, int, float] | None:
     """The zero-mean template's spectrum at ``side`` x ``side`` (flipped: a product is a
     correlation), its height, width and norm; None when it does not fit or has no ink."""
@@ -92,9 +105,11 @@ def _box_sums(integral: np.ndarray, h: int, w: int) -> np.ndarray:
     return integral[h:, w:] - integral[:-h, w:] - integral[h:, :-w] + integral[:-h, :-w]
 
 
-def match_maps(gray: np.ndarray, instruction: str, k: int, grid: int, family: str, sizes: list[int]) -> np.ndarray:
+def match_maps(gray: np.ndarray, instruction: str, k: int, grid: int, family: str, sizes: list[int],
+               scale: float = 1.0) -> np.ndarray:
     """uint8 [k, grid*grid]: per instruction word (first k), the best NCC in each cell of the
-    ``gray`` [S, S] uint8 image (S = 8 * grid), over ``sizes``. Rows past the last word are 0."""
+    ``gray`` [S, S] uint8 image (S = 8 * grid), over ``sizes`` (page px; times ``scale``, the
+    screenshot's resize factor). Rows past the last word are 0."""
     side = gray.shape[0]
     out = np.zeros((k, grid * grid), dtype=np.uint8)
     path = font_file(family)
@@ -109,7 +124,7 @@ def match_maps(gray: np.ndarray, instruction: str, k: int, grid: int, family: st
     for i, (a, b) in enumerate(spans):
         best = np.zeros((side, side))
         for size in sizes:
-            kernel = _kernel(instruction[a:b], path, size, side)
+            kernel = _kernel(instruction[a:b], path, max(1, round(size * scale)), side)
             if kernel is None:
                 continue
             spec, th, tw, norm = kernel

@@ -67,7 +67,7 @@ def token_features(instruction: str, max_tokens: int, buckets: int) -> tuple[np.
         ids[k] = 1 + zlib.crc32(instruction[a:b].lower().encode()) % (buckets - 1)
         before = instruction[:a].rstrip()[-1:]
         after = instruction[b:].lstrip()[:1]
-        flags[k] = (before in "\"'", after in "\"'", 1.0)
+        flags[k] = (before in ('"', "'"), after in ('"', "'"), 1.0)  # not `in "\"'"`: "" is in every string
     return ids, flags
 
 
