@@ -74,6 +74,28 @@ FROM trajectories FINAL WHERE policy = {q(policy)} AND status = 'ended'
 GROUP BY task_name, t ORDER BY task_name, t"""
 
 
+def suite_mean_over_time(policy: str, t0: float, step_s: int, points: int, n: int = 100) -> str:
+    """The demo's headline figure as it stood every ``step_s`` seconds after ``t0`` (``points``
+    times): the mean over tasks of each task's success over its last ``n`` episodes ended by
+    then, with how many tasks had episodes and the fewest episodes any of them had."""
+    step = max(1, int(step_s))
+    return f"""SELECT at_s, round(avg(rate), 4) AS suite_mean, count() AS tasks, min(episodes) AS fewest_episodes
+FROM (
+    SELECT at_s, task_name, avg(success) AS rate, count() AS episodes
+    FROM (
+        SELECT at_s, task_name, success, ended_at
+        FROM (  -- FINAL first: replayed rows merged before the moments multiply them
+            SELECT task_name, toFloat64(success) AS success, ended_at FROM trajectories FINAL
+            WHERE policy = {q(policy)} AND status = 'ended'
+        ) ARRAY JOIN range({step}, {step * int(points) + 1}, {step}) AS at_s
+        WHERE toUnixTimestamp64Milli(ended_at) / 1000 <= {float(t0)!r} + at_s
+        ORDER BY ended_at DESC LIMIT {int(n)} BY at_s, task_name
+    )
+    GROUP BY at_s, task_name
+)
+GROUP BY at_s ORDER BY at_s"""
+
+
 def throughput(policy: str, bucket_s: int = 30) -> str:
     return f"""SELECT toUnixTimestamp(toStartOfInterval(ts, INTERVAL {int(bucket_s)} SECOND)) AS t,
     count() AS steps, uniqExact(episode_id) AS episodes

@@ -103,6 +103,27 @@ def plot_throughput(rows, t0: float, path: Path, bucket_s: int) -> str:
     return _save(fig, path)
 
 
+SUITE_TARGETS = (0.8, 0.9)  # the main job's: a suite mean of 0.8 within 60 minutes, 0.9 within 30
+
+
+def suite_mean_reached(rows, target: float) -> float | None:
+    """Seconds after the start at which the suite mean first reached ``target`` with every task
+    of the run counted (rows: at_s, suite_mean, tasks, fewest_episodes); None if never."""
+    every = max((r[2] for r in rows), default=0)
+    return next((float(r[0]) for r in rows if r[2] == every and r[1] >= target), None)
+
+
+def plot_suite_mean(rows, path: Path) -> str:
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.plot([r[0] / 60 for r in rows], [r[1] for r in rows], marker=".", label="mean over tasks of last-100 success")
+    for target in SUITE_TARGETS:
+        ax.axhline(target, ls=":", lw=0.8, color="grey")
+    ax.set(xlabel="minutes since start", ylabel="suite mean", ylim=(-0.02, 1.02), title="Suite mean over time")
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
 def plot_staleness(rows, path: Path) -> str:
     fig, ax = plt.subplots(figsize=(5, 3))
     ax.bar([r[0] for r in rows], [r[1] for r in rows], label="trajectories")
@@ -188,6 +209,13 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     bucket_s = bucket_seconds(run.ended_at - run.started_at)
     figure("Learning curve: success over wall-clock", Q.success_over_time(p, bucket_s),
            plot_learning_curve, t0, out_dir / "learning_curve.png", bucket_s)
+    points = max(1, int((run.ended_at - run.started_at) // bucket_s))
+    _, suite_rows = figure("Suite mean over time: each task's last 100 episodes as of that moment",
+                           Q.suite_mean_over_time(p, t0, bucket_s, points), plot_suite_mean, out_dir / "suite_mean.png")
+    reached_suite = {t: suite_mean_reached(suite_rows, t) for t in SUITE_TARGETS}
+    sections[-1] += "\n" + "\n".join(
+        f"Suite mean {t}: " + (f"first reached at {s / 60:.1f} min" if s is not None else "not reached")
+        for t, s in reached_suite.items()) + "\n"
     figure("Success, reward and steps by policy version", Q.success_by_version(p),
            plot_by_version, out_dir / "by_version.png")
     figure("Rollout throughput", Q.throughput(p, bucket_s), plot_throughput, t0, out_dir / "throughput.png", bucket_s)
@@ -218,6 +246,7 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     (out_dir / "summary.json").write_text(json.dumps({
         "run_id": run.run_id, "mode": run.mode, "policy": p, "minutes": minutes,
         "after": {t: r for t, _, r in after}, "before": {t: r[2] for t, r in before_map.items()},
-        "seconds_to_target": reached, **(extra_summary or {}),
+        "seconds_to_target": reached,
+        "suite_mean_seconds_to": {str(t): s for t, s in reached_suite.items()}, **(extra_summary or {}),
     }, indent=2, default=str))
     return path

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.app.demo_queries import last_n_success, latest_versions, success_over_time, totals
+from infra.app.demo_queries import last_n_success, latest_versions, success_over_time, suite_mean_over_time, totals
 from infra.sql_policy import SqlRefused, check, check_database
 from tests.unit.sql_attacks import ALLOWED, ATTACKS, documented_queries
 
@@ -22,7 +22,8 @@ def test_every_attack_is_refused_with_a_reason(sql):
 
 @pytest.mark.parametrize("sql", ALLOWED + documented_queries() + [last_n_success("p"), totals("p"),
                                                                  latest_versions("p"), latest_versions("p", "demo-r1."),
-                                                                 success_over_time("p", 10)])
+                                                                 success_over_time("p", 10),
+                                                                 suite_mean_over_time("p", 1.7e9, 30, 4)])
 def test_reads_of_the_flywheel_data_pass(sql):
     assert check(sql)
 
