@@ -365,19 +365,21 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
         print("stopping: rollout workers, then the stream processors, trainer and sink", flush=True)
         for child in reversed(children):
             child.stop(grace=60 if child.name == "sink" else 30)
-    from infra.app.report import RunInfo, write_report
+    try:  # whatever the report does, the broker this run started is stopped (or said to be left)
+        from infra.app.report import RunInfo, write_report
 
-    run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
-                  {"demo": asdict(cfg), "settings": describe(settings)}, notes)
-    extra, data = [], {}
-    try:
-        extra, data = phases.report_section(settings, policy, base_version, cold_start,
-                                            cfg.value_pretrain_batches > 0, clock, dpo_version)
-    except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
-        notes.append(f"the phase section could not be computed: {exc}")
-    path = write_report(settings, run, out, extra, extra_summary=data)
-    print(f"report: {path}", flush=True)
-    print(leave_platform(settings, started, cfg.keep_broker), flush=True)
+        run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
+                      {"demo": asdict(cfg), "settings": describe(settings)}, notes)
+        extra, data = [], {}
+        try:
+            extra, data = phases.report_section(settings, policy, base_version, cold_start,
+                                                cfg.value_pretrain_batches > 0, clock, dpo_version)
+        except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
+            notes.append(f"the phase section could not be computed: {exc}")
+        path = write_report(settings, run, out, extra, extra_summary=data)
+        print(f"report: {path}", flush=True)
+    finally:
+        print(leave_platform(settings, started, cfg.keep_broker), flush=True)
     return path
 
 
