@@ -36,7 +36,8 @@ def test_suite_mean_follows_each_tasks_last_100_as_of_each_moment(tmp_path):
     # at 50 s: only a, 50 failures; at 100 s: a's 100 failures; at 150 s: a's last 100 are
     # 50 failures + 50 successes (0.5), b's 50 are successes (1.0)
     assert [(r[0], r[1], r[2], r[3]) for r in got] == [(50, 0.0, 1, 50), (100, 0.0, 1, 100), (150, 0.75, 2, 50)]
-    assert suite_mean_reached(got, 0.7) == 150.0
-    assert suite_mean_reached(got, 0.8) is None
+    assert suite_mean_reached(got, 0.7, window=50) == 150.0
+    assert suite_mean_reached(got, 0.8, window=50) is None
+    assert suite_mean_reached(got, 0.7) is None  # b has only 50 episodes: not yet a full window of 100
     # a moment when only some tasks had episodes does not count as reaching a target
-    assert suite_mean_reached([(10, 0.9, 1, 5), (20, 0.5, 2, 9)], 0.8) is None
+    assert suite_mean_reached([(10, 0.9, 1, 5), (20, 0.5, 2, 9)], 0.8, window=1) is None
