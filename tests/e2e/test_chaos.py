@@ -135,7 +135,12 @@ def run_under_chaos(settings, tmp_path, disrupt, scale: int = 1) -> str:
     ledger = TrainedIds.model_validate(state["trained"])
     assert ledger.total == len(ledger.recent) > 0, "an RL episode was trained twice (or nothing was trained)"
 
-    assert _records(settings, TOPICS.dlq) == [], "dead letters after chaos"
+    from schemas.codec import decode
+    from schemas.events import DeadLetter
+
+    dead = [decode(m.value(), DeadLetter) for m in _records(settings, TOPICS.dlq)]
+    assert dead == [], "dead letters after chaos: " + "; ".join(
+        f"{d.stage} {d.error_type}: {d.message[:300]} ({d.source_topic})" for d in dead[:3])
 
     from infra.clickhouse import make_client
 
