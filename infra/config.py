@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import typing
 from collections.abc import Mapping
@@ -28,6 +29,17 @@ _SECRET_WORDS = ("password", "secret", "token", "key_file", "ssl_key")
 
 class ConfigError(ValueError):
     """A setting has a value that cannot be used; the message says which and how to fix it."""
+
+
+def json_object(text: str, name: str) -> dict:
+    """An option holding a JSON object (empty text: {}); ConfigError naming ``name`` otherwise."""
+    try:
+        value = json.loads(text) if text else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{name} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name} must be a JSON object, e.g. '{{\"ground\": false}}'")
+    return value
 
 
 def opt(default: Any, help: str, *, secret: bool = False, choices: tuple | None = None) -> Any:

@@ -6,11 +6,10 @@ policy is fine-tuned for a few epochs at 1e-4 (docs/language-policy.md)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from infra.config import ConfigError, opt
+from infra.config import ConfigError, json_object, opt
 from producers.suites import get_suite, pixel_config
 
 
@@ -36,12 +35,7 @@ class BCConfig:
     read_timeout_s: float = opt(60.0, "longest time to read the flywheel.sft.v1 snapshot")
 
     def policy_overrides(self) -> dict[str, Any]:
-        try:
-            extra = json.loads(self.policy_config) if self.policy_config else {}
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"policy_config is not JSON: {exc}") from None
-        if not isinstance(extra, dict):
-            raise ConfigError("policy_config must be a JSON object")
+        extra = json_object(self.policy_config, "policy_config")
         if self.policy_kind == "lm":
             from trainer.lm_config import PRETRAINED_LM
 

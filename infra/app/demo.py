@@ -26,7 +26,7 @@ from pathlib import Path
 
 from infra.app import demo_queries as Q
 from infra.app import phases
-from infra.config import describe, opt, to_env
+from infra.config import ConfigError, describe, json_object, opt, to_env
 from infra.errors import UserError
 from infra.procs import Child, flywheel_argv, wait_until
 from infra.settings import Settings, load_settings
@@ -84,12 +84,9 @@ class DemoConfig:
     def policy_overrides(self) -> dict:
         """``policy_config`` as a dict; UserError when it is not a JSON object."""
         try:
-            extra = json.loads(self.policy_config) if self.policy_config else {}
-        except json.JSONDecodeError as exc:
-            raise UserError(f"--policy-config is not JSON: {exc}") from None
-        if not isinstance(extra, dict):
-            raise UserError("--policy-config must be a JSON object, e.g. '{\"ground\": false}'")
-        return extra
+            return json_object(self.policy_config, "--policy-config")
+        except ConfigError as exc:
+            raise UserError(str(exc)) from None
 
     def dpo_span_s(self) -> float:
         """Seconds of DPO at the end of the run (0: none)."""
