@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 VENV=${FLYWHEEL_VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3}
-APT_PACKAGES="chromium xvfb xauth x11-utils xdotool xterm mousepad bubblewrap fonts-dejavu-core maven openjdk-17-jdk-headless"
+APT_PACKAGES="chromium xvfb xauth x11-utils xdotool xterm mousepad bubblewrap fonts-dejavu-core fontconfig maven openjdk-17-jdk-headless"
 
 say() { printf '[flywheel setup] %s\n' "$*" >&2; }
 
