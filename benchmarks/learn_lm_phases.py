@@ -44,6 +44,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from infra.config import json_object  # noqa: E402
 from infra.policy import build_policy  # noqa: E402
 from producers.annotate import BrowserReplay  # noqa: E402
 from producers.episode import run_episode  # noqa: E402
@@ -100,7 +101,8 @@ class Live:
 
 def sft_key(args) -> dict[str, Any]:
     """What pi_SFT and its evaluation depend on (a cached one must match)."""
-    return {k: getattr(args, k) for k in ("tasks", "seed", "demos", "sft_epochs", "eval", "max_steps", "pretrained")}
+    return {k: getattr(args, k) for k in ("tasks", "seed", "demos", "sft_epochs", "eval", "max_steps", "pretrained",
+                                          "policy")}
 
 
 def spec(name: str, seed: int, max_steps: int) -> TaskSpec:
@@ -185,7 +187,7 @@ async def run_dpo(live: Live, policy, args, tasks: list[str], log) -> dict[str, 
         log("  dpo: no usable pair")
         return out
     cfg = DPOConfig(beta=args.dpo_beta, epochs=args.dpo_epochs, lr=args.dpo_lr, head_lr_mult=args.dpo_head_lr_mult,
-                    seed=args.seed).validate()
+                    minibatch_size=args.dpo_minibatch, seed=args.seed).validate()
     ref_c, ref_r = reference_logprobs(policy, data)
     history = dpo_train(policy, data, ref_c, ref_r, cfg.beta, cfg.epochs, cfg.learning_rate("lm"),
                         cfg.minibatch_size, cfg.seed, cfg.passes("lm"), cfg.head_lr_mult)
@@ -208,7 +210,8 @@ async def measure(args) -> dict[str, Any]:
     live = Live()
     await live.start()
     try:
-        policy = build_policy("lm", "bench", {**PRETRAINED_LM, "pretrained": args.pretrained, "seed": args.seed})
+        policy = build_policy("lm", "bench", {**PRETRAINED_LM, "pretrained": args.pretrained, "seed": args.seed,
+                                              **json_object(args.policy, "--policy")})
         policy.blob_store = live.blobs
         cache = Path(args.sft_cache) if args.sft_cache else None
         if cache is not None and cache.exists():  # the same tasks, seed and demonstrations: skip to the phases
@@ -283,7 +286,9 @@ def main() -> int:
                     help="learning rate of the adapter and pointer as a multiple of the DPO rate")
     ap.add_argument("--dpo-beta", type=float, default=0.1)
     ap.add_argument("--dpo-epochs", type=int, default=3)
+    ap.add_argument("--dpo-minibatch", type=int, default=32, help="pairs per gradient step (flywheel dpo's default)")
     ap.add_argument("--pretrained", default="smollm2-135m")
+    ap.add_argument("--policy", default="", help='JSON merged into the LM config, e.g. \'{"ground": false}\'')
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sft-cache", default="", help="a file: pi_SFT and its evaluation are saved there, and "
                     "read back by a later run with the same tasks, seed and SFT settings")

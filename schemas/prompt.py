@@ -76,6 +76,7 @@ class Rendered:
     ids: list[int]
     images: list[Any] = field(default_factory=list)
     target: list[bool] = field(default_factory=list)
+    ground: Any = None  # a policy's reading of the current screenshot (trainer.policies.lm_ground), or None
 
 
 def format_step_output(step, coord_mode: str = "qwen25vl") -> str:
@@ -108,6 +109,19 @@ def uitars_turns(spec: PromptSpec, instruction: str, history: list, history_imag
     if image is not None and spec.max_images > 0:
         turns.append(Turn("user", [image]))
     return turns
+
+
+def instruction_of(spec: PromptSpec, turns: list[Turn]) -> str | None:
+    """The instruction a context was built for (``uitars_turns``' first turn, read back through
+    the prompt template), or None when the first turn is not that prompt."""
+    if not turns or turns[0].role != "user" or len(turns[0].parts) != 1 or not isinstance(turns[0].parts[0], str):
+        return None
+    mark = "\x00"
+    head, _, tail = system_prompt(spec.prompt).format(instruction=mark, language="English").partition(mark)
+    text = turns[0].parts[0]
+    if len(text) < len(head) + len(tail) or not text.startswith(head) or not text.endswith(tail):
+        return None
+    return text[len(head):len(text) - len(tail)]
 
 
 def history_window(spec: PromptSpec, n_history: int) -> range:

@@ -41,8 +41,10 @@ from torch import nn
 
 from infra.policy import Decision, PolicyInput, register_policy
 from schemas.prompt import (
-    IM_END, IMAGE, PAD, PromptSpec, Rendered, Turn, format_step_output, history_window, render, uitars_turns,
+    IM_END, IMAGE, PAD, PromptSpec, Rendered, Turn, format_step_output, history_window, instruction_of, render,
+    uitars_turns,
 )
+from trainer.policies import lm_ground
 from trainer.policies.lm_pointer import PointerCodec, PointerHead, PointerTokenizer
 from trainer.policies.lm_text import make_tokenizer
 
@@ -65,6 +67,10 @@ def tiny_lm_config(**overrides: Any) -> dict[str, Any]:
         "coord_mode": "qwen25vl",  # how the model writes coordinates (schemas.uitars.parse_output)
         "seed": 0,                 # initial weights of a model built from "lm"
         "pointer": False,          # click coordinates by pointing at a patch (trainer.policies.lm_pointer)
+        "ground": False,           # the pointer also reads the instruction's words (trainer.policies.lm_ground)
+        "ground_words": 16,        # instruction words matched
+        "ground_font": "Arial",    # the page's CSS font family (MiniWoB's core.css), resolved by fontconfig
+        "ground_sizes": [10, 13],  # px: MiniWoB's 10 px text, Chromium's 13.33 px buttons
     }
     cfg.update(overrides)
     return cfg
@@ -116,6 +122,7 @@ class LMBatch:
     attn: torch.Tensor      # [B, L] long
     pixels: torch.Tensor    # [N, 3, S, S], N = images in the batch, in sequence order
     target: torch.Tensor    # [B, L-1] bool
+    ground: tuple[torch.Tensor, torch.Tensor] | None = None  # maps [B, k, n], word ids [B, k, T] (lm_ground.batch)
 
 
 class LMPolicy(nn.Module):
@@ -152,6 +159,11 @@ class LMPolicy(nn.Module):
         hidden = self.lm.config.get_text_config().hidden_size
         self.vision = PatchVision(self.config["image_size"], self.config["patch"], hidden)
         self.pointer = PointerHead(hidden) if self.codec is not None else None
+        self.ground = None
+        if self.config["ground"]:
+            if self.codec is None:
+                raise ValueError('"ground" weighs the pointer\'s scores: it needs "pointer": true')
+            self.ground = lm_ground.GroundHead(hidden, self.codec.side)
         self.value_head = nn.Linear(hidden, 1)
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
@@ -176,7 +188,8 @@ class LMPolicy(nn.Module):
         patch adapter and the value head) at ``lr * adapter_lr_mult``, as LLaVA-style projectors
         are trained at a larger step than the LM they feed."""
         fresh = [*self.vision.parameters(), *self.value_head.parameters(),
-                 *(self.pointer.parameters() if self.pointer is not None else [])]
+                 *(self.pointer.parameters() if self.pointer is not None else []),
+                 *(self.ground.parameters() if self.ground is not None else [])]
         return [{"params": list(self.lm.parameters()), "lr": lr}, {"params": fresh, "lr": lr * adapter_lr_mult}]
 
     @property
@@ -213,7 +226,19 @@ class LMPolicy(nn.Module):
         if response is not None:  # drop the trailing newline after the answer's <|im_end|>
             n = len(self.tok.encode("\n"))
             del r.ids[-n:], r.target[-n:]
+        if self.ground is not None and r.images:
+            r.ground = self._read(r.images[-1], instruction_of(self.spec, turns))
         return r
+
+    def _read(self, image: np.ndarray, instruction: str | None) -> tuple[np.ndarray, list[list[int]]] | None:
+        """The grounding of the pointer's screenshot (the context's last): per-word maps over its
+        patches and the words' token ids; None when the context carries no instruction."""
+        if not instruction:
+            return None
+        k = int(self.config["ground_words"])
+        maps, found = lm_ground.read(image, instruction, k, self.codec.side, self.config["ground_font"],
+                                     list(self.config["ground_sizes"]))
+        return maps, lm_ground.word_ids(self.tok, found, k)
 
     def model_turns(self, turns: list[Turn]) -> list[Turn]:
         """The turns as the model reads them: with a pointer, each written point of an assistant
@@ -272,12 +297,20 @@ class LMPolicy(nn.Module):
             attn[i, : len(s.ids)] = 1
             target[i, : len(s.ids)] = torch.tensor(s.target)
         pixels = self._pixels([im for s in samples for im in s.images])
-        return LMBatch(ids.to(self.device), attn.to(self.device), pixels, target[:, 1:].to(self.device))
+        return LMBatch(ids.to(self.device), attn.to(self.device), pixels, target[:, 1:].to(self.device),
+                       self._ground_batch(samples))
 
-    def _pointer_keys(self, hidden: torch.Tensor, ids: torch.Tensor, scored: torch.Tensor | None = None
-                      ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The pointer's keys of the current (last) screenshot's patches, [B, n, d], and the
-        position of that screenshot's last slot per row, [B]; None without a pointer. A row
+    def _ground_batch(self, samples: list[Rendered]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if self.ground is None:
+            return None
+        out = lm_ground.batch([s.ground for s in samples], int(self.config["ground_words"]), self.codec.n)
+        return None if out is None else (out[0].to(self.device), out[1].to(self.device))
+
+    def _pointer_keys(self, hidden: torch.Tensor, ids: torch.Tensor, scored: torch.Tensor | None = None,
+                      ground: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple | None:
+        """The pointer's keys of the current (last) screenshot's patches, [B, n, d], the
+        position of that screenshot's last slot per row, [B], and with ``ground`` the grounding
+        head's word keys, words and map features per row; None without a pointer. A row
         without a screenshot gets zero hidden states (its location tokens get one score each)."""
         if self.pointer is None:
             return None
@@ -291,7 +324,12 @@ class LMPolicy(nn.Module):
             where = slots[b].nonzero().flatten()
             if len(where) >= n:
                 patches[b], last[b] = hidden[b, where[-n:]], where[-1]
-        return self.pointer.keys(patches), last
+        read = None
+        if self.ground is not None and ground is not None:
+            maps, word_ids = ground
+            keys, real = self.ground.word_keys(self.lm.get_input_embeddings(), word_ids)
+            read = (keys, real, self.ground.features(maps))
+        return self.pointer.keys(patches), last, read
 
     def _logits(self, h: torch.Tensor, keys: tuple[torch.Tensor, torch.Tensor] | None, rows: torch.Tensor,
                 cols: torch.Tensor | None = None) -> torch.Tensor:
@@ -301,8 +339,11 @@ class LMPolicy(nn.Module):
         transition, would look ahead: it gets no pointer score)."""
         logits = self.lm.lm_head(h).float()
         if keys is not None:
-            k, last = keys
+            k, last, read = keys
             scores = self.pointer.scores(h, k, rows)
+            if read is not None:
+                word_keys, real, feats = read
+                scores = scores + self.ground(h, word_keys[rows], real[rows], feats[rows]).to(scores.dtype)
             if cols is not None:
                 seen = (cols >= last[rows]).unsqueeze(-1)
                 scores = torch.where(seen, scores, torch.zeros_like(scores))
@@ -322,7 +363,7 @@ class LMPolicy(nn.Module):
         full = self.lm.model(inputs_embeds=emb, attention_mask=batch.attn).last_hidden_state
         hidden = full[:, :-1]
         values = self.value_head(hidden).squeeze(-1) * batch.target
-        logits = self._logits(hidden[batch.target], self._pointer_keys(full, batch.ids, scored),
+        logits = self._logits(hidden[batch.target], self._pointer_keys(full, batch.ids, scored, batch.ground),
                               *batch.target.nonzero().unbind(-1))
         logp_all = F.log_softmax(logits, dim=-1)
         next_ids = batch.ids[:, 1:][batch.target]
@@ -407,7 +448,7 @@ class LMPolicy(nn.Module):
         emb = self._embed(ids, self._pixels([im for c in contexts for im in c.images]))
         out = self.lm.model(inputs_embeds=emb, attention_mask=attn, position_ids=pos, use_cache=True)
         h = out.last_hidden_state[:, -1]
-        keys = self._pointer_keys(out.last_hidden_state, ids)
+        keys = self._pointer_keys(out.last_hidden_state, ids, ground=self._ground_batch(contexts))
         values = self.value_head(h).squeeze(-1).tolist()
         tokens: list[list[int]] = [[] for _ in range(B)]
         logps: list[list[float]] = [[] for _ in range(B)]

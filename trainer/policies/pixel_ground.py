@@ -88,21 +88,57 @@ def template(word: str, path: str, size: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=128)  # ~26 MB: the suites' fixed words stay; random labels come and go
-def _kernel(word: str, path: str, size: int, side: int) -> tuple[np.ndarray, int, int, float] | None:
-    """The zero-mean template's spectrum at ``side`` x ``side`` (flipped: a product is a
-    correlation), its height, width and norm; None when it does not fit or has no ink."""
+def _kernel(word: str, path: str, size: int, shape: tuple[int, int]) -> tuple[np.ndarray, int, int, float] | None:
+    """The zero-mean template's spectrum at ``shape`` (flipped: a product is a correlation), its
+    height, width and norm; None when it does not fit or has no ink."""
     t = template(word, path, size)
     th, tw = t.shape
     t0 = t - t.mean()
     norm = float(np.sqrt((t0 * t0).sum()))
-    if th > side or tw > side or norm == 0:
+    if th > shape[0] or tw > shape[1] or norm == 0:
         return None
-    return np.fft.rfft2(t0[::-1, ::-1], s=(side, side)), th, tw, norm
+    return np.fft.rfft2(t0[::-1, ::-1], s=shape), th, tw, norm
 
 
 def _box_sums(integral: np.ndarray, h: int, w: int) -> np.ndarray:
     """Sums over every h x w window (top-left indexed) from an integral image with a zero row/col."""
     return integral[h:, w:] - integral[:-h, w:] - integral[h:, :-w] + integral[:-h, :-w]
+
+
+def best_maps(gray: np.ndarray, instruction: str, k: int, family: str, sizes: list[int],
+              scale: float = 1.0) -> np.ndarray:
+    """float [words, H, W] in [0, 1]: per instruction word (first k), the best NCC over ``sizes``
+    (page px; times ``scale``, the screenshot's resize factor) of the word centred at each pixel
+    of the ``gray`` [H, W] uint8 image. No words (or no font): [0, H, W]."""
+    shape = gray.shape[:2]
+    path = font_file(family)
+    spans = words(instruction, k)
+    if path is None or not spans:
+        return np.zeros((0, *shape))
+    ink = (255.0 - gray.astype(np.float64)) / 255.0
+    integral = np.pad(ink, ((1, 0), (1, 0))).cumsum(0).cumsum(1)
+    integral2 = np.pad(ink * ink, ((1, 0), (1, 0))).cumsum(0).cumsum(1)
+    spectrum = np.fft.rfft2(ink)  # numpy's FFT: single-threaded, no contention with torch's pool
+    out = np.zeros((len(spans), *shape))
+    for i, (a, b) in enumerate(spans):
+        best = out[i]
+        for size in sizes:
+            kernel = _kernel(instruction[a:b], path, max(1, round(size * scale)), shape)
+            if kernel is None:
+                continue
+            spec, th, tw, norm = kernel
+            # circular correlation by FFT; the positions where the word fits whole do not wrap:
+            # corr[y + th - 1, x + tw - 1] = sum t0[u, v] * ink[y + u, x + v]
+            full = np.fft.irfft2(spectrum * spec, s=shape)
+            num = full[th - 1:, tw - 1:]  # valid top-left positions
+            n = th * tw
+            s1, s2 = _box_sums(integral, th, tw), _box_sums(integral2, th, tw)
+            var = np.maximum(s2 - s1 * s1 / n, 0.0)
+            ncc = np.where(var > n * MIN_STD ** 2, num / (norm * np.sqrt(np.maximum(var, 1e-12))), 0.0)
+            y0, x0 = th // 2, tw // 2  # the word's centre
+            region = best[y0:y0 + ncc.shape[0], x0:x0 + ncc.shape[1]]
+            np.maximum(region, ncc, out=region)
+    return np.clip(out, 0.0, 1.0)
 
 
 def match_maps(gray: np.ndarray, instruction: str, k: int, grid: int, family: str, sizes: list[int],
@@ -112,33 +148,10 @@ def match_maps(gray: np.ndarray, instruction: str, k: int, grid: int, family: st
     screenshot's resize factor). Rows past the last word are 0."""
     side = gray.shape[0]
     out = np.zeros((k, grid * grid), dtype=np.uint8)
-    path = font_file(family)
-    spans = words(instruction, k)
-    if path is None or not spans:
+    best = best_maps(gray, instruction, k, family, sizes, scale)
+    if not len(best):
         return out
-    ink = (255.0 - gray.astype(np.float64)) / 255.0
-    integral = np.pad(ink, ((1, 0), (1, 0))).cumsum(0).cumsum(1)
-    integral2 = np.pad(ink * ink, ((1, 0), (1, 0))).cumsum(0).cumsum(1)
-    spectrum = np.fft.rfft2(ink)  # numpy's FFT: single-threaded, no contention with torch's pool
     cell = side // grid
-    for i, (a, b) in enumerate(spans):
-        best = np.zeros((side, side))
-        for size in sizes:
-            kernel = _kernel(instruction[a:b], path, max(1, round(size * scale)), side)
-            if kernel is None:
-                continue
-            spec, th, tw, norm = kernel
-            # circular correlation by FFT; the positions where the word fits whole do not wrap:
-            # corr[y + th - 1, x + tw - 1] = sum t0[u, v] * ink[y + u, x + v]
-            full = np.fft.irfft2(spectrum * spec, s=(side, side))
-            num = full[th - 1:, tw - 1:]  # valid top-left positions
-            n = th * tw
-            s1, s2 = _box_sums(integral, th, tw), _box_sums(integral2, th, tw)
-            var = np.maximum(s2 - s1 * s1 / n, 0.0)
-            ncc = np.where(var > n * MIN_STD ** 2, num / (norm * np.sqrt(np.maximum(var, 1e-12))), 0.0)
-            y0, x0 = th // 2, tw // 2  # the word's centre
-            region = best[y0:y0 + ncc.shape[0], x0:x0 + ncc.shape[1]]
-            np.maximum(region, ncc, out=region)
-        pooled = best.reshape(grid, cell, grid, cell).max(axis=(1, 3))
-        out[i] = np.round(np.clip(pooled, 0.0, 1.0) * 255).astype(np.uint8).ravel()
+    pooled = best.reshape(len(best), grid, cell, grid, cell).max(axis=(2, 4))
+    out[:len(best)] = np.round(pooled * 255).astype(np.uint8).reshape(len(best), -1)
     return out
