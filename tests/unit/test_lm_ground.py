@@ -69,6 +69,16 @@ def test_each_word_is_found_in_the_patch_it_is_written_in():
     assert maps[0].argmax() == 9  # y 140 lies in the third row of 50 px patches
 
 
+@needs_font
+def test_screens_smaller_than_the_grid_and_grey_screens_read_without_error():
+    for shape in [(4, 200, 3), (3, 3, 3), (1, 50, 3), (7, 7, 3)]:
+        maps, found = read(np.full(shape, 255, np.uint8), "Click ONE", 2, 8, FONT, [10])
+        assert maps.shape == (2, 64) and not maps.any() and found == ["Click", "ONE"]
+    grey = screen({"ONE": 6})[..., 0]
+    maps, _ = read(grey, "ONE", 1, SIDE, FONT, [13])
+    assert maps[0].argmax() == 6
+
+
 def test_grounding_needs_the_pointer():
     with pytest.raises(ValueError, match="pointer"):
         build_policy("lm", "g", tiny_lm_config(ground=True))

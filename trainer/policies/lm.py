@@ -28,6 +28,7 @@ forward pass, so behaviour and training log-probs always refer to the same token
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 from dataclasses import dataclass
@@ -159,8 +160,10 @@ class LMPolicy(nn.Module):
         hidden = self.lm.config.get_text_config().hidden_size
         self.vision = PatchVision(self.config["image_size"], self.config["patch"], hidden)
         self.pointer = PointerHead(hidden) if self.codec is not None else None
-        self.ground = None
+        self.ground, self._reads = None, {}
         if self.config["ground"]:
+            if int(self.config["ground_words"]) < 1:
+                raise ValueError(f"ground_words must be >= 1, got {self.config['ground_words']}")
             if self.codec is None:
                 raise ValueError('"ground" weighs the pointer\'s scores: it needs "pointer": true')
             self.ground = lm_ground.GroundHead(hidden, self.codec.side)
@@ -235,10 +238,16 @@ class LMPolicy(nn.Module):
         patches and the words' token ids; None when the context carries no instruction."""
         if not instruction:
             return None
-        k = int(self.config["ground_words"])
-        maps, found = lm_ground.read(image, instruction, k, self.codec.side, self.config["ground_font"],
-                                     list(self.config["ground_sizes"]))
-        return maps, lm_ground.word_ids(self.tok, found, k)
+        arr = np.ascontiguousarray(image)
+        key = (hashlib.blake2b(arr.tobytes(), digest_size=16).digest(), arr.shape, instruction)
+        if key not in self._reads:  # act may render a context twice, a DPO pair's sides share one
+            k = int(self.config["ground_words"])
+            maps, found = lm_ground.read(arr, instruction, k, self.codec.side, self.config["ground_font"],
+                                         list(self.config["ground_sizes"]))
+            self._reads[key] = (maps, lm_ground.word_ids(self.tok, found, k))
+            while len(self._reads) > 64:
+                self._reads.pop(next(iter(self._reads)))
+        return self._reads[key]
 
     def model_turns(self, turns: list[Turn]) -> list[Turn]:
         """The turns as the model reads them: with a pointer, each written point of an assistant
@@ -331,7 +340,7 @@ class LMPolicy(nn.Module):
             read = (keys, real, self.ground.features(maps))
         return self.pointer.keys(patches), last, read
 
-    def _logits(self, h: torch.Tensor, keys: tuple[torch.Tensor, torch.Tensor] | None, rows: torch.Tensor,
+    def _logits(self, h: torch.Tensor, keys: tuple | None, rows: torch.Tensor,
                 cols: torch.Tensor | None = None) -> torch.Tensor:
         """Next-token logits [N, V] from hidden states [N, H] at (row, position) of the batch;
         with a pointer, the location tokens add the pointer's score of each patch of the row's

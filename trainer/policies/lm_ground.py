@@ -39,12 +39,14 @@ def read(image: np.ndarray, instruction: str, k: int, side: int, family: str, si
     a ``side`` x ``side`` grid over the whole H x W x 3 screenshot (the patch adapter's grid);
     rows past the last word are 0. Also the words."""
     img = np.asarray(image, dtype=np.uint8)
+    if img.ndim == 2:
+        img = img[..., None].repeat(3, -1)
     gray = np.round(img[..., :3].astype(np.float32) @ np.array([0.299, 0.587, 0.114], dtype=np.float32))
     gray = gray.clip(0, 255).astype(np.uint8)
     best = best_maps(gray, instruction, k, family, sizes)
     out = np.zeros((k, side * side), dtype=np.float32)
-    if len(best):
-        h, w = gray.shape
+    h, w = gray.shape
+    if len(best) and min(h, w) >= side:  # a screen smaller than the grid has no patch to read
         rows = [round(r * h / side) for r in range(side)]
         cols = [round(c * w / side) for c in range(side)]
         pooled = np.maximum.reduceat(np.maximum.reduceat(best, rows, axis=1), cols, axis=2)

@@ -87,7 +87,10 @@ def template(word: str, path: str, size: int) -> np.ndarray:
     return (255 - np.asarray(img, dtype=np.float64)) / 255.0
 
 
-@functools.lru_cache(maxsize=128)  # ~26 MB: the suites' fixed words stay; random labels come and go
+# ~26 MB at the pixel policy's 160 x 160, ~35 MB at MiniWoB's whole 160 x 210 screen (the language
+# policy's); an entry grows with the screen (4 MB at 800 x 600): the suites' fixed words stay,
+# random labels come and go
+@functools.lru_cache(maxsize=128)
 def _kernel(word: str, path: str, size: int, shape: tuple[int, int]) -> tuple[np.ndarray, int, int, float] | None:
     """The zero-mean template's spectrum at ``shape`` (flipped: a product is a correlation), its
     height, width and norm; None when it does not fit or has no ink."""
