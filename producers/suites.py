@@ -25,15 +25,24 @@ class Suite:
 
 SUITES: dict[str, Suite] = {}
 
-# How the pixel policy reads MiniWoB++ pages (trainer.policies.pixel_ground): match the
+# How the policies read MiniWoB++ pages (trainer.policies.pixel_ground, lm_ground): match the
 # instruction's words in the page's font (core.css: Arial, 10 px text; Chromium draws buttons at
-# 13.33 px) and give the grid its coordinates. Every suite here is MiniWoB++.
-MINIWOB_VISION: dict = {"ground": True, "coords": True, "ground_font": "Arial", "ground_sizes": [10, 13]}
+# 13.33 px); the pixel policy's grid also gets its coordinates. Every suite here is MiniWoB++.
+MINIWOB_READING: dict = {"ground": True, "ground_font": "Arial", "ground_sizes": [10, 13]}
+MINIWOB_VISION: dict = {**MINIWOB_READING, "coords": True}
 
 
 def pixel_config(action_types: tuple[str, ...] | list[str], overrides: dict | None = None) -> dict:
     """The pixel policy's config for MiniWoB++ tasks needing ``action_types``; ``overrides`` last."""
     return {"action_types": list(action_types), **MINIWOB_VISION, **(overrides or {})}
+
+
+def lm_config(overrides: dict | None = None) -> dict:
+    """The language policy's config for MiniWoB++ tasks, over its base (trainer.lm_config
+    PRETRAINED_LM, whose pointer the reading weighs; a policy told ``"pointer": false`` has none
+    to weigh); ``overrides`` last."""
+    overrides = overrides or {}
+    return dict(overrides) if overrides.get("pointer", True) is False else {**MINIWOB_READING, **overrides}
 
 
 def register(suite: Suite) -> Suite:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.config import ConfigError, json_object, opt
-from producers.suites import get_suite, pixel_config
+from producers.suites import get_suite, lm_config, pixel_config
 
 
 @dataclass
@@ -39,8 +39,9 @@ class BCConfig:
         if self.policy_kind == "lm":
             from trainer.lm_config import PRETRAINED_LM
 
-            base = {**PRETRAINED_LM, "pretrained": self.pretrained} if self.pretrained else {}
-            return {**base, "seed": self.seed, **extra}
+            if not self.pretrained:  # the tiny model of the tests: no pointer to ground
+                return {"seed": self.seed, **extra}
+            return {**PRETRAINED_LM, **lm_config({"pretrained": self.pretrained, "seed": self.seed, **extra})}
         return pixel_config(get_suite(self.suite).action_types, {"seed": self.seed, **extra})
 
     def epochs_for(self, kind: str) -> int:

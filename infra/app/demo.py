@@ -30,7 +30,7 @@ from infra.config import ConfigError, describe, json_object, opt, to_env
 from infra.errors import UserError
 from infra.procs import Child, flywheel_argv, wait_until
 from infra.settings import Settings, load_settings
-from producers.suites import RunPlan, pixel_config, plan as suite_plan
+from producers.suites import RunPlan, plan as suite_plan
 
 log = logging.getLogger("flywheel.demo")
 
@@ -135,9 +135,9 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
             *(["--rft-every", str(rft_every(cfg))] if rft_every(cfg) else []),
             # the language policy: a few small minibatches per update (a 135M model on 2 cores)
             *(LM_PPO_ARGS if cfg.policy_kind == "lm" else []),
-            # the heads the tasks need (used when the trainer builds the policy: no cold start)
-            *(["--policy-config", json.dumps(pixel_config(plan.action_types, cfg.policy_overrides()))]
-              if cfg.policy_kind == "pixel" else []),
+            # how it reads the pages, and the heads the tasks need (used when the trainer builds
+            # the policy: no cold start)
+            "--policy-config", json.dumps(phases.kind_config(cfg, plan.action_types)),
             # sync: update on a full batch (a partial one only if trajectories were lost to aborts)
             *(["--max-wait-s", "120"] if cfg.sync else []), *cfg.trainer_args.split(),
         ), logs / "trainer.log", env),

@@ -36,7 +36,7 @@ from infra.app import demo_queries as Q
 from trainer import metric_names as M
 from infra.errors import UserError
 from infra.procs import Child, flywheel_argv
-from producers.suites import pixel_config
+from producers.suites import lm_config, pixel_config
 
 COLD_START, SFT, VALUE_PRETRAIN, PPO, DPO = "cold start", "SFT", "value pretraining", "PPO", "DPO"
 DEMO_SEED_BASE = 10_000_000  # demonstrations use seeds the RL tasks (seed * 100_000 + k) never reach
@@ -212,13 +212,19 @@ def skip_leftover_tasks(settings, group: str) -> dict[int, int]:
         consumer.close()
 
 
+def kind_config(cfg, action_types: tuple[str, ...]) -> dict:
+    """The policy config the run's ``flywheel bc`` and trainer build from: how the kind reads
+    MiniWoB++ pages (and the pixel policy's heads for ``action_types``), ``--policy-config`` last."""
+    overrides = cfg.policy_overrides()
+    return pixel_config(action_types, overrides) if cfg.policy_kind == "pixel" else lm_config(overrides)
+
+
 def clone(cfg, env: dict[str, str], policy: str, tasks: list[str], action_types: tuple[str, ...], logs: Path,
           clock: PhaseClock) -> str:
     """``flywheel bc`` on the run's flywheel.sft.v1: publishes pi_sft; -> its summary line."""
     clock.enter(SFT, "behaviour cloning of the demonstrations")
     print(f"[{SFT}] flywheel bc --policy-kind {cfg.policy_kind} (progress in {logs / 'bc.log'})", flush=True)
-    heads = ["--policy-config", json.dumps(pixel_config(action_types, cfg.policy_overrides()))] \
-        if cfg.policy_kind == "pixel" else []
+    heads = ["--policy-config", json.dumps(kind_config(cfg, action_types))]
     argv = flywheel_argv("bc", "--policy-kind", cfg.policy_kind, "--policy-name", policy, "--tasks", ",".join(tasks),
                          "--demos-per-task", str(cfg.cold_start_demos), "--seed", str(cfg.seed), *heads,
                          "--torch-threads", str(idle_cores()))

@@ -243,3 +243,12 @@ def test_the_demo_passes_policy_overrides_and_refuses_non_objects():
     for bad in ("[1]", "{ground", '"x"'):
         with pytest.raises(UserError, match="policy-config"):
             DemoConfig(policy_config=bad).validate()
+
+
+def test_both_kinds_read_the_pages_and_the_users_config_comes_last():
+    pixel = phases.kind_config(DemoConfig().validate(), ("click",))
+    assert pixel["ground"] and pixel["coords"] and pixel["action_types"] == ["click"]
+    lm = phases.kind_config(DemoConfig(policy_kind="lm").validate(), ("click",))
+    assert lm["ground"] and "action_types" not in lm and "coords" not in lm
+    off = phases.kind_config(DemoConfig(policy_kind="lm", policy_config='{"ground": false}').validate(), ("click",))
+    assert off["ground"] is False

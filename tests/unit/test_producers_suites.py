@@ -5,7 +5,7 @@ import pytest
 
 from infra.errors import UserError
 from producers import scripted
-from producers.suites import SUITES, expand, get_suite, pixel_config
+from producers.suites import SUITES, expand, get_suite, lm_config, pixel_config
 from producers.tasks import build_tasks, known_tasks
 
 # steps of each default task's scripted solution (min, max), measured in the browser by
@@ -44,6 +44,12 @@ def test_every_suite_fits_the_pixel_policy():
 def test_pixel_config_overrides_come_last():
     assert pixel_config(("click",), {"ground": False})["ground"] is False
     assert pixel_config(("click",), {"action_types": ["type"]})["action_types"] == ["type"]
+
+
+def test_the_language_policy_reads_miniwob_pages_unless_told_not_to():
+    assert lm_config()["ground"] is True and lm_config()["ground_font"] == "Arial" and "coords" not in lm_config()
+    assert lm_config({"ground": False})["ground"] is False
+    assert "ground" not in lm_config({"pointer": False})  # digits: no pointer to weigh
 
 
 def test_suite_names_expand_and_single_tasks_still_run():
