@@ -20,6 +20,7 @@ from schemas.blobs import BlobStore
 from schemas.events import PolicyVersion
 from schemas.prompt import PromptSpec, history_window
 from trainer.openai_chat import parse_messages
+from trainer.policies.pixel_ground import font_file
 from trainer.reload import PolicyHolder
 from trainer.server import PolicyServer, ServeConfig
 
@@ -57,20 +58,21 @@ def test_the_chat_request_renders_to_the_tokens_the_trainer_scores(policy, store
             assert np.array_equal(a, b)
 
 
-def test_a_decision_over_http_is_scored_by_the_trainer_at_its_behaviour_logprob(policy, store):
-    """Rollout's HTTP client -> the policy server -> the step the trainer rebuilds: same log-prob."""
+def http_decision_and_rebuilt_logprob(policy, store) -> tuple[float, float]:
+    """Rollout's HTTP client -> the policy server -> the step the trainer rebuilds: the decision's
+    behaviour log-prob and the trainer's."""
     traj = scored_trajectory(store, "ep", n_steps=3).trajectory
     history, current = traj.steps[:2], traj.steps[2]
-    holder = PolicyHolder("lm-t")
+    holder = PolicyHolder(policy.name)
     holder.swap(policy, None)
 
     async def main():
         server = PolicyServer(holder, ServeConfig(max_wait_ms=1.0))
         async with TestServer(server.app()) as ts:
-            client = make_client("http", "lm-t", base_url=str(ts.make_url("")), blobs=store, temperature=0.0)
+            client = make_client("http", policy.name, base_url=str(ts.make_url("")), blobs=store, temperature=0.0)
             # the client adopts the published version's prompt spec (max_images=2 here, 5 by default)
-            await client.load_version(PolicyVersion(policy="lm-t", version=0, kind="lm", uri="file:///x", sha256="0" * 64,
-                                                    created_at=1.0, config=policy.config_dict()), store)
+            await client.load_version(PolicyVersion(policy=policy.name, version=0, kind="lm", uri="file:///x",
+                                                    sha256="0" * 64, created_at=1.0, config=policy.config_dict()), store)
             assert client.spec.max_images == 2
             obs = Obs(observation=current.observation, image=pixels(store, current.observation.screenshot))
             try:
@@ -84,7 +86,35 @@ def test_a_decision_over_http_is_scored_by_the_trainer_at_its_behaviour_logprob(
     rebuilt = traj.model_copy(update={"steps": [*history, step]})
     with torch.no_grad():
         logprob, _, _ = policy.evaluate(policy.step_inputs(rebuilt, store)[2:])
-    assert float(logprob[0]) == pytest.approx(d.logprob, abs=1e-3)
+    return d.logprob, float(logprob[0])
+
+
+def test_a_decision_over_http_is_scored_by_the_trainer_at_its_behaviour_logprob(policy, store):
+    behaviour, rebuilt = http_decision_and_rebuilt_logprob(policy, store)
+    assert rebuilt == pytest.approx(behaviour, abs=1e-3)
+
+
+@pytest.mark.skipif(font_file("Arial") is None, reason="fontconfig (fc-match) is not installed: no text grounding")
+def test_a_grounded_pointer_reads_the_same_words_over_http_as_in_the_trainer(store):
+    """The server takes the instruction back from the chat's first turn (schemas.prompt
+    instruction_of): the grounding it adds to the pointer is the trainer's."""
+    torch.manual_seed(0)
+    policy = build_policy("lm", "lm-g", {**CONFIG, "max_new_tokens": 40, "pointer": True, "coord_mode": "1000",
+                                         "ground": True})
+    with torch.no_grad():
+        policy.ground.kinds.fill_(0.05)  # the term moves the pointer's scores by a few logits
+    traj = scored_trajectory(store, "ep", n_steps=2).trajectory
+    step, spec = traj.steps[1], PromptSpec.from_config(policy.config)
+    body = chat_request("lm-g", spec, step.observation.instruction, store.get(step.observation.screenshot),
+                        traj.steps[:1], [store.get(traj.steps[0].observation.screenshot)], temperature=1.0,
+                        max_tokens=8)
+    served = policy.render(parse_messages(body["messages"]))
+    trained = policy.step_inputs(traj.model_copy(update={"steps": [traj.steps[0], step.model_copy(
+        update={"raw_output": "Action: wait()"})]}), store)[1]
+    assert served.ground is not None and trained.ground is not None and served.ground[0].any()
+    assert np.array_equal(served.ground[0], trained.ground[0]) and served.ground[1] == trained.ground[1]
+    behaviour, rebuilt = http_decision_and_rebuilt_logprob(policy, store)
+    assert rebuilt == pytest.approx(behaviour, abs=1e-3)
 
 
 def test_the_chat_client_refuses_to_drop_screenshots_it_cannot_read(store):
