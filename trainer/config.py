@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from infra.config import ConfigError, opt
+from infra.config import ConfigError, json_object, opt
 
 
 @dataclass
@@ -69,15 +68,7 @@ class TrainConfig:
             base: dict[str, Any] = {**PRETRAINED_LM, "pretrained": self.pretrained, "seed": self.seed}
         else:
             base = {"seed": self.seed}
-        if not self.policy_config:
-            return base
-        try:
-            extra = json.loads(self.policy_config)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"policy_config is not JSON: {exc}") from None
-        if not isinstance(extra, dict):
-            raise ConfigError("policy_config must be a JSON object")
-        return {**base, **extra}
+        return {**base, **json_object(self.policy_config, "policy_config")}
 
     def validate(self) -> "TrainConfig":
         if self.device != "cpu":  # accepted and ignored before: the policy stayed on the CPU

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.config import ConfigError, opt
+from infra.config import ConfigError, json_object, opt
 
 
 # The main job's language policy (merged over trainer.policies.lm's tiny defaults):
@@ -44,11 +44,6 @@ class LMTrainConfig:
 
     def initial_config(self) -> dict:
         """The model config used when neither a checkpoint nor a published version exists."""
-        import json
-
-        try:
-            extra = json.loads(self.policy_config) if self.policy_config else {}
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"policy_config is not JSON: {exc}") from None
+        extra = json_object(self.policy_config, "policy_config")
         return {**(PRETRAINED_LM if self.pretrained else {}), **({"pretrained": self.pretrained} if self.pretrained else {}),
                 **extra}

@@ -27,9 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainer.policies.pixel_ground import best_maps, words
+from trainer.policies.pixel_ground import best_maps, map_features, words
 
-SHARPEN = 20.0  # as the pixel policy's: exp(20 (m - max)) is 1 at a word's best patch, ~0 elsewhere
 GAIN = 100.0  # the kind weights are learnt as GAIN * w: a few optimiser steps reach a logit's scale
 
 
@@ -87,12 +86,8 @@ class GroundHead(nn.Module):
         self.kinds = nn.Parameter(torch.zeros(3))
 
     def features(self, maps: torch.Tensor) -> torch.Tensor:
-        """maps [B, k, n] -> [B, k, 3, n]: raw; sharpened (1 at the word's best patch); the
-        sharpened map's row maximum (the word's whole line: a checkbox sits left of its label)."""
-        sharp = torch.exp(SHARPEN * (maps - maps.amax(-1, keepdim=True)))
-        b, k, n = maps.shape
-        row = sharp.view(b, k, self.side, self.side).amax(-1, keepdim=True).expand(-1, -1, -1, self.side)
-        return torch.stack([maps, sharp, row.reshape(b, k, n)], 2)
+        """maps [B, k, n] -> [B, k, 3, n]: raw, sharpened, row-wide (pixel_ground.map_features)."""
+        return map_features(maps, self.side)
 
     def word_keys(self, embed: nn.Module, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Word ids [B, k, T] -> keys [B, k, dim] from the mean of the words' (fixed) token

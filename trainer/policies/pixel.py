@@ -42,7 +42,7 @@ from torch import nn
 from infra.policy import Decision, PolicyInput, register_policy
 from schemas import actions as A
 from schemas.blobs import BlobNotFound
-from trainer.policies.pixel_ground import match_maps, word_features
+from trainer.policies.pixel_ground import map_features, match_maps, word_features
 from trainer.policies.pixel_inputs import (
     history_summary, pointer_planes, span_mask, span_text, summary_size, token_features, token_spans, tokenize,
 )
@@ -55,7 +55,6 @@ ARG_TYPES = ("type", "hotkey")
 # finite "impossible": -inf would turn the masked-out branch's gradient into NaN
 NEG = -1e9
 HISTORY_PLANES = 3  # earlier pointer cells, the last pointer cell, the counts (first bytes of the plane)
-SHARPEN = 20.0  # a word's best-matching cell against the rest: exp(SHARPEN * (match - best match))
 
 # the heads the multi-step MiniWoB suites need (producers.suites names them per suite)
 MULTI_STEP_ACTIONS = ["click", "type", "press_enter", "scroll", "finished"]
@@ -261,7 +260,6 @@ class PixelPolicy(nn.Module):
         that map's row maxima (the whole line of the word: a checkbox sits left of its label)."""
         n, k, cells = len(plane), self.n_words, self.grid ** 2
         maps = plane.flatten(1)[:, :k * cells].to(torch.float32).view(n, k, cells) / 255.0
-        sharp = torch.exp(SHARPEN * (maps - maps.amax(-1, keepdim=True)))
         feats = [word_features(s, k, int(self.cfg["embed_buckets"])) for s in instructions]
         ids = torch.from_numpy(np.stack([f[0] for f in feats]))  # [N, k, 3]
         flags = torch.from_numpy(np.stack([f[1] for f in feats]))  # [N, k, 3]
@@ -269,8 +267,7 @@ class PixelPolicy(nn.Module):
         tok = tok + self.word_pos.weight + self.word_flags(flags) + self.word_query(context).unsqueeze(1)
         weight = self.word_out(torch.tanh(tok)) * flags[..., 2:]  # [N, k, 3 * dim]; no word, no weight
         weight = weight.view(n, k, -1, 3)
-        row = sharp.view(n, k, self.grid, self.grid).amax(-1, keepdim=True).expand(-1, -1, -1, self.grid)
-        out = torch.einsum("nkdc,nkcg->ndg", weight, torch.stack([maps, sharp, row.reshape(n, k, cells)], 2))
+        out = torch.einsum("nkdc,nkcg->ndg", weight, map_features(maps, self.grid))
         return out.view(n, -1, self.grid, self.grid)
 
     def _span_logits(self, pooled: torch.Tensor, instructions: list[str], summary: torch.Tensor

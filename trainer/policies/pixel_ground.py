@@ -29,11 +29,13 @@ import subprocess
 import zlib
 
 import numpy as np
+import torch
 from PIL import Image, ImageDraw, ImageFont
 
 log = logging.getLogger(__name__)
 _WORD = re.compile(r"-?\w+")  # "-3": use-spinner's negative targets keep their sign
 MIN_STD = 0.05  # a window this flat (ink std, 0..1) has no text to match: NCC 0 there
+SHARPEN = 20.0  # a word's best-matching cell against the rest: exp(SHARPEN * (match - best match))
 
 
 def words(instruction: str, k: int) -> list[tuple[int, int]]:
@@ -158,3 +160,13 @@ def match_maps(gray: np.ndarray, instruction: str, k: int, grid: int, family: st
     pooled = best.reshape(len(best), grid, cell, grid, cell).max(axis=(2, 4))
     out[:len(best)] = np.round(pooled * 255).astype(np.uint8).reshape(len(best), -1)
     return out
+
+
+def map_features(maps: torch.Tensor, side: int) -> torch.Tensor:
+    """Match maps [N, k, side*side] in [0, 1] -> [N, k, 3, side*side]: each word's map, its
+    sharpened map (1 at the word's best cell, about 0 elsewhere) and that map's row maxima (the
+    word's whole line: a checkbox sits left of its label). Both policies weigh these per word."""
+    n, k, cells = maps.shape
+    sharp = torch.exp(SHARPEN * (maps - maps.amax(-1, keepdim=True)))
+    row = sharp.view(n, k, side, side).amax(-1, keepdim=True).expand(-1, -1, -1, side)
+    return torch.stack([maps, sharp, row.reshape(n, k, cells)], 2)
