@@ -87,8 +87,10 @@ def dpo_train(policy, data, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor
     of each ``dpo_loss`` statistic. One optimiser step per minibatch; its gradient is accumulated
     over passes of ``micro_batch`` pairs (0: the whole minibatch in one pass). Each pass's mean
     loss is weighted by its share of the minibatch, so the step is the same as in one pass (a
-    language policy's 32 pairs in one pass took 20 GB and the kernel killed the job)."""
-    optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=lr)
+    language policy's 32 pairs in one pass took 20 GB and the kernel killed the job). The
+    optimiser is PPO's (trainer.update.make_optimizer): with ``head_lr_mult`` != 1 the parts a
+    policy trains from scratch step at that multiple of ``lr``."""
+    optimizer = make_optimizer(policy, lr, head_lr_mult)
     gen = torch.Generator().manual_seed(seed)
     n, history = len(data), []
     policy.train()

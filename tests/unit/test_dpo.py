@@ -164,7 +164,7 @@ def test_dpo_steps_widen_the_margin_of_the_pixel_policy(store):
 def test_accumulated_passes_take_the_same_step_as_one_pass(store, monkeypatch):
     """micro_batch splits a minibatch into passes whose gradients add up to the one-pass gradient
     (SGD in place of Adam: its step is linear in the gradient, so the weights show it)."""
-    monkeypatch.setattr(torch.optim, "Adam", lambda params, lr: torch.optim.SGD(params, lr=lr))
+    monkeypatch.setattr("trainer.dpo.make_optimizer", lambda policy, lr, mult=1.0: torch.optim.SGD(policy.parameters(), lr=lr))
     torch.manual_seed(0)
     start = pixel_policy()
     data, _ = pair_inputs(start, training_pairs(store), store)
@@ -213,6 +213,22 @@ def test_dpo_steps_widen_the_margin_of_the_language_policy(store):
     dpo_train(policy, data, ref_c, ref_r, beta=0.5, epochs=3, lr=1e-3, minibatch_size=2)
     after = margins(policy, data, ref_c, ref_r)
     assert bool((after > 0).all()), after
+
+
+def test_head_lr_mult_steps_the_parts_trained_from_scratch_at_its_multiple(store):
+    """The language policy's patch adapter steps at lr * head_lr_mult, its LM at lr (before stop 24
+    dpo_train ignored head_lr_mult and every part stepped at lr)."""
+    torch.manual_seed(0)
+    policy = build_policy("lm", "lm-test", {"max_new_tokens": 8, "max_images": 2})
+    pairs = [pair(store, k, A.Click(x=0.25, y=0.5), A.Click(x=0.75, y=0.5), w=64, h=48) for k in range(2)]
+    data, _ = pair_inputs(policy, pairs, store)
+    ref_c, ref_r = reference_logprobs(policy, data)
+    lm0 = copy.deepcopy(policy.lm.state_dict())
+    vision0 = copy.deepcopy(policy.vision.state_dict())
+    dpo_train(policy, data, ref_c, ref_r, beta=0.5, epochs=1, lr=1e-12, minibatch_size=2, head_lr_mult=1e10)
+    lm_moved = max(float((policy.lm.state_dict()[k] - v).abs().max()) for k, v in lm0.items())
+    vision_moved = max(float((policy.vision.state_dict()[k] - v).abs().max()) for k, v in vision0.items())
+    assert lm_moved < 1e-9 and vision_moved > 1e-4, (lm_moved, vision_moved)
 
 
 def test_sample_indices_is_seeded_bounded_and_keeps_order():
