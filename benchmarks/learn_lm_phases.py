@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import copy
 import json
+import logging
 import math
 import sys
 import tempfile
@@ -187,10 +188,10 @@ async def run_dpo(live: Live, policy, args, tasks: list[str], log) -> dict[str, 
         log("  dpo: no usable pair")
         return out
     cfg = DPOConfig(beta=args.dpo_beta, epochs=args.dpo_epochs, lr=args.dpo_lr, head_lr_mult=args.dpo_head_lr_mult,
-                    minibatch_size=args.dpo_minibatch, seed=args.seed).validate()
+                    minibatch_size=args.dpo_minibatch, seed=args.seed, nll_weight=args.dpo_nll).validate()
     ref_c, ref_r = reference_logprobs(policy, data)
     history = dpo_train(policy, data, ref_c, ref_r, cfg.beta, cfg.epochs, cfg.learning_rate("lm"),
-                        cfg.minibatch_size, cfg.seed, cfg.passes("lm"), cfg.head_lr_mult)
+                        cfg.minibatch_size, cfg.seed, cfg.passes("lm"), cfg.head_lr_mult, cfg.nll_weight)
     out.update({"used": len(data), "first_epoch": history[0], "last_epoch": history[-1]})
     log(f"  dpo on {len(data)} pairs: loss {history[0][M.DPO_LOSS]:.3f} -> {history[-1][M.DPO_LOSS]:.3f}, "
         f"accuracy {history[-1][M.DPO_ACCURACY]:.2f}")
@@ -286,6 +287,8 @@ def main() -> int:
                     help="learning rate of the adapter and pointer as a multiple of the DPO rate")
     ap.add_argument("--dpo-beta", type=float, default=0.1)
     ap.add_argument("--dpo-epochs", type=int, default=3)
+    ap.add_argument("--dpo-nll", type=float, default=0.0,
+                    help="weight of the chosen side's per-token NLL added to the DPO loss (RPO; 0: plain DPO)")
     ap.add_argument("--dpo-minibatch", type=int, default=32, help="pairs per gradient step (flywheel dpo's default)")
     ap.add_argument("--pretrained", default="smollm2-135m")
     ap.add_argument("--policy", default="", help='JSON merged into the LM config, e.g. \'{"ground": false}\'')
@@ -294,6 +297,8 @@ def main() -> int:
                     "read back by a later run with the same tasks, seed and SFT settings")
     ap.add_argument("--out", default="", help="also write the JSON result here")
     args = ap.parse_args()
+    logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("flywheel.dpo").setLevel(logging.INFO)  # a line per DPO epoch: progress on a long phase
     result = asyncio.run(measure(args))
     line = json.dumps(result)
     print(line, flush=True)

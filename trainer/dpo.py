@@ -55,21 +55,36 @@ STAGE = "dpo"
 
 
 def dpo_loss(logp_chosen: torch.Tensor, logp_rejected: torch.Tensor, ref_chosen: torch.Tensor,
-             ref_rejected: torch.Tensor, beta: float) -> tuple[torch.Tensor, dict[str, float]]:
+             ref_rejected: torch.Tensor, beta: float, chosen_tokens: torch.Tensor | None = None,
+             nll_weight: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
     """DPO (Rafailov et al. 2023) on N pairs, each argument [N] (sums of log-probs of one side).
+
+    With ``nll_weight`` > 0, plus that weight times the chosen side's mean per-token negative
+    log-likelihood (``-logp_chosen / chosen_tokens``): DPO with an NLL term (RPO, Pang et al.
+    2024, "Iterative Reasoning Preference Optimization"), which keeps the annotator's action
+    likely while the margin grows, where plain DPO may widen the margin by pushing both sides
+    down.
 
     Returns the mean loss and, as floats under their trainer.metric_names: the loss, the implicit
     rewards ``beta * (log pi - log pi_ref)`` of each side (means), their margin (chosen minus
-    rejected) and the share of pairs whose margin is positive (accuracy).
+    rejected), the share of pairs whose margin is positive (accuracy) and, with the NLL term, the
+    chosen side's per-token NLL.
     """
     chosen = beta * (logp_chosen - ref_chosen)
     rejected = beta * (logp_rejected - ref_rejected)
     margin = chosen - rejected
     loss = -F.logsigmoid(margin).mean()
-    return loss, {M.DPO_LOSS: float(loss.detach()), M.DPO_REWARD_MARGIN: float(margin.detach().mean()),
-                  M.DPO_ACCURACY: float((margin.detach() > 0).float().mean()),
-                  M.DPO_CHOSEN_REWARD: float(chosen.detach().mean()),
-                  M.DPO_REJECTED_REWARD: float(rejected.detach().mean())}
+    stats = {M.DPO_REWARD_MARGIN: float(margin.detach().mean()),
+             M.DPO_ACCURACY: float((margin.detach() > 0).float().mean()),
+             M.DPO_CHOSEN_REWARD: float(chosen.detach().mean()),
+             M.DPO_REJECTED_REWARD: float(rejected.detach().mean())}
+    if nll_weight > 0:
+        if chosen_tokens is None:
+            raise ValueError("the NLL term needs each chosen side's token count")
+        nll = (-logp_chosen / chosen_tokens.clamp(min=1)).mean()
+        loss = loss + nll_weight * nll
+        stats[M.DPO_CHOSEN_NLL] = float(nll.detach())
+    return loss, {M.DPO_LOSS: float(loss.detach()), **stats}
 
 
 @torch.no_grad()
@@ -82,14 +97,14 @@ def reference_logprobs(policy, data, batch: int = 64) -> tuple[torch.Tensor, tor
 
 def dpo_train(policy, data, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor, beta: float, epochs: int,
               lr: float, minibatch_size: int, seed: int = 0, micro_batch: int = 0,
-              head_lr_mult: float = 1.0) -> list[dict[str, float]]:
+              head_lr_mult: float = 1.0, nll_weight: float = 0.0) -> list[dict[str, float]]:
     """Minimise the DPO loss over ``data`` (trainer.dpo_inputs); per epoch, the pair-weighted mean
     of each ``dpo_loss`` statistic. One optimiser step per minibatch; its gradient is accumulated
     over passes of ``micro_batch`` pairs (0: the whole minibatch in one pass). Each pass's mean
     loss is weighted by its share of the minibatch, so the step is the same as in one pass (a
     language policy's 32 pairs in one pass took 20 GB and the kernel killed the job). The
     optimiser is PPO's (trainer.update.make_optimizer): with ``head_lr_mult`` != 1 the parts a
-    policy trains from scratch step at that multiple of ``lr``."""
+    policy trains from scratch step at that multiple of ``lr``. ``nll_weight``: see dpo_loss."""
     optimizer = make_optimizer(policy, lr, head_lr_mult)
     gen = torch.Generator().manual_seed(seed)
     n, history = len(data), []
@@ -100,7 +115,8 @@ def dpo_train(policy, data, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor
             optimizer.zero_grad(set_to_none=True)
             for part in idx.split(micro_batch or len(idx)):
                 logp_c, logp_r = data.logprobs(policy, part.tolist())
-                loss, stats = dpo_loss(logp_c, logp_r, ref_chosen[part], ref_rejected[part], beta)
+                loss, stats = dpo_loss(logp_c, logp_r, ref_chosen[part], ref_rejected[part], beta,
+                                       data.chosen_tokens(part.tolist()), nll_weight)
                 (loss * (len(part) / len(idx))).backward()
                 for k, v in stats.items():
                     totals[k] += v * len(part)
@@ -178,7 +194,7 @@ def run_dpo(cfg: DPOConfig, settings: Settings) -> dict[str, Any]:
              dict(skipped), cfg.beta)
     lr = cfg.learning_rate(policy.kind)
     history = dpo_train(policy, data, ref_c, ref_r, cfg.beta, cfg.epochs, lr, cfg.minibatch_size, cfg.seed,
-                        cfg.passes(policy.kind), cfg.head_lr_mult)
+                        cfg.passes(policy.kind), cfg.head_lr_mult, cfg.nll_weight)
     policy.version = versions.next_version(settings, cfg.policy_name, ref.version)
     run_id = cfg.run_id or f"dpo-{cfg.policy_name}-v{policy.version}"
     producer, tracker = make_producer(settings), DeliveryTracker()

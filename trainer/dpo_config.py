@@ -16,6 +16,8 @@ class DPOConfig:
     policy_name: str = opt("pixel-miniwob", "policy to improve: its versions are the reference and the result")
     reference_version: int = opt(-1, "pi_SFT, the frozen reference and the starting weights (-1: the latest published)")
     beta: float = opt(0.1, "DPO beta: how far the policy may move from the reference (the KL penalty's weight)")
+    nll_weight: float = opt(0.0, "weight of the chosen side's per-token NLL added to the DPO loss (RPO): keeps the "
+                                 "annotator's action likely while the margin grows; 0: plain DPO")
     kinds: list[str] = opt(list(PAIR_KINDS), "pair kinds trained on")
     annotators: list[str] = opt([], "only pairs of these annotators (default: all)")
     epochs: int = opt(10, "passes over the pairs")
@@ -42,6 +44,8 @@ class DPOConfig:
     def validate(self) -> "DPOConfig":
         if self.beta <= 0:
             raise ConfigError(f"beta must be > 0, got {self.beta}")
+        if self.nll_weight < 0:
+            raise ConfigError(f"nll_weight must be >= 0 (0: plain DPO), got {self.nll_weight}")
         if self.epochs < 1 or self.minibatch_size < 1:
             raise ConfigError("epochs and minibatch_size must be >= 1")
         if self.head_lr_mult <= 0:

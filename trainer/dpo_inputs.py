@@ -60,6 +60,10 @@ class PixelPairs:
                                         [self.chosen[i] for i in idx] + [self.rejected[i] for i in idx])
         return logprob[:len(idx)], logprob[len(idx):]
 
+    def chosen_tokens(self, idx: list[int]) -> torch.Tensor:
+        """Scored units of each chosen side [n]: one action each."""
+        return torch.ones(len(idx))
+
 
 @dataclass
 class LMPairs:
@@ -77,6 +81,10 @@ class LMPairs:
     def logprobs(self, policy, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         logprob, _, _ = policy.evaluate([self.chosen[i] for i in idx] + [self.rejected[i] for i in idx])
         return logprob[:len(idx)], logprob[len(idx):]
+
+    def chosen_tokens(self, idx: list[int]) -> torch.Tensor:
+        """Scored tokens of each chosen side [n] (its reply's tokens)."""
+        return torch.tensor([float(sum(self.chosen[i].target)) for i in idx])
 
 
 def pixel_pairs(policy, pairs: list[PreferencePair], store: BlobStore) -> tuple[PixelPairs | None, Counter]:

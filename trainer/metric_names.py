@@ -85,6 +85,7 @@ DPO_ACCURACY = "dpo/accuracy"
 DPO_CHOSEN_REWARD = "dpo/chosen_reward"
 DPO_REJECTED_REWARD = "dpo/rejected_reward"
 DPO_BETA = "dpo/beta"
+DPO_CHOSEN_NLL = "dpo/chosen_nll"  # per-token NLL of the chosen side (the RPO term, before its weight)
 
 # bc/
 BC_TRAIN_MATCH = "bc/train_match"

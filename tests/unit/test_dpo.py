@@ -46,6 +46,31 @@ def test_at_the_reference_the_loss_is_log_two_and_its_gradient_prefers_the_chose
     assert float(lc.grad) == pytest.approx(-0.1) and float(lr_.grad) == pytest.approx(0.1)  # -beta/2, +beta/2
 
 
+def test_the_nll_term_adds_the_chosen_sides_per_token_nll_at_its_weight():
+    lc, lr_ = torch.tensor([-1.0, -2.0], requires_grad=True), torch.tensor([-3.0, -1.0])
+    rc, rr = torch.tensor([-2.0, -2.0]), torch.tensor([-2.0, -2.0])
+    plain, _ = dpo_loss(lc, lr_, rc, rr, beta=0.5)
+    loss, stats = dpo_loss(lc, lr_, rc, rr, beta=0.5, chosen_tokens=torch.tensor([4.0, 2.0]), nll_weight=0.5)
+    nll = (1.0 / 4 + 2.0 / 2) / 2
+    assert stats["dpo/chosen_nll"] == pytest.approx(nll)
+    assert float(loss.detach()) == pytest.approx(float(plain.detach()) + 0.5 * nll, abs=1e-6)
+    assert stats["losses/dpo_loss"] == pytest.approx(float(loss.detach()))
+    loss.backward()
+    plain_grad = torch.autograd.grad(dpo_loss(lc, lr_, rc, rr, beta=0.5)[0], lc)[0]
+    assert torch.allclose(lc.grad - plain_grad, torch.tensor([-0.5 / 4 / 2, -0.5 / 2 / 2]))  # raises chosen
+    with pytest.raises(ValueError, match="token count"):
+        dpo_loss(lc, lr_, rc, rr, beta=0.5, nll_weight=1.0)
+
+
+def test_nll_weight_is_validated():
+    from infra.config import ConfigError
+    from trainer.dpo_config import DPOConfig
+
+    assert DPOConfig().nll_weight == 0.0
+    with pytest.raises(ConfigError, match="nll_weight"):
+        DPOConfig(nll_weight=-0.1).validate()
+
+
 # ---------------------------------------------------------------- pairs as inputs
 
 
@@ -155,6 +180,7 @@ def test_dpo_steps_widen_the_margin_of_the_pixel_policy(store):
     ref_c, ref_r = reference_logprobs(policy, data)
     assert torch.allclose(margins(policy, data, ref_c, ref_r), torch.zeros(len(data)))
     history = dpo_train(policy, data, ref_c, ref_r, beta=0.5, epochs=5, lr=1e-2, minibatch_size=4)
+    assert data.chosen_tokens([0, 1]).tolist() == [1.0, 1.0]
     after = margins(policy, data, ref_c, ref_r)
     assert bool((after > 0).all()), after
     assert history[-1]["losses/dpo_loss"] < history[0]["losses/dpo_loss"] < math.log(2) + 1e-6
@@ -207,6 +233,7 @@ def test_dpo_steps_widen_the_margin_of_the_language_policy(store):
     data, skipped = pair_inputs(policy, pairs, store)
     assert isinstance(data, LMPairs) and len(data) == 4 and not skipped
     assert sum(data.chosen[0].target) > 0 and data.chosen[0].ids != data.rejected[0].ids
+    assert data.chosen_tokens([0, 2]).tolist() == [float(sum(data.chosen[i].target)) for i in (0, 2)]
     part = data.subset([3, 1])
     assert len(part) == 2 and part.chosen == [data.chosen[3], data.chosen[1]] and part.rejected[1] is data.rejected[1]
     ref_c, ref_r = reference_logprobs(policy, data)
