@@ -120,8 +120,9 @@ async def evaluate(live: Live, policy, tasks: list[str], n: int, max_steps: int)
     client = TorchClient("bench", kind="lm", policy=policy, blobs=live.blobs, greedy=True)
     out = {}
     for name in tasks:
-        out[name] = rate([(await live.play(client, spec(name, EVAL_SEED + s, max_steps))).trajectory.success
-                          for s in range(n)])
+        trajs = [(await live.play(client, spec(name, EVAL_SEED + s, max_steps))).trajectory for s in range(n)]
+        out[name] = {**rate([t.success for t in trajs]),
+                     "steps_mean": round(sum(len(t.steps) for t in trajs) / max(len(trajs), 1), 2)}
     return out
 
 
