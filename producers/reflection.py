@@ -114,24 +114,25 @@ def side_of(step: Step) -> PairSide:
     return PairSide(action=step.action, thought=step.thought, raw_output=step.raw_output)
 
 
-def error_correction_pair(traj: Trajectory, tau: int, chosen: Any, annotator: str, created_at: float) -> PreferencePair:
+def error_correction_pair(traj: Trajectory, tau: int, chosen: Any, annotator: str, created_at: float,
+                          thought: str = "") -> PreferencePair:
     step = traj.steps[tau]
     return PreferencePair(
         episode_id=traj.episode_id, kind="error_correction", task=traj.task, tau=tau, step_index=tau,
-        observation=step.observation, history=list(traj.steps[:tau]), chosen=PairSide(action=chosen),
+        observation=step.observation, history=list(traj.steps[:tau]), chosen=PairSide(action=chosen, thought=thought),
         rejected=side_of(step), annotator=annotator, policy=step.policy, policy_version=step.policy_version,
         created_at=created_at)
 
 
 def post_reflection_pair(traj: Trajectory, tau: int, after: Observation, chosen: Any, annotator: str,
-                         created_at: float) -> PreferencePair:
+                         created_at: float, thought: str = "") -> PreferencePair:
     """At the state step ``tau``'s wrong action produced: ``after`` (as recorded on step tau + 1,
     or as replayed when the episode stopped at tau)."""
     nxt = traj.steps[tau + 1] if tau + 1 < len(traj.steps) else None
     actor = nxt or traj.steps[tau]
     return PreferencePair(
         episode_id=traj.episode_id, kind="post_reflection", task=traj.task, tau=tau, step_index=tau + 1,
-        observation=after, history=list(traj.steps[:tau + 1]), chosen=PairSide(action=chosen),
+        observation=after, history=list(traj.steps[:tau + 1]), chosen=PairSide(action=chosen, thought=thought),
         rejected=side_of(nxt) if nxt is not None else None, annotator=annotator, policy=actor.policy,
         policy_version=actor.policy_version, created_at=created_at)
 
@@ -159,8 +160,12 @@ def verify(index: int, replayed: Observation, recorded: Observation, screens: bo
 
 
 async def annotate(traj: Trajectory, env: ReplayEnv, *, annotator: str = ANNOTATOR, verify_screens: bool = True,
-                   solve: Solve = scripted.solve, clock: Callable[[], float] = time.time) -> Annotation:
-    """Replay ``traj`` in ``env`` up to its first wrong step and the state after it; its pairs."""
+                   solve: Solve = scripted.solve, clock: Callable[[], float] = time.time,
+                   thought: Callable[[str], str] = scripted.thought) -> Annotation:
+    """Replay ``traj`` in ``env`` up to its first wrong step and the state after it; its pairs.
+    The annotator's sides carry ``thought(task name)``: the scripted solvers' Thought, as on their
+    demonstrations (without it a language policy's DPO learns to stop writing a Thought, not where
+    to click)."""
     check_replayable(traj)
     steps, name = traj.steps, traj.task.name
     obs, dom = await env.reset(traj.task)
@@ -170,7 +175,7 @@ async def annotate(traj: Trajectory, env: ReplayEnv, *, annotator: str = ANNOTAT
         if want is None:
             return Annotation(outcome="solver_abstained")
         if not same_action(want, step.action, dom):
-            return await _after_error(traj, i, want, env, annotator, verify_screens, solve, clock())
+            return await _after_error(traj, i, want, env, annotator, verify_screens, solve, clock(), thought(name))
         obs, dom, done = await env.step(step.action)
         if done != (i + 1 == len(steps) and step.done):
             raise ReplayDiverged(f"step {i}: the replay {'ended' if done else 'went on'}, the episode did not")
@@ -178,8 +183,8 @@ async def annotate(traj: Trajectory, env: ReplayEnv, *, annotator: str = ANNOTAT
 
 
 async def _after_error(traj: Trajectory, tau: int, want: Any, env: ReplayEnv, annotator: str, verify_screens: bool,
-                       solve: Solve, created_at: float) -> Annotation:
-    pairs = [error_correction_pair(traj, tau, want, annotator, created_at)]
+                       solve: Solve, created_at: float, thought: str) -> Annotation:
+    pairs = [error_correction_pair(traj, tau, want, annotator, created_at, thought)]
     after, dom, done = await env.step(traj.steps[tau].action)
     if done:
         return Annotation(pairs, "error_ended_episode", tau)
@@ -192,5 +197,5 @@ async def _after_error(traj: Trajectory, tau: int, want: Any, env: ReplayEnv, an
     if nxt is not None and same_action(recovery, nxt.action, dom):
         return Annotation(pairs, "agent_recovered", tau)
     recorded = nxt.observation if nxt is not None else after
-    pairs.append(post_reflection_pair(traj, tau, recorded, recovery, annotator, created_at))
+    pairs.append(post_reflection_pair(traj, tau, recorded, recovery, annotator, created_at, thought))
     return Annotation(pairs, "pairs", tau)

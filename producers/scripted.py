@@ -37,6 +37,13 @@ DOM_PROBE_JS = """(() => {
 })()"""
 
 Solver = Callable[[str, dict[str, Any]], Any]
+def thought(task_name: str) -> str:
+    """The Thought the scripted solvers write: on their demonstrations (the cold start a language
+    policy is cloned from) and on the annotator's side of its reflection pairs. One text, so such a
+    pair differs from what the policy learnt to write only where the annotator corrects it."""
+    return f"scripted {task_name}"
+
+
 SOLVERS: dict[str, Solver] = {}
 
 

@@ -12,6 +12,7 @@ from producers.reflection import (
     NoSolver, ReplayDiverged, annotate, same_action, target_element,
 )
 from schemas.actions import Click, PressEnter, Scroll, Type, Wait
+from schemas.uitars import render_output
 from schemas.events import BlobRef, Observation, Step, TaskSpec, Trajectory
 
 W, H = 160, 210
@@ -160,6 +161,24 @@ def test_wrong_box_gives_an_error_correction_and_a_post_reflection_pair():
     assert pr.observation == traj.steps[1].observation
     assert pr.chosen.action == checkbox(0) and pr.rejected.action == SUBMIT and pr.policy_version == 5
     assert ec.event_id == "ep-1:error_correction:scripted-v1" and ec.created_at == 123.0
+
+
+def test_the_annotators_sides_carry_the_demonstrations_thought_so_a_pair_differs_in_its_action_only():
+    """A language policy cloned from the scripted demonstrations writes their Thought; the
+    annotator's side writes the same one, so the two sides' texts differ after "Action:" only
+    (before stop 24 the chosen side had no Thought, and DPO learnt to drop it)."""
+    from producers import scripted
+    from trainer.dpo_inputs import side_text
+
+    traj = record([checkbox(1), SUBMIT])
+    written = render_output(scripted.thought("click-checkboxes"), checkbox(1), 160, 210)
+    traj.steps[0] = traj.steps[0].model_copy(update={"thought": scripted.thought("click-checkboxes"),
+                                                     "raw_output": written})
+    ec, pr = run(traj).pairs
+    assert ec.chosen.thought == pr.chosen.thought == scripted.thought("click-checkboxes") == "scripted click-checkboxes"
+    good, bad = (side_text(side, 160, 210, "qwen25vl") for side in (ec.chosen, ec.rejected))
+    assert good.split("Action:")[0] == bad.split("Action:")[0] == "Thought: scripted click-checkboxes\n"
+    assert good != bad
 
 
 def test_tau_is_the_first_wrong_step_and_the_history_is_the_steps_before_it():
