@@ -116,7 +116,7 @@ def dpo_train(policy, data, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor
             for part in idx.split(micro_batch or len(idx)):
                 logp_c, logp_r = data.logprobs(policy, part.tolist())
                 loss, stats = dpo_loss(logp_c, logp_r, ref_chosen[part], ref_rejected[part], beta,
-                                       data.chosen_tokens(part.tolist()), nll_weight)
+                                       data.chosen_tokens(part.tolist()) if nll_weight else None, nll_weight)
                 (loss * (len(part) / len(idx))).backward()
                 for k, v in stats.items():
                     totals[k] += v * len(part)

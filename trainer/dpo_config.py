@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from infra.config import ConfigError, opt
@@ -42,10 +43,10 @@ class DPOConfig:
         return DEFAULT_MICRO_BATCH[kind] if self.micro_batch < 0 else self.micro_batch
 
     def validate(self) -> "DPOConfig":
-        if self.beta <= 0:
-            raise ConfigError(f"beta must be > 0, got {self.beta}")
-        if self.nll_weight < 0:
-            raise ConfigError(f"nll_weight must be >= 0 (0: plain DPO), got {self.nll_weight}")
+        if not (math.isfinite(self.beta) and self.beta > 0):
+            raise ConfigError(f"beta must be a finite number > 0, got {self.beta}")
+        if not (math.isfinite(self.nll_weight) and self.nll_weight >= 0):
+            raise ConfigError(f"nll_weight must be a finite number >= 0 (0: plain DPO), got {self.nll_weight}")
         if self.epochs < 1 or self.minibatch_size < 1:
             raise ConfigError("epochs and minibatch_size must be >= 1")
         if self.head_lr_mult <= 0:

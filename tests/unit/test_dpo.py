@@ -67,8 +67,12 @@ def test_nll_weight_is_validated():
     from trainer.dpo_config import DPOConfig
 
     assert DPOConfig().nll_weight == 0.0
-    with pytest.raises(ConfigError, match="nll_weight"):
-        DPOConfig(nll_weight=-0.1).validate()
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="nll_weight"):
+            DPOConfig(nll_weight=bad).validate()
+    for bad in (0.0, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="beta"):
+            DPOConfig(beta=bad).validate()
 
 
 # ---------------------------------------------------------------- pairs as inputs
