@@ -17,10 +17,11 @@ not the tens of minutes the main job's processes need sharing 2 cores):
   into training data by ``trainer.stream.to_episode`` and learnt by ``trainer.update.ppo_update``
   (decoupled, length-adaptive GAE, clip-higher, truncated importance weights; the first
   ``--vp-updates`` batches train the critic alone, as value pretraining does);
-- DPO: ``--dpo-episodes`` sampled pi_SFT episodes per task on fresh seeds; each failed one is
-  annotated by ``producers.reflection.annotate`` (the scripted solvers replay it in the same
-  browser: error-correction and post-reflection pairs), the pairs made into inputs by
-  ``trainer.dpo_inputs.pair_inputs`` and learnt by ``trainer.dpo.dpo_train`` against pi_SFT.
+- DPO: ``--dpo-episodes`` sampled (``--dpo-greedy``: greedy) pi_SFT episodes per task on fresh
+  seeds; each failed one is annotated by ``producers.reflection.annotate`` (the scripted solvers
+  replay it in the same browser: error-correction and post-reflection pairs), the pairs made into
+  inputs by ``trainer.dpo_inputs.pair_inputs`` and learnt by ``trainer.dpo.dpo_train`` against
+  pi_SFT; ``--dpo-pairs-cache`` keeps them for later runs with other DPO settings.
 
 Prints progress, then one JSON line: greedy success per task after each phase with its standard
 error, the PPO and DPO statistics, and the seconds of each phase. ``--out`` also writes it.
@@ -122,8 +123,21 @@ async def evaluate(live: Live, policy, tasks: list[str], n: int, max_steps: int)
     for name in tasks:
         trajs = [(await live.play(client, spec(name, EVAL_SEED + s, max_steps))).trajectory for s in range(n)]
         out[name] = {**rate([t.success for t in trajs]),
-                     "steps_mean": round(sum(len(t.steps) for t in trajs) / max(len(trajs), 1), 2)}
+                     "steps_mean": round(sum(len(t.steps) for t in trajs) / max(len(trajs), 1), 2),
+                     "wins": "".join("1" if t.success else "0" for t in trajs)}
     return out
+
+
+def paired(before: dict, after: dict) -> dict[str, Any] | None:
+    """The same episodes before and after a phase: how many it turned from failure to success and
+    back, and the exact two-sided sign test's p-value on those (McNemar's exact test)."""
+    if "wins" not in before or "wins" not in after or len(before["wins"]) != len(after["wins"]):
+        return None
+    gained = sum(a == "0" and b == "1" for a, b in zip(before["wins"], after["wins"]))
+    lost = sum(a == "1" and b == "0" for a, b in zip(before["wins"], after["wins"]))
+    n, k = gained + lost, min(gained, lost)
+    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
+    return {"gained": gained, "lost": lost, "p_value": round(p, 4)}
 
 
 async def sampled(live: Live, policy, tasks: list[str], n: int, seed0: int, max_steps: int) -> list[ScoredTrajectory]:
@@ -163,9 +177,21 @@ async def run_ppo(live: Live, policy, args, tasks: list[str], log) -> dict[str, 
             "untrainable_episodes": skipped}
 
 
-async def run_dpo(live: Live, policy, args, tasks: list[str], log) -> dict[str, Any]:
-    """Reflection pairs from pi_SFT's own failures, annotated by the scripted solvers, then DPO."""
-    scored = await sampled(live, policy, tasks, args.dpo_episodes, DPO_SEED + 1000 * args.seed, args.max_steps)
+def pairs_key(args) -> dict[str, Any]:
+    """What a DPO phase's pairs depend on (a cached set must match): pi_SFT and how its episodes ran."""
+    return {**sft_key(args), "dpo_episodes": args.dpo_episodes, "dpo_greedy": args.dpo_greedy}
+
+
+async def reflection_pairs(live: Live, policy, args, tasks: list[str]) -> tuple[Any, dict[str, Any]]:
+    """pi_SFT's failures on fresh seeds (sampled, or greedy with ``--dpo-greedy``: the mistakes its
+    greedy evaluation makes), annotated by the scripted solvers, as DPO inputs."""
+    seed0 = DPO_SEED + 1000 * args.seed
+    if args.dpo_greedy:
+        client = TorchClient("bench", kind="lm", policy=policy, blobs=live.blobs, greedy=True)
+        scored = [await live.play(client, spec(name, seed0 + s, args.max_steps))
+                  for s in range(args.dpo_episodes) for name in tasks]
+    else:
+        scored = await sampled(live, policy, tasks, args.dpo_episodes, seed0, args.max_steps)
     outcomes, pairs = Counter(), []
     replay = BrowserReplay(live.blobs, live.sandbox.step_ms, sandbox=live.sandbox)  # the same browser replays
     for s in scored:
@@ -182,9 +208,28 @@ async def run_dpo(live: Live, policy, args, tasks: list[str], log) -> dict[str, 
         pairs += note.pairs
     await live.sandbox.flush()
     data, skipped = pair_inputs(policy, pairs, live.blobs)
-    out: dict[str, Any] = {"episodes": len(scored), "sampled_success": rate([s.trajectory.success for s in scored]),
-                           "annotations": dict(outcomes), "pairs": dict(Counter(p.kind for p in pairs)),
-                           "skipped": dict(skipped)}
+    return data, {"episodes": len(scored), "greedy": args.dpo_greedy,
+                  "sampled_success": rate([s.trajectory.success for s in scored]),
+                  "annotations": dict(outcomes), "pairs": dict(Counter(p.kind for p in pairs)),
+                  "skipped": dict(skipped)}
+
+
+async def run_dpo(live: Live, policy, args, tasks: list[str], log) -> dict[str, Any]:
+    """Reflection pairs from pi_SFT's own failures, annotated by the scripted solvers, then DPO.
+    With ``--dpo-pairs-cache`` the pairs are made once and read back by later runs."""
+    cache = Path(args.dpo_pairs_cache) if args.dpo_pairs_cache else None
+    if cache is not None and cache.exists():
+        saved = torch.load(cache, weights_only=False)
+        if saved["key"] != pairs_key(args):
+            raise SystemExit(f"{cache} holds the pairs of {saved['key']}, not {pairs_key(args)}: name another file")
+        data, out = saved["data"], saved["summary"]
+        log(f"  dpo: {out['pairs']} pairs from {cache}")
+    else:
+        data, out = await reflection_pairs(live, policy, args, tasks)
+        log(f"  dpo: {out['pairs']} pairs from {out['episodes']} episodes (success {out['sampled_success']})")
+        if cache is not None and data is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"key": pairs_key(args), "data": data, "summary": out}, cache)
     if data is None:
         log("  dpo: no usable pair")
         return out
@@ -223,6 +268,10 @@ async def measure(args) -> dict[str, Any]:
             policy.load_state_dict(saved["weights"])
             results, seconds = {"sft": saved["eval"]}, dict(saved["seconds"])
             log(f"pi_SFT from {cache}: {results['sft']}")
+            if any("wins" not in r for r in results["sft"].values()):  # saved before episodes were kept
+                results["sft"] = saved["eval"] = await evaluate(live, policy, tasks, args.eval, args.max_steps)
+                torch.save(saved, cache)
+                log(f"pi_SFT greedy again, episode by episode: {results['sft']}")
         else:
             results = {}
             t = time.perf_counter()
@@ -257,6 +306,8 @@ async def measure(args) -> dict[str, Any]:
             results[phase] = await evaluate(live, policy, tasks, args.eval, args.max_steps)
             seconds[f"eval_{phase}"] = time.perf_counter() - t
             log(f"{phase} greedy: {results[phase]}")
+            details[phase]["paired"] = {name: paired(results["sft"][name], results[phase][name]) for name in tasks}
+            log(f"{phase} against pi_SFT on the same episodes: {details[phase]['paired']}")
     finally:
         await live.close()
     return {"tasks": tasks, "seed": args.seed, "demos_per_task": args.demos, "eval_episodes": args.eval,
@@ -283,6 +334,10 @@ def main() -> int:
     ap.add_argument("--ppo-epochs", type=int, default=2)
     ap.add_argument("--ppo-minibatch", type=int, default=8)
     ap.add_argument("--dpo-episodes", type=int, default=60, help="sampled pi_SFT episodes per task to annotate")
+    ap.add_argument("--dpo-greedy", action="store_true",
+                    help="annotate pi_SFT's greedy failures (the mistakes its evaluation makes), not sampled ones")
+    ap.add_argument("--dpo-pairs-cache", default="", help="a file: the DPO phase's pairs are saved there and read "
+                    "back by a later run with the same pi_SFT, --dpo-episodes and --dpo-greedy")
     ap.add_argument("--dpo-lr", type=float, default=0.0, help="0: flywheel dpo's default for the language policy")
     ap.add_argument("--dpo-head-lr-mult", type=float, default=1.0,
                     help="learning rate of the adapter and pointer as a multiple of the DPO rate")

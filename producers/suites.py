@@ -26,9 +26,10 @@ class Suite:
 SUITES: dict[str, Suite] = {}
 
 # How the policies read MiniWoB++ pages (trainer.policies.pixel_ground, lm_ground): match the
-# instruction's words in the page's font (core.css: Arial, 10 px text; Chromium draws buttons at
-# 13.33 px); the pixel policy's grid also gets its coordinates. Every suite here is MiniWoB++.
-MINIWOB_READING: dict = {"ground": True, "ground_font": "Arial", "ground_sizes": [10, 13]}
+# instruction's words in the page's font (the policies' defaults, pixel_ground.PAGE_FONT and
+# PAGE_SIZES, are MiniWoB's); the pixel policy's grid also gets its coordinates. Every suite here
+# is MiniWoB++.
+MINIWOB_READING: dict = {"ground": True}
 MINIWOB_VISION: dict = {**MINIWOB_READING, "coords": True}
 
 

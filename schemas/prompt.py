@@ -113,15 +113,18 @@ def uitars_turns(spec: PromptSpec, instruction: str, history: list, history_imag
 
 def instruction_of(spec: PromptSpec, turns: list[Turn]) -> str | None:
     """The instruction a context was built for (``uitars_turns``' first turn, read back through
-    the prompt template), or None when the first turn is not that prompt."""
+    the prompt template, which may name {instruction} more than once), or None when the first
+    turn is not that prompt or the template has no {instruction}."""
     if not turns or turns[0].role != "user" or len(turns[0].parts) != 1 or not isinstance(turns[0].parts[0], str):
         return None
     mark = "\x00"
-    head, _, tail = system_prompt(spec.prompt).format(instruction=mark, language="English").partition(mark)
-    text = turns[0].parts[0]
-    if len(text) < len(head) + len(tail) or not text.startswith(head) or not text.endswith(tail):
+    pieces = system_prompt(spec.prompt).format(instruction=mark, language="English").split(mark)
+    text, copies = turns[0].parts[0], len(pieces) - 1
+    size, rest = divmod(len(text) - sum(map(len, pieces)), max(copies, 1))
+    if copies == 0 or size < 0 or rest:
         return None
-    return text[len(head):len(text) - len(tail)]
+    instruction = text[len(pieces[0]):len(pieces[0]) + size]
+    return instruction if instruction.join(pieces) == text else None
 
 
 def history_window(spec: PromptSpec, n_history: int) -> range:

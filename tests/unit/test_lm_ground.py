@@ -55,6 +55,15 @@ def test_the_instruction_is_read_back_from_either_prompt():
     assert instruction_of(PromptSpec(), uitars_turns(PromptSpec(prompt="uitars"), "go", [], [], None)) is None
 
 
+def test_the_instruction_is_read_back_from_a_template_naming_it_twice_and_not_from_one_without_it():
+    twice = PromptSpec(prompt="Task: {instruction}\nAgain, the task: {instruction}\nReply in {language}.")
+    for instruction in ("Click ONE.", "", "Task: {instruction}"):
+        assert instruction_of(twice, uitars_turns(twice, instruction, [], [], None)) == instruction
+    assert instruction_of(twice, uitars_turns(PromptSpec(), "Click ONE.", [], [], None)) is None
+    fixed = PromptSpec(prompt="Click whatever you like.")
+    assert instruction_of(fixed, uitars_turns(fixed, "Click ONE.", [], [], None)) is None
+
+
 @needs_font
 def test_each_word_is_found_in_the_patch_it_is_written_in():
     img = screen({"ONE": 5, "TWO": 10})

@@ -41,13 +41,22 @@ def test_every_suite_fits_the_pixel_policy():
         assert policy.ground and policy.cfg["coords"] and policy.cfg["ground_font"] == "Arial"
 
 
+def test_both_policies_read_the_pages_font_from_one_default():
+    from trainer.policies.lm import tiny_lm_config
+    from trainer.policies.pixel import DEFAULT_CONFIG
+    from trainer.policies.pixel_ground import PAGE_FONT, PAGE_SIZES
+
+    for cfg in (tiny_lm_config(), DEFAULT_CONFIG):
+        assert (cfg["ground_font"], tuple(cfg["ground_sizes"])) == (PAGE_FONT, PAGE_SIZES) == ("Arial", (10, 13))
+
+
 def test_pixel_config_overrides_come_last():
     assert pixel_config(("click",), {"ground": False})["ground"] is False
     assert pixel_config(("click",), {"action_types": ["type"]})["action_types"] == ["type"]
 
 
 def test_the_language_policy_reads_miniwob_pages_unless_told_not_to():
-    assert lm_config()["ground"] is True and lm_config()["ground_font"] == "Arial" and "coords" not in lm_config()
+    assert lm_config()["ground"] is True and "coords" not in lm_config()
     assert lm_config({"ground": False})["ground"] is False
     assert "ground" not in lm_config({"pointer": False})  # digits: no pointer to weigh
 

@@ -48,6 +48,7 @@ from schemas.prompt import (
 from trainer.policies import lm_ground
 from trainer.policies.lm_pointer import PointerCodec, PointerHead, PointerTokenizer
 from trainer.policies.lm_text import make_tokenizer
+from trainer.policies.pixel_ground import PAGE_FONT, PAGE_SIZES
 
 log = logging.getLogger("flywheel.policy.lm")
 
@@ -70,8 +71,8 @@ def tiny_lm_config(**overrides: Any) -> dict[str, Any]:
         "pointer": False,          # click coordinates by pointing at a patch (trainer.policies.lm_pointer)
         "ground": False,           # the pointer also reads the instruction's words (trainer.policies.lm_ground)
         "ground_words": 16,        # instruction words matched
-        "ground_font": "Arial",    # the page's CSS font family (MiniWoB's core.css), resolved by fontconfig
-        "ground_sizes": [10, 13],  # px: MiniWoB's 10 px text, Chromium's 13.33 px buttons
+        "ground_font": PAGE_FONT,  # the page's CSS font family, resolved by fontconfig (or a font file)
+        "ground_sizes": list(PAGE_SIZES),  # px of the page's text
     }
     cfg.update(overrides)
     return cfg

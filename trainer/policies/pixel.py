@@ -42,7 +42,7 @@ from torch import nn
 from infra.policy import Decision, PolicyInput, register_policy
 from schemas import actions as A
 from schemas.blobs import BlobNotFound
-from trainer.policies.pixel_ground import map_features, match_maps, word_features
+from trainer.policies.pixel_ground import PAGE_FONT, PAGE_SIZES, map_features, match_maps, word_features
 from trainer.policies.pixel_inputs import (
     history_summary, pointer_planes, span_mask, span_text, summary_size, token_features, token_spans, tokenize,
 )
@@ -76,8 +76,8 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "scroll_directions": ["up", "down"],
     "ground": False,             # per-word text matching maps (trainer.policies.pixel_ground)
     "ground_words": 16,          # instruction words matched
-    "ground_font": "Arial",      # the page's CSS font family (MiniWoB's core.css), resolved by fontconfig
-    "ground_sizes": [10, 13],    # px: MiniWoB's 10 px text, Chromium's 13.33 px buttons
+    "ground_font": PAGE_FONT,    # the page's CSS font family, resolved by fontconfig (or a font file)
+    "ground_sizes": list(PAGE_SIZES),  # px of the page's text
     "ground_dim": 4,             # channels the weighed maps give the grid-level convolution
     "coords": False,             # each cell's row and column as two more channels there
     "seed": 0,                   # initial weights

@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 _WORD = re.compile(r"-?\w+")  # "-3": use-spinner's negative targets keep their sign
 MIN_STD = 0.05  # a window this flat (ink std, 0..1) has no text to match: NCC 0 there
 SHARPEN = 20.0  # a word's best-matching cell against the rest: exp(SHARPEN * (match - best match))
+# The page's text, the one default of both policies' "ground_font" / "ground_sizes": MiniWoB's
+# core.css font family (resolved by fontconfig), its 10 px text and Chromium's 13.33 px buttons.
+PAGE_FONT = "Arial"
+PAGE_SIZES = (10, 13)
 
 
 def words(instruction: str, k: int) -> list[tuple[int, int]]:
