@@ -236,9 +236,25 @@ async def run_dpo(live: Live, policy, args, tasks: list[str], log) -> dict[str, 
     cfg = DPOConfig(beta=args.dpo_beta, epochs=args.dpo_epochs, lr=args.dpo_lr, head_lr_mult=args.dpo_head_lr_mult,
                     minibatch_size=args.dpo_minibatch, seed=args.seed, nll_weight=args.dpo_nll).validate()
     ref_c, ref_r = reference_logprobs(policy, data)
+    wanted = {int(e) for e in args.dpo_eval_epochs.split(",") if e} - {cfg.epochs}
+    snapshots: dict[int, dict] = {}
+
+    def keep(epoch: int) -> None:
+        if epoch in wanted:
+            snapshots[epoch] = copy.deepcopy(policy.state_dict())
+
     history = dpo_train(policy, data, ref_c, ref_r, cfg.beta, cfg.epochs, cfg.learning_rate("lm"),
-                        cfg.minibatch_size, cfg.seed, cfg.passes("lm"), cfg.head_lr_mult, cfg.nll_weight)
-    out.update({"used": len(data), "first_epoch": history[0], "last_epoch": history[-1]})
+                        cfg.minibatch_size, cfg.seed, cfg.passes("lm"), cfg.head_lr_mult, cfg.nll_weight, keep)
+    out.update({"used": len(data), "first_epoch": history[0], "last_epoch": history[-1], "epochs": history})
+    if snapshots:  # the policy after earlier epochs, on the same episodes as every phase
+        final = copy.deepcopy(policy.state_dict())
+        out["after_epoch"] = {}
+        for epoch, weights in sorted(snapshots.items()):
+            policy.load_state_dict(weights)
+            policy.eval()
+            out["after_epoch"][epoch] = await evaluate(live, policy, tasks, args.eval, args.max_steps)
+            log(f"  dpo after epoch {epoch}: {out['after_epoch'][epoch]}")
+        policy.load_state_dict(final)
     log(f"  dpo on {len(data)} pairs: loss {history[0][M.DPO_LOSS]:.3f} -> {history[-1][M.DPO_LOSS]:.3f}, "
         f"accuracy {history[-1][M.DPO_ACCURACY]:.2f}")
     return out
@@ -307,6 +323,9 @@ async def measure(args) -> dict[str, Any]:
             seconds[f"eval_{phase}"] = time.perf_counter() - t
             log(f"{phase} greedy: {results[phase]}")
             details[phase]["paired"] = {name: paired(results["sft"][name], results[phase][name]) for name in tasks}
+            for epoch, res in details[phase].get("after_epoch", {}).items():
+                details[phase].setdefault("paired_after_epoch", {})[epoch] = {
+                    name: paired(results["sft"][name], res[name]) for name in tasks}
             log(f"{phase} against pi_SFT on the same episodes: {details[phase]['paired']}")
     finally:
         await live.close()
@@ -338,6 +357,8 @@ def main() -> int:
                     help="annotate pi_SFT's greedy failures (the mistakes its evaluation makes), not sampled ones")
     ap.add_argument("--dpo-pairs-cache", default="", help="a file: the DPO phase's pairs are saved there and read "
                     "back by a later run with the same pi_SFT, --dpo-episodes and --dpo-greedy")
+    ap.add_argument("--dpo-eval-epochs", default="", help="comma-separated earlier epochs after which the "
+                    "policy is also evaluated (e.g. 3 with --dpo-epochs 6)")
     ap.add_argument("--dpo-lr", type=float, default=0.0, help="0: flywheel dpo's default for the language policy")
     ap.add_argument("--dpo-head-lr-mult", type=float, default=1.0,
                     help="learning rate of the adapter and pointer as a multiple of the DPO rate")

@@ -25,7 +25,7 @@ import logging
 import random
 import time
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -97,14 +97,16 @@ def reference_logprobs(policy, data, batch: int = 64) -> tuple[torch.Tensor, tor
 
 def dpo_train(policy, data, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor, beta: float, epochs: int,
               lr: float, minibatch_size: int, seed: int = 0, micro_batch: int = 0,
-              head_lr_mult: float = 1.0, nll_weight: float = 0.0) -> list[dict[str, float]]:
+              head_lr_mult: float = 1.0, nll_weight: float = 0.0,
+              on_epoch: Callable[[int], None] | None = None) -> list[dict[str, float]]:
     """Minimise the DPO loss over ``data`` (trainer.dpo_inputs); per epoch, the pair-weighted mean
     of each ``dpo_loss`` statistic. One optimiser step per minibatch; its gradient is accumulated
     over passes of ``micro_batch`` pairs (0: the whole minibatch in one pass). Each pass's mean
     loss is weighted by its share of the minibatch, so the step is the same as in one pass (a
     language policy's 32 pairs in one pass took 20 GB and the kernel killed the job). The
     optimiser is PPO's (trainer.update.make_optimizer): with ``head_lr_mult`` != 1 the parts a
-    policy trains from scratch step at that multiple of ``lr``. ``nll_weight``: see dpo_loss."""
+    policy trains from scratch step at that multiple of ``lr``. ``nll_weight``: see dpo_loss.
+    ``on_epoch(n)`` is called after the n-th epoch (from 1), the policy still in train mode."""
     optimizer = make_optimizer(policy, lr, head_lr_mult)
     gen = torch.Generator().manual_seed(seed)
     n, history = len(data), []
@@ -125,6 +127,8 @@ def dpo_train(policy, data, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor
         history.append({k: v / n for k, v in totals.items()})
         log.info("epoch %d/%d: loss %.4f, reward margin %.4f, accuracy %.2f", len(history), epochs,
                  history[-1][M.DPO_LOSS], history[-1][M.DPO_REWARD_MARGIN], history[-1][M.DPO_ACCURACY])
+        if on_epoch is not None:
+            on_epoch(len(history))
     policy.eval()
     return history
 

@@ -183,7 +183,10 @@ def test_dpo_steps_widen_the_margin_of_the_pixel_policy(store):
     data, _ = pair_inputs(policy, training_pairs(store), store)
     ref_c, ref_r = reference_logprobs(policy, data)
     assert torch.allclose(margins(policy, data, ref_c, ref_r), torch.zeros(len(data)))
-    history = dpo_train(policy, data, ref_c, ref_r, beta=0.5, epochs=5, lr=1e-2, minibatch_size=4)
+    seen: list[tuple[int, float]] = []  # after each epoch: its number and the margins then
+    history = dpo_train(policy, data, ref_c, ref_r, beta=0.5, epochs=5, lr=1e-2, minibatch_size=4,
+                        on_epoch=lambda n: seen.append((n, float(margins(policy, data, ref_c, ref_r).mean()))))
+    assert [n for n, _ in seen] == [1, 2, 3, 4, 5] and seen[0][1] < seen[-1][1]
     assert data.chosen_tokens([0, 1]).tolist() == [1.0, 1.0]
     after = margins(policy, data, ref_c, ref_r)
     assert bool((after > 0).all()), after
