@@ -140,8 +140,9 @@ def paired(before: dict, after: dict) -> dict[str, Any] | None:
     return {"gained": gained, "lost": lost, "p_value": round(p, 4)}
 
 
-async def sampled(live: Live, policy, tasks: list[str], n: int, seed0: int, max_steps: int) -> list[ScoredTrajectory]:
-    client = TorchClient("bench", kind="lm", policy=policy, blobs=live.blobs, greedy=False)
+async def sampled(live: Live, policy, tasks: list[str], n: int, seed0: int, max_steps: int,
+                  greedy: bool = False) -> list[ScoredTrajectory]:
+    client = TorchClient("bench", kind="lm", policy=policy, blobs=live.blobs, greedy=greedy)
     return [await live.play(client, spec(name, seed0 + s, max_steps)) for s in range(n) for name in tasks]
 
 
@@ -185,13 +186,8 @@ def pairs_key(args) -> dict[str, Any]:
 async def reflection_pairs(live: Live, policy, args, tasks: list[str]) -> tuple[Any, dict[str, Any]]:
     """pi_SFT's failures on fresh seeds (sampled, or greedy with ``--dpo-greedy``: the mistakes its
     greedy evaluation makes), annotated by the scripted solvers, as DPO inputs."""
-    seed0 = DPO_SEED + 1000 * args.seed
-    if args.dpo_greedy:
-        client = TorchClient("bench", kind="lm", policy=policy, blobs=live.blobs, greedy=True)
-        scored = [await live.play(client, spec(name, seed0 + s, args.max_steps))
-                  for s in range(args.dpo_episodes) for name in tasks]
-    else:
-        scored = await sampled(live, policy, tasks, args.dpo_episodes, seed0, args.max_steps)
+    scored = await sampled(live, policy, tasks, args.dpo_episodes, DPO_SEED + 1000 * args.seed, args.max_steps,
+                           greedy=args.dpo_greedy)
     outcomes, pairs = Counter(), []
     replay = BrowserReplay(live.blobs, live.sandbox.step_ms, sandbox=live.sandbox)  # the same browser replays
     for s in scored:
@@ -236,7 +232,7 @@ async def run_dpo(live: Live, policy, args, tasks: list[str], log) -> dict[str, 
     cfg = DPOConfig(beta=args.dpo_beta, epochs=args.dpo_epochs, lr=args.dpo_lr, head_lr_mult=args.dpo_head_lr_mult,
                     minibatch_size=args.dpo_minibatch, seed=args.seed, nll_weight=args.dpo_nll).validate()
     ref_c, ref_r = reference_logprobs(policy, data)
-    wanted = {int(e) for e in args.dpo_eval_epochs.split(",") if e} - {cfg.epochs}
+    wanted = {int(e) for e in args.dpo_eval_epochs.split(",") if e.strip()}  # checked in main
     snapshots: dict[int, dict] = {}
 
     def keep(epoch: int) -> None:
@@ -374,6 +370,12 @@ def main() -> int:
                     "read back by a later run with the same tasks, seed and SFT settings")
     ap.add_argument("--out", default="", help="also write the JSON result here")
     args = ap.parse_args()
+    try:
+        early = {int(e) for e in args.dpo_eval_epochs.split(",") if e.strip()}
+    except ValueError:
+        ap.error(f"--dpo-eval-epochs takes comma-separated epoch numbers, got {args.dpo_eval_epochs!r}")
+    if not all(1 <= e < args.dpo_epochs for e in early):
+        ap.error(f"--dpo-eval-epochs: each epoch must be in 1..{args.dpo_epochs - 1} (the last is always scored)")
     logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("flywheel.dpo").setLevel(logging.INFO)  # a line per DPO epoch: progress on a long phase
     result = asyncio.run(measure(args))
