@@ -16,11 +16,15 @@ vllm (needs vLLM), torch: what `flywheel serve --backend vllm` runs, without the
      torch server (trainer.server, dynamic batching) on the same GPU.
 learner: time of the learner's phases for the main job's language policy (screenshots, pointer),
   on the GPU and on ``--cpu-threads`` CPU threads (this project's 2-core machine), same inputs:
-  sampled acting for ``--episodes`` one-step episodes, one PPO update on them (``ppo_update`` with
-  ``flywheel train``'s defaults: 8 epochs, minibatches of 64 steps, so one minibatch here), one SFT
-  epoch on ``--demos`` demonstrations (``lm_train``). The episodes are the policy's own samples on
-  the same random screenshots and instructions on each device (their replies, hence lengths,
-  differ between devices): the timing does not depend on what the pixels show.
+  sampled acting for ``--episodes`` one-step episodes (``act``), one PPO update on them
+  (``ppo_update``, by default ``flywheel train``'s 8 epochs and minibatches of 64 steps), one SFT
+  epoch on ``--demos`` demonstrations (``lm_train``) and one DPO epoch on an error-correction pair
+  per episode (``dpo_train`` as ``learn_lm_phases.py`` runs it: minibatches of 4, NLL weight 1,
+  the reference's log-probs included). The steps trained on are scripted clicks on random
+  160 x 210 screenshots, the same text on every device, each with its behaviour log-prob under
+  the policy. ``--random-weights`` times a model of the checkpoint's architecture with random
+  weights, for a machine the weights cannot be carried to: the times depend on the shapes, not
+  on the values, except sampling (a random model writes ``max_new_tokens`` tokens).
 """
 
 from __future__ import annotations
@@ -237,8 +241,33 @@ def serve_vllm_once(args, policy, pv, folder: Path, extra: list[str]) -> dict[st
 # ---------------------------------------------------------------- learner
 
 
+def random_weights(folder: str, seed: int) -> str:
+    """A copy of the Hugging Face folder ``folder`` (its config and tokenizer) with random weights
+    of its architecture: where the checkpoint's weights cannot travel, the learner's times are the
+    same (they depend on the shapes, not the values; the replies it times are scripted)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    out = Path(tempfile.mkdtemp()) / Path(folder).name
+    shutil.copytree(folder, out, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "flywheel-manifest.json"))
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(out)).save_pretrained(out)
+    return str(out)
+
+
+def scripted(policy, inputs, k: int) -> tuple[Any, str]:
+    """Input k's click and the text a UI-TARS policy writes for it: the same on every device
+    (a policy's own samples differ between devices, and a random one's do not parse)."""
+    from schemas import actions as A
+    from schemas.uitars import render_output
+
+    click = A.Click(x=0.1 + 0.8 * ((k * 37) % 100) / 100, y=0.1 + 0.8 * ((k * 61) % 100) / 100)
+    inp = inputs[k]
+    return click, render_output(f"the target of request {k}", click, inp.screen_width, inp.screen_height, policy.config["coord_mode"])
+
+
 def episodes(policy, n: int, seed: int):
-    """``n`` one-step scored trajectories: the policy's own sampled replies on random screenshots."""
+    """``n`` one-step scored trajectories on random screenshots, each step a scripted click with its
+    behaviour log-prob under ``policy``; and the time of ``policy.act`` sampling on the same inputs."""
     from PIL import Image
 
     from infra.policy import PolicyInput
@@ -253,14 +282,17 @@ def episodes(policy, n: int, seed: int):
     with torch.no_grad():
         decisions = policy.act(inputs)
     act_s = time.perf_counter() - t0
+    actions = [scripted(policy, inputs, i) for i in range(n)]
+    with torch.no_grad():
+        scored_lp = policy.response_logprobs([policy.context(i) for i in inputs], [t for _, t in actions])
     out = []
-    for i, (im, d) in enumerate(zip(images, decisions)):
+    for i, (im, (click, text), (_, lps)) in enumerate(zip(images, actions, scored_lp)):
         ref = store.put_image(Image.fromarray(im))
         obs = Observation(screenshot=ref, screen_width=160, screen_height=210, instruction=inputs[i].instruction)
         win = i % 2 == 0
-        step = Step(episode_id=f"e{i}", ts=1.0, step_index=0, started_at=1.0, observation=obs, thought=d.thought,
-                    action=d.action, raw_output=d.raw_output, parse_error=d.parse_error, policy=policy.name,
-                    policy_version=0, logprob=d.logprob, reward=float(win), done=True)
+        step = Step(episode_id=f"e{i}", ts=1.0, step_index=0, started_at=1.0, observation=obs,
+                    thought=text.split("\n")[0].removeprefix("Thought: "), action=click, raw_output=text,
+                    policy=policy.name, policy_version=0, logprob=float(sum(lps)), reward=float(win), done=True)
         task = TaskSpec(task_id=f"t{i}", suite="miniwob", name="click-test-2", submitted_at=1.0)
         traj = Trajectory(episode_id=f"e{i}", task=task, sandbox="browser", worker_id="w", policy=policy.name,
                           steps=[step], status="ended", outcome_reward=float(win), success=win, started_at=1.0,
@@ -268,13 +300,35 @@ def episodes(policy, n: int, seed: int):
         out.append(ScoredTrajectory(trajectory=traj, scorer="rule-v1", scorer_version="1", reward=float(win),
                                     components={"outcome": float(win)}, verdict=int(win), rl_eligible=True,
                                     routes=["rl"], scored_at=3.0))
-    return out, store, act_s
+    cut = sum(d.action is None for d in decisions)  # replies that did not parse (a random model's)
+    return out, store, act_s, cut
 
 
-def time_learner(device: str, threads: int, args) -> dict[str, float]:
+def pairs_of(policy, scored, store):
+    """An error-correction pair per episode: its scripted click (chosen) against the next one's
+    (rejected), on its screenshot: what `flywheel dpo` trains on."""
+    from schemas.events import PairSide, PreferencePair
+    from trainer.dpo_inputs import lm_pairs
+
+    steps = [s.trajectory.steps[0] for s in scored]
+    out = []
+    for k, st in enumerate(steps):
+        other = steps[(k + 1) % len(steps)]
+        out.append(PreferencePair(episode_id=st.episode_id, kind="error_correction", task=scored[k].trajectory.task,
+                                  tau=0, step_index=0, observation=st.observation, history=[],
+                                  chosen=PairSide(action=st.action, thought=st.thought),
+                                  rejected=PairSide(action=other.action, thought=st.thought, raw_output=""),
+                                  annotator="bench", policy=policy.name, policy_version=0, created_at=1.0))
+    data, skipped = lm_pairs(policy, out, store)
+    return data, dict(skipped)
+
+
+def time_learner(device: str, threads: int, args, pretrained: str) -> dict[str, Any]:
     from infra.policy import build_policy
     from trainer.bc_lm import lm_examples, lm_train
     from trainer.config import TrainConfig
+    from trainer.dpo import dpo_train, reference_logprobs
+    from trainer.dpo_config import DPOConfig
     from trainer.policies.lm import pretrained_lm_config
     from trainer.stream import to_episode
     from trainer import metric_names as M
@@ -282,15 +336,10 @@ def time_learner(device: str, threads: int, args) -> dict[str, float]:
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    policy = build_policy("lm", "bench", pretrained_lm_config()).to(device).eval()
-    scored, store, act_s = episodes(policy, args.episodes, 0)
-    act_s = min(act_s, episodes(policy, args.episodes, 1)[2])  # the first call pays for warm-up
-    eps = []
-    for s in scored:
-        try:
-            eps.append(to_episode(s, policy, store))
-        except ValueError:
-            pass
+    policy = build_policy("lm", "bench", pretrained_lm_config(pretrained=pretrained)).to(device).eval()
+    scored, store, act_s, _ = episodes(policy, args.episodes, 0)
+    scored, store, act2_s, cut = episodes(policy, args.episodes, 1)  # the first call pays for warm-up
+    eps = [to_episode(s, policy, store) for s in scored]
     cfg = TrainConfig(policy_kind="lm", lr=1e-6, seed=0, epochs=args.ppo_epochs,
                       minibatch_size=args.ppo_minibatch).validate()
     opt = make_optimizer(policy, cfg.lr, cfg.head_lr_mult)
@@ -300,22 +349,34 @@ def time_learner(device: str, threads: int, args) -> dict[str, float]:
     t0 = time.perf_counter()
     lm_train(policy, samples, 1, 1e-5, 16, 4, 0)
     sft_s = time.perf_counter() - t0
-    return {"act_sampled_s": round(act_s, 2), "ppo_update_s": round(stats[M.UPDATE_TIME_S], 2),
-            "ppo_episodes": len(eps), "sft_epoch_s": round(sft_s, 2), "sft_samples": len(samples)}
+    data, skipped = pairs_of(policy, scored, store)
+    dcfg = DPOConfig(minibatch_size=args.dpo_minibatch, nll_weight=1.0).validate()
+    t0 = time.perf_counter()
+    ref_c, ref_r = reference_logprobs(policy, data)
+    dpo_train(policy, data, ref_c, ref_r, dcfg.beta, 1, dcfg.learning_rate("lm"), dcfg.minibatch_size, 0,
+              dcfg.passes("lm"), 1.0, dcfg.nll_weight)
+    dpo_s = time.perf_counter() - t0
+    return {"act_sampled_s": round(min(act_s, act2_s), 2), "act_unparsed": cut,
+            "ppo_update_s": round(stats[M.UPDATE_TIME_S], 2), "ppo_episodes": len(eps),
+            "sft_epoch_s": round(sft_s, 2), "sft_samples": len(samples),
+            "dpo_epoch_s": round(dpo_s, 2), "dpo_pairs": len(data), "dpo_skipped": skipped}
 
 
 def learner_part(args, out: dict) -> None:
-    res = {}
+    res: dict[str, Any] = {"pretrained": args.pretrained}
+    pretrained = random_weights(args.pretrained, 0) if args.random_weights else args.pretrained
+    if args.random_weights:
+        res["weights"] = "random, of the checkpoint's architecture (--random-weights)"
     for device, threads in (("cuda", torch.get_num_threads()), ("cpu", args.cpu_threads)):
         if device == "cuda" and not torch.cuda.is_available():
             res[device] = {"skipped": "no CUDA device"}
             continue
         log(f"learner on {device} ({threads} threads)")
-        res[device] = time_learner(device, threads, args)
+        res[device] = time_learner(device, threads, args, pretrained)
         log(f"  {res[device]}")
     if "act_sampled_s" in res.get("cuda", {}):
         res["speedup"] = {k: round(res["cpu"][k] / max(res["cuda"][k], 1e-9), 1)
-                          for k in ("act_sampled_s", "ppo_update_s", "sft_epoch_s")}
+                          for k in ("act_sampled_s", "ppo_update_s", "sft_epoch_s", "dpo_epoch_s")}
     out["learner"] = res
     log(f"learner: {json.dumps(res)}")
 
@@ -339,6 +400,11 @@ def main() -> int:
     ap.add_argument("--cpu-threads", type=int, default=2)
     ap.add_argument("--ppo-epochs", type=int, default=8, help="flywheel train's default; the demo's is 2")
     ap.add_argument("--ppo-minibatch", type=int, default=64, help="flywheel train's default; the demo's is 8")
+    ap.add_argument("--dpo-minibatch", type=int, default=4, help="pairs per DPO step (learn_lm_phases.py's runs)")
+    ap.add_argument("--pretrained", default="smollm2-135m", help="the learner's checkpoint: a named one or a local folder")
+    ap.add_argument("--random-weights", action="store_true",
+                    help="the learner part uses random weights of --pretrained's architecture (a folder with its "
+                         "config and tokenizer): for a machine the weights cannot be carried to")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     out: dict[str, Any] = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",

@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from infra.config import ConfigError, json_object, opt
+
+
+def check_device(device: str, kind: str, command: str) -> None:
+    """ConfigError unless ``device`` names a torch device this machine has, on which ``kind``
+    trains: the language policy moves its inputs to its device; the pixel policy builds them on
+    the CPU (and is small enough to train there), so it trains on the CPU only."""
+    if device == "cpu":
+        return
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise ConfigError(f"{command}: device must be cpu, cuda or cuda:N, got {device!r}")
+    if kind != "lm":
+        raise ConfigError(f"{command}: the {kind} policy trains on the CPU only (its inputs are built there); "
+                          f"device={device!r} is for the language policy")
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device.partition(":")[2] or 0)
+    if index >= count:
+        raise ConfigError(f"{command}: device={device!r}, but torch sees {count} CUDA device(s) on this machine"
+                          + ("" if count else f" (torch {torch.__version__}, CUDA build {torch.version.cuda})"))
 
 
 @dataclass
@@ -50,7 +71,7 @@ class TrainConfig:
     rft_epochs: int = opt(2, "RFT: passes over the round's steps")
     rft_lr: float = opt(1e-3, "RFT: Adam learning rate (an optimiser of its own; PPO's is left as it is)")
     seed: int = opt(0, "seed of the initial weights and of sampling")
-    device: str = opt("cpu", "torch device: only cpu for now (other devices are refused with the reason)")
+    device: str = opt("cpu", "torch device of the policy: cpu, or cuda / cuda:N for the language policy in one process")
     torch_threads: int = opt(0, "torch intra-op threads (0: torch's default)")
     group_id: str = opt("", "consumer group on flywheel.rl.v1 (default: trainer-<policy_name>)")
     run_id: str = opt("", "key of this run's TrainerMetrics (default: <policy_name>-<start time>)")
@@ -71,10 +92,10 @@ class TrainConfig:
         return {**base, **json_object(self.policy_config, "policy_config")}
 
     def validate(self) -> "TrainConfig":
-        if self.device != "cpu":  # accepted and ignored before: the policy stayed on the CPU
-            raise ConfigError(f"flywheel train keeps the policy on the CPU; device={self.device!r} is not supported "
-                              "yet (a PPO update of the language policy on a GPU is measured by "
-                              "benchmarks/gpu_lm.py, but the streaming trainer is not wired for it)")
+        check_device(self.device, self.policy_kind, "flywheel train")
+        if self.device != "cpu" and self.nproc_per_node > 1:
+            raise ConfigError(f"device={self.device!r} with nproc_per_node={self.nproc_per_node}: the ranks share "
+                              "each update over gloo on the CPU; train on a GPU in one process (nproc_per_node 1)")
         if self.min_batch < 1 or self.epochs < 1 or self.minibatch_size < 1:
             raise ConfigError("min_batch, epochs and minibatch_size must be >= 1")
         if self.head_lr_mult <= 0:

@@ -42,6 +42,7 @@ from schemas.blobs import BlobStore
 from schemas.codec import DecodeError, decode
 from schemas.events import PreferencePair, TrainerMetrics
 from trainer import metric_names as M
+from trainer.config import check_device
 from trainer.dpo_config import DPOConfig
 from trainer.dpo_inputs import pair_inputs
 from trainer.publish import make_version, publish_metrics, save_weights
@@ -185,8 +186,9 @@ def run_dpo(cfg: DPOConfig, settings: Settings) -> dict[str, Any]:
     t0 = time.monotonic()
     store = BlobStore(settings.blob_root)
     ref = reference_version(settings, cfg)
+    check_device(cfg.device, ref.kind, "flywheel dpo")
     pairs = select_pairs(read_pairs(settings, cfg.read_timeout_s), cfg.kinds, cfg.annotators)
-    policy = load_policy_version(ref, store)  # starts as pi_SFT
+    policy = load_policy_version(ref, store).to(cfg.device)  # starts as pi_SFT
     data, skipped = pair_inputs(policy, pairs, store)
     if data is None:
         raise ConfigError(f"no pair {cfg.policy_name} v{ref.version} can learn from among {len(pairs)} "

@@ -33,6 +33,7 @@ class DPOConfig:
     seed: int = opt(0, "seed of the minibatch order")
     run_id: str = opt("", "run id of the metrics on flywheel.metrics.v1 (default: dpo-<policy>-v<version>)")
     torch_threads: int = opt(0, "torch intra-op threads (0: torch's default)")
+    device: str = opt("cpu", "torch device of the policy: cpu, or cuda / cuda:N for the language policy")
     read_timeout_s: float = opt(60.0, "longest time to read the flywheel.pairs.v1 snapshot")
 
     def learning_rate(self, kind: str) -> float:

@@ -80,6 +80,7 @@ class LMPairs:
 
     def logprobs(self, policy, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         logprob, _, _ = policy.evaluate([self.chosen[i] for i in idx] + [self.rejected[i] for i in idx])
+        logprob = logprob.cpu()  # the pairs' other tensors live on the CPU; the model may not (gradients flow back)
         return logprob[:len(idx)], logprob[len(idx):]
 
     def chosen_tokens(self, idx: list[int]) -> torch.Tensor:

@@ -47,7 +47,10 @@ def summary_line(summary: dict[str, Any]) -> str:
 
 def run_rank(cfg: TrainConfig, settings: Settings, stop: threading.Event) -> dict[str, Any] | None:
     """Join the group, play this rank's part, leave. Rank 0 returns train()'s summary."""
-    cfg.validate()  # refuses a device other than the CPU (stream.train keeps the policy there; gloo)
+    cfg.validate()
+    if cfg.device != "cpu":  # torchrun's ranks, nproc_per_node left at 1: validate() cannot see them
+        raise ConfigError(f"device={cfg.device!r}: several trainer ranks share each update over gloo on the CPU; "
+                          "train on a GPU in one process")
     group = distributed.init_group(cfg.dist_timeout_s)
     try:
         if group.leader:

@@ -57,8 +57,9 @@ def write_weights(folder: Path, update: int, policy, optimizer: torch.optim.Opti
 
 
 def read_weights(folder: Path, state: LearnerState) -> dict[str, Any]:
-    """{"weights", "optimizer"} of the state's weights file."""
-    return torch.load(folder / state.weights_file, weights_only=False)
+    """{"weights", "optimizer"} of the state's weights file, on the CPU (a trainer that wrote it on
+    a GPU may resume on a machine without one; the caller moves the policy to its device)."""
+    return torch.load(folder / state.weights_file, weights_only=False, map_location="cpu")
 
 
 def drop_other_weights(folder: Path, keep: str) -> None:

@@ -31,7 +31,7 @@ class LMTrainConfig:
     group_id: str = opt("", "consumer group (default: <mode>-<policy_name>)")
     max_updates: int = opt(0, "stop after this many updates (0: run until stopped)")
     idle_exit_s: float = opt(0.0, "stop after this long without records (0: never)")
-    device: str = opt("cpu", "torch device")
+    device: str = opt("cpu", "torch device of the model: cpu, cuda or cuda:N")
     poll_s: float = opt(0.5, "longest wait for records in one poll")
     max_update_s: float = opt(1800.0, "longest update before the group gives the trainer's partitions away (the consumer's max.poll.interval.ms)")
 
@@ -40,6 +40,9 @@ class LMTrainConfig:
             raise ConfigError("batch_trajectories and minibatch_samples must be >= 1 and lr > 0")
         if not 1 <= self.max_update_s <= 86400:
             raise ConfigError(f"max_update_s must be within [1, 86400] seconds, got {self.max_update_s}")
+        from trainer.config import check_device
+
+        check_device(self.device, "lm", "flywheel sft / ct")
         return self
 
     def initial_config(self) -> dict:

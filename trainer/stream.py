@@ -130,6 +130,7 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
         policy = build_policy(cfg.policy_kind, cfg.policy_name, state.config)
         policy.load_state_dict(saved["weights"])
         policy.version = state.version
+        policy.to(cfg.device)  # before the optimiser: its state follows its parameters' device
         optimizer = make_optimizer(policy, cfg.lr, cfg.head_lr_mult)
         try:
             optimizer.load_state_dict(saved["optimizer"])
@@ -145,6 +146,7 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
         log.info("continuing from published %s v%d", cfg.policy_name, policy.version)
     else:
         policy = build_policy(cfg.policy_kind, cfg.policy_name, cfg.policy_overrides())
+    policy.to(cfg.device)
     optimizer = make_optimizer(policy, cfg.lr, cfg.head_lr_mult)
     pv = published or make_version(policy, save_weights(policy, store), parent=None)
     ckpt.checkpoint.state = LearnerState(version=policy.version, config=policy.config_dict(),
@@ -180,6 +182,7 @@ def load_reference(cfg: TrainConfig, settings: Settings, store: BlobStore, extra
         raise ConfigError(f"the KL reference {cfg.policy_name} v{version} cannot score this policy's steps: {why}; "
                           "name a version of the same model and config with --kl-ref-version")
     reference.requires_grad_(False)
+    reference.to(cfg.device)
     log.info("KL penalty %.3g against %s v%d", cfg.kl_coef, cfg.policy_name, version)
     return reference
 

@@ -17,6 +17,7 @@ from schemas import actions as A
 from schemas.blobs import BlobStore
 from schemas.events import BlobRef, Observation, PairSide, PreferencePair, Step, TaskSpec
 from trainer.dpo import dpo_loss, dpo_train, reference_logprobs, select_pairs
+from tests.unit.devices import DEVICES
 from trainer.dpo_inputs import LMPairs, PixelPairs, pair_inputs, side_text
 
 INSTRUCTION = 'Enter "bob" into the text field and press Submit.'
@@ -231,9 +232,10 @@ def test_micro_batch_defaults_per_kind_and_is_validated():
         DPOConfig(micro_batch=-2).validate()
 
 
-def test_dpo_steps_widen_the_margin_of_the_language_policy(store):
+@pytest.mark.parametrize("device", DEVICES)
+def test_dpo_steps_widen_the_margin_of_the_language_policy(store, device):
     torch.manual_seed(0)
-    policy = build_policy("lm", "lm-test", {"max_new_tokens": 8, "max_images": 2})
+    policy = build_policy("lm", "lm-test", {"max_new_tokens": 8, "max_images": 2}).to(device)
     pairs = [pair(store, k, A.Click(x=0.25, y=0.5), A.Click(x=0.75, y=0.5), raw="Thought: right\nAction: click(point='<point>120 105</point>')",
                   kind="post_reflection" if k % 2 else "error_correction", history=k % 2 + k % 3, w=64, h=48)
              for k in range(4)]

@@ -34,9 +34,3 @@ def test_one_rate_by_default_and_for_a_policy_without_fresh_parts():
 def test_a_head_multiple_of_zero_is_refused():
     with pytest.raises(ConfigError, match="head_lr_mult"):
         TrainConfig(head_lr_mult=0).validate()
-
-
-def test_a_device_the_streaming_trainer_cannot_use_is_refused_not_ignored():
-    assert TrainConfig(device="cpu").validate().device == "cpu"
-    with pytest.raises(ConfigError, match="keeps the policy on the CPU; device='cuda'"):
-        TrainConfig(device="cuda").validate()

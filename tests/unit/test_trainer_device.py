@@ -1,0 +1,110 @@
+"""The language policy's trainers on a torch device (`--device cuda` of flywheel train, sft / ct
+and dpo): which devices are accepted, a PPO update on the device moves each step's log-prob
+toward its advantage, and a checkpoint written there resumes on the CPU. Each device test runs
+on the CPU here and on a GPU where torch sees one (it skips with the reason elsewhere). No Kafka:
+nothing is published before the first update (``versions.latest`` answers None)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from infra.config import ConfigError
+from infra.consume_loop import CheckpointFile
+from infra.policy import build_policy
+from schemas.blobs import BlobStore
+from tests.unit.devices import DEVICES
+from tests.unit.lm_samples import CONFIG, POLICY, rollout, step_logprobs
+from trainer import stream
+from trainer.config import TrainConfig
+from trainer.learner import LearnerState, write_weights
+from trainer.lm_config import LMTrainConfig
+from trainer.update import collate, ppo_update
+
+
+
+def test_a_device_the_trainer_cannot_use_is_refused_with_the_reason(monkeypatch):
+    assert TrainConfig(device="cpu").validate().device == "cpu"
+    with pytest.raises(ConfigError, match="the pixel policy trains on the CPU only"):
+        TrainConfig(device="cuda").validate()
+    with pytest.raises(ConfigError, match="device must be cpu, cuda or cuda:N, got 'gpu'"):
+        TrainConfig(policy_kind="lm", device="gpu").validate()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"device='cuda', but torch sees 0 CUDA device\(s\)"):
+        TrainConfig(policy_kind="lm", device="cuda").validate()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert TrainConfig(policy_kind="lm", device="cuda:0").validate().device == "cuda:0"
+    with pytest.raises(ConfigError, match=r"device='cuda:1', but torch sees 1 CUDA device"):
+        TrainConfig(policy_kind="lm", device="cuda:1").validate()
+    with pytest.raises(ConfigError, match="share each update over gloo on the CPU"):
+        TrainConfig(policy_kind="lm", device="cuda", nproc_per_node=2).validate()
+    with pytest.raises(ConfigError, match="flywheel sft / ct: device must be"):
+        LMTrainConfig(device="cuda1").validate()
+
+
+def test_torchrun_ranks_on_a_gpu_are_refused_before_joining_a_group(monkeypatch):
+    from trainer.launch import run_rank
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match="several trainer ranks share each update over gloo"):
+        run_rank(TrainConfig(policy_kind="lm", device="cuda"), None, threading.Event())
+
+
+def lm_cfg(device: str, **kw) -> TrainConfig:
+    return TrainConfig(policy_kind="lm", policy_name=POLICY, pretrained="", policy_config=json.dumps(CONFIG),
+                       device=device, lr=1e-4, epochs=2, minibatch_size=4, **kw).validate()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_ppo_update_on_the_device_moves_logprobs_toward_advantages(device, tmp_path):
+    store = BlobStore(str(tmp_path / "blobs"))
+    torch.manual_seed(0)
+    behaviour = build_policy("lm", POLICY, CONFIG)
+    scored = rollout(behaviour, store, 8)
+    policy = copy.deepcopy(behaviour).to(device)
+    episodes = [stream.to_episode(s, policy, store) for s in scored]
+    before = step_logprobs(policy, scored, store)
+    gap = float(np.abs(before - [[st.logprob for st in s.trajectory.steps] for s in scored]).max())
+    print(f"{device}: v0 re-scores the CPU-sampled steps to within {gap:.2e} nats")
+    assert gap < 1e-2  # the trajectory is rebuilt in its context on the device too (the ratio's error)
+    cfg = lm_cfg(device)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    ppo_update(policy, optimizer, collate(episodes), cfg, generator=torch.Generator().manual_seed(0))
+    assert all(p.device.type == device for p in policy.parameters())
+    moved = step_logprobs(policy, scored, store) - before
+    relative = moved - moved.mean()  # relative to the shift common to all steps (tests/integration/test_lm_ppo.py)
+    sign = np.array([1.0 if s.reward > 0 else -1.0 for s in scored])[:, None]
+    print(f"{device}: rewarded steps {moved[sign[:, 0] > 0].mean():+.3f}, punished {moved[sign[:, 0] < 0].mean():+.3f}")
+    assert (np.sign(relative) == sign).mean() >= 0.75, moved
+    assert moved[sign[:, 0] > 0].mean() - moved[sign[:, 0] < 0].mean() > 0.2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_checkpoint_written_on_the_device_resumes_on_the_cpu(device, tmp_path, monkeypatch):
+    monkeypatch.setattr(stream.versions, "latest", lambda settings, name: None)  # nothing published yet
+    store = BlobStore(str(tmp_path / "blobs"))
+    ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", LearnerState)
+    torch.manual_seed(0)
+    policy, optimizer = stream.start_policy(lm_cfg(device), None, store, ckpt)
+    assert all(p.device.type == device for p in policy.parameters())
+    scored = rollout(policy, store, 4)
+    episodes = [stream.to_episode(s, policy, store) for s in scored]
+    ppo_update(policy, optimizer, collate(episodes), lm_cfg(device), generator=torch.Generator().manual_seed(0))
+    ckpt.checkpoint.state = ckpt.checkpoint.state.model_copy(
+        update={"version": 1, "weights_file": write_weights(ckpt.path.parent, 1, policy, optimizer)})
+    ckpt.save()
+
+    resumed, resumed_opt = stream.start_policy(lm_cfg("cpu"), None, store, CheckpointFile(ckpt.path, LearnerState))
+    assert resumed.version == 1
+    for (name, a), b in zip(policy.state_dict().items(), resumed.state_dict().values()):
+        assert b.device.type == "cpu" and torch.equal(a.cpu(), b), name
+    states = [s for s in resumed_opt.state.values() if "exp_avg" in s]
+    assert states and all(s["exp_avg"].device.type == "cpu" for s in states)
+    ppo_update(resumed, resumed_opt, collate([stream.to_episode(s, resumed, store) for s in scored]), lm_cfg("cpu"))
