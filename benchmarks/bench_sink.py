@@ -53,7 +53,7 @@ def _step(d: dict) -> tuple[str, tuple]:
         f"{eid}:step:{d['step_index']}", eid, d["step_index"], ticks(d["ts"]), ticks(d["started_at"]), d["policy"],
         d["policy_version"], action["type"] if action else "",
         orjson.dumps(action).decode() if action else "", thought, len(thought), len(thought.split()),
-        d["raw_output"], d["parse_error"], d["logprob"], d["value"], d["reward"], d["done"],
+        d["raw_output"], d["parse_error"], d["logprob"], d.get("sampled", True), d["value"], d["reward"], d["done"],
         d["latency_policy_ms"], d["latency_env_ms"], d["error"], obs["instruction"], obs["screenshot"]["sha256"],
         obs["screenshot"]["uri"], obs["screen_width"], obs["screen_height"], d["next_screenshot_sha256"])
 

@@ -35,6 +35,7 @@ import copy
 import json
 import logging
 import math
+import os
 import sys
 import tempfile
 import time
@@ -105,6 +106,14 @@ def sft_key(args) -> dict[str, Any]:
     """What pi_SFT and its evaluation depend on (a cached one must match)."""
     return {k: getattr(args, k) for k in ("tasks", "seed", "demos", "sft_epochs", "eval", "max_steps", "pretrained",
                                           "policy")}
+
+
+def save_atomic(obj: Any, path: Path) -> None:
+    """torch.save into a temporary file beside ``path``, then rename: a run killed while writing
+    leaves the old cache or none, never a half-written one that the next run fails to load."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
 
 
 def spec(name: str, seed: int, max_steps: int) -> TaskSpec:
@@ -225,7 +234,7 @@ async def run_dpo(live: Live, policy, args, tasks: list[str], log) -> dict[str, 
         log(f"  dpo: {out['pairs']} pairs from {out['episodes']} episodes (success {out['sampled_success']})")
         if cache is not None and data is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"key": pairs_key(args), "data": data, "summary": out}, cache)
+            save_atomic({"key": pairs_key(args), "data": data, "summary": out}, cache)
     if data is None:
         log("  dpo: no usable pair")
         return out
@@ -282,7 +291,7 @@ async def measure(args) -> dict[str, Any]:
             log(f"pi_SFT from {cache}: {results['sft']}")
             if any("wins" not in r for r in results["sft"].values()):  # saved before episodes were kept
                 results["sft"] = saved["eval"] = await evaluate(live, policy, tasks, args.eval, args.max_steps)
-                torch.save(saved, cache)
+                save_atomic(saved, cache)
                 log(f"pi_SFT greedy again, episode by episode: {results['sft']}")
         else:
             results = {}
@@ -303,7 +312,7 @@ async def measure(args) -> dict[str, Any]:
             log(f"pi_SFT greedy: {results['sft']}")
             if cache is not None:
                 cache.parent.mkdir(parents=True, exist_ok=True)
-                torch.save({"key": sft_key(args), "weights": policy.state_dict(), "eval": results["sft"],
+                save_atomic({"key": sft_key(args), "weights": policy.state_dict(), "eval": results["sft"],
                             "seconds": seconds}, cache)
         pi_sft = copy.deepcopy(policy.state_dict())
 

@@ -36,8 +36,8 @@ SINK_KINDS = tuple(EVENT_TYPE_BY_KIND)
 COLUMNS: dict[str, tuple[str, ...]] = {
     "steps": (
         "event_id", "episode_id", "step_index", "ts", "started_at", "policy", "policy_version", "action_type",
-        "action", "thought", "thought_chars", "thought_words", "raw_output", "parse_error", "logprob", "value",
-        "reward", "done", "latency_policy_ms", "latency_env_ms", "error", "instruction", "screenshot_sha256",
+        "action", "thought", "thought_chars", "thought_words", "raw_output", "parse_error", "logprob", "sampled",
+        "value", "reward", "done", "latency_policy_ms", "latency_env_ms", "error", "instruction", "screenshot_sha256",
         "screenshot_uri", "screen_width", "screen_height", "next_screenshot_sha256"),
     "episodes": (
         "event_id", "episode_id", "kind", "ts", "task_id", "task_name", "suite", "sandbox", "worker_id", "policy",
@@ -83,7 +83,7 @@ def step_values(step: Step) -> Values:
         step.policy, step.policy_version,
         action.type if action is not None else "", action.model_dump_json() if action is not None else "",
         thought, len(thought), len(thought.split()), step.raw_output, step.parse_error,
-        step.logprob, step.value, step.reward, step.done, step.latency_policy_ms, step.latency_env_ms,
+        step.logprob, step.sampled, step.value, step.reward, step.done, step.latency_policy_ms, step.latency_env_ms,
         step.error, obs.instruction, obs.screenshot.sha256, obs.screenshot.uri,
         obs.screen_width, obs.screen_height, step.next_screenshot_sha256,
     )

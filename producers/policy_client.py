@@ -10,7 +10,9 @@ registry keyed by name.
 
 Invariant: a reply's ``version`` is the version of the weights that produced its decision (the
 torch client swaps its policy only between batches), and ``decision.logprob`` is the behaviour
-log-prob of exactly ``decision.action``.
+log-prob of exactly ``decision.action``; ``client.sampled`` says whether that action was drawn
+from the distribution (False: greedy, temperature 0 or a scripted solver; its steps are kept out of
+PPO, see ``schemas.events.Step.sampled``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ class PolicyClient:
 
     backend = "base"
     needs_dom = False  # True: the worker evaluates scripted.DOM_PROBE_JS and passes it in
+    # True: every decision's action is a draw from the distribution its logprob is measured under,
+    # as PPO assumes. Said by the client, not by each Decision: the client is what chooses to sample
+    # or not (a greedy flag, temperature 0, a scripted solver); the policies and servers it asks
+    # are asked either way and do not say which they did.
+    sampled = True
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -102,6 +109,8 @@ def policy_input(request: PolicyRequest) -> PolicyInput:
 
 @register_client("random")
 class RandomClient(PolicyClient):
+    """Uniform clicks: each a true draw, logged with the uniform distribution's log-prob (sampled)."""
+
     backend = "random"
 
     def __init__(self, name: str = "random", seed: int = 0, **_: Any) -> None:
@@ -120,6 +129,7 @@ class RandomClient(PolicyClient):
 class ScriptedClient(PolicyClient):
     backend = "scripted"
     needs_dom = True
+    sampled = False  # demonstrations: a solver's action, not a draw; logprob 0.0 is no policy's probability
 
     def __init__(self, name: str = "scripted", **_: Any) -> None:
         super().__init__(name)
@@ -196,6 +206,10 @@ class TorchClient(PolicyClient):
         self.policy = self._with_blobs(await asyncio.to_thread(load_policy_version, pv, blobs))
         self.version, self.adopted = pv.version, True
 
+    @property
+    def sampled(self) -> bool:
+        return not self.greedy  # greedy: the policy's argmax, asked of every batch
+
     def _with_blobs(self, policy: Any) -> Any:
         if self.blobs is not None and hasattr(policy, "blob_store"):
             policy.blob_store = self.blobs  # a language policy shows earlier screenshots, as the trainer rebuilds them
@@ -267,6 +281,12 @@ class HttpClient(PolicyClient):
         # the context's shape; a published language policy's own config replaces it (load_version)
         self.spec = PromptSpec(prompt, max_images, coord_mode)
         self._session: Any = None
+
+    @property
+    def sampled(self) -> bool:
+        # chat: temperature 0 is greedy decoding (trainer.openai_chat, vLLM); /v1/act samples, as
+        # this client never sends it "greedy"
+        return self.mode != "chat" or self.temperature > 0
 
     async def load_version(self, pv: PolicyVersion, blobs: BlobStore) -> None:
         await super().load_version(pv, blobs)

@@ -90,6 +90,7 @@ class Step(_EpisodeBase):
     policy: Name
     policy_version: UInt32
     logprob: float  # behaviour log-prob of the whole action under policy_version
+    sampled: bool = True  # False: not a draw from the policy (greedy argmax, scripted demo): never trained on by PPO
     value: float | None = None
     reward: float = 0.0  # environment reward observed after the action
     done: bool = False
@@ -158,6 +159,14 @@ class Trajectory(Event):
     def policy_versions(self) -> tuple[int, int]:
         versions = [s.policy_version for s in self.steps] or [0]
         return min(versions), max(versions)
+
+    @property
+    def unsampled_steps(self) -> list[int]:
+        """Indices of the steps whose action was not sampled from the policy (``Step.sampled``):
+        any one keeps the whole trajectory out of PPO, whose advantages and importance weights
+        assume every action was a draw with the recorded log-prob. One home for the scorer, the
+        router and the trainer."""
+        return [s.step_index for s in self.steps if not s.sampled]
 
 
 class ScoredTrajectory(Event):

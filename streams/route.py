@@ -38,6 +38,8 @@ def _finish(scored: ScoredTrajectory, routes: list[str], reasons: list[str], rl:
 
 
 def _rl_decision(scored: ScoredTrajectory, latest: Mapping[str, int], max_staleness: int) -> tuple[bool, str]:
+    if scored.trajectory.unsampled_steps:  # whatever the scorer said: PPO's data must be sampled
+        return False, "rl: not sampled (greedy or scripted actions)"
     if not scored.rl_eligible:
         return False, "rl: not eligible (infrastructure abort, no steps or missing steps)"
     lag = staleness(scored, latest)

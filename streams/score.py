@@ -17,9 +17,13 @@ keyboard action after which the screenshot hash did not change (``observation.sc
 screen is the agent stuck in a loop.
 
 The verdict V(s) (1: high quality, SFT; 0: CT) and the trajectory's intrinsic RL eligibility
-(not an infrastructure abort, at least one step, no gap) are decided here; staleness against
-the latest policy is the router's business. Scorers are registered by name with a version; a
-``ScoredTrajectory``'s ``event_id`` includes both, so re-scoring yields distinguishable records.
+(not an infrastructure abort, at least one step, no gap, every action sampled from the policy)
+are decided here; staleness against the latest policy is the router's business. A greedy or
+scripted trajectory (``Step.sampled`` false) keeps its verdict, so a greedy success is an SFT
+demonstration and a greedy failure goes to CT (and the reflection annotator), but it is never RL
+data: PPO's importance weights assume each action was drawn with its recorded log-prob. Scorers
+are registered by name with a version; a ``ScoredTrajectory``'s ``event_id`` includes both, so
+re-scoring yields distinguishable records.
 """
 
 from __future__ import annotations
@@ -109,6 +113,8 @@ def rl_eligible(traj: Trajectory) -> tuple[bool, str]:
         return False, "no steps"
     if traj.missing_steps:
         return False, f"missing steps {traj.missing_steps[:10]}"
+    if traj.unsampled_steps:
+        return False, f"unsampled steps {traj.unsampled_steps[:10]} (greedy or scripted actions)"
     return True, "valid"
 
 

@@ -22,7 +22,9 @@ A batch is ``min_batch`` pooled trajectories, or what the pool holds after ``max
 loop's checkpoint interval), so no offset is ever committed past an untrained trajectory. A copy
 of an episode that arrives again (an at-least-once replay upstream, a rebalance) is skipped by
 the checkpoint's trained ids (``infra.checkpoint.TrainedIds``, bounded by the staleness window);
-a record scored by another scorer than ``cfg.scorer`` (e.g. a `flywheel rescore` run) is skipped.
+a record scored by another scorer than ``cfg.scorer`` (e.g. a `flywheel rescore` run) is skipped,
+and so is a trajectory with a step not sampled from the policy (``Step.sampled`` false: greedy or
+scripted), even one a scorer marked RL-eligible.
 
 With ``rft_every`` set, every that many PPO updates are followed, inside the same update, by a
 rejection-sampling fine-tuning round on flywheel.sft.v1 (trainer.rft), so the guarantee above
@@ -239,6 +241,8 @@ class PPOLearner:
             scored = decode(record.value(), ScoredTrajectory)
             if scored.trajectory.policy != self.cfg.policy_name or not scored.rl_eligible:
                 return self._count("skipped_other_policy")
+            if scored.trajectory.unsampled_steps:  # greedy or scripted, whatever a scorer said: not PPO data
+                return self._count("skipped_unsampled")
             if scored.scorer != self.cfg.scorer:
                 return self._count("skipped_other_scorer")
             if scored.episode_id in self.ckpt.checkpoint.trained or any(e.episode_id == scored.episode_id for e in self.pool):

@@ -64,6 +64,27 @@ def test_trainer_metrics_view_shows_names_from_before_the_groups_under_todays(tm
     assert got == [("custom", 1.0), ("losses/dpo_loss", 0.7), ("losses/pg_loss", 0.5), ("losses/value_loss", 0.25)]
 
 
+def test_a_steps_table_from_before_gains_sampled_and_its_rows_read_true(tmp_path, monkeypatch):
+    """Migration 005 on a database the earlier migrations made, holding a step row already."""
+    from consumers.rows import rows_for
+    from infra import clickhouse
+    from infra.settings import load_settings
+    from schemas.events import Step
+
+    step = next(e for e in synthetic_run(1, seed=2).episode_events if isinstance(e, Step))
+    old = {c: v for c, v in rows_for("steps", step)["steps"][0].items() if c != "sampled"}
+    greedy = rows_for("steps", step.model_copy(update={"step_index": 99, "sampled": False}))["steps"][0]
+    every = clickhouse.load_migrations()
+    monkeypatch.setattr(clickhouse, "load_migrations", lambda: [m for m in every if m.version < 5])
+    with client_for(load_settings({"data_dir": str(tmp_path)})) as client:  # the database as it stood
+        client.insert("steps", [list(old.values())], column_names=list(old))
+        monkeypatch.setattr(clickhouse, "load_migrations", lambda: every)
+        assert migrate(client) == ["005_step_sampled.sql"] and migrate(client) == []
+        client.insert("steps", [list(greedy.values())], column_names=list(greedy))
+        got = client.query("SELECT step_index, sampled FROM steps FINAL ORDER BY step_index").result_rows
+    assert got == [(step.step_index, True), (99, False)]
+
+
 def test_events_land_in_tables_and_replays_do_not_double_count(settings, group_id):
     run = synthetic_run(30, seed=5)
     publish(settings, run)

@@ -65,7 +65,7 @@ def steps(episode_id=ids, step_index=st.integers(0, 1000)):
         E.Step, episode_id=episode_id, ts=ts, step_index=step_index, started_at=ts, observation=OBSERVATIONS,
         thought=texts, action=st.none() | ACTIONS, raw_output=texts, parse_error=st.none() | texts,
         policy=names, policy_version=st.integers(0, 2**31), logprob=st.floats(-1e6, 0.0), value=st.none() | finite,
-        reward=finite, done=st.booleans(), latency_policy_ms=nonneg, latency_env_ms=nonneg,
+        reward=finite, sampled=st.booleans(), done=st.booleans(), latency_policy_ms=nonneg, latency_env_ms=nonneg,
         error=st.none() | texts, next_screenshot_sha256=st.none() | sha)
 
 

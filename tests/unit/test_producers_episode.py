@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from producers.episode import run_episode
-from producers.policy_client import PolicyClient, PolicyReply
+from producers.policy_client import PolicyClient, PolicyReply, TorchClient
 from producers.sandboxes.base import Obs, SandboxCrashed, StepResult
 from schemas.actions import Click
 from schemas.events import BlobRef, Observation, TaskSpec
@@ -48,10 +49,10 @@ class Policy(PolicyClient):
         return PolicyReply(Decision(action=Click(x=0.5, y=0.5), logprob=-2.0, value=0.25), self.version)
 
 
-def run(sandbox, max_steps=5, timeout_s=60.0, abort=None):
+def run(sandbox, max_steps=5, timeout_s=60.0, abort=None, client=None):
     events = []
     task = TaskSpec(task_id="t1", suite="miniwob", name="click-test", max_steps=max_steps, timeout_s=timeout_s)
-    result = asyncio.run(run_episode(task, sandbox, Policy("p"), events.append, sandbox_name="browser",
+    result = asyncio.run(run_episode(task, sandbox, client or Policy("p"), events.append, sandbox_name="browser",
                                      worker_id="w", abort=abort))
     return result, events
 
@@ -68,6 +69,29 @@ def test_done_episode_events_in_order():
     assert sandbox.flushes == 3  # every step published only after its screenshots were stored
     assert result.episode_id.startswith("t1:0:") and result.success
     assert events[0].attempt == 0 and events[0].task.task_id == "t1"
+
+
+class ArgmaxOrSample:
+    """An in-process policy for the torch client that records whether it was asked for its argmax."""
+
+    kind, name, version = "pixel", "p", 0
+
+    def __init__(self) -> None:
+        self.asked: list[bool] = []
+
+    def act(self, inputs, greedy=False):
+        self.asked += [greedy] * len(inputs)
+        return [Decision(action=Click(x=0.5, y=0.5), logprob=-1.0, value=0.0) for _ in inputs]
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_a_greedy_workers_steps_are_marked_not_sampled(greedy):
+    """``--greedy`` steps still carry the argmax's log-prob; ``sampled`` is what keeps them out of PPO."""
+    policy = ArgmaxOrSample()
+    _, events = run(Sandbox(done_at=1), client=TorchClient("p", policy=policy, greedy=greedy))
+    steps = events[1:-1]
+    assert policy.asked == [greedy, greedy]
+    assert [s.sampled for s in steps] == [not greedy, not greedy] and all(s.logprob == -1.0 for s in steps)
 
 
 def test_step_budget_and_timeout():

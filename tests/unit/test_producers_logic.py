@@ -10,7 +10,7 @@ from infra.errors import UserError
 from producers import scripted
 from producers.episode import episode_id
 from producers.offsets import OffsetTracker
-from producers.policy_client import CLIENT_REGISTRY, chat_request, parse_act_reply, parse_chat_reply
+from producers.policy_client import CLIENT_REGISTRY, chat_request, make_client, parse_act_reply, parse_chat_reply
 from schemas.prompt import PromptSpec
 from producers.tasks import build_tasks, read_jsonl
 from schemas.actions import Click, Type, Wait
@@ -105,6 +105,15 @@ def test_act_reply():
 
 def test_registry_has_every_backend():
     assert {"random", "scripted", "torch", "http"} <= set(CLIENT_REGISTRY)
+
+
+def test_which_clients_sample_their_actions():
+    """Step.sampled comes from the client: a uniform draw and a sampling server are samples; a
+    scripted solver and a chat server at temperature 0 (greedy decoding) are not."""
+    assert make_client("random", "p").sampled
+    assert not make_client("scripted", "p").sampled
+    assert make_client("http", "p").sampled and not make_client("http", "p", temperature=0.0).sampled
+    assert make_client("http", "p", mode="act", temperature=0.0).sampled  # /v1/act is never asked for greedy
 
 
 def _dom(*els):

@@ -87,6 +87,10 @@ MALFORMED = [
      "observation.screen_width", "less_than_equal", "16384"),
     ("negative latency", mutated(STEP, _set("latency_env_ms", -1.0)), EpisodeEvent, DecodeError, "latency_env_ms",
      "greater_than_equal", "greater than or equal to 0"),
+    ("string is not a bool", mutated(STEP, _set("sampled", "yes")), EpisodeEvent, DecodeError, "sampled", "bool_type",
+     "valid boolean"),
+    ("int is not a bool", mutated(STEP, _set("sampled", 0)), EpisodeEvent, DecodeError, "sampled", "bool_type",
+     "valid boolean"),
     ("invalid UTF-8", GOOD.replace(b"Click the button", b"Click the \xff\xfe"), EpisodeEvent, DecodeError, "", "invalid_json", "invalid UTF-8"),
     ("lone surrogate", GOOD.replace(b"Click the button", b"\\ud800"), EpisodeEvent, DecodeError, "", "invalid_json", "invalid UTF-8"),
     ("truncated JSON", GOOD[:-5], EpisodeEvent, DecodeError, "", "invalid_json", "invalid JSON"),
@@ -170,6 +174,14 @@ def test_validate_takes_parsed_json_with_the_same_errors():
 def test_decode_accepts_bytes_like_and_str():
     for data in (GOOD, bytearray(GOOD), memoryview(GOOD), GOOD.decode()):
         assert decode(data, EpisodeEvent) == STEP
+
+
+def test_a_step_written_before_sampled_existed_reads_as_sampled():
+    old = mutated(STEP, _pop("sampled"))
+    assert b'"sampled"' not in old
+    step = decode(old, EpisodeEvent)
+    assert step.sampled is True and step == STEP
+    assert decode(encode(make_step(sampled=False)), EpisodeEvent).sampled is False
 
 
 def test_event_ids_are_deterministic():

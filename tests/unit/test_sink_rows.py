@@ -18,16 +18,20 @@ from schemas.events import (
 
 
 def ddl_columns() -> dict[str, list[str]]:
-    """Columns per table as the migrations create them (the DEFAULT column is the sink's own)."""
+    """Columns per table as the migrations leave them, in order: created, then added by a later
+    ``ALTER TABLE ... ADD COLUMN`` (the DEFAULT column ingested_at is the sink's own)."""
     tables = {}
     for stmt in (s for m in load_migrations() for s in m.statements):
-        found = re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", stmt)
-        if found is None:
-            continue
-        name = found.group(1)
-        body = stmt[stmt.index("(") + 1: stmt.rindex(") ENGINE")]
-        cols = [ln.strip().split()[0] for ln in body.splitlines() if ln.strip()]
-        tables[name] = [c for c in cols if c != "ingested_at"]
+        created = re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", stmt)
+        added = re.match(r"ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (\w+)\b.*?(?:\sAFTER (\w+))?$", stmt, re.S)
+        if created is not None:
+            body = stmt[stmt.index("(") + 1: stmt.rindex(") ENGINE")]
+            cols = [ln.strip().split()[0] for ln in body.splitlines() if ln.strip()]
+            tables[created.group(1)] = [c for c in cols if c != "ingested_at"]
+        elif added is not None:
+            table, column, after = added.groups()
+            cols = tables[table]
+            cols.insert(cols.index(after) + 1 if after else len(cols), column)
     return tables
 
 

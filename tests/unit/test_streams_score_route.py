@@ -131,6 +131,22 @@ def test_policy_error_abort_is_rl_eligible():
     assert scored.verdict == 0 and routed_topics(route(scored, {}, 2)) == [TOPICS.ct.name, TOPICS.rl.name]
 
 
+@pytest.mark.parametrize("success,kept", [(True, TOPICS.sft.name), (False, TOPICS.ct.name)])
+def test_greedy_trajectory_keeps_its_sft_or_ct_route_but_never_reaches_rl(success, kept):
+    traj = assemble(episode_events("ep-1", 3, success=success))
+    greedy = with_steps(traj, [traj.steps[0], traj.steps[1].model_copy(update={"sampled": False}), traj.steps[2]])
+    assert (traj.unsampled_steps, greedy.unsampled_steps) == ([], [1])
+    sampled, scored = (make_scorer("rule-v1").score(t, 0.0) for t in (traj, greedy))
+    assert sampled.rl_eligible and not scored.rl_eligible
+    assert (scored.verdict, scored.reward) == (sampled.verdict, sampled.reward)  # the verdict is not the scorer's to change
+    r = route(scored, {}, 2)
+    assert routed_topics(route(sampled, {}, 2)) == [kept, TOPICS.rl.name] and routed_topics(r) == [kept]
+    assert "rl: not sampled (greedy or scripted actions)" in r.reasons and not r.records[0][1].rl_eligible
+    # the router keeps it out of RL even where a scorer called it eligible
+    trusted = route(scored.model_copy(update={"rl_eligible": True}), {}, 2)
+    assert routed_topics(trusted) == [kept] and not trusted.records[0][1].rl_eligible
+
+
 def test_rl_clean_rule_drops_anomalous_from_rl():
     traj = assemble(episode_events("ep-1", 2))
     same = fake_sha("x")

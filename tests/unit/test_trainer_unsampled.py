@@ -1,0 +1,52 @@
+"""The PPO trainer's intake never pools a trajectory with an unsampled step (a ``--greedy``
+worker's argmax, a scripted demonstration), even one a scorer marked RL-eligible: its
+log-probs are no behaviour probabilities to weight by. No Kafka: the learner's ``add`` is fed
+records directly."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+from infra.consume_loop import CheckpointFile
+from infra.settings import load_settings
+from schemas.codec import encode
+from streams.assemble import add_event
+from streams.score import make_scorer
+from streams.synthetic import episode_events
+from trainer import stream
+from trainer.config import TrainConfig
+from trainer.learner import LearnerState
+
+
+class Record:
+    def __init__(self, value: bytes) -> None:
+        self._value = value
+
+    def value(self) -> bytes:
+        return self._value
+
+
+def scored(episode_id: str, greedy_step: int | None):
+    state = None
+    for ev in episode_events(episode_id, 3):
+        state, traj = add_event(state, ev, 0.0)
+    if greedy_step is not None:
+        steps = list(traj.steps)
+        steps[greedy_step] = steps[greedy_step].model_copy(update={"sampled": False})
+        traj = traj.model_copy(update={"steps": steps})
+    # as a scorer that does not know of Step.sampled would send it: marked eligible
+    return make_scorer("rule-v1").score(traj, 1.0).model_copy(update={"rl_eligible": True})
+
+
+def test_a_trajectory_with_an_unsampled_step_is_skipped_and_counted(monkeypatch, tmp_path):
+    monkeypatch.setattr(stream, "make_producer", lambda settings: None)  # nothing is sent here
+    monkeypatch.setattr(stream, "to_episode", lambda s, policy, store: SimpleNamespace(episode_id=s.episode_id))
+    ckpt = CheckpointFile(tmp_path / "ckpt.json", LearnerState)
+    ckpt.checkpoint.state = LearnerState(version=0, config={}, weights_file="w.pt")
+    learner = stream.PPOLearner(TrainConfig(policy_name="pixel-ppo"), load_settings({"data_dir": str(tmp_path)}),
+                                None, ckpt, SimpleNamespace(version=0), None, threading.Event(), None, "run")
+    for episode_id, greedy_step in (("ep-sampled", None), ("ep-greedy", 1), ("ep-greedy-first", 0)):
+        learner.add(Record(encode(scored(episode_id, greedy_step))), dlq=None)
+    assert [e.episode_id for e in learner.pool] == ["ep-sampled"]
+    assert learner.counts == {"skipped_unsampled": 2}
