@@ -143,3 +143,12 @@ def test_with_grounding_sft_learns_which_label_to_click():
     grounded = clone(True)
     assert grounded >= 0.8, grounded
     assert clone(False) <= 0.65
+
+
+def test_a_grounded_language_policy_pins_its_font_file_and_refuses_another():
+    from trainer.policies.pixel_ground import FONT_SHA256, font_sha256
+
+    config = build_policy("lm", "g", CFG).config_dict()
+    assert config[FONT_SHA256] == font_sha256(CFG["ground_font"])
+    with pytest.raises(ValueError, match="its maps would differ from those it learnt from"):
+        build_policy("lm", "g", {**config, FONT_SHA256: "0" * 64})

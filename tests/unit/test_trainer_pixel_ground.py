@@ -169,3 +169,19 @@ def test_grounding_lets_behaviour_cloning_click_the_box_of_the_named_random_stri
         hits[grounded] = np.mean([abs(policy._cell_of(d.action) - cell) <= 1 for d, (_, _, cell) in zip(decisions, test)])
     assert hits[True] >= 0.85, hits
     assert hits[False] <= 0.6, hits
+
+
+def test_a_grounded_policy_pins_its_font_file_and_refuses_another(tmp_path):
+    """The config records the hash of the font file the maps are read in; a policy rebuilt from
+    it (a published version on another machine) must find the same file, else a clear error."""
+    from trainer.policies.pixel_ground import FONT_SHA256, font_sha256
+
+    policy = build_policy("pixel", "p", GROUNDED)
+    pinned = policy.config_dict()[FONT_SHA256]
+    assert pinned == font_sha256("Arial") and (pinned != "") == (FONT is not None)
+    assert build_policy("pixel", "p", policy.config_dict()).config_dict()[FONT_SHA256] == pinned  # the same file
+    other = tmp_path / "Other.ttf"
+    other.write_bytes(b"not the page's font")
+    with pytest.raises(ValueError, match=r"ground_font 'Arial' resolving to a file of sha256 .*here it resolves to "):
+        build_policy("pixel", "p", {**policy.config_dict(), FONT_SHA256: font_sha256(str(other))})
+    assert FONT_SHA256 not in build_policy("pixel", "p", {**GROUNDED, "ground": False}).config_dict()  # nothing read

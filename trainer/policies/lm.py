@@ -48,7 +48,7 @@ from schemas.prompt import (
 from trainer.policies import lm_ground
 from trainer.policies.lm_pointer import PointerCodec, PointerHead, PointerTokenizer
 from trainer.policies.lm_text import make_tokenizer
-from trainer.policies.pixel_ground import PAGE_FONT, PAGE_SIZES
+from trainer.policies.pixel_ground import PAGE_FONT, PAGE_SIZES, pin_font
 
 log = logging.getLogger("flywheel.policy.lm")
 
@@ -135,7 +135,7 @@ class LMPolicy(nn.Module):
         super().__init__()
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        self.name, self.version, self.config = name, version, tiny_lm_config(**config)
+        self.name, self.version, self.config = name, version, pin_font(tiny_lm_config(**config))
         self.blob_store = blob_store  # lets act() show earlier screenshots from the history
         path = ""
         if self.config["pretrained"]:

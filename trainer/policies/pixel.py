@@ -42,7 +42,7 @@ from torch import nn
 from infra.policy import Decision, PolicyInput, register_policy
 from schemas import actions as A
 from schemas.blobs import BlobNotFound
-from trainer.policies.pixel_ground import PAGE_FONT, PAGE_SIZES, map_features, match_maps, word_features
+from trainer.policies.pixel_ground import PAGE_FONT, PAGE_SIZES, map_features, match_maps, pin_font, word_features
 from trainer.policies.pixel_inputs import (
     history_summary, pointer_planes, span_mask, span_text, summary_size, token_features, token_spans, tokenize,
 )
@@ -89,7 +89,7 @@ class PixelPolicy(nn.Module):
 
     def __init__(self, name: str = "pixel", config: dict[str, Any] | None = None, version: int = 0) -> None:
         super().__init__()
-        cfg = {**DEFAULT_CONFIG, **(config or {})}
+        cfg = pin_font({**DEFAULT_CONFIG, **(config or {})})
         known = set(POINTER_TYPES) | set(NOARG_TYPES) | set(ARG_TYPES)
         unknown = [t for t in cfg["action_types"] if t not in known]
         if unknown or not cfg["action_types"]:

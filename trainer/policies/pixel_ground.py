@@ -22,11 +22,13 @@ Without fontconfig the maps are all zero, with a warning. The template sizes are
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import re
 import subprocess
 import zlib
+from typing import Any
 
 import numpy as np
 import torch
@@ -81,6 +83,39 @@ def font_file(family: str) -> str | None:
     if family.lower() not in found.lower():
         log.info("text grounding: %r resolves to %s (%s), the substitute the browser uses too", family, found, path)
     return path.strip() or None
+
+
+FONT_SHA256 = "ground_font_sha256"  # the config key recording the font file a policy was built with
+
+
+@functools.lru_cache(maxsize=8)
+def font_sha256(family: str) -> str:
+    """sha256 of the font file ``family`` resolves to on this machine ("" where none does)."""
+    path = font_file(family)
+    if path is None:
+        return ""
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def pin_font(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the hash of the font its text grounding reads recorded (``FONT_SHA256``),
+    for a policy with ``"ground"`` on. A policy's inputs are a function of that file: a version
+    built where "Arial" is Liberation Sans and acted or trained where it is DejaVu Sans would see
+    other maps than it learnt from. So a config that already records a hash (a published
+    version's) must find the same file here; ValueError otherwise, naming both, and the loader
+    keeps what it has (a rollout worker its current version, a trainer does not start)."""
+    if not config.get("ground"):
+        return config
+    here = font_sha256(str(config["ground_font"]))
+    pinned = config.get(FONT_SHA256)
+    if pinned is not None and pinned != here:
+        found = font_file(str(config["ground_font"])) or "no file (fontconfig missing)"
+        raise ValueError(f"text grounding: this policy was built with ground_font {config['ground_font']!r} resolving to a "
+                         f"file of sha256 {pinned[:16] or 'none'}..., here it resolves to {found} "
+                         f"(sha256 {here[:16] or 'none'}...): its maps would differ from those it learnt from. Install "
+                         "the same font, or name one file present on every machine in ground_font")
+    return {**config, FONT_SHA256: here}
 
 
 @functools.lru_cache(maxsize=4096)
