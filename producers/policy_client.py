@@ -284,9 +284,10 @@ class HttpClient(PolicyClient):
 
     @property
     def sampled(self) -> bool:
-        # chat: temperature 0 is greedy decoding (trainer.openai_chat, vLLM); /v1/act samples, as
-        # this client never sends it "greedy"
-        return self.mode != "chat" or self.temperature > 0
+        # chat: temperature 0 is greedy decoding (trainer.openai_chat, vLLM), and another temperature
+        # than 1 draws from a tempered distribution while the log-prob is the policy's own; /v1/act
+        # samples, as this client never sends it "greedy"
+        return self.mode != "chat" or self.temperature == 1.0
 
     async def load_version(self, pv: PolicyVersion, blobs: BlobStore) -> None:
         await super().load_version(pv, blobs)

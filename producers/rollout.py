@@ -71,6 +71,9 @@ class RolloutConfig:
                                 "more until a newer version is loaded (0: asynchronous)")
 
     def __post_init__(self) -> None:
+        if self.greedy and self.policy_backend != "torch":
+            raise ConfigError(f"--greedy takes the torch backend's most likely action; the {self.policy_backend} backend "
+                              "would sample anyway (and mark its steps sampled): use --policy-backend torch")
         if self.step_latency_ms < 0:
             raise ConfigError(f"step_latency_ms must be >= 0, got {self.step_latency_ms}")
 

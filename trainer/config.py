@@ -15,7 +15,7 @@ def check_device(device: str, kind: str, command: str) -> None:
     the CPU (and is small enough to train there), so it trains on the CPU only."""
     if device == "cpu":
         return
-    if not re.fullmatch(r"cuda(:\d+)?", device):
+    if not re.fullmatch(r"cuda(:(0|[1-9][0-9]*))?", device):  # what torch.device accepts
         raise ConfigError(f"{command}: device must be cpu, cuda or cuda:N, got {device!r}")
     if kind != "lm":
         raise ConfigError(f"{command}: the {kind} policy trains on the CPU only (its inputs are built there); "

@@ -48,9 +48,10 @@ def summary_line(summary: dict[str, Any]) -> str:
 def run_rank(cfg: TrainConfig, settings: Settings, stop: threading.Event) -> dict[str, Any] | None:
     """Join the group, play this rank's part, leave. Rank 0 returns train()'s summary."""
     cfg.validate()
-    if cfg.device != "cpu":  # torchrun's ranks, nproc_per_node left at 1: validate() cannot see them
-        raise ConfigError(f"device={cfg.device!r}: several trainer ranks share each update over gloo on the CPU; "
-                          "train on a GPU in one process")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if cfg.device != "cpu" and world > 1:  # torchrun's ranks, nproc_per_node left at 1: validate() cannot see them
+        raise ConfigError(f"device={cfg.device!r} with {world} trainer ranks: they share each update over gloo on "
+                          "the CPU; train on a GPU in one process (one rank)")
     group = distributed.init_group(cfg.dist_timeout_s)
     try:
         if group.leader:

@@ -97,6 +97,17 @@ def full_config(pv) -> dict:
     return dict(pv.config)
 
 
+def differs(key: str, a: dict, b: dict) -> bool:
+    """Whether two versions' configs disagree on ``key`` in a way that matters to a merge: not the
+    initial seed, nor a font hash one of them predates (``ground_font_sha256``: a version published
+    before fonts were pinned is unpinned, not different)."""
+    from trainer.policies.pixel_ground import FONT_SHA256
+
+    if key in INIT_ONLY_KEYS or (key == FONT_SHA256 and (key not in a or key not in b)):
+        return False
+    return a.get(key) != b.get(key)
+
+
 def merge_versions(pvs: list, alphas: Sequence[float], store) -> tuple[dict[str, torch.Tensor], dict]:
     """Verify and load each version's weights, check they agree, interpolate; -> (state, config)."""
     from safetensors.torch import load as load_safetensors
@@ -109,8 +120,7 @@ def merge_versions(pvs: list, alphas: Sequence[float], store) -> tuple[dict[str,
         raise MergeError(f"cannot merge different policy kinds: {sorted(kinds)}")
     configs = [full_config(pv) for pv in pvs]
     for pv, config in zip(pvs[1:], configs[1:]):
-        diff = sorted(k for k in set(config) | set(configs[0])
-                      if k not in INIT_ONLY_KEYS and config.get(k) != configs[0].get(k))
+        diff = sorted(k for k in set(config) | set(configs[0]) if differs(k, config, configs[0]))
         if diff:
             raise MergeError(f"v{pvs[0].version} and v{pv.version} have different model configs ({', '.join(diff)})")
     states = [load_safetensors(weights_bytes(pv, store)) for pv in pvs]  # refuses a tampered file
@@ -130,7 +140,10 @@ def run_merge(settings, plan: MergePlan):
     pvs = [known[v] for v in plan.versions]
     store = BlobStore(settings.blob_root)
     state, config = merge_versions(pvs, plan.alphas, store)
-    merged = build_policy(pvs[0].kind, plan.policy, config)
+    try:
+        merged = build_policy(pvs[0].kind, plan.policy, config)
+    except ValueError as exc:  # e.g. a grounded version whose font resolves to another file here
+        raise MergeError(f"cannot rebuild {plan.policy} v{pvs[0].version} here: {exc}") from None
     merged.load_state_dict(state, strict=True)
     merged.version = versions.next_version(settings, plan.policy, max(known))
     pv = publish_version(settings, make_producer(settings), DeliveryTracker(), store, merged, plan.parent, plan.metrics())

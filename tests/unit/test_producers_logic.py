@@ -114,6 +114,16 @@ def test_which_clients_sample_their_actions():
     assert not make_client("scripted", "p").sampled
     assert make_client("http", "p").sampled and not make_client("http", "p", temperature=0.0).sampled
     assert make_client("http", "p", mode="act", temperature=0.0).sampled  # /v1/act is never asked for greedy
+    assert not make_client("http", "p", temperature=0.7).sampled  # tempered: its log-prob is the untempered one
+
+
+def test_greedy_is_refused_for_a_backend_that_would_sample_anyway():
+    from infra.config import ConfigError
+    from producers.rollout import RolloutConfig
+
+    assert RolloutConfig(policy_backend="torch", greedy=True).greedy
+    with pytest.raises(ConfigError, match="--greedy takes the torch backend's most likely action; the http backend"):
+        RolloutConfig(policy_backend="http", greedy=True)
 
 
 def _dom(*els):

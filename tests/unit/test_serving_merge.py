@@ -61,3 +61,15 @@ def test_plan_records_parent_and_recipe():
     plan = MergePlan("p", [3, 5], [0.25, 0.75])
     assert plan.parent == 5
     assert plan.metrics() == {"merge/alpha_v3": 0.25, "merge/alpha_v5": 0.75}
+
+
+def test_a_version_from_before_fonts_were_pinned_merges_with_a_pinned_one():
+    """A grounded version published before ``ground_font_sha256`` existed is unpinned, not
+    different; two versions pinned to different fonts are different models."""
+    from trainer.merge import differs
+    from trainer.policies.pixel_ground import FONT_SHA256
+
+    old, new = {"ground": True, "seed": 0}, {"ground": True, "seed": 1, FONT_SHA256: "a" * 64}
+    assert not any(differs(k, old, new) for k in set(old) | set(new))
+    assert differs(FONT_SHA256, new, {**new, FONT_SHA256: "b" * 64})
+    assert differs("ground", old, {**old, "ground": False})

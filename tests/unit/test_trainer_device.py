@@ -46,15 +46,43 @@ def test_a_device_the_trainer_cannot_use_is_refused_with_the_reason(monkeypatch)
         TrainConfig(policy_kind="lm", device="cuda", nproc_per_node=2).validate()
     with pytest.raises(ConfigError, match="flywheel sft / ct: device must be"):
         LMTrainConfig(device="cuda1").validate()
+    for name in ("cuda:00", "cuda:01", "cuda:\u0660", "cuda:-1", "CUDA", " cuda", "cuda:", "cpu:0"):  # torch refuses them
+        with pytest.raises(ConfigError, match="device must be cpu, cuda or cuda:N"):
+            TrainConfig(policy_kind="lm", device=name).validate()
 
 
-def test_torchrun_ranks_on_a_gpu_are_refused_before_joining_a_group(monkeypatch):
-    from trainer.launch import run_rank
+def test_torchrun_ranks_on_a_gpu_are_refused_before_joining_a_group_and_one_rank_is_not(monkeypatch):
+    from trainer import launch
+
+    class Joined(Exception):
+        pass
+
+    def join(timeout_s):
+        raise Joined
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    with pytest.raises(ConfigError, match="several trainer ranks share each update over gloo"):
-        run_rank(TrainConfig(policy_kind="lm", device="cuda"), None, threading.Event())
+    monkeypatch.setattr(launch.distributed, "init_group", join)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="with 2 trainer ranks: they share each update over gloo"):
+        launch.run_rank(TrainConfig(policy_kind="lm", device="cuda"), None, threading.Event())
+    monkeypatch.setenv("WORLD_SIZE", "1")  # torchrun --nproc-per-node 1 (the rendered Kubernetes trainer): allowed
+    with pytest.raises(Joined):
+        launch.run_rank(TrainConfig(policy_kind="lm", device="cuda"), None, threading.Event())
+
+
+def test_the_published_versions_kind_decides_the_device_not_the_flag(tmp_path, monkeypatch):
+    from trainer.publish import make_version, save_weights
+
+    store = BlobStore(str(tmp_path / "blobs"))
+    pixel = build_policy("pixel", POLICY, {})
+    published = make_version(pixel, save_weights(pixel, store), parent=None)
+    monkeypatch.setattr(stream.versions, "latest", lambda settings, name: published)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", LearnerState)
+    with pytest.raises(ConfigError, match="the pixel policy trains on the CPU only"):
+        stream.start_policy(lm_cfg("cuda"), None, store, ckpt)
 
 
 def lm_cfg(device: str, **kw) -> TrainConfig:
