@@ -21,7 +21,10 @@ not the tens of minutes the main job's processes need sharing 2 cores):
   seeds; each failed one is annotated by ``producers.reflection.annotate`` (the scripted solvers
   replay it in the same browser: error-correction and post-reflection pairs), the pairs made into
   inputs by ``trainer.dpo_inputs.pair_inputs`` and learnt by ``trainer.dpo.dpo_train`` against
-  pi_SFT; ``--dpo-pairs-cache`` keeps them for later runs with other DPO settings.
+  pi_SFT; ``--dpo-pairs-cache`` keeps them for later runs with other DPO settings. With
+  ``--dpo-rounds R`` > 1 it is iterated (online reflection tuning): round r annotates the greedy
+  (or sampled) failures of round r-1's policy on its own fresh seeds and trains DPO against that
+  policy as the reference.
 
 Prints progress, then one JSON line: greedy success per task after each phase with its standard
 error, the PPO and DPO statistics, and the seconds of each phase. ``--out`` also writes it.
@@ -192,11 +195,28 @@ def pairs_key(args) -> dict[str, Any]:
     return {**sft_key(args), "dpo_episodes": args.dpo_episodes, "dpo_greedy": args.dpo_greedy}
 
 
-async def reflection_pairs(live: Live, policy, args, tasks: list[str]) -> tuple[Any, dict[str, Any]]:
-    """pi_SFT's failures on fresh seeds (sampled, or greedy with ``--dpo-greedy``: the mistakes its
-    greedy evaluation makes), annotated by the scripted solvers, as DPO inputs."""
-    scored = await sampled(live, policy, tasks, args.dpo_episodes, DPO_SEED + 1000 * args.seed, args.max_steps,
-                           greedy=args.dpo_greedy)
+def round_key(args, r: int) -> dict[str, Any]:
+    """What round ``r``'s pairs depend on: pi_SFT, the episodes, and (after the first round) the
+    DPO settings of the rounds before, which made the policy whose failures they are."""
+    if r == 0:
+        return pairs_key(args)
+    return {**pairs_key(args), "round": r + 1, **{k: getattr(args, k) for k in (
+        "dpo_lr", "dpo_head_lr_mult", "dpo_beta", "dpo_epochs", "dpo_nll", "dpo_minibatch")}}
+
+
+def round_cache(args, r: int) -> Path | None:
+    if not args.dpo_pairs_cache:
+        return None
+    path = Path(args.dpo_pairs_cache)
+    return path if r == 0 else path.with_name(f"{path.stem}-round{r + 1}{path.suffix}")
+
+
+async def reflection_pairs(live: Live, policy, args, tasks: list[str], r: int = 0) -> tuple[Any, dict[str, Any]]:
+    """The policy's failures on fresh seeds (sampled, or greedy with ``--dpo-greedy``: the mistakes
+    its greedy evaluation makes), annotated by the scripted solvers, as DPO inputs. Round ``r``
+    has seeds of its own, after the earlier rounds'."""
+    seed0 = DPO_SEED + 1000 * args.seed + r * args.dpo_episodes
+    scored = await sampled(live, policy, tasks, args.dpo_episodes, seed0, args.max_steps, greedy=args.dpo_greedy)
     outcomes, pairs = Counter(), []
     replay = BrowserReplay(live.blobs, live.sandbox.step_ms, sandbox=live.sandbox)  # the same browser replays
     for s in scored:
@@ -220,21 +240,34 @@ async def reflection_pairs(live: Live, policy, args, tasks: list[str]) -> tuple[
 
 
 async def run_dpo(live: Live, policy, args, tasks: list[str], log) -> dict[str, Any]:
-    """Reflection pairs from pi_SFT's own failures, annotated by the scripted solvers, then DPO.
-    With ``--dpo-pairs-cache`` the pairs are made once and read back by later runs."""
-    cache = Path(args.dpo_pairs_cache) if args.dpo_pairs_cache else None
+    """``--dpo-rounds`` rounds of ``dpo_round``; the last round's statistics, and with several
+    rounds each round's (``rounds``; ``--dpo-eval-rounds``: each earlier round's policy scored)."""
+    rounds = []
+    for r in range(args.dpo_rounds):
+        rounds.append(await dpo_round(live, policy, args, tasks, log, r))
+        if r + 1 < args.dpo_rounds and args.dpo_eval_rounds:
+            rounds[-1]["eval"] = await evaluate(live, policy, tasks, args.eval, args.max_steps)
+            log(f"  dpo after round {r + 1}: {rounds[-1]['eval']}")
+    return rounds[0] if len(rounds) == 1 else {**rounds[-1], "rounds": rounds}
+
+
+async def dpo_round(live: Live, policy, args, tasks: list[str], log, r: int) -> dict[str, Any]:
+    """Reflection pairs from the policy's own failures, annotated by the scripted solvers, then DPO
+    against the policy as it was (pi_SFT in the first round). With ``--dpo-pairs-cache`` each
+    round's pairs are made once and read back by later runs."""
+    cache, key = round_cache(args, r), round_key(args, r)
     if cache is not None and cache.exists():
         saved = torch.load(cache, weights_only=False)
-        if saved["key"] != pairs_key(args):
-            raise SystemExit(f"{cache} holds the pairs of {saved['key']}, not {pairs_key(args)}: name another file")
+        if saved["key"] != key:
+            raise SystemExit(f"{cache} holds the pairs of {saved['key']}, not {key}: name another file")
         data, out = saved["data"], saved["summary"]
-        log(f"  dpo: {out['pairs']} pairs from {cache}")
+        log(f"  dpo round {r + 1}: {out['pairs']} pairs from {cache}")
     else:
-        data, out = await reflection_pairs(live, policy, args, tasks)
-        log(f"  dpo: {out['pairs']} pairs from {out['episodes']} episodes (success {out['sampled_success']})")
+        data, out = await reflection_pairs(live, policy, args, tasks, r)
+        log(f"  dpo round {r + 1}: {out['pairs']} pairs from {out['episodes']} episodes (success {out['sampled_success']})")
         if cache is not None and data is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            save_atomic({"key": pairs_key(args), "data": data, "summary": out}, cache)
+            save_atomic({"key": key, "data": data, "summary": out}, cache)
     if data is None:
         log("  dpo: no usable pair")
         return out
@@ -364,6 +397,9 @@ def main() -> int:
                     "back by a later run with the same pi_SFT, --dpo-episodes and --dpo-greedy")
     ap.add_argument("--dpo-eval-epochs", default="", help="comma-separated earlier epochs after which the "
                     "policy is also evaluated (e.g. 3 with --dpo-epochs 6)")
+    ap.add_argument("--dpo-rounds", type=int, default=1,
+                    help="rounds of annotating the current policy's failures and DPO against it (online reflection tuning)")
+    ap.add_argument("--dpo-eval-rounds", action="store_true", help="also score the policy after each earlier round")
     ap.add_argument("--dpo-lr", type=float, default=0.0, help="0: flywheel dpo's default for the language policy")
     ap.add_argument("--dpo-head-lr-mult", type=float, default=1.0,
                     help="learning rate of the adapter and pointer as a multiple of the DPO rate")
@@ -385,6 +421,9 @@ def main() -> int:
         ap.error(f"--dpo-eval-epochs takes comma-separated epoch numbers, got {args.dpo_eval_epochs!r}")
     if not all(1 <= e < args.dpo_epochs for e in early):
         ap.error(f"--dpo-eval-epochs: each epoch must be in 1..{args.dpo_epochs - 1} (the last is always scored)")
+    if not 1 <= args.dpo_rounds or args.dpo_rounds * args.dpo_episodes > 1000:
+        ap.error(f"--dpo-rounds must be >= 1 with at most 1000 episodes over all rounds (each seed's range), "
+                 f"got {args.dpo_rounds} x {args.dpo_episodes}")
     logging.basicConfig(format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("flywheel.dpo").setLevel(logging.INFO)  # a line per DPO epoch: progress on a long phase
     result = asyncio.run(measure(args))
