@@ -25,8 +25,9 @@ from infra.topics import TOPICS, topic_name
 from infra.versions import scan as read_versions
 from schemas.blobs import BlobStore
 from schemas.codec import encode
-from schemas.events import Observation, ScoredTrajectory, Step, TaskSpec, Trajectory
+from schemas.events import Observation, ScoredTrajectory, Step
 from infra.checkpoint import TrainedIds
+from tests.unit.lm_samples import scored_episode
 from trainer.stream import checkpoint_path, load_checkpoint
 from trainer.synthetic import make_episode, scored_trajectory
 
@@ -167,13 +168,7 @@ def lm_trajectories(settings, n: int, policy_name: str) -> list[ScoredTrajectory
                               raw_output=f"Thought: button {k}\nAction: click(start_box='({k},{i})')",
                               parse_error="not parsed in this test", policy=policy_name, policy_version=0,
                               logprob=-40.0, done=i == 1))
-        reward = 1.0 if k % 2 == 0 else -1.0
-        task = TaskSpec(task_id=f"task-{ep}", suite="miniwob", name="click-test", submitted_at=1.0)
-        traj = Trajectory(episode_id=ep, task=task, sandbox="browser", worker_id="w", policy=policy_name, steps=steps,
-                          status="ended", outcome_reward=reward, success=reward > 0, started_at=1.0, ended_at=3.0)
-        out.append(ScoredTrajectory(trajectory=traj, scorer="rule-v1", scorer_version="1", reward=reward,
-                                    components={"outcome": reward}, verdict=int(reward > 0), rl_eligible=True,
-                                    routes=["rl"], scored_at=4.0))
+        out.append(scored_episode(ep, steps, 1.0 if k % 2 == 0 else -1.0, policy_name))
     return out
 
 

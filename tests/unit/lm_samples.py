@@ -32,14 +32,18 @@ def rollout(policy, store: BlobStore, n: int) -> list[ScoredTrajectory]:
             steps.append(Step(episode_id=ep, ts=1.0 + i, step_index=i, started_at=1.0 + i, observation=obs,
                               thought=d.thought, action=d.action, raw_output=d.raw_output, parse_error=d.parse_error,
                               policy=POLICY, policy_version=0, logprob=d.logprob, value=d.value, done=i == 1))
-        reward = 1.0 if k % 2 == 0 else -1.0
-        task = TaskSpec(task_id=f"task-{ep}", suite="miniwob", name="click-test", submitted_at=1.0)
-        traj = Trajectory(episode_id=ep, task=task, sandbox="browser", worker_id="w", policy=POLICY, steps=steps,
-                          status="ended", outcome_reward=reward, success=reward > 0, started_at=1.0, ended_at=3.0)
-        out.append(ScoredTrajectory(trajectory=traj, scorer="rule-v1", scorer_version="1", reward=reward,
-                                    components={"outcome": reward}, verdict=int(reward > 0), rl_eligible=True,
-                                    routes=["rl"], scored_at=4.0))
+        out.append(scored_episode(ep, steps, 1.0 if k % 2 == 0 else -1.0, POLICY))
     return out
+
+
+def scored_episode(ep: str, steps: list[Step], reward: float, policy: str) -> ScoredTrajectory:
+    """``steps`` as one ended click-test episode of ``policy``, scored ``reward`` and routed to RL."""
+    task = TaskSpec(task_id=f"task-{ep}", suite="miniwob", name="click-test", submitted_at=1.0)
+    traj = Trajectory(episode_id=ep, task=task, sandbox="browser", worker_id="w", policy=policy, steps=steps,
+                      status="ended", outcome_reward=reward, success=reward > 0, started_at=1.0, ended_at=3.0)
+    return ScoredTrajectory(trajectory=traj, scorer="rule-v1", scorer_version="1", reward=reward,
+                            components={"outcome": reward}, verdict=int(reward > 0), rl_eligible=True,
+                            routes=["rl"], scored_at=4.0)
 
 
 def write(policy, inp: PolicyInput, rng: np.random.Generator):
