@@ -38,7 +38,6 @@ import copy
 import json
 import logging
 import math
-import os
 import sys
 import tempfile
 import time
@@ -56,6 +55,7 @@ from producers.annotate import BrowserReplay  # noqa: E402
 from producers.episode import run_episode  # noqa: E402
 from producers.policy_client import ScriptedClient, TorchClient  # noqa: E402
 from producers.reflection import NoSolver, ReplayDiverged, annotate  # noqa: E402
+from trainer.learner import save_torch_atomic  # noqa: E402
 from schemas.blobs import BlobStore  # noqa: E402
 from schemas.events import ScoredTrajectory, TaskSpec  # noqa: E402
 from streams.assemble import add_event  # noqa: E402
@@ -109,14 +109,6 @@ def sft_key(args) -> dict[str, Any]:
     """What pi_SFT and its evaluation depend on (a cached one must match)."""
     return {k: getattr(args, k) for k in ("tasks", "seed", "demos", "sft_epochs", "eval", "max_steps", "pretrained",
                                           "policy")}
-
-
-def save_atomic(obj: Any, path: Path) -> None:
-    """torch.save into a temporary file beside ``path``, then rename: a run killed while writing
-    leaves the old cache or none, never a half-written one that the next run fails to load."""
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def spec(name: str, seed: int, max_steps: int) -> TaskSpec:
@@ -267,7 +259,7 @@ async def dpo_round(live: Live, policy, args, tasks: list[str], log, r: int) -> 
         log(f"  dpo round {r + 1}: {out['pairs']} pairs from {out['episodes']} episodes (success {out['sampled_success']})")
         if cache is not None and data is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            save_atomic({"key": key, "data": data, "summary": out}, cache)
+            save_torch_atomic({"key": key, "data": data, "summary": out}, cache)
     if data is None:
         log("  dpo: no usable pair")
         return out
@@ -324,7 +316,7 @@ async def measure(args) -> dict[str, Any]:
             log(f"pi_SFT from {cache}: {results['sft']}")
             if any("wins" not in r for r in results["sft"].values()):  # saved before episodes were kept
                 results["sft"] = saved["eval"] = await evaluate(live, policy, tasks, args.eval, args.max_steps)
-                save_atomic(saved, cache)
+                save_torch_atomic(saved, cache)
                 log(f"pi_SFT greedy again, episode by episode: {results['sft']}")
         else:
             results = {}
@@ -345,7 +337,7 @@ async def measure(args) -> dict[str, Any]:
             log(f"pi_SFT greedy: {results['sft']}")
             if cache is not None:
                 cache.parent.mkdir(parents=True, exist_ok=True)
-                save_atomic({"key": sft_key(args), "weights": policy.state_dict(), "eval": results["sft"],
+                save_torch_atomic({"key": sft_key(args), "weights": policy.state_dict(), "eval": results["sft"],
                             "seconds": seconds}, cache)
         pi_sft = copy.deepcopy(policy.state_dict())
 

@@ -43,16 +43,22 @@ def checkpoint_file(settings: Settings, folder_name: str) -> Path:
     return settings.data_path / "checkpoints" / folder_name / "checkpoint.json"
 
 
+def save_torch_atomic(obj: Any, path: Path) -> None:
+    """``torch.save`` into a temporary file beside ``path``, fsynced, then renamed over it: a process
+    killed while writing leaves the old file or none, never a half-written one."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        torch.save(obj, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
 def write_weights(folder: Path, update: int, policy, optimizer: torch.optim.Optimizer) -> str:
     """Weights + optimiser of update ``update`` into their own file, fsynced; -> its name."""
     folder.mkdir(parents=True, exist_ok=True)
     name = f"weights-{update}.pt"
-    tmp = folder / f"{name}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        torch.save({"weights": policy.state_dict(), "optimizer": optimizer.state_dict()}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, folder / name)
+    save_torch_atomic({"weights": policy.state_dict(), "optimizer": optimizer.state_dict()}, folder / name)
     return name
 
 
