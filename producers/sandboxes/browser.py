@@ -78,13 +78,14 @@ class BrowserSandbox:
 
     # ------------------------------------------------------------ guarded Playwright calls
 
-    async def _call(self, awaitable: Any, what: str) -> Any:
+    async def _call(self, awaitable: Any, what: str, timeout_s: float | None = None) -> Any:
         """Await one Playwright call under a timeout; a dead or hung browser -> SandboxCrashed."""
+        timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
         try:
-            async with asyncio.timeout(self.call_timeout_s):  # unlike wait_for, no task per call
+            async with asyncio.timeout(timeout_s):  # unlike wait_for, no task per call
                 return await awaitable
         except asyncio.TimeoutError:
-            raise SandboxCrashed(f"browser hung: {what} took more than {self.call_timeout_s:.0f}s") from None
+            raise SandboxCrashed(f"browser hung: {what} took more than {timeout_s:.0f}s") from None
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # playwright.Error and friends: the page or browser is gone
@@ -95,7 +96,11 @@ class BrowserSandbox:
     async def start(self) -> None:
         if self.host is None:
             self.host = shared_host(self._executable)
-        browser, self._generation = await self._call(self.host.browser(), "launch")
+        # A cold Chromium start on a busy machine can take longer than a page call: the launch runs
+        # under the host's own deadline (which bounds it), plus one call's time to wait for the
+        # host's lock while another sandbox launches.
+        browser, self._generation = await self._call(
+            self.host.browser(), "launch", self.host.launch_timeout_s + self.call_timeout_s)
         self._context = await self._call(
             browser.new_context(viewport={"width": WINDOW_WIDTH, "height": WINDOW_HEIGHT}, device_scale_factor=1,
                                 service_workers="block"),

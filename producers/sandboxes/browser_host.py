@@ -85,13 +85,12 @@ class BrowserHost:
     async def _launch(self) -> None:
         from playwright.async_api import async_playwright
 
-        if self._pw is None:
-            self._pw = await async_playwright().start()
-        before = _chromium_mains()
-        self._browser = await asyncio.wait_for(
-            self._pw.chromium.launch(executable_path=self.executable, headless=True, args=list(CHROMIUM_FLAGS)),
-            self.launch_timeout_s,
-        )
+        async with asyncio.timeout(self.launch_timeout_s):  # the driver's start and Chromium's, together
+            if self._pw is None:
+                self._pw = await async_playwright().start()
+            before = _chromium_mains()
+            self._browser = await self._pw.chromium.launch(
+                executable_path=self.executable, headless=True, args=list(CHROMIUM_FLAGS))
         self.generation += 1
         new = _chromium_mains() - before
         self.pid = min(new) if new else None
