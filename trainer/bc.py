@@ -191,7 +191,7 @@ def run_bc(cfg: BCConfig, settings: Settings) -> dict[str, Any]:
 
         if not demos:
             raise ConfigError(f"no demonstration of {', '.join(tasks)} on the sft topic")
-        out = clone_lm(policy, demos, store, cfg)
+        out = clone_lm(policy.to(cfg.device), demos, store, cfg)  # published from the CPU (save_weights)
         losses, match, skipped = out["losses"], {}, out["skipped"]
         metrics = {M.BC_LOSS: losses[-1], M.DEMOS: float(len(demos)), M.STEPS: float(out["samples"])}
     else:

@@ -31,6 +31,7 @@ class BCConfig:
     shift_copies: int = opt(0, "policy_kind lm: translated copies of each demonstration's first screen and click (trainer.augment; 0: off)")
     shift_frac: float = opt(0.3, "largest translation of those copies, as a fraction of the screen side")
     seed: int = opt(0, "seed of the initial weights and of the minibatch order")
+    device: str = opt("cpu", "policy_kind lm: torch device to train on (cpu, cuda or cuda:N); the pixel policy trains on the CPU")
     torch_threads: int = opt(0, "torch intra-op threads (0: torch's default)")
     read_timeout_s: float = opt(60.0, "longest time to read the flywheel.sft.v1 snapshot")
 
@@ -59,6 +60,9 @@ class BCConfig:
         if self.shift_copies < 0 or not 0.0 <= self.shift_frac <= 1.0 or self.adapter_lr_mult <= 0:
             raise ConfigError("shift_copies must be >= 0, shift_frac within [0, 1] and adapter_lr_mult > 0")
         get_suite(self.suite)
+        from trainer.config import check_device
+
+        check_device(self.device, self.policy_kind, "flywheel bc")
         return self
 
 

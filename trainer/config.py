@@ -9,15 +9,16 @@ from typing import Any
 from infra.config import ConfigError, json_object, opt
 
 
-def check_device(device: str, kind: str, command: str) -> None:
+def check_device(device: str, kind: str | None, command: str) -> None:
     """ConfigError unless ``device`` names a torch device this machine has, on which ``kind``
     trains: the language policy moves its inputs to its device; the pixel policy builds them on
-    the CPU (and is small enough to train there), so it trains on the CPU only."""
+    the CPU (and is small enough to train there), so it trains on the CPU only. ``kind`` None:
+    the name and the device only (before the policy is loaded, its kind is not yet known)."""
     if device == "cpu":
         return
     if not re.fullmatch(r"cuda(:(0|[1-9][0-9]*))?", device):  # what torch.device accepts
         raise ConfigError(f"{command}: device must be cpu, cuda or cuda:N, got {device!r}")
-    if kind != "lm":
+    if kind is not None and kind != "lm":
         raise ConfigError(f"{command}: the {kind} policy trains on the CPU only (its inputs are built there); "
                           f"device={device!r} is for the language policy")
     import torch
@@ -92,7 +93,9 @@ class TrainConfig:
         return {**base, **json_object(self.policy_config, "policy_config")}
 
     def validate(self) -> "TrainConfig":
-        check_device(self.device, self.policy_kind, "flywheel train")
+        # The kind is checked where the policy is loaded (stream.start_policy): a trainer that
+        # continues a published language policy trains it whatever --policy-kind says.
+        check_device(self.device, None, "flywheel train")
         if self.device != "cpu" and self.nproc_per_node > 1:
             raise ConfigError(f"device={self.device!r} with nproc_per_node={self.nproc_per_node}: the ranks share "
                               "each update over gloo on the CPU; train on a GPU in one process (nproc_per_node 1)")

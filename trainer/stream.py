@@ -132,6 +132,7 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
         policy = build_policy(cfg.policy_kind, cfg.policy_name, state.config)
         policy.load_state_dict(saved["weights"])
         policy.version = state.version
+        check_device(cfg.device, policy.kind, "flywheel train")
         policy.to(cfg.device)  # before the optimiser: its state follows its parameters' device
         optimizer = make_optimizer(policy, cfg.lr, cfg.head_lr_mult)
         try:
@@ -240,8 +241,10 @@ class PPOLearner:
     def _add(self, record: Any, dlq: DeadLetters) -> None:
         try:
             scored = decode(record.value(), ScoredTrajectory)
-            if scored.trajectory.policy != self.cfg.policy_name or not scored.rl_eligible:
+            if scored.trajectory.policy != self.cfg.policy_name:
                 return self._count("skipped_other_policy")
+            if not scored.rl_eligible:  # the scorer's word (a router sends none such; a replay or a hand may)
+                return self._count("skipped_not_eligible")
             if scored.trajectory.unsampled_steps:  # greedy or scripted, whatever a scorer said: not PPO data
                 return self._count("skipped_unsampled")
             if scored.scorer != self.cfg.scorer:

@@ -12,7 +12,8 @@ file name -> content; ``write`` puts the files in a folder. What it renders:
   given) and a ``Job`` that applies the DDL migrations (`flywheel migrate`);
 - ``workloads.yaml``: a ConfigMap of the FLYWHEEL_* settings, Deployments for rollout workers
   (Chromium and Xvfb are in the image), the Faust app, the sinks and the policy server (with its
-  Service), and the trainer as a Job;
+  Service), and the trainer as a Job (the pixel policy's ranks on CPUs; the language policy in
+  one process on one GPU, ``--device cuda``);
 - ``Dockerfile``: the image every workload runs.
 
 Secrets are referenced, never inlined: the SASL password comes from the KafkaUser's Secret, the
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.config import opt
+from infra.config import ConfigError, opt
 from infra.topics import TOPICS, TopicSpec
 
 STRIMZI_API = "kafka.strimzi.io/v1beta2"
@@ -48,8 +49,23 @@ class DeployConfig:
     streams_replicas: int = opt(2, "Faust workers")
     sink_replicas: int = opt(2, "ClickHouse sink processes")
     server_replicas: int = opt(1, "policy server replicas")
-    trainer_ranks: int = opt(1, "trainer processes (torchrun --nproc-per-node)")
+    trainer_ranks: int = opt(1, "trainer processes (torchrun --nproc-per-node); policy_kind lm: 1")
     policy_name: str = opt("pixel-miniwob", "policy the trainer publishes and the workers follow")
+    policy_kind: str = opt("pixel", "policy the trainer trains: pixel (its ranks on CPUs, no GPU) or lm "
+                                    "(one rank on one GPU, --device cuda)", choices=("pixel", "lm"))
+
+    def trainer(self) -> tuple[list[str], int]:
+        """The trainer's command line and the GPUs it asks for. The pixel policy trains on the CPU
+        (trainer.config.check_device), its ranks sharing updates over gloo; the language policy
+        trains in one process on one GPU."""
+        argv = ["torchrun", f"--nproc-per-node={self.trainer_ranks}", "-m", "infra.app.cli", "train",
+                "--policy-name", self.policy_name, "--policy-kind", self.policy_kind]
+        if self.policy_kind == "pixel":
+            return argv, 0
+        if self.trainer_ranks != 1:
+            raise ConfigError(f"trainer_ranks={self.trainer_ranks} with policy_kind lm: the language policy trains "
+                              "in one process on one GPU (its ranks would share updates over gloo on the CPU)")
+        return [*argv, "--device", "cuda"], 1
 
 
 def min_insync(replicas: int) -> int:
@@ -225,7 +241,7 @@ def res(cpu: str, mem: str, gpu: int = 0) -> dict[str, Any]:
 
 def workloads(cfg: DeployConfig) -> list[dict[str, Any]]:
     policy = ["--policy-name", cfg.policy_name]
-    trainer_argv = ["torchrun", f"--nproc-per-node={cfg.trainer_ranks}", "-m", "infra.app.cli", "train", *policy]
+    trainer_argv, trainer_gpus = cfg.trainer()
     server = deployment("policy-server", cfg.server_replicas, ["flywheel", "serve", "--host", "0.0.0.0", "--port", "8000", *policy],
                         cfg, res("2", "8Gi", gpu=1), ports=[8000])
     service = {"apiVersion": "v1", "kind": "Service",
@@ -241,7 +257,7 @@ def workloads(cfg: DeployConfig) -> list[dict[str, Any]]:
         deployment("streams", cfg.streams_replicas, ["flywheel", "streams"], cfg, res("1", "2Gi")),
         deployment("sink", cfg.sink_replicas, ["flywheel", "sink", "--query-port", "-1"], cfg, res("1", "2Gi")),
         server, service,
-        job("trainer", trainer_argv, cfg, backoff=100, resources=res("4", "16Gi", gpu=cfg.trainer_ranks)),
+        job("trainer", trainer_argv, cfg, backoff=100, resources=res("4", "16Gi", gpu=trainer_gpus)),
     ]
 
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from infra.app.deploy import DeployConfig, min_insync, render
+from infra.config import ConfigError
 from infra.topics import TOPICS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,3 +100,20 @@ def test_cli_writes_the_files(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["Dockerfile", "clickhouse.yaml", "kafka.yaml", "topics.yaml",
                                                      "workloads.yaml"]
     assert len(list(yaml.safe_load_all((out / "topics.yaml").read_text()))) == len(TOPICS.all())
+
+
+def _trainer(cfg: DeployConfig) -> dict:
+    (job,) = [d for d in render(cfg)["workloads.yaml"] if d["kind"] == "Job" and d["metadata"]["name"] == "trainer"]
+    return job["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_the_trainer_asks_for_a_gpu_only_for_the_language_policy_and_uses_it():
+    pixel = _trainer(DeployConfig(trainer_ranks=2))
+    assert pixel["command"][:2] == ["torchrun", "--nproc-per-node=2"] and "--device" not in pixel["command"]
+    assert "nvidia.com/gpu" not in pixel["resources"]["limits"]  # the pixel policy trains on the CPU
+    lm = _trainer(DeployConfig(policy_kind="lm"))
+    assert lm["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert lm["command"][:2] == ["torchrun", "--nproc-per-node=1"]
+    assert lm["command"][-4:] == ["--policy-kind", "lm", "--device", "cuda"]
+    with pytest.raises(ConfigError, match="trainer_ranks=2 with policy_kind lm"):
+        render(DeployConfig(policy_kind="lm", trainer_ranks=2))

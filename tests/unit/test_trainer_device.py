@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -30,8 +31,6 @@ from trainer.update import collate, ppo_update
 
 def test_a_device_the_trainer_cannot_use_is_refused_with_the_reason(monkeypatch):
     assert TrainConfig(device="cpu").validate().device == "cpu"
-    with pytest.raises(ConfigError, match="the pixel policy trains on the CPU only"):
-        TrainConfig(device="cuda").validate()
     with pytest.raises(ConfigError, match="device must be cpu, cuda or cuda:N, got 'gpu'"):
         TrainConfig(policy_kind="lm", device="gpu").validate()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -40,6 +39,8 @@ def test_a_device_the_trainer_cannot_use_is_refused_with_the_reason(monkeypatch)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert TrainConfig(policy_kind="lm", device="cuda:0").validate().device == "cuda:0"
+    # --policy-kind (pixel by default) does not decide: the loaded version's kind does (below)
+    assert TrainConfig(device="cuda").validate().device == "cuda"
     with pytest.raises(ConfigError, match=r"device='cuda:1', but torch sees 1 CUDA device"):
         TrainConfig(policy_kind="lm", device="cuda:1").validate()
     with pytest.raises(ConfigError, match="share each update over gloo on the CPU"):
@@ -83,6 +84,33 @@ def test_the_published_versions_kind_decides_the_device_not_the_flag(tmp_path, m
     ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", LearnerState)
     with pytest.raises(ConfigError, match="the pixel policy trains on the CPU only"):
         stream.start_policy(lm_cfg("cuda"), None, store, ckpt)
+
+
+def test_pixel_on_a_gpu_is_refused_fresh_and_resumed_and_a_published_lm_is_trained_whatever_the_flag(
+        tmp_path, monkeypatch):
+    from trainer.publish import make_version, save_weights
+
+    store = BlobStore(str(tmp_path / "blobs"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    pixel_cfg = TrainConfig(policy_name=POLICY, device="cuda").validate()  # --policy-kind pixel, the default
+    ckpt = CheckpointFile(tmp_path / "pixel" / "checkpoint.json", LearnerState)
+    monkeypatch.setattr(stream.versions, "latest", lambda settings, name: None)
+    with pytest.raises(ConfigError, match="the pixel policy trains on the CPU only"):  # a fresh pixel policy
+        stream.start_policy(pixel_cfg, None, store, ckpt)
+    stream.start_policy(replace(pixel_cfg, device="cpu"), None, store, ckpt)  # checkpointed on the CPU ...
+    with pytest.raises(ConfigError, match="the pixel policy trains on the CPU only"):  # ... resumed on a GPU
+        stream.start_policy(pixel_cfg, None, store, CheckpointFile(ckpt.path, LearnerState))
+
+    # default --policy-kind (pixel) and --device cuda, continuing a published language policy: trained on the GPU
+    lm = build_policy("lm", POLICY, CONFIG)
+    published = make_version(lm, save_weights(lm, store), parent=None)
+    monkeypatch.setattr(stream.versions, "latest", lambda settings, name: published)
+    moved = []
+    monkeypatch.setattr(type(lm), "to", lambda self, device: moved.append(device) or self)  # no GPU here
+    policy, _ = stream.start_policy(pixel_cfg, None, store,
+                                    CheckpointFile(tmp_path / "lm" / "checkpoint.json", LearnerState))
+    assert policy.kind == "lm" and moved == ["cuda"]
 
 
 def lm_cfg(device: str, **kw) -> TrainConfig:
@@ -136,3 +164,41 @@ def test_a_checkpoint_written_on_the_device_resumes_on_the_cpu(device, tmp_path,
     states = [s for s in resumed_opt.state.values() if "exp_avg" in s]
     assert states and all(s["exp_avg"].device.type == "cpu" for s in states)
     ppo_update(resumed, resumed_opt, collate([stream.to_episode(s, resumed, store) for s in scored]), lm_cfg("cpu"))
+
+
+def test_flywheel_bc_takes_a_device_for_the_language_policy_only(monkeypatch):
+    from trainer.bc_config import BCConfig
+
+    assert BCConfig(policy_kind="lm", device="cpu").validate().device == "cpu"
+    with pytest.raises(ConfigError, match="flywheel bc: device must be cpu, cuda or cuda:N"):
+        BCConfig(policy_kind="lm", device="gpu").validate()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert BCConfig(policy_kind="lm", device="cuda").validate().device == "cuda"
+    with pytest.raises(ConfigError, match="flywheel bc: the pixel policy trains on the CPU only"):
+        BCConfig(device="cuda").validate()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_behaviour_cloning_on_the_device_raises_the_demonstrations_log_probs(device, tmp_path):
+    from trainer.bc_config import BCConfig
+    from trainer.bc_lm import clone_lm, lm_examples
+    from trainer.synthetic import make_episode, scored_trajectory
+    from schemas.actions import Click
+
+    store, rng = BlobStore(str(tmp_path / "blobs")), np.random.default_rng(0)
+    demos = []
+    for k in range(4):
+        e = make_episode("click-test", rng)
+        x0, y0, x1, y1 = e.target
+        demos.append(scored_trajectory(e, Click(x=(x0 + x1) / 320, y=(y0 + y1) / 420), 0.0, f"d{k}", "scripted", 0, store))
+    torch.manual_seed(0)
+    start = build_policy("lm", POLICY, CONFIG)
+    policy = copy.deepcopy(start).to(device)
+    cfg = BCConfig(policy_kind="lm", pretrained="", device=device, epochs=3, lr=3e-3).validate()
+    out = clone_lm(policy, demos, store, cfg)
+    assert all(p.device.type == device for p in policy.parameters()) and out["samples"] == 4
+    samples, _ = lm_examples(start, demos, store, copies=0, max_frac=0.3, seed=0)
+    with torch.no_grad():
+        before, after = start.sequence_logprobs(samples), policy.cpu().sequence_logprobs(samples)
+    assert after.mean() > before.mean() + 1.0, (before, after)

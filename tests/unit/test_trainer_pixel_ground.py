@@ -185,3 +185,16 @@ def test_a_grounded_policy_pins_its_font_file_and_refuses_another(tmp_path):
     with pytest.raises(ValueError, match=r"ground_font 'Arial' resolving to a file of sha256 .*here it resolves to "):
         build_policy("pixel", "p", {**policy.config_dict(), FONT_SHA256: font_sha256(str(other))})
     assert FONT_SHA256 not in build_policy("pixel", "p", {**GROUNDED, "ground": False}).config_dict()  # nothing read
+
+
+def test_a_font_path_that_is_no_file_is_refused_not_pinned_to_fontconfigs_default(tmp_path):
+    """fontconfig answers its default font for any name it does not know, a path included; a
+    typo in ``ground_font`` must not be pinned as that default."""
+    for missing in (str(tmp_path / "NoSuch.ttf"), str(tmp_path / "fonts" / "Arial"), "Arial.otf"):
+        with pytest.raises(ValueError, match="names a font file that does not exist here"):
+            build_policy("pixel", "p", {**GROUNDED, "ground_font": missing})
+    real = tmp_path / "Mine.ttf"
+    real.write_bytes(b"a font file of one's own")
+    from trainer.policies.pixel_ground import FONT_SHA256, font_sha256
+
+    assert build_policy("pixel", "p", {**GROUNDED, "ground_font": str(real)}).config_dict()[FONT_SHA256] == font_sha256(str(real))

@@ -50,3 +50,9 @@ def test_a_trajectory_with_an_unsampled_step_is_skipped_and_counted(monkeypatch,
         learner.add(Record(encode(scored(episode_id, greedy_step))), dlq=None)
     assert [e.episode_id for e in learner.pool] == ["ep-sampled"]
     assert learner.counts == {"skipped_unsampled": 2}
+    other = scored("ep-other", None)
+    other = other.model_copy(update={"trajectory": other.trajectory.model_copy(update={"policy": "someone-else"})})
+    for record in (other, scored("ep-ineligible", None).model_copy(update={"rl_eligible": False})):
+        learner.add(Record(encode(record)), dlq=None)
+    assert learner.counts == {"skipped_unsampled": 2, "skipped_other_policy": 1, "skipped_not_eligible": 1}
+    assert len(learner.pool) == 1

@@ -34,6 +34,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
+from infra.config import ConfigError
+
 log = logging.getLogger(__name__)
 _WORD = re.compile(r"-?\w+")  # "-3": use-spinner's negative targets keep their sign
 MIN_STD = 0.05  # a window this flat (ink std, 0..1) has no text to match: NCC 0 there
@@ -65,14 +67,20 @@ def word_features(instruction: str, k: int, buckets: int) -> tuple[np.ndarray, n
     return ids, flags
 
 
+FONT_SUFFIXES = (".ttf", ".otf", ".ttc", ".pfa", ".pfb", ".woff", ".woff2")
+
+
 @functools.lru_cache(maxsize=8)
 def font_file(family: str) -> str | None:
     """The font file for ``family``: itself when it is a file's path, else the file fontconfig
     resolves it to. Chromium on Linux resolves CSS families through fontconfig too, so where
     the family is missing both use the same substitute (here "Arial" is DejaVu Sans or
-    Liberation Sans). None, with a warning, without fontconfig."""
+    Liberation Sans). None, with a warning, without fontconfig. ConfigError (a ValueError) for a path that is no
+    file: fontconfig would quietly answer its default font, and that would be pinned."""
     if os.path.isfile(family):
         return family
+    if os.sep in family or family.lower().endswith(FONT_SUFFIXES):
+        raise ConfigError(f"text grounding: ground_font {family!r} names a font file that does not exist here")
     try:
         out = subprocess.run(["fc-match", "-f", "%{file}\n%{family}", family], capture_output=True, text=True,
                              timeout=10, check=True)
@@ -103,7 +111,7 @@ def pin_font(config: dict[str, Any]) -> dict[str, Any]:
     for a policy with ``"ground"`` on. A policy's inputs are a function of that file: a version
     built where "Arial" is Liberation Sans and acted or trained where it is DejaVu Sans would see
     other maps than it learnt from. So a config that already records a hash (a published
-    version's) must find the same file here; ValueError otherwise, naming both, and the loader
+    version's) must find the same file here; ConfigError (a ValueError) otherwise, naming both, and the loader
     keeps what it has (a rollout worker its current version, a trainer does not start)."""
     if not config.get("ground"):
         return config
@@ -111,7 +119,7 @@ def pin_font(config: dict[str, Any]) -> dict[str, Any]:
     pinned = config.get(FONT_SHA256)
     if pinned is not None and pinned != here:
         found = font_file(str(config["ground_font"])) or "no file (fontconfig missing)"
-        raise ValueError(f"text grounding: this policy was built with ground_font {config['ground_font']!r} resolving to a "
+        raise ConfigError(f"text grounding: this policy was built with ground_font {config['ground_font']!r} resolving to a "
                          f"file of sha256 {pinned[:16] or 'none'}..., here it resolves to {found} "
                          f"(sha256 {here[:16] or 'none'}...): its maps would differ from those it learnt from. Install "
                          "the same font, or name one file present on every machine in ground_font")
