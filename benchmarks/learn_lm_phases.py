@@ -141,7 +141,7 @@ def paired(before: dict, after: dict) -> dict[str, Any] | None:
     lost = sum(a == "1" and b == "0" for a, b in zip(before["wins"], after["wins"]))
     n, k = gained + lost, min(gained, lost)
     p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
-    return {"gained": gained, "lost": lost, "p_value": round(p, 4)}
+    return {"gained": gained, "lost": lost, "p_value": float(f"{p:.3g}")}  # 3e-06, not round()'s 0.0
 
 
 async def sampled(live: Live, policy, tasks: list[str], n: int, seed0: int, max_steps: int,
