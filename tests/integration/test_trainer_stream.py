@@ -137,48 +137,70 @@ def test_rft_rounds_fine_tune_on_the_sft_topics_successes_every_nth_update(setti
     assert v4.version == 4 and v4.metrics["stream/rft_failed_total"] == 1 and "losses/rft_loss" not in v4.metrics
 
 
-def _run_trainer(settings, group_id: str, max_updates: int) -> subprocess.Popen:
+def _run_trainer(settings, group_id: str, max_updates: int, log: Path) -> subprocess.Popen:
+    """One `flywheel train` process, its output appended to ``log`` (a pipe nobody reads could fill
+    and block it). --session-timeout-s 6: a restart waits that long, not 45 s, for the group to
+    drop the member that was killed; --max-wait-s 300: every update takes a full batch of 4, so 8
+    updates are exactly the 32 trajectories, however slow the machine."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FLYWHEEL_DATA_DIR": settings.data_dir,
            "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap, "FLYWHEEL_TOPIC_PREFIX": settings.topic_prefix}
     cmd = [sys.executable, "-m", "infra.app.cli", "train", "--policy-name", POLICY, "--policy-config", POLICY_CONFIG,
-           "--min-batch", "4", "--max-wait-s", "60", "--max-updates", str(max_updates), "--group-id", group_id,
-           "--epochs", "1", "--minibatch-size", "4", "--torch-threads", "1", "--max-staleness", "100"]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+           "--min-batch", "4", "--max-wait-s", "300", "--max-updates", str(max_updates), "--group-id", group_id,
+           "--session-timeout-s", "6", "--epochs", "1", "--minibatch-size", "4", "--torch-threads", "1",
+           "--max-staleness", "100"]
+    with open(log, "a") as out:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
 
 
-def test_sigkill_and_resume_train_each_trajectory_exactly_once(settings, group_id):
+def test_sigkill_and_resume_train_each_trajectory_exactly_once(settings, group_id, tmp_path):
     ids = produce_trajectories(settings, 32)
     ckpt = checkpoint_path(settings, POLICY)
+    log = tmp_path / "trainer.log"
+    procs: list[subprocess.Popen] = []
 
-    # 1. killed the moment the 2nd checkpoint lands: typically before its version is announced or
-    # its offsets committed (watched from outside: no fault hook inside the trainer)
-    proc = _run_trainer(settings, group_id, max_updates=8)
-    mtime = None
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and proc.poll() is None:
-        if ckpt.exists() and ckpt.stat().st_mtime_ns != mtime:
-            mtime = ckpt.stat().st_mtime_ns
-            state = load_checkpoint(ckpt)
-            if state["updates"] >= 2:
-                proc.send_signal(signal.SIGKILL)
-                break
-        time.sleep(0.005)
-    out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == -signal.SIGKILL, out
-    assert load_checkpoint(ckpt)["updates"] >= 2
+    def run() -> subprocess.Popen:
+        procs.append(_run_trainer(settings, group_id, 8, log))
+        return procs[-1]
 
-    # 2. killed from outside at an arbitrary moment after the 4th update
-    proc = _run_trainer(settings, group_id, max_updates=8)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and (not ckpt.exists() or load_checkpoint(ckpt)["updates"] < 4):
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=30)
+    def output() -> str:
+        return log.read_text()[-4000:]
 
-    # 3. resume to the end
-    proc = _run_trainer(settings, group_id, max_updates=8)
-    out, _ = proc.communicate(timeout=180)
-    assert proc.returncode == 0, out
+    try:
+        # 1. killed the moment the 2nd checkpoint lands: typically before its version is announced or
+        # its offsets committed (watched from outside: no fault hook inside the trainer)
+        proc = run()
+        mtime = None
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            if ckpt.exists() and ckpt.stat().st_mtime_ns != mtime:
+                mtime = ckpt.stat().st_mtime_ns
+                state = load_checkpoint(ckpt)
+                if state["updates"] >= 2:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+            time.sleep(0.005)
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL, f"not killed after its 2nd update in 180 s:\n{output()}"
+        assert load_checkpoint(ckpt)["updates"] >= 2
+
+        # 2. killed from outside at an arbitrary moment after the 4th update
+        proc = run()
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None and (
+                not ckpt.exists() or load_checkpoint(ckpt)["updates"] < 4):
+            time.sleep(0.2)
+        assert proc.poll() is None, f"the resumed trainer exited by itself:\n{output()}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+
+        # 3. resume to the end
+        proc = run()
+        assert proc.wait(timeout=240) == 0, output()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
 
     state = load_checkpoint(ckpt)
     assert state["updates"] == 8
