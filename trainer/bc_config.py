@@ -31,7 +31,8 @@ class BCConfig:
     shift_copies: int = opt(0, "policy_kind lm: translated copies of each demonstration's first screen and click (trainer.augment; 0: off)")
     shift_frac: float = opt(0.3, "largest translation of those copies, as a fraction of the screen side")
     seed: int = opt(0, "seed of the initial weights and of the minibatch order")
-    device: str = opt("cpu", "policy_kind lm: torch device to train on (cpu, cuda or cuda:N); the pixel policy trains on the CPU")
+    device: str = opt("cpu", "policy_kind lm: torch device to train on (cpu, cuda or cuda:N); the pixel policy trains on "
+                             "the CPU (so FLYWHEEL_DEVICE=cuda, meant for a language-policy trainer, refuses a pixel bc)")
     torch_threads: int = opt(0, "torch intra-op threads (0: torch's default)")
     read_timeout_s: float = opt(60.0, "longest time to read the flywheel.sft.v1 snapshot")
 

@@ -19,7 +19,7 @@ def check_device(device: str, kind: str | None, command: str) -> None:
     if not re.fullmatch(r"cuda(:(0|[1-9][0-9]*))?", device):  # what torch.device accepts
         raise ConfigError(f"{command}: device must be cpu, cuda or cuda:N, got {device!r}")
     if kind is not None and kind != "lm":
-        raise ConfigError(f"{command}: the {kind} policy trains on the CPU only (its inputs are built there); "
+        raise ConfigError(f"{command}: the {kind} policy runs on the CPU only (its inputs are built there); "
                           f"device={device!r} is for the language policy")
     import torch
 

@@ -29,6 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from infra.config import opt
+from trainer.config import check_device
 from infra.errors import UserError
 from trainer.batching import DynamicBatcher
 from trainer.openai_chat import BadRequest, ChatParams, chat_response, decode_image, parse_messages, parse_params
@@ -263,6 +264,7 @@ def torch_loader(store, device: str):
 
     def load(pv):
         policy = load_policy_version(pv, store)
+        check_device(device, policy.kind, "flywheel serve")  # a reloader keeps its current version
         policy.to(device)
         if hasattr(policy, "blob_store"):
             policy.blob_store = store  # the LM policy shows earlier screenshots of an episode
@@ -282,6 +284,7 @@ def build_server(settings, cfg: ServeConfig):
         init = json.loads(cfg.init_config) if cfg.init_config else {}
     except json.JSONDecodeError as exc:
         raise UserError(f"init_config is not JSON: {exc}") from None
+    check_device(cfg.device, cfg.kind, "flywheel serve")
     fresh = build_policy(cfg.kind, cfg.policy, init)
     fresh.to(cfg.device)
     holder.swap(fresh, None)  # unpublished: any published version, v0 included, replaces it

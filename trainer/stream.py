@@ -129,7 +129,9 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
     state: LearnerState | None = ckpt.checkpoint.state
     if state is not None:
         saved = read_weights(folder, state)
-        policy = build_policy(cfg.policy_kind, cfg.policy_name, state.config)
+        # the kind this checkpoint holds (recorded since it may differ from --policy-kind: a
+        # published language policy continued without the flag); older checkpoints: the flag
+        policy = build_policy(state.extra.get("kind", cfg.policy_kind), cfg.policy_name, state.config)
         policy.load_state_dict(saved["weights"])
         policy.version = state.version
         check_device(cfg.device, policy.kind, "flywheel train")
@@ -156,7 +158,8 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
     ckpt.checkpoint.state = LearnerState(version=policy.version, config=policy.config_dict(),
                                          weights_file=write_weights(folder, 0, policy, optimizer),
                                          announce=None if published else pv.model_dump(mode="json"),
-                                         extra={"vp_losses": [], "vp_evs": [], "start_version": policy.version})
+                                         extra={"vp_losses": [], "vp_evs": [], "start_version": policy.version,
+                                                "kind": policy.kind})
     ckpt.save()
     return policy, optimizer
 

@@ -67,6 +67,13 @@ class DeployConfig:
                               "in one process on one GPU (its ranks would share updates over gloo on the CPU)")
         return [*argv, "--device", "cuda"], 1
 
+    def server(self) -> tuple[list[str], int]:
+        """The policy server's command line and GPUs: the language policy on one GPU; the pixel
+        policy on the CPU (it builds its inputs there), asking for none."""
+        argv = ["flywheel", "serve", "--host", "0.0.0.0", "--port", "8000", "--policy", self.policy_name,
+                "--kind", self.policy_kind]
+        return ([*argv, "--device", "cuda"], 1) if self.policy_kind == "lm" else (argv, 0)
+
 
 def min_insync(replicas: int) -> int:
     """min.insync.replicas that survives one broker down (2 of 3), and 1 on a single broker."""
@@ -242,8 +249,9 @@ def res(cpu: str, mem: str, gpu: int = 0) -> dict[str, Any]:
 def workloads(cfg: DeployConfig) -> list[dict[str, Any]]:
     policy = ["--policy-name", cfg.policy_name]
     trainer_argv, trainer_gpus = cfg.trainer()
-    server = deployment("policy-server", cfg.server_replicas, ["flywheel", "serve", "--host", "0.0.0.0", "--port", "8000", *policy],
-                        cfg, res("2", "8Gi", gpu=1), ports=[8000])
+    server_argv, server_gpus = cfg.server()
+    server = deployment("policy-server", cfg.server_replicas, server_argv, cfg, res("2", "8Gi", gpu=server_gpus),
+                        ports=[8000])
     service = {"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": "policy-server", "namespace": cfg.namespace},
                "spec": {"selector": server["spec"]["selector"]["matchLabels"],

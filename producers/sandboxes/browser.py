@@ -78,15 +78,15 @@ class BrowserSandbox:
 
     # ------------------------------------------------------------ guarded Playwright calls
 
-    async def _call(self, awaitable: Any, what: str, timeout_s: float | None = None) -> Any:
-        """Await one Playwright call under a timeout; a dead or hung browser -> SandboxCrashed."""
-        timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
+    async def _call(self, awaitable: Any, what: str, bounded: bool = True) -> Any:
+        """Await one Playwright call under the call timeout (``bounded``; else the awaitable bounds
+        itself); a dead or hung browser -> SandboxCrashed."""
         try:
-            async with asyncio.timeout(timeout_s):  # unlike wait_for, no task per call
+            async with asyncio.timeout(self.call_timeout_s if bounded else None):  # unlike wait_for, no task per call
                 return await awaitable
         except asyncio.TimeoutError:
-            raise SandboxCrashed(f"browser hung: {what} took more than {timeout_s:.0f}s") from None
-        except asyncio.CancelledError:
+            raise SandboxCrashed(f"browser hung: {what} took more than {self.call_timeout_s:.0f}s") from None
+        except (asyncio.CancelledError, SandboxCrashed):
             raise
         except Exception as exc:  # playwright.Error and friends: the page or browser is gone
             raise SandboxCrashed(f"browser failed during {what}: {type(exc).__name__}: {str(exc)[:300]}") from None
@@ -96,11 +96,10 @@ class BrowserSandbox:
     async def start(self) -> None:
         if self.host is None:
             self.host = shared_host(self._executable)
-        # A cold Chromium start on a busy machine can take longer than a page call: the launch runs
-        # under the host's own deadline (which bounds it), plus one call's time to wait for the
-        # host's lock while another sandbox launches.
-        browser, self._generation = await self._call(
-            self.host.browser(), "launch", self.host.launch_timeout_s + self.call_timeout_s)
+        # A cold Chromium start on a busy machine can take longer than a page call: the launch is
+        # bounded by the host's own deadline (60 s), and a wait for its lock by the deadline of the
+        # sandbox launching meanwhile, so no call timeout here (it would cut a queued launch short).
+        browser, self._generation = await self._call(self.host.browser(), "launch", bounded=False)
         self._context = await self._call(
             browser.new_context(viewport={"width": WINDOW_WIDTH, "height": WINDOW_HEIGHT}, device_scale_factor=1,
                                 service_workers="block"),

@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 
 from infra.errors import UserError
+from producers.sandboxes.base import SandboxCrashed
 
 log = logging.getLogger("flywheel.browser")
 
@@ -83,18 +84,47 @@ class BrowserHost:
             return self._browser, self.generation
 
     async def _launch(self) -> None:
+        """Start the Playwright driver (once) and Chromium under one deadline; a launch that fails,
+        times out or is cancelled stops the driver it started (which closes any Chromium it
+        launched) and kills any new Chromium, so nothing half-started is left for the next try."""
         from playwright.async_api import async_playwright
 
-        async with asyncio.timeout(self.launch_timeout_s):  # the driver's start and Chromium's, together
-            if self._pw is None:
-                self._pw = await async_playwright().start()
-            before = _chromium_mains()
-            self._browser = await self._pw.chromium.launch(
-                executable_path=self.executable, headless=True, args=list(CHROMIUM_FLAGS))
+        before = _chromium_mains()
+        manager = None
+        try:
+            async with asyncio.timeout(self.launch_timeout_s):
+                if self._pw is None:
+                    manager = async_playwright()
+                    self._pw = await manager.start()
+                self._browser = await self._pw.chromium.launch(
+                    executable_path=self.executable, headless=True, args=list(CHROMIUM_FLAGS))
+        except BaseException as exc:
+            await asyncio.shield(self._discard(manager, _chromium_mains() - before))
+            if isinstance(exc, TimeoutError):
+                raise SandboxCrashed(f"browser hung: launch took more than {self.launch_timeout_s:g}s") from None
+            raise
         self.generation += 1
         new = _chromium_mains() - before
         self.pid = min(new) if new else None
         log.info("chromium launched (generation %d, pid %s)", self.generation, self.pid)
+
+    async def _discard(self, manager: Any, pids: set[int]) -> None:
+        """After a failed launch: stop the driver and kill the Chromium processes it left."""
+        pw, self._pw, self._browser = self._pw, None, None
+        try:
+            if pw is not None:
+                await asyncio.wait_for(pw.stop(), 10.0)
+            elif manager is not None:  # cut off inside the driver's own start
+                await asyncio.wait_for(manager.__aexit__(None, None, None), 10.0)
+        except Exception:  # noqa: BLE001 - it is being thrown away either way
+            pass
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                for p in [*proc.children(recursive=True), proc]:
+                    p.kill()
+            except psutil.NoSuchProcess:
+                pass
 
     async def relaunch(self, generation: int) -> None:
         """Kill the browser of ``generation`` (dead or hung) so the next ``browser()`` relaunches."""

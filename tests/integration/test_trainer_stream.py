@@ -179,9 +179,11 @@ def test_sigkill_and_resume_train_each_trajectory_exactly_once(settings, group_i
                     proc.send_signal(signal.SIGKILL)
                     break
             time.sleep(0.005)
+        if proc.poll() is None:  # its 180 s ran out: stop it, and the next assert says why
+            proc.kill()
         proc.wait(timeout=30)
-        assert proc.returncode == -signal.SIGKILL, f"not killed after its 2nd update in 180 s:\n{output()}"
-        assert load_checkpoint(ckpt)["updates"] >= 2
+        assert proc.returncode == -signal.SIGKILL, f"exited by itself:\n{output()}"
+        assert ckpt.exists() and load_checkpoint(ckpt)["updates"] >= 2, f"no 2nd update in 180 s:\n{output()}"
 
         # 2. killed from outside at an arbitrary moment after the 4th update
         proc = run()
@@ -192,10 +194,16 @@ def test_sigkill_and_resume_train_each_trajectory_exactly_once(settings, group_i
         assert proc.poll() is None, f"the resumed trainer exited by itself:\n{output()}"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
+        assert load_checkpoint(ckpt)["updates"] >= 4, f"no 4th update in 180 s:\n{output()}"
 
         # 3. resume to the end
         proc = run()
-        assert proc.wait(timeout=240) == 0, output()
+        try:
+            code = proc.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"not done in 240 s:\n{output()}")
+        assert code == 0, output()
     finally:
         for p in procs:
             if p.poll() is None:

@@ -117,3 +117,23 @@ def test_the_trainer_asks_for_a_gpu_only_for_the_language_policy_and_uses_it():
     assert lm["command"][-4:] == ["--policy-kind", "lm", "--device", "cuda"]
     with pytest.raises(ConfigError, match="trainer_ranks=2 with policy_kind lm"):
         render(DeployConfig(policy_kind="lm", trainer_ranks=2))
+
+
+@pytest.mark.parametrize("kind", ["pixel", "lm"])
+def test_every_rendered_flywheel_command_parses_with_the_real_cli(kind):
+    """A rendered container command the CLI refuses crash-loops its pod: the policy server's was
+    rendered with --policy-name, an option `flywheel serve` does not have (it is --policy)."""
+    from infra.app.cli import build_parser
+
+    commands = []
+    for files in render(DeployConfig(policy_kind=kind)).values():
+        for d in files if isinstance(files, list) else []:
+            template = d.get("spec", {}).get("template", {})
+            commands += [c["command"] for c in template.get("spec", {}).get("containers", [])]
+    argvs = [c[1:] if c[0] == "flywheel" else c[c.index("infra.app.cli") + 1:] for c in commands]
+    assert {a[0] for a in argvs} >= {"rollout", "streams", "sink", "serve", "train", "migrate"}
+    for argv in argvs:
+        args = build_parser().parse_args(argv)  # argparse exits (SystemExit) on an unknown option
+        if argv[0] in ("serve", "train"):
+            assert (args.kind if argv[0] == "serve" else args.policy_kind) == kind
+            assert args.device == "cuda" if kind == "lm" else args.device in (None, "cpu")  # None: the default, cpu

@@ -82,7 +82,7 @@ def test_the_published_versions_kind_decides_the_device_not_the_flag(tmp_path, m
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", LearnerState)
-    with pytest.raises(ConfigError, match="the pixel policy trains on the CPU only"):
+    with pytest.raises(ConfigError, match="the pixel policy runs on the CPU only"):
         stream.start_policy(lm_cfg("cuda"), None, store, ckpt)
 
 
@@ -96,10 +96,10 @@ def test_pixel_on_a_gpu_is_refused_fresh_and_resumed_and_a_published_lm_is_train
     pixel_cfg = TrainConfig(policy_name=POLICY, device="cuda").validate()  # --policy-kind pixel, the default
     ckpt = CheckpointFile(tmp_path / "pixel" / "checkpoint.json", LearnerState)
     monkeypatch.setattr(stream.versions, "latest", lambda settings, name: None)
-    with pytest.raises(ConfigError, match="the pixel policy trains on the CPU only"):  # a fresh pixel policy
+    with pytest.raises(ConfigError, match="the pixel policy runs on the CPU only"):  # a fresh pixel policy
         stream.start_policy(pixel_cfg, None, store, ckpt)
     stream.start_policy(replace(pixel_cfg, device="cpu"), None, store, ckpt)  # checkpointed on the CPU ...
-    with pytest.raises(ConfigError, match="the pixel policy trains on the CPU only"):  # ... resumed on a GPU
+    with pytest.raises(ConfigError, match="the pixel policy runs on the CPU only"):  # ... resumed on a GPU
         stream.start_policy(pixel_cfg, None, store, CheckpointFile(ckpt.path, LearnerState))
 
     # default --policy-kind (pixel) and --device cuda, continuing a published language policy: trained on the GPU
@@ -108,9 +108,12 @@ def test_pixel_on_a_gpu_is_refused_fresh_and_resumed_and_a_published_lm_is_train
     monkeypatch.setattr(stream.versions, "latest", lambda settings, name: published)
     moved = []
     monkeypatch.setattr(type(lm), "to", lambda self, device: moved.append(device) or self)  # no GPU here
-    policy, _ = stream.start_policy(pixel_cfg, None, store,
-                                    CheckpointFile(tmp_path / "lm" / "checkpoint.json", LearnerState))
+    lm_ckpt = tmp_path / "lm" / "checkpoint.json"
+    policy, _ = stream.start_policy(pixel_cfg, None, store, CheckpointFile(lm_ckpt, LearnerState))
     assert policy.kind == "lm" and moved == ["cuda"]
+    # ... and resumed from its checkpoint (a restarted Job), the flag still at pixel: the checkpoint's kind
+    resumed, _ = stream.start_policy(pixel_cfg, None, store, CheckpointFile(lm_ckpt, LearnerState))
+    assert resumed.kind == "lm" and moved == ["cuda", "cuda"]
 
 
 def lm_cfg(device: str, **kw) -> TrainConfig:
@@ -175,7 +178,7 @@ def test_flywheel_bc_takes_a_device_for_the_language_policy_only(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert BCConfig(policy_kind="lm", device="cuda").validate().device == "cuda"
-    with pytest.raises(ConfigError, match="flywheel bc: the pixel policy trains on the CPU only"):
+    with pytest.raises(ConfigError, match="flywheel bc: the pixel policy runs on the CPU only"):
         BCConfig(device="cuda").validate()
 
 

@@ -190,7 +190,7 @@ def test_a_grounded_policy_pins_its_font_file_and_refuses_another(tmp_path):
 def test_a_font_path_that_is_no_file_is_refused_not_pinned_to_fontconfigs_default(tmp_path):
     """fontconfig answers its default font for any name it does not know, a path included; a
     typo in ``ground_font`` must not be pinned as that default."""
-    for missing in (str(tmp_path / "NoSuch.ttf"), str(tmp_path / "fonts" / "Arial"), "Arial.otf"):
+    for missing in (str(tmp_path / "NoSuch.ttf"), str(tmp_path / "fonts" / "Arial"), "Arial.otf", "C:\\Fonts\\arial"):
         with pytest.raises(ValueError, match="names a font file that does not exist here"):
             build_policy("pixel", "p", {**GROUNDED, "ground_font": missing})
     real = tmp_path / "Mine.ttf"

@@ -79,7 +79,7 @@ def font_file(family: str) -> str | None:
     file: fontconfig would quietly answer its default font, and that would be pinned."""
     if os.path.isfile(family):
         return family
-    if os.sep in family or family.lower().endswith(FONT_SUFFIXES):
+    if "/" in family or "\\" in family or family.lower().endswith(FONT_SUFFIXES):
         raise ConfigError(f"text grounding: ground_font {family!r} names a font file that does not exist here")
     try:
         out = subprocess.run(["fc-match", "-f", "%{file}\n%{family}", family], capture_output=True, text=True,
