@@ -30,6 +30,13 @@ def check_device(device: str, kind: str | None, command: str) -> None:
                           + ("" if count else f" (torch {torch.__version__}, CUDA build {torch.version.cuda})"))
 
 
+
+def place(policy: Any, device: str, command: str) -> Any:
+    """``policy`` moved to ``device`` once ``check_device`` accepts its kind there (the one home of
+    that pair for the commands that load a policy and only then know its kind)."""
+    check_device(device, policy.kind, command)
+    return policy.to(device)
+
 @dataclass
 class TrainConfig:
     policy_kind: str = opt("pixel", "policy kind to train (a registered kind)", choices=("pixel", "lm"))

@@ -29,7 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from infra.config import opt
-from trainer.config import check_device
+from trainer.config import place
 from infra.errors import UserError
 from trainer.batching import DynamicBatcher
 from trainer.openai_chat import BadRequest, ChatParams, chat_response, decode_image, parse_messages, parse_params
@@ -263,9 +263,7 @@ def torch_loader(store, device: str):
     from infra.policy import load_policy_version
 
     def load(pv):
-        policy = load_policy_version(pv, store)
-        check_device(device, policy.kind, "flywheel serve")  # a reloader keeps its current version
-        policy.to(device)
+        policy = place(load_policy_version(pv, store), device, "flywheel serve")  # refused: the reloader keeps its current one
         if hasattr(policy, "blob_store"):
             policy.blob_store = store  # the LM policy shows earlier screenshots of an episode
         return policy
@@ -284,9 +282,7 @@ def build_server(settings, cfg: ServeConfig):
         init = json.loads(cfg.init_config) if cfg.init_config else {}
     except json.JSONDecodeError as exc:
         raise UserError(f"init_config is not JSON: {exc}") from None
-    check_device(cfg.device, cfg.kind, "flywheel serve")
-    fresh = build_policy(cfg.kind, cfg.policy, init)
-    fresh.to(cfg.device)
+    fresh = place(build_policy(cfg.kind, cfg.policy, init), cfg.device, "flywheel serve")
     holder.swap(fresh, None)  # unpublished: any published version, v0 included, replaces it
     reloader = None
     if cfg.follow:

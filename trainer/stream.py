@@ -60,7 +60,7 @@ from schemas.codec import DecodeError, decode
 from schemas.events import PolicyVersion, ScoredTrajectory, TrainerMetrics
 from trainer import distributed, ppo
 from trainer import metric_names as M
-from trainer.config import TrainConfig, check_device
+from trainer.config import TrainConfig, place
 from trainer.learner import LearnerState, checkpoint_file, drop_other_weights, read_weights, write_weights
 from infra.policy import build_policy, load_policy_version
 from infra import versions
@@ -134,8 +134,7 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
         policy = build_policy(state.extra.get("kind", cfg.policy_kind), cfg.policy_name, state.config)
         policy.load_state_dict(saved["weights"])
         policy.version = state.version
-        check_device(cfg.device, policy.kind, "flywheel train")
-        policy.to(cfg.device)  # before the optimiser: its state follows its parameters' device
+        place(policy, cfg.device, "flywheel train")  # before the optimiser: its state follows its parameters' device
         optimizer = make_optimizer(policy, cfg.lr, cfg.head_lr_mult)
         try:
             optimizer.load_state_dict(saved["optimizer"])
@@ -151,8 +150,7 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
         log.info("continuing from published %s v%d", cfg.policy_name, policy.version)
     else:
         policy = build_policy(cfg.policy_kind, cfg.policy_name, cfg.policy_overrides())
-    check_device(cfg.device, policy.kind, "flywheel train")  # the published version's kind, whatever --policy-kind says
-    policy.to(cfg.device)
+    place(policy, cfg.device, "flywheel train")  # the published version's kind, whatever --policy-kind says
     optimizer = make_optimizer(policy, cfg.lr, cfg.head_lr_mult)
     pv = published or make_version(policy, save_weights(policy, store), parent=None)
     ckpt.checkpoint.state = LearnerState(version=policy.version, config=policy.config_dict(),

@@ -60,6 +60,16 @@ def _chromium_mains() -> set[int]:
     return out
 
 
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and everything below it (a Chromium and its renderers), if still there."""
+    try:
+        proc = psutil.Process(pid)
+        for p in [*proc.children(recursive=True), proc]:
+            p.kill()
+    except psutil.NoSuchProcess:
+        pass
+
+
 class BrowserHost:
     """Owns Playwright and one Chromium; hands out isolated contexts (each with its own clock)."""
 
@@ -119,12 +129,7 @@ class BrowserHost:
         except Exception:  # noqa: BLE001 - it is being thrown away either way
             pass
         for pid in pids:
-            try:
-                proc = psutil.Process(pid)
-                for p in [*proc.children(recursive=True), proc]:
-                    p.kill()
-            except psutil.NoSuchProcess:
-                pass
+            _kill_tree(pid)
 
     async def relaunch(self, generation: int) -> None:
         """Kill the browser of ``generation`` (dead or hung) so the next ``browser()`` relaunches."""
@@ -140,14 +145,8 @@ class BrowserHost:
             self._browser = None
 
     def _kill(self) -> None:
-        if self.pid is None:
-            return
-        try:
-            proc = psutil.Process(self.pid)
-            for p in [*proc.children(recursive=True), proc]:
-                p.kill()
-        except psutil.NoSuchProcess:
-            pass
+        if self.pid is not None:
+            _kill_tree(self.pid)
 
     def renderer_pids(self) -> list[int]:
         """Renderer processes of the current browser (one per page/context): for memory figures."""

@@ -75,8 +75,9 @@ def font_file(family: str) -> str | None:
     """The font file for ``family``: itself when it is a file's path, else the file fontconfig
     resolves it to. Chromium on Linux resolves CSS families through fontconfig too, so where
     the family is missing both use the same substitute (here "Arial" is DejaVu Sans or
-    Liberation Sans). None, with a warning, without fontconfig. ConfigError (a ValueError) for a path that is no
-    file: fontconfig would quietly answer its default font, and that would be pinned."""
+    Liberation Sans). None, with a warning, without fontconfig. ConfigError (a ValueError) for
+    a path that is no file: fontconfig would quietly answer its default font, and that would be
+    pinned."""
     if os.path.isfile(family):
         return family
     if "/" in family or "\\" in family or family.lower().endswith(FONT_SUFFIXES):
@@ -111,8 +112,9 @@ def pin_font(config: dict[str, Any]) -> dict[str, Any]:
     for a policy with ``"ground"`` on. A policy's inputs are a function of that file: a version
     built where "Arial" is Liberation Sans and acted or trained where it is DejaVu Sans would see
     other maps than it learnt from. So a config that already records a hash (a published
-    version's) must find the same file here; ConfigError (a ValueError) otherwise, naming both, and the loader
-    keeps what it has (a rollout worker its current version, a trainer does not start)."""
+    version's) must find the same file here; ConfigError (a ValueError) otherwise, naming both,
+    and the loader keeps what it has (a rollout worker its current version, a trainer does not
+    start)."""
     if not config.get("ground"):
         return config
     here = font_sha256(str(config["ground_font"]))
