@@ -13,7 +13,7 @@ is computed in ClickHouse by the query printed under it.
 Configurations (CONFIGS): the full recipe; no value pretraining; coupled GAE (lambda_policy =
 lambda_critic = 0.95); no length-adaptive lambda (lambda_policy fixed at 0.95, lambda_critic 1);
 no cold start (random weights); synchronous rollout and training; and one addition, the full recipe
-with a rejection-sampling fine-tuning round every 4 PPO updates (trainer.rft).
+with a rejection-sampling fine-tuning round every 4 PPO updates (trainer.sft.rft).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def worker(topic: str, n: int, out: str) -> None:
     """The Faust side (run in a subprocess): count ``n`` events, write 'first last cpu' to ``out``."""
     import faust
 
-    from infra.settings import load_settings
+    from infra.runtime.settings import load_settings
     from streams.app import faust_settings
     from streams.config import StreamsConfig
 
@@ -63,7 +63,7 @@ def worker(topic: str, n: int, out: str) -> None:
 
 
 def bare(settings, topic: str, n: int) -> float:
-    from infra.kafka import make_consumer
+    from infra.runtime.kafka_clients import make_consumer
 
     consumer = make_consumer(settings, f"floor-bare-{uuid.uuid4().hex[:8]}")
     consumer.subscribe([topic])
@@ -93,9 +93,9 @@ def main() -> None:
 
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from infra.kafka import DeliveryTracker, client_config, flush_or_raise, make_producer
-    from infra.settings import load_settings
-    from infra.topics import STEP_PARTITIONS
+    from infra.runtime.kafka_clients import DeliveryTracker, client_config, flush_or_raise, make_producer
+    from infra.runtime.settings import load_settings
+    from infra.runtime.topics import STEP_PARTITIONS
     from schemas.codec import encode
     from streams.synthetic import episode_events
 

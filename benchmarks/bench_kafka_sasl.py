@@ -2,7 +2,7 @@
 
 Run: python benchmarks/bench_kafka_sasl.py [--n 20000] [--size 1024] [--rounds 3]
 Starts two single-node brokers on free ports in a temporary folder, one PLAINTEXT and one
-SASL_SSL (infra.tls makes its CA, certificate and SCRAM users), then for each, alternately:
+SASL_SSL (infra.kafka.tls makes its CA, certificate and SCRAM users), then for each, alternately:
 the time to a first metadata answer of a new client (TLS handshake + SCRAM login), and the
 rates of the project's idempotent producer (acks=all, lz4) and of a consumer reading the same
 messages back. Prints the best round of each and the ratios SASL_SSL / PLAINTEXT.
@@ -24,11 +24,11 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from infra.broker import LocalCluster, free_port_block  # noqa: E402
-from infra.kafka import DeliveryTracker, client_config, flush_or_raise, make_consumer, make_producer  # noqa: E402
-from infra.kafka_jars import fetch_jars  # noqa: E402
-from infra.settings import load_settings  # noqa: E402
-from infra.tls import make_security  # noqa: E402
+from infra.kafka.broker import LocalCluster, free_port_block  # noqa: E402
+from infra.runtime.kafka_clients import DeliveryTracker, client_config, flush_or_raise, make_consumer, make_producer  # noqa: E402
+from infra.kafka.jars import fetch_jars  # noqa: E402
+from infra.runtime.settings import load_settings  # noqa: E402
+from infra.kafka.tls import make_security  # noqa: E402
 
 
 def settings_for(cluster: LocalCluster):

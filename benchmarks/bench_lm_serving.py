@@ -2,9 +2,9 @@
 
 Run: python benchmarks/bench_lm_serving.py [--trajectories 8] [--requests 32] [--concurrency 8]
 Everything on the tiny LM config (hidden 64, 2 layers, byte tokenizer) on CPU:
-1. SFT update (trainer.lm_stream.train_step) over a batch of 2-step trajectories, and one
+1. SFT update (trainer.sft.lm_stream.train_step) over a batch of 2-step trajectories, and one
    PPO-style token-level pass (evaluate + backward) over the same decisions;
-2. the HTTP server (trainer.server) on a local port, the same chat requests sent with
+2. the HTTP server (trainer.serving.server) on a local port, the same chat requests sent with
    ``--concurrency`` in flight, once with max_batch=8 and once with max_batch=1, in this run.
 """
 
@@ -26,13 +26,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from serving_fixtures import scored_trajectory  # noqa: E402
 
 from schemas.blobs import BlobStore  # noqa: E402
-from trainer import metric_names as M  # noqa: E402
-from trainer.lm_stream import LMTrainConfig, train_step  # noqa: E402
-from trainer.openai_chat import encode_image  # noqa: E402
-from infra.policy import build_policy  # noqa: E402
-from trainer.reload import PolicyHolder  # noqa: E402
-from trainer.server import PolicyServer, ServeConfig  # noqa: E402
-from trainer.sft import sft_samples  # noqa: E402
+from trainer.core import metric_names as M
+from trainer.sft.lm_stream import LMTrainConfig, train_step  # noqa: E402
+from trainer.serving.openai_chat import encode_image  # noqa: E402
+from infra.runtime.policy import build_policy  # noqa: E402
+from trainer.serving.reload import PolicyHolder  # noqa: E402
+from trainer.serving.server import PolicyServer, ServeConfig  # noqa: E402
+from trainer.sft.sft_samples import sft_samples  # noqa: E402
 
 
 def bench_updates(n_traj: int, repeats: int) -> None:

@@ -7,7 +7,7 @@ uuid-prefixed topics on the configured broker (or one started for the run when n
 see benchmarks/own_broker.py), then, on the same messages:
 
 - the sink: consume, decode with full schema validation, map, insert, commit (``consumers.sink``
-  on ``infra.consume_loop``), until every row is written;
+  on ``infra.runtime.consume_loop``), until every row is written;
 - the bare loop: a confluent-kafka consumer with the same settings, ``orjson.loads``, the same
   rows built by hand from the dicts (no validation), a column-oriented clickhouse-connect insert
   every ``--batch-rows`` rows and a synchronous commit, into another database of the same chDB
@@ -34,11 +34,11 @@ from own_broker import broker_for_benchmarks
 from consumers.rows import COLUMNS, row_for, ticks  # noqa: E402
 from consumers.sample import publish, synthetic_run  # noqa: E402
 from consumers.sink import Sink, SinkConfig, decode_record  # noqa: E402
-from infra.admin import delete_topics, ensure_topics  # noqa: E402
-from infra.clickhouse import make_client  # noqa: E402
-from infra.kafka import make_consumer  # noqa: E402
-from infra.settings import load_settings  # noqa: E402
-from infra.topics import TOPICS, topic_name  # noqa: E402
+from infra.runtime.admin import delete_topics, ensure_topics  # noqa: E402
+from infra.clickhouse.client import make_client  # noqa: E402
+from infra.runtime.kafka_clients import make_consumer  # noqa: E402
+from infra.runtime.settings import load_settings  # noqa: E402
+from infra.runtime.topics import TOPICS, topic_name  # noqa: E402
 
 KINDS = ("steps", "trajectories", "scored", "policy", "metrics")
 

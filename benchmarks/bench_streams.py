@@ -39,10 +39,10 @@ from own_broker import broker_for_benchmarks  # noqa: E402  (also puts the repos
 
 from confluent_kafka import KafkaException, TopicPartition  # noqa: E402
 
-from infra.admin import delete_topics, ensure_topics  # noqa: E402
-from infra.kafka import DeliveryTracker, flush_or_raise, high_watermarks, make_consumer, make_producer  # noqa: E402
-from infra.settings import load_settings  # noqa: E402
-from infra.topics import TOPICS, topic_name  # noqa: E402
+from infra.runtime.admin import delete_topics, ensure_topics  # noqa: E402
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, high_watermarks, make_consumer, make_producer  # noqa: E402
+from infra.runtime.settings import load_settings  # noqa: E402
+from infra.runtime.topics import TOPICS, topic_name  # noqa: E402
 from schemas.base import now  # noqa: E402
 from schemas.codec import decode, encode  # noqa: E402
 from streams.route import get_rule  # noqa: E402
@@ -103,7 +103,7 @@ def wait_for_members(settings, group: str, n: int, timeout: float) -> None:
     """Until the consumer group is Stable with ``n`` members."""
     from confluent_kafka.admin import AdminClient
 
-    from infra.kafka import client_config
+    from infra.runtime.kafka_clients import client_config
     admin, deadline = AdminClient(client_config(settings)), time.time() + timeout
     while time.time() < deadline:
         try:
@@ -265,7 +265,7 @@ def main() -> None:
                 w.wait(30)
         from confluent_kafka.admin import AdminClient
 
-        from infra.kafka import client_config
+        from infra.runtime.kafka_clients import client_config
         topics = AdminClient(client_config(settings)).list_topics(timeout=10).topics
         internal = [t for t in topics if t.startswith(settings.topic_prefix + "flywheel-streams")]
         delete_topics(settings, created + internal)  # with Faust's changelog/assignor topics

@@ -1,7 +1,7 @@
 """Streaming trainer figures on the real broker: update time per batch and idle fraction.
 
 A feeder thread produces synthetic click-test ScoredTrajectories to flywheel.rl.v1 at a steady
-rate (a stand-in for rollout workers) while ``trainer.stream.train`` consumes them; prints the
+rate (a stand-in for rollout workers) while ``trainer.rl.streaming_ppo.train`` consumes them; prints the
 pixel policy's update time per batch and the trainer's idle fraction (time waiting for data /
 wall time), next to the feed rate. Uses the local broker (`flywheel up`) and throw-away topics.
 
@@ -24,18 +24,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infra.admin import delete_topics, ensure_topics  # noqa: E402
-from infra.kafka import DeliveryTracker, flush_or_raise, make_producer  # noqa: E402
-from infra.settings import load_settings  # noqa: E402
-from infra.topics import TOPICS, topic_name  # noqa: E402
+from infra.runtime.admin import delete_topics, ensure_topics  # noqa: E402
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer  # noqa: E402
+from infra.runtime.settings import load_settings  # noqa: E402
+from infra.runtime.topics import TOPICS, topic_name  # noqa: E402
 from schemas.blobs import BlobStore  # noqa: E402
 from schemas.codec import encode  # noqa: E402
-from trainer import metric_names as M  # noqa: E402
-from trainer.config import TrainConfig  # noqa: E402
-from infra.policy import build_policy  # noqa: E402
-from infra.policy import PolicyInput  # noqa: E402
-from infra.versions import scan as read_versions  # noqa: E402
-from trainer.stream import train  # noqa: E402
+from trainer.core import metric_names as M
+from trainer.rl.config import TrainConfig  # noqa: E402
+from infra.runtime.policy import build_policy  # noqa: E402
+from infra.runtime.policy import PolicyInput  # noqa: E402
+from infra.runtime.versions import scan as read_versions  # noqa: E402
+from trainer.rl.streaming_ppo import train  # noqa: E402
 from trainer.synthetic import make_episode, scored_trajectory  # noqa: E402
 
 

@@ -5,7 +5,7 @@ Figures measured on an H100: docs/language-policy.md ("Measured on a GPU", "The 
 
 vllm (needs vLLM), torch: what `flywheel serve --backend vllm` runs, without the broker around it.
   A text-only SmolLM2-135M policy (max_images 0, the form vLLM can serve exactly, see
-  trainer.vllm_backend) whose weights differ from the checkpoint's (final norm scaled by 1.05) is
+  trainer.serving.vllm_backend) whose weights differ from the checkpoint's (final norm scaled by 1.05) is
   published to a blob store, exported by ``export_hf_folder`` and served by ``VllmProcess``.
   Chat requests are the rollout worker's (``producers.policy_client.chat_request``).
   1. Exactness: greedy replies of vLLM and of the torch policy on the GPU are compared text for
@@ -13,7 +13,7 @@ vllm (needs vLLM), torch: what `flywheel serve --backend vllm` runs, without the
      context (``response_logprobs``): token ids must match, and the per-token log-prob gap is
      reported (the PPO ratio's error at its first step).
   2. Throughput: the same sampled requests with ``--concurrency`` in flight, to vLLM and to the
-     torch server (trainer.server, dynamic batching) on the same GPU.
+     torch server (trainer.serving.server, dynamic batching) on the same GPU.
 learner: time of the learner's phases for the main job's language policy (screenshots, pointer),
   on the GPU and on ``--cpu-threads`` CPU threads (this project's 2-core machine), same inputs:
   sampled acting for ``--episodes`` one-step episodes (``act``), one PPO update on them
@@ -57,10 +57,10 @@ def log(msg: str) -> None:
 
 
 def text_version(tmp: Path):
-    from infra.policy import build_policy
+    from infra.runtime.policy import build_policy
     from schemas.blobs import BlobStore
-    from trainer.policies.lm import pretrained_lm_config
-    from trainer.publish import make_version, save_weights
+    from trainer.policies.lm.model import pretrained_lm_config
+    from trainer.core.publish import make_version, save_weights
 
     policy = build_policy("lm", "smol-text", pretrained_lm_config(max_images=0, pointer=False))
     with torch.no_grad():  # a version of our own: vLLM cannot be serving a checkpoint found elsewhere
@@ -103,7 +103,7 @@ def reply_tokens(body: dict) -> tuple[str, list[int], list[float]]:
 
 def compare(policy, pv, reqs: list[dict], replies: list[dict]) -> dict[str, Any]:
     """Re-score each vLLM reply with the torch policy in the trainer's context."""
-    from infra.policy import PolicyInput
+    from infra.runtime.policy import PolicyInput
     from schemas.prompt import IM_END
 
     eos = policy.tok.special(IM_END)
@@ -131,7 +131,7 @@ def compare(policy, pv, reqs: list[dict], replies: list[dict]) -> dict[str, Any]
 
 
 def torch_greedy(policy, instructions: list[str], max_tokens: int) -> list[str]:
-    from infra.policy import PolicyInput
+    from infra.runtime.policy import PolicyInput
 
     ctx = [policy.render(policy.context(PolicyInput(np.zeros((4, 4, 3), np.uint8), s, 160, 210))) for s in instructions]
     with torch.no_grad():
@@ -156,8 +156,8 @@ async def torch_server_rate(policy, reqs: list[dict], concurrency: int, max_batc
 
     from aiohttp import web
 
-    from trainer.reload import PolicyHolder
-    from trainer.server import PolicyServer, ServeConfig
+    from trainer.serving.reload import PolicyHolder
+    from trainer.serving.server import PolicyServer, ServeConfig
 
     holder = PolicyHolder(policy.name)
     holder.swap(policy, None)
@@ -177,7 +177,7 @@ async def torch_server_rate(policy, reqs: list[dict], concurrency: int, max_batc
 
 
 def serve_part(args, out: dict) -> None:
-    from trainer.vllm_backend import export_hf_folder, vllm_available
+    from trainer.serving.vllm_backend import export_hf_folder, vllm_available
 
     reason = vllm_available() if "vllm" in args.parts.split(",") else None
     tmp = Path(tempfile.mkdtemp())
@@ -206,7 +206,7 @@ def serve_part(args, out: dict) -> None:
 
 
 def serve_vllm_once(args, policy, pv, folder: Path, extra: list[str]) -> dict[str, Any]:
-    from trainer.vllm_backend import VllmProcess
+    from trainer.serving.vllm_backend import VllmProcess
 
     res: dict[str, Any] = {}
     proc = VllmProcess(pv.policy, "127.0.0.1", args.port, extra_args=extra, dtype="auto")  # args may name one
@@ -270,7 +270,7 @@ def episodes(policy, n: int, seed: int):
     behaviour log-prob under ``policy``; and the time of ``policy.act`` sampling on the same inputs."""
     from PIL import Image
 
-    from infra.policy import PolicyInput
+    from infra.runtime.policy import PolicyInput
     from schemas.blobs import BlobStore
     from schemas.events import Observation, ScoredTrajectory, Step, TaskSpec, Trajectory
 
@@ -308,7 +308,7 @@ def pairs_of(policy, scored, store):
     """An error-correction pair per episode: its scripted click (chosen) against the next one's
     (rejected), on its screenshot: what `flywheel dpo` trains on."""
     from schemas.events import PairSide, PreferencePair
-    from trainer.dpo_inputs import lm_pairs
+    from trainer.dpo.inputs import lm_pairs
 
     steps = [s.trajectory.steps[0] for s in scored]
     out = []
@@ -324,15 +324,15 @@ def pairs_of(policy, scored, store):
 
 
 def time_learner(device: str, threads: int, args, pretrained: str) -> dict[str, Any]:
-    from infra.policy import build_policy
-    from trainer.bc_lm import lm_examples, lm_train
-    from trainer.config import TrainConfig
-    from trainer.dpo import dpo_train, reference_logprobs
-    from trainer.dpo_config import DPOConfig
-    from trainer.policies.lm import pretrained_lm_config
-    from trainer.stream import to_episode
-    from trainer import metric_names as M
-    from trainer.update import collate, make_optimizer, ppo_update
+    from infra.runtime.policy import build_policy
+    from trainer.policies.lm.bc import lm_examples, lm_train
+    from trainer.rl.config import TrainConfig
+    from trainer.dpo.train import dpo_train, reference_logprobs
+    from trainer.dpo.config import DPOConfig
+    from trainer.policies.lm.model import pretrained_lm_config
+    from trainer.rl.streaming_ppo import to_episode
+    from trainer.core import metric_names as M
+    from trainer.rl.update import collate, make_optimizer, ppo_update
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

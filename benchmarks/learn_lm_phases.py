@@ -10,17 +10,17 @@ not the tens of minutes the main job's processes need sharing 2 cores):
   worker's loop), events folded by ``streams.assemble.add_event``, scored by the ``rule-v1``
   scorer of the streams;
 - cold start: ``--demos`` scripted episodes per task, the V(s) = 1 ones cloned by
-  ``trainer.bc_lm.clone_lm`` with ``flywheel bc``'s defaults (pi_SFT);
+  ``trainer.policies.lm.bc.clone_lm`` with ``flywheel bc``'s defaults (pi_SFT);
 - evaluation: greedy episodes on seeds 50,000 + i (never demonstrated, never trained on), the
   same seeds for every phase, so the comparison is paired;
 - PPO: ``--ppo-updates`` batches of ``--ppo-episodes`` sampled episodes on fresh seeds, each made
-  into training data by ``trainer.stream.to_episode`` and learnt by ``trainer.update.ppo_update``
+  into training data by ``trainer.rl.streaming_ppo.to_episode`` and learnt by ``trainer.rl.update.ppo_update``
   (decoupled, length-adaptive GAE, clip-higher, truncated importance weights; the first
   ``--vp-updates`` batches train the critic alone, as value pretraining does);
 - DPO: ``--dpo-episodes`` sampled (``--dpo-greedy``: greedy) pi_SFT episodes per task on fresh
   seeds; each failed one is annotated by ``producers.reflection.annotate`` (the scripted solvers
   replay it in the same browser: error-correction and post-reflection pairs), the pairs made into
-  inputs by ``trainer.dpo_inputs.pair_inputs`` and learnt by ``trainer.dpo.dpo_train`` against
+  inputs by ``trainer.dpo.inputs.pair_inputs`` and learnt by ``trainer.dpo.train.dpo_train`` against
   pi_SFT; ``--dpo-pairs-cache`` keeps them for later runs with other DPO settings. With
   ``--dpo-rounds R`` > 1 it is iterated (online reflection tuning): round r annotates the greedy
   (or sampled) failures of round r-1's policy on its own fresh seeds and trains DPO against that
@@ -49,27 +49,27 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infra.config import json_object  # noqa: E402
-from infra.policy import build_policy  # noqa: E402
+from infra.runtime.config import json_object  # noqa: E402
+from infra.runtime.policy import build_policy  # noqa: E402
 from producers.annotate import BrowserReplay  # noqa: E402
 from producers.episode import run_episode  # noqa: E402
 from producers.policy_client import ScriptedClient, TorchClient  # noqa: E402
 from producers.reflection import NoSolver, ReplayDiverged, annotate  # noqa: E402
-from trainer.learner import save_torch_atomic  # noqa: E402
+from trainer.core.learner import save_torch_atomic  # noqa: E402
 from schemas.blobs import BlobStore  # noqa: E402
 from schemas.events import ScoredTrajectory, TaskSpec  # noqa: E402
 from streams.assemble import add_event  # noqa: E402
 from streams.score import make_scorer  # noqa: E402
-from trainer import metric_names as M  # noqa: E402
-from trainer.bc_config import BCConfig  # noqa: E402
-from trainer.bc_lm import clone_lm  # noqa: E402
-from trainer.config import TrainConfig  # noqa: E402
-from trainer.dpo import dpo_train, reference_logprobs  # noqa: E402
-from trainer.dpo_config import DPOConfig  # noqa: E402
-from trainer.dpo_inputs import pair_inputs  # noqa: E402
-from trainer.lm_config import PRETRAINED_LM  # noqa: E402
-from trainer.stream import to_episode  # noqa: E402
-from trainer.update import collate, make_optimizer, ppo_update  # noqa: E402
+from trainer.core import metric_names as M
+from trainer.sft.bc_config import BCConfig  # noqa: E402
+from trainer.policies.lm.bc import clone_lm  # noqa: E402
+from trainer.rl.config import TrainConfig  # noqa: E402
+from trainer.dpo.train import dpo_train, reference_logprobs  # noqa: E402
+from trainer.dpo.config import DPOConfig  # noqa: E402
+from trainer.dpo.inputs import pair_inputs  # noqa: E402
+from trainer.sft.lm_config import PRETRAINED_LM  # noqa: E402
+from trainer.rl.streaming_ppo import to_episode  # noqa: E402
+from trainer.rl.update import collate, make_optimizer, ppo_update  # noqa: E402
 
 EVAL_SEED, DEMO_SEED, PPO_SEED, DPO_SEED = 50_000, 0, 100_000, 200_000
 

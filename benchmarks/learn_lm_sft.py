@@ -6,8 +6,8 @@ measured on unseen MiniWoB++ episodes in a real Chromium.
 The scripted solvers play the annotators, as in the main job's cold start. Each successful
 demonstration step is rendered in the policy's one context format (``LMPolicy.context``:
 instruction, earlier screenshots and actions, current screenshot; the assistant turn is the
-UI-TARS "Thought / Action" text), which is what trainer.sft builds from flywheel.sft.v1.
-``trainer.lm_stream.train_step`` trains on them, the token-mean NLL of the assistant turn only.
+UI-TARS "Thought / Action" text), which is what trainer.sft.sft_samples builds from flywheel.sft.v1.
+``trainer.sft.lm_stream.train_step`` trains on them, the token-mean NLL of the assistant turn only.
 The policy then acts greedily on unseen seeds, before SFT (the pretrained model with an untrained
 vision adapter) and after. Prints one JSON line: success per task before and after, the loss,
 and the time of each phase.
@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from learn_miniwob import LiveEnv  # noqa: E402
 
-from infra.policy import PolicyInput, build_policy  # noqa: E402
+from infra.runtime.policy import PolicyInput, build_policy  # noqa: E402
 from schemas.events import Step, TaskSpec  # noqa: E402
 from schemas.prompt import format_step_output  # noqa: E402
-from trainer import metric_names as M  # noqa: E402
-from trainer.lm_config import PRETRAINED_LM, LMTrainConfig  # noqa: E402
-from trainer.augment import random_shifts  # noqa: E402
-from trainer.lm_stream import train_step  # noqa: E402
+from trainer.core import metric_names as M
+from trainer.sft.lm_config import PRETRAINED_LM, LMTrainConfig  # noqa: E402
+from trainer.core.augment import random_shifts  # noqa: E402
+from trainer.sft.lm_stream import train_step  # noqa: E402
 
 
 def policy_input(obs, history: list) -> PolicyInput:
@@ -194,7 +194,7 @@ def main() -> int:
     ap.add_argument("--adapter-lr-mult", type=float, default=10.0,
                     help="learning rate of the patch adapter and value head, as a multiple of --lr")
     ap.add_argument("--shift", type=int, default=0,
-                    help="grounding augmentation: translated copies of each first step (trainer.augment)")
+                    help="grounding augmentation: translated copies of each first step (trainer.core.augment)")
     ap.add_argument("--shift-frac", type=float, default=0.3, help="largest translation, as a fraction of the screen side")
     print(json.dumps(asyncio.run(measure(ap.parse_args()))), flush=True)
     return 0

@@ -3,7 +3,7 @@
 Offline, without Kafka: N browser sandboxes (producers.sandboxes.browser, one shared headless
 Chromium) run episodes of both tasks interleaved with a step budget of 1 (the first click must
 succeed, as in ``flywheel demo``); the pixel policy acts on the sandboxes' screenshots as one
-batch; every ``min_batch`` episodes one ``trainer.update.ppo_update`` (the streaming trainer's
+batch; every ``min_batch`` episodes one ``trainer.rl.update.ppo_update`` (the streaming trainer's
 code) follows. Prints episodes and seconds until the last 100 episodes of each task reach
 their targets (0.95 click-test, 0.90 click-test-2), with act / update / environment timings.
 
@@ -20,7 +20,7 @@ reward computed from the rectangles (inside the target button: 1; inside click-t
     python benchmarks/learn_miniwob.py --replay var/bench/miniwob_frames.npz --set lr=0.003
 
 ``--bc-suite NAME`` measures the cold start on a task suite instead (producers.suites): the
-scripted solvers demonstrate ``--bc-demos`` episodes per task, ``trainer.bc`` clones them into
+scripted solvers demonstrate ``--bc-demos`` episodes per task, ``trainer.sft.bc`` clones them into
 the pixel policy (the code ``flywheel bc`` runs), and greedy pi_sft and the untrained policy
 (uniform over its heads: a random agent) each play ``--bc-eval`` unseen episodes per task:
 
@@ -45,14 +45,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infra.config import resolve  # noqa: E402
+from infra.runtime.config import resolve  # noqa: E402
 from schemas.blobs import BlobStore  # noqa: E402
 from schemas.events import TaskSpec  # noqa: E402
-from trainer import metric_names as M  # noqa: E402
-from trainer.config import TrainConfig  # noqa: E402
-from infra.policy import build_policy  # noqa: E402
-from infra.policy import PolicyInput  # noqa: E402
-from trainer.update import EpisodeSample, collate, ppo_update  # noqa: E402
+from trainer.core import metric_names as M
+from trainer.rl.config import TrainConfig  # noqa: E402
+from infra.runtime.policy import build_policy  # noqa: E402
+from infra.runtime.policy import PolicyInput  # noqa: E402
+from trainer.rl.update import EpisodeSample, collate, ppo_update  # noqa: E402
 
 TARGETS = {"click-test": 0.95, "click-test-2": 0.90}
 
@@ -240,7 +240,7 @@ async def bc_suite(args) -> dict:
     first that many demonstrations of every task (how success grows with the data)."""
     from producers import scripted
     from producers.suites import get_suite, pixel_config
-    from trainer.bc import Examples, bc_train
+    from trainer.sft.bc import Examples, bc_train
 
     suite = get_suite(args.bc_suite)
     counts = sorted({int(n) for n in str(args.bc_demos).split(",")})

@@ -1,6 +1,6 @@
 """How fast does the pixel policy learn "click the target" from random weights?
 
-Drives trainer.policies.pixel and trainer.update (the same PPO code the streaming trainer runs)
+Drives trainer.policies.pixel.model and trainer.rl.update (the same PPO code the streaming trainer runs)
 on the synthetic click-test / click-test-2 of trainer.synthetic, and prints episodes and
 seconds until the success rate of the last 100 sampled episodes reaches the target.
 
@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.config import TrainConfig  # noqa: E402
+from trainer.rl.config import TrainConfig  # noqa: E402
 from trainer.synthetic import learn  # noqa: E402
 
 
@@ -32,7 +32,7 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     overrides = dict(kv.split("=", 1) for kv in args.set)
-    from infra.config import resolve
+    from infra.runtime.config import resolve
     cfg = resolve(TrainConfig, overrides, env={})
     tasks = ["click-test", "click-test-2"] if args.task == "both" else [args.task]
     for task in tasks:

@@ -21,12 +21,12 @@ from typing import Iterator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infra.broker import LocalCluster, free_port_block  # noqa: E402
-from infra.errors import UserError  # noqa: E402
-from infra.kafka import client_config  # noqa: E402
-from infra.kafka_jars import fetch_jars  # noqa: E402
-from infra.probe import probe_brokers  # noqa: E402
-from infra.settings import load_settings  # noqa: E402
+from infra.kafka.broker import LocalCluster, free_port_block  # noqa: E402
+from infra.runtime.errors import UserError  # noqa: E402
+from infra.runtime.kafka_clients import client_config  # noqa: E402
+from infra.kafka.jars import fetch_jars  # noqa: E402
+from infra.runtime.probe import probe_brokers  # noqa: E402
+from infra.runtime.settings import load_settings  # noqa: E402
 
 
 @contextlib.contextmanager

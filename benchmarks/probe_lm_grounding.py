@@ -6,7 +6,7 @@
 The first screens of ``--demos`` scripted click-test episodes and ``--eval`` unseen ones are taken
 once from real Chromium and cached under var/probe/ (with the scripted click and the buttons'
 boxes). SFT then trains SmolLM2-135M-Instruct with a fresh patch adapter on the demonstrated first
-steps exactly as benchmarks/learn_lm_sft.py does (``LMPolicy.render`` + ``trainer.lm_stream.train_step``),
+steps exactly as benchmarks/learn_lm_sft.py does (``LMPolicy.render`` + ``trainer.sft.lm_stream.train_step``),
 and the policy acts greedily on the cached unseen screens; a click scores as MiniWoB scores it
 (inside the button). No browser during training or evaluation, so a run takes about half the time
 of learn_lm_sft.py and measures what it cannot: the correlation of the policy's click with the
@@ -35,13 +35,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from learn_lm_sft import grounding  # noqa: E402
 from learn_miniwob import LiveEnv, button_boxes, replay_reward  # noqa: E402
 
-from infra.policy import PolicyInput, build_policy  # noqa: E402
+from infra.runtime.policy import PolicyInput, build_policy  # noqa: E402
 from schemas.events import TaskSpec  # noqa: E402
 from schemas.uitars import render_output  # noqa: E402
-from trainer import metric_names as M  # noqa: E402
-from trainer.augment import random_shifts  # noqa: E402
-from trainer.lm_config import PRETRAINED_LM, LMTrainConfig  # noqa: E402
-from trainer.lm_stream import train_step  # noqa: E402
+from trainer.core import metric_names as M
+from trainer.core.augment import random_shifts  # noqa: E402
+from trainer.sft.lm_config import PRETRAINED_LM, LMTrainConfig  # noqa: E402
+from trainer.sft.lm_stream import train_step  # noqa: E402
 
 
 async def collect(task: str, demos: int, unseen: int) -> dict[str, list[dict]]:
@@ -89,7 +89,7 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--adapter-lr-mult", type=float, default=10.0)
     ap.add_argument("--lm-lr-mult", type=float, default=1.0, help="0: the LM is frozen, only the adapter learns")
-    ap.add_argument("--shift", type=int, default=0, help="translated copies of each demonstration (trainer.augment)")
+    ap.add_argument("--shift", type=int, default=0, help="translated copies of each demonstration (trainer.core.augment)")
     ap.add_argument("--policy", default="{}", help="JSON merged into the LM config")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from infra.config import add_arguments, describe, resolve
-from infra.settings import Settings, load_settings, log_settings
+from infra.runtime.config import add_arguments, describe, resolve
+from infra.runtime.settings import Settings, load_settings, log_settings
 
 log = logging.getLogger("flywheel.consumers")
 
 
 def _stop_on_signals():
-    from infra.procs import stop_on_signals
+    from infra.runtime.procs import stop_on_signals
 
     return stop_on_signals(log, "stopping after a final flush")
 
@@ -40,7 +40,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_sql(args) -> int:
-    from infra.ch_query import execute, render
+    from infra.clickhouse.query import execute, render
 
     settings = load_settings(vars(args))
     columns, rows, how = execute(settings, args.statement)
@@ -52,7 +52,7 @@ def cmd_sql(args) -> int:
 def register(subparsers) -> None:
     from consumers.export import ExportConfig
     from consumers.sink import SinkConfig
-    from infra.ch_query import FORMATS
+    from infra.clickhouse.query import FORMATS
 
     p = subparsers.add_parser("sink", help="write steps, trajectories, scores, policies, metrics, dead letters to ClickHouse")
     add_arguments(p, SinkConfig)

@@ -5,7 +5,7 @@ holds at most ``shard_records`` records of one topic partition (a partial shard 
 ``flush_interval_s`` passes or on stop).
 
 Delivery guarantee: each record lands in exactly one shard. The exporter is a stage of the
-checkpointed consume loop (``infra.consume_loop``): its flush writes every pending range as a
+checkpointed consume loop (``infra.runtime.consume_loop``): its flush writes every pending range as a
 shard (temporary file, fsync, rename); only then, after the range's dead letters were
 acknowledged, does the loop commit the offsets past it. A crash after the rename but before the
 commit re-reads those records; on start the exporter reads the offset ranges in the shard names
@@ -27,10 +27,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from consumers.dataset import PARQUET_SCHEMA, jsonl_line, to_record
-from infra.config import opt
-from infra.consume_loop import ConsumeLoop, DeadLetters, LoopConfig
-from infra.settings import Settings
-from infra.topics import TOPICS, topic_name
+from infra.runtime.config import opt
+from infra.runtime.consume_loop import ConsumeLoop, DeadLetters, LoopConfig
+from infra.runtime.settings import Settings
+from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import decode
 from schemas.events import ScoredTrajectory
 
@@ -107,7 +107,7 @@ def write_shard(folder: Path, partition: int, first: int, last: int, records: li
 
 class Exporter:
     """A consume-loop stage: ``add`` collects records per (dataset, partition), ``flush`` writes
-    them as shards. ``run(stop)`` runs it on ``infra.consume_loop`` (group offsets)."""
+    them as shards. ``run(stop)`` runs it on ``infra.runtime.consume_loop`` (group offsets)."""
 
     def __init__(self, settings: Settings, cfg: ExportConfig) -> None:
         bad = set(cfg.formats) - {"jsonl", "parquet"}

@@ -4,7 +4,7 @@
 ``scored``, ``policy``, ``metrics``, ``pairs``, ``dlq``). Every event becomes exactly one row of one table:
 
 - ``row_for(kind, event) -> (table, values)``: the row as a tuple in ``COLUMNS[table]`` order
-  (the columns of the tables in ``infra/sql``), timestamps as DateTime64(3) ticks (integer
+  (the columns of the tables in ``infra/clickhouse/sql``), timestamps as DateTime64(3) ticks (integer
   milliseconds). This is what the sink buffers: tuples transpose to columns in one C call and
   ticks are written as they are, with no per-value conversion in the insert.
 - ``rows_for(kind, event) -> {table: [row dict]}``: the same row keyed by column, timestamps as

@@ -1,7 +1,7 @@
 """ClickHouse sink: steps, trajectories, scored, policy, metrics and dlq topics -> tables.
 
 Delivery guarantee: at-least-once into ClickHouse, counted once. The sink is a stage of the
-checkpointed consume loop (``infra.consume_loop``): ``add`` decodes a record, maps it to one row
+checkpointed consume loop (``infra.runtime.consume_loop``): ``add`` decodes a record, maps it to one row
 (``consumers.rows.row_for``) and buffers it; ``flush`` inserts every buffered table; the loop
 then waits for the batch's dead letters to be acknowledged and only then commits the offsets,
 synchronously. A crash between insert and commit re-reads the batch; the tables are
@@ -18,7 +18,7 @@ sending it back would loop.
 Speed: rows are tuples in column order, transposed to columns in one call at flush and inserted
 column-oriented, timestamps as integer ticks; no per-row dict, no per-value conversion.
 
-While it owns embedded chDB the sink also serves read-only SQL (``infra.ch_endpoint``), which
+While it owns embedded chDB the sink also serves read-only SQL (``infra.clickhouse.endpoint``), which
 is how ``flywheel sql`` reads while the pipeline writes.
 """
 
@@ -33,12 +33,12 @@ from typing import Any
 from clickhouse_connect.driver.exceptions import OperationalError
 
 from consumers.rows import COLUMNS, EVENT_TYPE_BY_KIND, SINK_KINDS, Values, row_for
-from infra.ch_endpoint import QueryEndpoint
-from infra.clickhouse import make_client
-from infra.config import opt
-from infra.consume_loop import ConsumeLoop, DeadLetters, LoopConfig
-from infra.settings import Settings
-from infra.topics import TOPICS, topic_name
+from infra.clickhouse.endpoint import QueryEndpoint
+from infra.clickhouse.client import make_client
+from infra.runtime.config import opt
+from infra.runtime.consume_loop import ConsumeLoop, DeadLetters, LoopConfig
+from infra.runtime.settings import Settings
+from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import DecodeError, decode
 from schemas.events import EVENT_TYPES
 

@@ -18,11 +18,11 @@ import time
 import uuid
 
 from consumers.sample import publish, synthetic_run
-from infra.admin import delete_topics, ensure_topics
-from infra.ch_endpoint import endpoint_file
-from infra.kafka import make_producer
-from infra.settings import load_settings
-from infra.topics import TOPICS, topic_name
+from infra.runtime.admin import delete_topics, ensure_topics
+from infra.clickhouse.endpoint import endpoint_file
+from infra.runtime.kafka_clients import make_producer
+from infra.runtime.settings import load_settings
+from infra.runtime.topics import TOPICS, topic_name
 
 QUERIES = [
     "SELECT policy_version, task_name, episodes, success_rate, mean_reward FROM v_success_by_policy",

@@ -9,7 +9,7 @@ and, after the wrong action, a post-reflection pair. Screenshots the replay take
 the blob store before the pair that refers to them is produced. A person or a judge model can
 write pairs to the same topic under another ``annotator`` id.
 
-Delivery: at-least-once, on the checkpointed consume loop (infra.consume_loop, group offsets):
+Delivery: at-least-once, on the checkpointed consume loop (infra.runtime.consume_loop, group offsets):
 ``add`` decodes and buffers, ``flush`` annotates the buffered episodes, produces their pairs
 (keyed by episode id) and waits for the broker's acknowledgements; the loop then acknowledges
 the dead letters and commits. A crash before the commit annotates the batch again: the pairs'
@@ -30,11 +30,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.config import opt
-from infra.consume_loop import ConsumeLoop, DeadLetters, LoopConfig
-from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
-from infra.settings import Settings
-from infra.topics import TOPICS, topic_name
+from infra.runtime.config import opt
+from infra.runtime.consume_loop import ConsumeLoop, DeadLetters, LoopConfig
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
+from infra.runtime.settings import Settings
+from infra.runtime.topics import TOPICS, topic_name
 from producers import scripted
 from producers.reflection import ANNOTATOR, NoSolver, ReplayDiverged, annotate
 from producers.sandboxes.base import SandboxCrashed

@@ -7,9 +7,9 @@ import json
 import logging
 import signal
 
-from infra.config import add_arguments, describe, resolve
-from infra.errors import UserError
-from infra.settings import Settings, load_settings, log_settings
+from infra.runtime.config import add_arguments, describe, resolve
+from infra.runtime.errors import UserError
+from infra.runtime.settings import Settings, load_settings, log_settings
 
 log = logging.getLogger("flywheel.producers")
 

@@ -3,7 +3,7 @@ registry keyed by name.
 
 - ``random``: uniform clicks on the screen (tests, baselines); log-prob of the pixel it chose.
 - ``scripted``: the DOM-reading MiniWoB++ solvers of ``producers.scripted`` (tests, smoke runs).
-- ``torch``: an in-process ``infra.policy`` Policy (implemented in trainer.policies); concurrent requests from the worker's
+- ``torch``: an in-process ``infra.runtime.policy`` Policy (implemented in trainer.policies); concurrent requests from the worker's
   sandboxes are micro-batched into one ``act`` call run off the event loop.
 - ``http``: a policy server or vLLM speaking OpenAI-compatible chat completions (UI-TARS text
   parsed with ``schemas.uitars.parse_output``), or a pixel policy server's ``/v1/act``.
@@ -30,7 +30,7 @@ from producers.sandboxes.base import Obs
 from schemas.actions import Click, Wait
 from schemas.blobs import BlobStore
 from schemas.events import PolicyVersion, Step, TaskSpec
-from infra.policy import Decision, PolicyInput
+from infra.runtime.policy import Decision, PolicyInput
 from schemas.prompt import PromptSpec, history_window, to_messages, uitars_turns
 
 log = logging.getLogger("flywheel.policy_client")
@@ -91,7 +91,7 @@ def register_client(name: str):
 
 
 def make_client(backend: str, name: str, **options: Any) -> PolicyClient:
-    from infra.errors import UserError
+    from infra.runtime.errors import UserError
 
     if backend not in CLIENT_REGISTRY:
         raise UserError(f"unknown policy backend {backend!r}; known: {', '.join(sorted(CLIENT_REGISTRY))}")
@@ -152,7 +152,7 @@ class ScriptedClient(PolicyClient):
 
 @register_client("torch")
 class TorchClient(PolicyClient):
-    """Wraps an infra.policy Policy; requests arriving together are acted on as one batch."""
+    """Wraps an infra.runtime.policy Policy; requests arriving together are acted on as one batch."""
 
     backend = "torch"
 
@@ -160,7 +160,7 @@ class TorchClient(PolicyClient):
                  greedy: bool = False, policy: Any = None, blobs: BlobStore | None = None, **_: Any) -> None:
         super().__init__(name)
         if policy is None:
-            from infra.policy import build_policy
+            from infra.runtime.policy import build_policy
 
             policy = build_policy(kind, name, config or {})
         self.blobs = blobs
@@ -199,7 +199,7 @@ class TorchClient(PolicyClient):
             self._flushing = False
 
     async def load_version(self, pv: PolicyVersion, blobs: BlobStore) -> None:
-        from infra.policy import load_policy_version
+        from infra.runtime.policy import load_policy_version
 
         # load_policy_version re-checks the sha256 of the bytes it loads
         self.blobs = self.blobs or blobs
@@ -284,7 +284,7 @@ class HttpClient(PolicyClient):
 
     @property
     def sampled(self) -> bool:
-        # chat: temperature 0 is greedy decoding (trainer.openai_chat, vLLM), and another temperature
+        # chat: temperature 0 is greedy decoding (trainer.serving.openai_chat, vLLM), and another temperature
         # than 1 draws from a tempered distribution while the log-prob is the policy's own; /v1/act
         # samples, as this client never sends it "greedy"
         return self.mode != "chat" or self.temperature == 1.0

@@ -1,7 +1,7 @@
 """Hot reload: follow flywheel.policy.v1 (compacted, read from the beginning) and hand newer
 versions of the configured policy to the PolicyClient between steps.
 
-Delivery: infra.versions.VersionFollower, a plain assigned consumer with no commits (the topic is
+Delivery: infra.runtime.versions.VersionFollower, a plain assigned consumer with no commits (the topic is
 compacted; every start reads it from the beginning). A version is adopted only if its weights blob exists and hashes to the
 announced sha256; a bad announcement is logged, counted and dead-lettered, and the worker keeps
 its current policy. Episodes never stop: the client swaps its weights between batches.
@@ -13,10 +13,10 @@ import asyncio
 import logging
 from typing import Any
 
-from infra.dlq import dead_letter, send_dead_letter
-from infra.kafka import DeliveryTracker
-from infra.policy import weights_bytes
-from infra.versions import Announcement, VersionFollower
+from infra.runtime.dlq import dead_letter, send_dead_letter
+from infra.runtime.kafka_clients import DeliveryTracker
+from infra.runtime.policy import weights_bytes
+from infra.runtime.versions import Announcement, VersionFollower
 from producers.policy_client import PolicyClient
 from schemas.blobs import BlobStore
 from schemas.events import PolicyVersion

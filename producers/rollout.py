@@ -25,10 +25,10 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from infra.config import ConfigError, opt
-from infra.dlq import dead_letter, send_dead_letter
-from infra.kafka import DeliveryError, DeliveryTracker, flush_or_raise, make_consumer, make_producer
-from infra.topics import TOPICS, topic_name
+from infra.runtime.config import ConfigError, opt
+from infra.runtime.dlq import dead_letter, send_dead_letter
+from infra.runtime.kafka_clients import DeliveryError, DeliveryTracker, flush_or_raise, make_consumer, make_producer
+from infra.runtime.topics import TOPICS, topic_name
 from producers.episode import EpisodeResult, run_episode
 from producers.offsets import OffsetTracker
 from producers.policy_client import PolicyClient

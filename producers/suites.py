@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.errors import UserError
+from infra.runtime.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Suite:
 
 SUITES: dict[str, Suite] = {}
 
-# How the policies read MiniWoB++ pages (trainer.policies.pixel_ground, lm_ground): match the
+# How the policies read MiniWoB++ pages (trainer.policies.pixel.ground, lm_ground): match the
 # instruction's words in the page's font (the policies' defaults, pixel_ground.PAGE_FONT and
 # PAGE_SIZES, are MiniWoB's); the pixel policy's grid also gets its coordinates. Every suite here
 # is MiniWoB++.
@@ -39,7 +39,7 @@ def pixel_config(action_types: tuple[str, ...] | list[str], overrides: dict | No
 
 
 def lm_config(overrides: dict | None = None) -> dict:
-    """The language policy's config for MiniWoB++ tasks, over its base (trainer.lm_config
+    """The language policy's config for MiniWoB++ tasks, over its base (trainer.sft.lm_config
     PRETRAINED_LM, whose pointer the reading weighs; a policy told ``"pointer": false`` has none
     to weigh); ``overrides`` last."""
     overrides = overrides or {}

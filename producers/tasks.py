@@ -14,9 +14,9 @@ from typing import Any, Iterable
 
 import orjson
 
-from infra.errors import UserError
-from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
-from infra.topics import TOPICS, topic_name
+from infra.runtime.errors import UserError
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
+from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import DecodeError, encode, validate
 from schemas.events import TaskSpec
 

@@ -20,7 +20,7 @@ Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
 RawText = Annotated[str, StringConstraints(max_length=MAX_RAW_OUTPUT)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 # Integers that land in ClickHouse UInt32 / Int32 / Int64 columns: the schema bounds equal the
-# DDL's (infra/sql), so a value the table would reject never passes validation.
+# DDL's (infra/clickhouse/sql), so a value the table would reject never passes validation.
 UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]

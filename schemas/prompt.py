@@ -13,7 +13,7 @@ The context follows UI-TARS: one user turn with the system prompt and the instru
 every earlier step a user turn with its screenshot (only the last ``max_images`` screenshots,
 counting the current one; older ones are dropped) and the assistant turn the model wrote, then
 the current screenshot and an open assistant turn. ``max_images = 0`` is a text-only policy:
-no screenshot at all (the only kind vLLM can serve exactly, see trainer.vllm_backend). A
+no screenshot at all (the only kind vLLM can serve exactly, see trainer.serving.vllm_backend). A
 screenshot becomes ``image_tokens`` placeholder tokens whose embeddings a vision adapter fills in.
 """
 
@@ -69,14 +69,14 @@ class Rendered:
     """A token sequence ready for the model.
 
     ``target[i]`` marks tokens that are scored: the assistant turns for SFT, the last response
-    for PPO, the screens' transitions for CT (see trainer.ct). ``images`` fill the image
+    for PPO, the screens' transitions for CT (see trainer.sft.ct_samples). ``images`` fill the image
     placeholders in order.
     """
 
     ids: list[int]
     images: list[Any] = field(default_factory=list)
     target: list[bool] = field(default_factory=list)
-    ground: Any = None  # a policy's reading of the current screenshot (trainer.policies.lm_ground), or None
+    ground: Any = None  # a policy's reading of the current screenshot (trainer.policies.lm.ground), or None
 
 
 def format_step_output(step, coord_mode: str = "qwen25vl") -> str:

@@ -50,10 +50,10 @@ import faust
 from faust.serializers.codecs import Codec
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from infra.dlq import dead_letter
-from infra.kafka import faust_credentials
-from infra.settings import Settings
-from infra.topics import STEP_PARTITIONS, TOPICS, topic_name
+from infra.runtime.dlq import dead_letter
+from infra.runtime.kafka_clients import faust_credentials
+from infra.runtime.settings import Settings
+from infra.runtime.topics import STEP_PARTITIONS, TOPICS, topic_name
 from schemas.base import now
 from schemas.codec import decode, encode
 from schemas.events import PolicyVersion
@@ -350,8 +350,8 @@ async def _apply_sweep(decision: Sweep, table, steps_name: str, send) -> None:
 
 def declare_internal_topics(app: faust.App, settings: Settings) -> None:
     """Create the tables' changelog topics before the worker starts (see
-    infra.admin.ensure_internal_topics: on three brokers Faust's own creation raced the metadata)."""
-    from infra.admin import ensure_internal_topics
+    infra.runtime.admin.ensure_internal_topics: on three brokers Faust's own creation raced the metadata)."""
+    from infra.runtime.admin import ensure_internal_topics
 
     topics = {table.changelog_topic.get_topic_name(): table.partitions or STEP_PARTITIONS
               for table in app.tables.values()}

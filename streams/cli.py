@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from infra.config import add_arguments, describe, resolve
-from infra.settings import Settings, load_settings, log_settings
+from infra.runtime.config import add_arguments, describe, resolve
+from infra.runtime.settings import Settings, load_settings, log_settings
 
 from streams.config import RescoreConfig, StreamsConfig, app_id_for
 

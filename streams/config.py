@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from infra.config import opt
-from infra.settings import Settings
+from infra.runtime.config import opt
+from infra.runtime.settings import Settings
 
 
 @dataclass

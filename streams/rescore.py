@@ -6,10 +6,10 @@ The results go to flywheel.scored.v1 and, routed, to flywheel.sft.v1 / flywheel.
 to flywheel.rl.v1 only with ``--to-rl``: the PPO trainer would otherwise train on re-scored
 copies of trajectories it already saw. Each record carries ``scorer`` and ``scorer_version``,
 which are part of its ``event_id``, so consumers tell the sets apart. The router's staleness
-check uses the latest policy versions read once at start (infra.versions).
+check uses the latest policy versions read once at start (infra.runtime.versions).
 
 Delivery guarantee: at-least-once, through the one checkpointed consume loop
-(infra.consume_loop): at each checkpoint every output is acknowledged (``flush``), then every
+(infra.runtime.consume_loop): at each checkpoint every output is acknowledged (``flush``), then every
 dead letter, and only then are the replay group's offsets committed. A crash re-scores from the
 last commit (a restarted replay resumes from the group's offsets; ``--since`` only places
 partitions the group never committed); repeats have the same event ids. Records that do not
@@ -26,12 +26,12 @@ from datetime import datetime, timezone
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, TopicPartition
 
-from infra import versions
-from infra.consume_loop import ConsumeLoop, DeadLetters, GroupOffsets, LoopConfig
-from infra.errors import UserError
-from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
-from infra.settings import Settings
-from infra.topics import TOPICS, topic_name
+from infra.runtime import versions
+from infra.runtime.consume_loop import ConsumeLoop, DeadLetters, GroupOffsets, LoopConfig
+from infra.runtime.errors import UserError
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_consumer, make_producer
+from infra.runtime.settings import Settings
+from infra.runtime.topics import TOPICS, topic_name
 from schemas.base import now
 from schemas.codec import decode
 from streams.config import RescoreConfig

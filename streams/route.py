@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from infra import versions
-from infra.errors import UserError
-from infra.topics import TOPICS, TopicSpec
+from infra.runtime import versions
+from infra.runtime.errors import UserError
+from infra.runtime.topics import TOPICS, TopicSpec
 from schemas.events import ScoredTrajectory
 
 ROUTE_TOPICS: dict[str, TopicSpec] = {"sft": TOPICS.sft, "ct": TOPICS.ct, "rl": TOPICS.rl}

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from infra.errors import UserError
+from infra.runtime.errors import UserError
 from schemas.actions import SDK_ACTIONS, TERMINAL_ACTIONS
 from schemas.events import ScoredTrajectory, Step, Trajectory
 from streams.judge import OutcomeJudge

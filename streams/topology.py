@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra.topics import TOPICS, TopicSpec
+from infra.runtime.topics import TOPICS, TopicSpec
 from schemas.codec import encode
 from schemas.events import EpisodeEvent, ScoredTrajectory, Trajectory
 from streams.assemble import EpisodeState, add_event

@@ -8,7 +8,7 @@
   after it.
 - ``group_id`` (function): a fresh consumer group id.
 - ``kafka_libs`` (session): the fetched broker jars, for tests that run a dedicated cluster
-  (``infra.broker.LocalCluster``) because they stop or kill brokers.
+  (``infra.kafka.broker.LocalCluster``) because they stop or kill brokers.
 
 Kafka-related imports happen inside the fixtures so unit tests never need a broker.
 """
@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _base_settings():
-    from infra.settings import load_settings
+    from infra.runtime.settings import load_settings
 
     # data_dir relative to the checkout, not the cwd, so the cached jars are found.
     args = {} if os.environ.get("FLYWHEEL_DATA_DIR") else {"data_dir": str(ROOT / "var")}
@@ -43,11 +43,11 @@ def _base_settings():
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory):
-    from infra.broker import LocalCluster, free_port_block
-    from infra.errors import UserError
-    from infra.kafka import client_config
-    from infra.kafka_jars import fetch_jars
-    from infra.probe import probe_brokers
+    from infra.kafka.broker import LocalCluster, free_port_block
+    from infra.runtime.errors import UserError
+    from infra.runtime.kafka_clients import client_config
+    from infra.kafka.jars import fetch_jars
+    from infra.runtime.probe import probe_brokers
 
     base = _base_settings()
     if os.environ.get("FLYWHEEL_KAFKA_BOOTSTRAP"):
@@ -76,8 +76,8 @@ def kafka_bootstrap(tmp_path_factory):
 @pytest.fixture(scope="session")
 def kafka_libs():
     """The broker jars (fetched once), for tests that run their own dedicated cluster."""
-    from infra.errors import UserError
-    from infra.kafka_jars import fetch_jars
+    from infra.runtime.errors import UserError
+    from infra.kafka.jars import fetch_jars
 
     libs = _base_settings().data_path / "kafka" / "libs"
     try:
@@ -89,8 +89,8 @@ def kafka_libs():
 
 @pytest.fixture
 def settings(kafka_bootstrap, tmp_path):
-    from infra.admin import delete_topics, ensure_topics
-    from infra.settings import load_settings
+    from infra.runtime.admin import delete_topics, ensure_topics
+    from infra.runtime.settings import load_settings
 
     s = load_settings({"data_dir": str(tmp_path), "kafka_bootstrap": kafka_bootstrap,
                        "topic_prefix": f"t{uuid.uuid4().hex[:8]}."})

@@ -1,25 +1,24 @@
 """`flywheel train` (the streaming PPO trainer) and `flywheel bc` (behaviour cloning of the pixel
 policy on flywheel.sft.v1: the cold start's pi_sft). The serving helpers' sub-commands (`serve`,
-`merge`, `sft`, `ct`) live in trainer/cli_serving.py and are registered from here if present."""
+`merge`, `sft`, `ct`) live in trainer/serving/cli.py and are registered from here."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import signal
 import threading
 
-from infra.config import add_arguments, resolve
-from infra.settings import Settings, load_settings, log_settings
+from infra.runtime.config import add_arguments, resolve
+from infra.runtime.settings import Settings, load_settings, log_settings
+from trainer.serving import cli as serving_cli
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """One process; or ``--nproc-per-node N`` ranks started here; or one rank of torchrun."""
-    from trainer.config import TrainConfig
-    from trainer import distributed
-    from trainer.launch import launch, run_rank, summary_line, under_torchrun
-    from trainer.stream import train
+    from trainer.rl.config import TrainConfig
+    from trainer.rl import distributed
+    from trainer.rl.launch import launch, run_rank, summary_line, under_torchrun
+    from trainer.rl.streaming_ppo import train
 
     settings = load_settings(vars(args))
     log_settings(settings)
@@ -39,8 +38,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_bc(args: argparse.Namespace) -> int:
-    from trainer.bc import run_bc
-    from trainer.bc_config import BCConfig
+    from trainer.sft.bc import run_bc
+    from trainer.sft.bc_config import BCConfig
 
     settings = load_settings(vars(args))
     log_settings(settings)
@@ -54,8 +53,8 @@ def cmd_bc(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from trainer.bc_config import BCConfig
-    from trainer.config import TrainConfig
+    from trainer.sft.bc_config import BCConfig
+    from trainer.rl.config import TrainConfig
 
     p = sub.add_parser("train", help="streaming PPO trainer: flywheel.rl.v1 -> policy versions")
     add_arguments(p, TrainConfig)
@@ -65,5 +64,4 @@ def register(sub) -> None:
     add_arguments(b, BCConfig)
     add_arguments(b.add_argument_group("platform settings"), Settings)
     b.set_defaults(func=cmd_bc)
-    if importlib.util.find_spec("trainer.cli_serving") is not None:
-        importlib.import_module("trainer.cli_serving").register(sub)
+    serving_cli.register(sub)

@@ -93,10 +93,10 @@ def learn(task: str, target: float, max_episodes: int, cfg, log_every: int = 0) 
     policy, one ``ppo_update``, repeat, until the last 100 sampled episodes reach ``target``."""
     import torch
 
-    from infra.policy import build_policy
-    from infra.policy import PolicyInput
-    from trainer import metric_names as M
-    from trainer.update import EpisodeSample, collate, ppo_update
+    from infra.runtime.policy import build_policy
+    from infra.runtime.policy import PolicyInput
+    from trainer.core import metric_names as M
+    from trainer.rl.update import EpisodeSample, collate, ppo_update
 
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)

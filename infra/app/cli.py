@@ -8,26 +8,35 @@ never a stack trace; set FLYWHEEL_DEBUG=1 to see the trace.
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import logging
 import os
 import sys
 
-from infra.errors import UserError
-from infra.config import ConfigError
-from infra.kafka import DeliveryError
+import consumers.cli as consumers_cli
+import infra.app.commands as infra_commands
+import infra.app.demo_cli as demo_cli
+import infra.app.deploy_cli as deploy_cli
+import infra.app.schemas_cli as schemas_cli
+import producers.cli as producers_cli
+import streams.cli as streams_cli
+import trainer.cli as trainer_cli
+import trainer.dpo.cli as dpo_cli
+from infra.runtime.config import ConfigError
+from infra.runtime.errors import UserError
+from infra.runtime.kafka_clients import DeliveryError
 
+# Each package's sub-commands, in the order `flywheel --help` lists them. Registering only adds
+# parsers: the heavy imports (torch, Playwright, Faust) happen when a command runs.
 COMMAND_MODULES = (
-    "infra.app.commands",
-    "infra.app.schemas_cli",
-    "producers.cli",
-    "streams.cli",
-    "consumers.cli",
-    "trainer.cli",
-    "trainer.cli_dpo",
-    "infra.app.demo_cli",
-    "infra.app.deploy_cli",
+    infra_commands,
+    schemas_cli,
+    producers_cli,
+    streams_cli,
+    consumers_cli,
+    trainer_cli,
+    dpo_cli,
+    demo_cli,
+    deploy_cli,
 )
 
 
@@ -38,10 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "Start with `flywheel demo`; every command has --help.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        if importlib.util.find_spec(name) is None:
-            continue
-        importlib.import_module(name).register(sub)
+    for module in COMMAND_MODULES:
+        module.register(sub)
     return parser
 
 

@@ -1,7 +1,7 @@
 """`flywheel kafka-fetch | up | down | status | topics`: the local Kafka and the topic catalog.
 
 ``up`` starts the local broker(s) under ``<data_dir>/kafka`` and is idempotent (``--sasl``: a
-SASL_SSL listener with SCRAM-SHA-512, its CA and users made by infra.tls, and the client settings
+SASL_SSL listener with SCRAM-SHA-512, its CA and users made by infra.kafka.tls, and the client settings
 written to ``<data_dir>/kafka/sasl.env``); ``down`` stops
 whatever ``up`` started (one or three nodes); ``status`` prints the brokers, the catalog topics
 with their partition counts and the lag of every consumer group; ``topics`` creates missing
@@ -16,9 +16,9 @@ import logging
 import os
 from pathlib import Path
 
-from infra.config import add_arguments
-from infra.errors import UserError
-from infra.settings import Settings, load_settings, local_client_env_path, log_settings, write_local_client_env
+from infra.runtime.config import add_arguments
+from infra.runtime.errors import UserError
+from infra.runtime.settings import Settings, load_settings, local_client_env_path, log_settings, write_local_client_env
 
 log = logging.getLogger("flywheel.kafka")
 MODES = (1, 3)
@@ -33,8 +33,8 @@ def libs_dir(settings: Settings) -> Path:
 
 
 def local_cluster(settings: Settings, brokers: int = 1, sasl: bool = False):
-    from infra.broker import LocalCluster
-    from infra.tls import make_security
+    from infra.kafka.broker import LocalCluster
+    from infra.kafka.tls import make_security
 
     security = make_security(kafka_home(settings) / "security") if sasl else None
     return LocalCluster(kafka_home(settings) / f"brokers-{brokers}{'-sasl' if sasl else ''}", libs_dir(settings),
@@ -73,7 +73,7 @@ def with_local_cluster(s: Settings, args: argparse.Namespace) -> Settings:
 
 
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
-    from infra.kafka_jars import fetch_jars
+    from infra.kafka.jars import fetch_jars
 
     s = load_settings(vars(args))
     fetched = fetch_jars(libs_dir(s))
@@ -82,7 +82,7 @@ def cmd_kafka_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from infra.kafka_jars import fetch_jars
+    from infra.kafka.jars import fetch_jars
 
     s = _settings(args)
     brokers = args.brokers
@@ -136,7 +136,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from infra.admin import ensure_topics
+    from infra.runtime.admin import ensure_topics
 
     s = with_local_cluster(_settings(args), args)
     report = ensure_topics(s, fix_config=args.fix_config)

@@ -26,10 +26,10 @@ from pathlib import Path
 
 from infra.app import demo_queries as Q
 from infra.app import phases
-from infra.config import ConfigError, describe, json_object, opt, to_env
-from infra.errors import UserError
-from infra.procs import Child, flywheel_argv, wait_until
-from infra.settings import Settings, load_settings
+from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
+from infra.runtime.errors import UserError
+from infra.runtime.procs import Child, flywheel_argv, wait_until
+from infra.runtime.settings import Settings, load_settings
 from producers.suites import RunPlan, plan as suite_plan
 
 log = logging.getLogger("flywheel.demo")
@@ -182,12 +182,12 @@ def rft_every(cfg: DemoConfig) -> int:
 def ensure_platform(settings: Settings):
     """Start the local broker when none is named, then create the run's topics; -> the cluster
     this call started (None when one was named or already running)."""
-    from infra.admin import ensure_topics
+    from infra.runtime.admin import ensure_topics
 
     started = None
     if not settings.kafka_bootstrap:
         from infra.app.commands import local_cluster, running_cluster
-        from infra.kafka_jars import fetch_jars
+        from infra.kafka.jars import fetch_jars
 
         if running_cluster(settings) is None:
             started = local_cluster(settings, 1)
@@ -213,7 +213,7 @@ def leave_platform(settings: Settings, started, keep: bool) -> str:
 
 def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
     """One progress reading; every part is best effort (the sink may be starting)."""
-    from infra.ch_query import execute
+    from infra.clickhouse.query import execute
 
     snap: dict = {"rates": {}, "episodes": 0}
     try:
@@ -227,7 +227,7 @@ def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
     except Exception as exc:  # noqa: BLE001 - progress must never stop the run
         snap["error"] = str(exc)[:120]
     try:
-        from infra.admin import consumer_lag
+        from infra.runtime.admin import consumer_lag
 
         lag = consumer_lag(settings)
         snap["lag"] = {g.removeprefix(prefix): sum(t.values()) for g, t in lag.items() if g.startswith(prefix)}
@@ -404,7 +404,7 @@ def _dpo_phase(cfg: DemoConfig, settings: Settings, env: dict[str, str], childre
 
 
 def _published(settings: Settings, policy: str) -> bool:
-    from infra import versions
+    from infra.runtime import versions
 
     try:
         return versions.latest(settings, policy) is not None
@@ -413,13 +413,13 @@ def _published(settings: Settings, policy: str) -> bool:
 
 
 def _latest_version(settings: Settings, policy: str) -> int:
-    from infra import versions
+    from infra.runtime import versions
 
     latest = versions.latest(settings, policy)
     return latest.version if latest is not None else 0
 
 
 def _endpoint_up(settings: Settings) -> bool:
-    from infra.ch_endpoint import find_endpoint
+    from infra.clickhouse.endpoint import find_endpoint
 
     return settings.clickhouse_url != "" or find_endpoint(settings) is not None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from infra.config import add_arguments, resolve
-from infra.settings import Settings, load_settings, log_settings
+from infra.runtime.config import add_arguments, resolve
+from infra.runtime.settings import Settings, load_settings, log_settings
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """`flywheel deploy render --out DIR`: a Kubernetes deployment generated from the one topic catalog.
 
-``render(cfg)`` is a pure function from the catalog (infra.topics) and a ``DeployConfig`` to
+``render(cfg)`` is a pure function from the catalog (infra.runtime.topics) and a ``DeployConfig`` to
 file name -> content; ``write`` puts the files in a folder. What it renders:
 
 - ``kafka.yaml``: a Strimzi ``Kafka`` in KRaft mode with a ``KafkaNodePool``, a TLS listener with
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.config import ConfigError, opt
-from infra.topics import TOPICS, TopicSpec
+from infra.runtime.config import ConfigError, opt
+from infra.runtime.topics import TOPICS, TopicSpec
 
 STRIMZI_API = "kafka.strimzi.io/v1beta2"
 CA_MOUNT = "/etc/flywheel/kafka-ca"
@@ -56,7 +56,7 @@ class DeployConfig:
 
     def trainer(self) -> tuple[list[str], int]:
         """The trainer's command line and the GPUs it asks for. The pixel policy trains on the CPU
-        (trainer.config.check_device), its ranks sharing updates over gloo; the language policy
+        (trainer.rl.config.check_device), its ranks sharing updates over gloo; the language policy
         trains in one process on one GPU."""
         argv = ["torchrun", f"--nproc-per-node={self.trainer_ranks}", "-m", "infra.app.cli", "train",
                 "--policy-name", self.policy_name, "--policy-kind", self.policy_kind]

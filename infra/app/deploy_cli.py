@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from infra.config import add_arguments, describe, resolve
-from infra.settings import Settings, load_settings, log_settings
+from infra.runtime.config import add_arguments, describe, resolve
+from infra.runtime.settings import Settings, load_settings, log_settings
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -23,7 +23,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from infra.clickhouse import make_client
+    from infra.clickhouse.client import make_client
 
     settings = load_settings(vars(args))
     log_settings(settings)

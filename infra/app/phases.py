@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.app import demo_queries as Q
-from trainer import metric_names as M
-from infra.errors import UserError
-from infra.procs import Child, flywheel_argv
+from trainer.core import metric_names as M
+from infra.runtime.errors import UserError
+from infra.runtime.procs import Child, flywheel_argv
 from producers.suites import lm_config, pixel_config
 
 COLD_START, SFT, VALUE_PRETRAIN, PPO, DPO = "cold start", "SFT", "value pretraining", "PPO", "DPO"
@@ -45,7 +45,7 @@ LM_DPO_PAIRS = 32  # the language policy's DPO: a sample of this many pairs (see
 
 def scripted_policy(policy: str) -> str:
     """The annotator's policy name (the trainer's RFT rounds read its demonstrations by it)."""
-    from trainer.rft import annotator_of
+    from trainer.sft.rft import annotator_of
 
     return annotator_of(policy)
 
@@ -129,7 +129,7 @@ def pivot(rows: list[tuple]) -> tuple[list[str], list[list[str]]]:
 
 
 def count_scored(settings, policy: str) -> int:
-    from infra.ch_query import execute
+    from infra.clickhouse.query import execute
 
     _, rows, _ = execute(settings, f"SELECT count() FROM scored FINAL WHERE policy = {Q.q(policy)}")
     return int(rows[0][0]) if rows else 0
@@ -139,9 +139,9 @@ def wait_for_sft(settings, scripted: str, timeout_s: float = 60.0) -> int:
     """Wait until flywheel.sft.v1 holds a record per successful demonstration ClickHouse has
     scored (the router writes it beside the scored record; nothing else writes there yet);
     -> records on the topic."""
-    from infra.ch_query import execute
-    from infra.kafka import high_watermarks, make_consumer
-    from infra.topics import TOPICS, topic_name
+    from infra.clickhouse.query import execute
+    from infra.runtime.kafka_clients import high_watermarks, make_consumer
+    from infra.runtime.topics import TOPICS, topic_name
 
     _, rows, _ = execute(settings, f"SELECT countIf(success) FROM scored FINAL WHERE policy = {Q.q(scripted)}")
     want = int(rows[0][0]) if rows else 0
@@ -199,8 +199,8 @@ def skip_leftover_tasks(settings, group: str) -> dict[int, int]:
     group empty); -> the committed offset per partition."""
     from confluent_kafka import TopicPartition
 
-    from infra.kafka import high_watermarks, make_consumer
-    from infra.topics import TOPICS, topic_name
+    from infra.runtime.kafka_clients import high_watermarks, make_consumer
+    from infra.runtime.topics import TOPICS, topic_name
 
     topic = topic_name(TOPICS.tasks, settings)
     consumer = make_consumer(settings, group, **{"enable.auto.commit": False})
@@ -296,8 +296,8 @@ def reflection_annotator(env: dict[str, str], prefix: str, logs: Path, rollout_a
 
 
 def count_pairs(settings) -> int:
-    from infra.kafka import high_watermarks, make_consumer
-    from infra.topics import TOPICS, topic_name
+    from infra.runtime.kafka_clients import high_watermarks, make_consumer
+    from infra.runtime.topics import TOPICS, topic_name
 
     consumer = make_consumer(settings, "probe-pairs")
     try:
@@ -310,7 +310,7 @@ def dpo(cfg, settings, env: dict[str, str], policy: str, reference: int, logs: P
         timeout_s: float = 3600, tick=None) -> int | None:
     """``flywheel dpo`` from pi_sft (``reference``) on the pairs annotated so far; -> the version
     it published (None when there was no pair: the PPO policy keeps acting)."""
-    from infra import versions
+    from infra.runtime import versions
 
     pairs = count_pairs(settings)
     clock.enter(DPO, f"DPO of pi_sft (v{reference}) on {pairs} reflection pairs")
@@ -367,7 +367,7 @@ def corr_verdict(corr: float | None) -> str:
 def report_section(settings, policy: str, base_version: int, cold_start: bool, value_pretrain: bool,
                    clock: PhaseClock, dpo_version: int | None = None) -> tuple[list[str], dict]:
     """Markdown of the phases (time, success per task and phase, value pretraining) and its data."""
-    from infra.ch_query import execute, render
+    from infra.clickhouse.query import execute, render
 
     sql = phase_sql(policy, base_version, cold_start, value_pretrain, dpo_version)
     _, rows, _ = execute(settings, sql)

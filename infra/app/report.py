@@ -16,9 +16,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from infra.app import demo_queries as Q  # noqa: E402
-from infra.ch_query import execute, render  # noqa: E402
-from infra.settings import Settings  # noqa: E402
-from trainer import metric_names as M  # noqa: E402
+from infra.clickhouse.query import execute, render  # noqa: E402
+from infra.runtime.settings import Settings  # noqa: E402
+from trainer.core import metric_names as M
 
 log = logging.getLogger("flywheel.report")
 TARGETS = {"click-test": 0.95, "click-test-2": 0.90}

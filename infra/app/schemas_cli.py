@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from infra.errors import UserError
+from infra.runtime.errors import UserError
 
 
 def cmd_export(args: argparse.Namespace) -> int:

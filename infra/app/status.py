@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from infra.errors import UserError
-from infra.settings import Settings
-from infra.topics import TOPICS, topic_name
+from infra.runtime.errors import UserError
+from infra.runtime.settings import Settings
+from infra.runtime.topics import TOPICS, topic_name
 
 
 def print_status(settings: Settings, running_cluster, show_all: bool = False) -> int:
-    from infra.admin import consumer_lag
-    from infra.probe import require_kafka
+    from infra.runtime.admin import consumer_lag
+    from infra.runtime.probe import require_kafka
 
     cluster = running_cluster(settings)
     if cluster is None:

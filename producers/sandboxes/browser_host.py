@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from infra.errors import UserError
+from infra.runtime.errors import UserError
 from producers.sandboxes.base import SandboxCrashed
 
 log = logging.getLogger("flywheel.browser")

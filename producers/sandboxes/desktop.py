@@ -42,7 +42,7 @@ import orjson
 from PIL import Image
 from pydantic import TypeAdapter
 
-from infra.config import describe, opt
+from infra.runtime.config import describe, opt
 from producers.sandboxes import desktop_tasks as tasks
 from producers.sandboxes.base import Obs, SandboxCrashed, StepResult, register_sandbox
 from producers.sandboxes.jail import (

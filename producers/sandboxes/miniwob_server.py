@@ -13,7 +13,7 @@ import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from infra.errors import UserError
+from infra.runtime.errors import UserError
 
 TASK_WIDTH, TASK_HEIGHT = 160, 210  # MiniWoB's #wrap: instruction bar + task area
 WINDOW_WIDTH, WINDOW_HEIGHT = 500, 320  # the viewport the miniwob package itself uses

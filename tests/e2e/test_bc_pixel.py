@@ -11,11 +11,11 @@ import torch
 
 from tests.e2e.browser_support import LoopThread, require_chromium
 
-from infra.policy import PolicyInput, build_policy
+from infra.runtime.policy import PolicyInput, build_policy
 from producers import scripted
 from schemas.blobs import BlobStore
 from schemas.events import ScoredTrajectory, Step, TaskSpec, Trajectory
-from trainer.bc import bc_train, examples, greedy_match, select_demos
+from trainer.sft.bc import bc_train, examples, greedy_match, select_demos
 
 pytestmark = pytest.mark.e2e
 TASKS = ["click-button-sequence", "enter-text", "click-collapsible"]

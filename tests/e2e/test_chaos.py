@@ -35,14 +35,14 @@ EPISODES_PER_TASK = 40
 
 
 def _records(settings, spec):
-    from infra.kafka import read_to_end
-    from infra.topics import topic_name
+    from infra.runtime.kafka_clients import read_to_end
+    from infra.runtime.topics import topic_name
 
     return list(read_to_end(settings, topic_name(spec, settings), timeout_s=60))
 
 
 def _episode_events(settings):
-    from infra.topics import TOPICS
+    from infra.runtime.topics import TOPICS
     from schemas.codec import decode
     from schemas.events import EpisodeEvent
 
@@ -72,10 +72,10 @@ def run_under_chaos(settings, tmp_path, disrupt, scale: int = 1) -> str:
     from infra.app.demo import DemoConfig, child_env, plan_children
     from infra.app.phases import submit
     from producers.suites import plan
-    from infra.procs import wait_until
-    from infra.topics import TOPICS
-    from infra.checkpoint import TrainedIds
-    from trainer.stream import checkpoint_path, load_checkpoint
+    from infra.runtime.procs import wait_until
+    from infra.runtime.topics import TOPICS
+    from infra.runtime.checkpoint import TrainedIds
+    from trainer.rl.streaming_ppo import checkpoint_path, load_checkpoint
 
     policy = f"pixel-chaos-{uuid.uuid4().hex[:6]}"
     cfg = DemoConfig(tasks=TASKS, episodes=EPISODES_PER_TASK, max_steps=2, sandboxes=2 if scale == 1 else 1,
@@ -94,7 +94,7 @@ def run_under_chaos(settings, tmp_path, disrupt, scale: int = 1) -> str:
     try:
         for name in [n for n in children if not n.startswith("rollout")]:
             children[name].start()
-        from infra import versions
+        from infra.runtime import versions
 
         assert wait_until(lambda: versions.latest(settings, policy) is not None, 180, 1.0), \
             children["trainer"].tail(10)
@@ -142,7 +142,7 @@ def run_under_chaos(settings, tmp_path, disrupt, scale: int = 1) -> str:
     assert dead == [], "dead letters after chaos: " + "; ".join(
         f"{d.stage} {d.error_type}: {d.message[:300]} ({d.source_topic})" for d in dead[:3])
 
-    from infra.clickhouse import make_client
+    from infra.clickhouse.client import make_client
 
     client = make_client(settings)
     try:
@@ -170,9 +170,9 @@ def test_sigkill_every_stage_loses_mixes_and_double_counts_nothing(settings, tmp
 
 
 def test_scale_out_on_three_brokers_with_a_broker_killed_loses_nothing(kafka_libs, tmp_path):
-    from infra.admin import ensure_topics
-    from infra.broker import LocalCluster, free_port_block
-    from infra.settings import load_settings
+    from infra.runtime.admin import ensure_topics
+    from infra.kafka.broker import LocalCluster, free_port_block
+    from infra.runtime.settings import load_settings
 
     port = free_port_block(6)
     cluster = LocalCluster(tmp_path / "kafka", kafka_libs, 3, port, port + 1)
@@ -183,8 +183,8 @@ def test_scale_out_on_three_brokers_with_a_broker_killed_loses_nothing(kafka_lib
         assert not ensure_topics(settings).drift
 
         def kill_a_broker(children):
-            from infra.procs import wait_until
-            from infra.topics import TOPICS
+            from infra.runtime.procs import wait_until
+            from infra.runtime.topics import TOPICS
 
             # once every stage is past its start-up (records reach flywheel.rl.v1), not during it
             assert wait_until(lambda: len(_records(settings, TOPICS.rl)) >= 5, 180, 2.0), children["streams"].tail(10)

@@ -34,7 +34,7 @@ def _sql(env: dict, statement: str) -> list[dict]:
 def _high_watermarks(settings, names: list[str]) -> dict[str, int]:
     from confluent_kafka import Consumer, TopicPartition
 
-    from infra.kafka import consumer_config
+    from infra.runtime.kafka_clients import consumer_config
 
     c = Consumer(consumer_config(settings, "watermarks"))
     try:
@@ -51,8 +51,8 @@ def _high_watermarks(settings, names: list[str]) -> dict[str, int]:
 def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("Debian chromium is not installed (bash infra/run.sh installs it as root)")
-    from infra.settings import load_settings
-    from infra.topics import TOPICS, topic_name
+    from infra.runtime.settings import load_settings
+    from infra.runtime.topics import TOPICS, topic_name
 
     env = {**os.environ, "FLYWHEEL_DATA_DIR": str(tmp_path), "FLYWHEEL_KAFKA_BOOTSTRAP": kafka_bootstrap}
     run_id = f"e2e{uuid.uuid4().hex[:8]}"  # its own topics, even on a shared broker
@@ -111,7 +111,7 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
 def _delete_run_topics(settings) -> None:
     from confluent_kafka.admin import AdminClient
 
-    from infra.kafka import client_config
+    from infra.runtime.kafka_clients import client_config
 
     admin = AdminClient(client_config(settings))
     names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.topic_prefix)]

@@ -13,9 +13,9 @@ import pytest
 
 from tests.e2e.browser_support import require_chromium
 
-from infra.kafka import DeliveryTracker, flush_or_raise, make_producer, read_to_end
-from infra.policy import Decision
-from infra.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer, read_to_end
+from infra.runtime.policy import Decision
+from infra.runtime.topics import TOPICS, topic_name
 from producers import scripted
 from producers.annotate import AnnotateConfig, Annotator
 from producers.episode import run_episode

@@ -39,8 +39,8 @@ class StepsWatch:
     """Every event of flywheel.steps.v1 so far, read by one consumer that stays open."""
 
     def __init__(self, settings) -> None:
-        from infra.kafka import make_consumer
-        from infra.topics import TOPICS, topic_name
+        from infra.runtime.kafka_clients import make_consumer
+        from infra.runtime.topics import TOPICS, topic_name
 
         self.consumer = make_consumer(settings, f"watch-{time.time_ns()}")
         self.consumer.subscribe([topic_name(TOPICS.steps, settings)])
@@ -71,7 +71,7 @@ class StepsWatch:
 
 def _worker(settings, group_id: str, name: str, log_dir) -> subprocess.Popen:
     from infra.app.demo import child_env
-    from infra.procs import flywheel_argv
+    from infra.runtime.procs import flywheel_argv
 
     argv = flywheel_argv("rollout", "--sandboxes", "1", "--policy-backend", "random", "--group-id", group_id,
                          "--worker-id", name, "--no-reload", "--session-timeout-s", "8", "--status-interval-s", "1")

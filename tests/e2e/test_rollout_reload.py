@@ -16,8 +16,8 @@ import pytest
 from tests.e2e.browser_support import require_chromium
 from tests.e2e.test_rollout_worker import config, episodes_of, read_topic
 
-from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
-from infra.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
+from infra.runtime.topics import TOPICS, topic_name
 from producers.policy_client import TorchClient
 from producers.rollout import RolloutWorker
 from producers.tasks import build_tasks, submit
@@ -39,7 +39,7 @@ def publish(settings, version: int, seed: int, tamper: bool = False) -> PolicyVe
     """Store weights of a fresh policy in the blob store and announce them on the policy topic."""
     from safetensors.torch import save
 
-    from infra.policy import build_policy
+    from infra.runtime.policy import build_policy
 
     policy = build_policy("pixel", NAME, {**WAIT_ONLY, "seed": seed})
     data = save({k: v.contiguous() for k, v in policy.state_dict().items()})

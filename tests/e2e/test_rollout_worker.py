@@ -12,15 +12,15 @@ import pytest
 
 from tests.e2e.browser_support import require_chromium
 
-from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
-from infra.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_consumer, make_producer
+from infra.runtime.topics import TOPICS, topic_name
 from producers.policy_client import PolicyClient, PolicyReply, make_client
 from producers.rollout import RolloutConfig, RolloutWorker
 from producers.tasks import build_tasks, submit
 from schemas.actions import Click
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, EpisodeEvent, TaskSpec
-from infra.policy import Decision
+from infra.runtime.policy import Decision
 
 pytestmark = pytest.mark.e2e
 

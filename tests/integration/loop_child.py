@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pydantic import BaseModel  # noqa: E402
 
-from infra.consume_loop import CheckpointFile, ConsumeLoop, LoopConfig  # noqa: E402
-from infra.settings import load_settings  # noqa: E402
+from infra.runtime.consume_loop import CheckpointFile, ConsumeLoop, LoopConfig  # noqa: E402
+from infra.runtime.settings import load_settings  # noqa: E402
 
 
 class State(BaseModel):

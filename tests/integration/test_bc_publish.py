@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from infra.kafka import DeliveryTracker, flush_or_raise, make_producer, read_to_end
-from infra.policy import PolicyInput, load_policy_version
-from infra.topics import TOPICS, topic_name
-from infra.versions import scan
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer, read_to_end
+from infra.runtime.policy import PolicyInput, load_policy_version
+from infra.runtime.topics import TOPICS, topic_name
+from infra.runtime.versions import scan
 from schemas.actions import Click
 from schemas.blobs import BlobStore
 from schemas.codec import encode
-from trainer.bc import run_bc
-from trainer.bc_config import BCConfig
+from trainer.sft.bc import run_bc
+from trainer.sft.bc_config import BCConfig
 from trainer.synthetic import make_episode, scored_trajectory
 
 
@@ -66,9 +66,9 @@ def test_bc_clones_the_language_policy_with_translated_copies(settings):
     demonstrated answers are likelier than under the model it started from."""
     import torch
 
-    from infra.policy import build_policy
-    from trainer.bc import read_demonstrations, select_demos
-    from trainer.bc_lm import lm_examples
+    from infra.runtime.policy import build_policy
+    from trainer.sft.bc import read_demonstrations, select_demos
+    from trainer.policies.lm.bc import lm_examples
 
     store, rng = BlobStore(settings.blob_root), np.random.default_rng(1)
     producer, tracker = make_producer(settings), DeliveryTracker()

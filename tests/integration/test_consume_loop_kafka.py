@@ -21,8 +21,8 @@ import pytest
 from confluent_kafka import OFFSET_INVALID, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from infra.kafka import DeliveryError, client_config, make_consumer, make_producer
-from infra.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import DeliveryError, client_config, make_consumer, make_producer
+from infra.runtime.topics import TOPICS, topic_name
 
 sys.path.insert(0, str(Path(__file__).parent))
 import loop_child  # noqa: E402
@@ -77,7 +77,7 @@ def test_sigkill_between_flush_and_commit_replays_and_never_loses(settings, grou
     assert sorted(set(read_offsets(first)) | set(again)) == list(range(N))  # nothing lost
     assert committed(settings, group_id, topic) == N
     if mode == "file":
-        from infra.checkpoint import load_checkpoint
+        from infra.runtime.checkpoint import load_checkpoint
 
         assert load_checkpoint(Path(ckpt), loop_child.State).offsets == {topic: {0: N}}
 

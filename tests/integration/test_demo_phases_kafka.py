@@ -4,8 +4,8 @@ annotator stops, the rollout group's offsets on the tasks topic are moved to its
 from __future__ import annotations
 
 from infra.app.phases import skip_leftover_tasks
-from infra.kafka import make_consumer
-from infra.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import make_consumer
+from infra.runtime.topics import TOPICS, topic_name
 from producers.tasks import build_tasks, submit
 
 
@@ -47,15 +47,15 @@ def test_a_demo_refuses_a_run_id_used_before_in_the_data_dir(settings, tmp_path)
 
     import pytest
 
-    from infra import versions
-    from infra.admin import delete_topics, ensure_topics
+    from infra.runtime import versions
+    from infra.runtime.admin import delete_topics, ensure_topics
     from infra.app.demo import DemoConfig, run_demo
-    from infra.errors import UserError
-    from infra.kafka import DeliveryTracker, make_producer
-    from infra.policy import build_policy
-    from infra.settings import load_settings
+    from infra.runtime.errors import UserError
+    from infra.runtime.kafka_clients import DeliveryTracker, make_producer
+    from infra.runtime.policy import build_policy
+    from infra.runtime.settings import load_settings
     from schemas.blobs import BlobStore
-    from trainer.publish import make_version, save_weights
+    from trainer.core.publish import make_version, save_weights
 
     run_id = f"reused-{uuid.uuid4().hex[:6]}"
     earlier = load_settings({**asdict(settings), "topic_prefix": f"demo-{run_id}."})

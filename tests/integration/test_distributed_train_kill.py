@@ -19,16 +19,16 @@ import psutil
 import torch
 from PIL import Image
 
-from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
-from infra.policy import PolicyInput, build_policy, load_policy_version
-from infra.topics import TOPICS, topic_name
-from infra.versions import scan as read_versions
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
+from infra.runtime.policy import PolicyInput, build_policy, load_policy_version
+from infra.runtime.topics import TOPICS, topic_name
+from infra.runtime.versions import scan as read_versions
 from schemas.blobs import BlobStore
 from schemas.codec import encode
 from schemas.events import Observation, ScoredTrajectory, Step
-from infra.checkpoint import TrainedIds
+from infra.runtime.checkpoint import TrainedIds
 from tests.unit.lm_samples import scored_episode
-from trainer.stream import checkpoint_path, load_checkpoint
+from trainer.rl.streaming_ppo import checkpoint_path, load_checkpoint
 from trainer.synthetic import make_episode, scored_trajectory
 
 ROOT = Path(__file__).resolve().parents[2]

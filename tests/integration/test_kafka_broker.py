@@ -10,11 +10,11 @@ import uuid
 
 import pytest
 
-from infra.admin import ensure_topics
-from infra.broker import LocalCluster, free_port_block
-from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
-from infra.settings import load_settings
-from infra.topics import TopicSpec, topic_name
+from infra.runtime.admin import ensure_topics
+from infra.kafka.broker import LocalCluster, free_port_block
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_consumer, make_producer
+from infra.runtime.settings import load_settings
+from infra.runtime.topics import TopicSpec, topic_name
 
 SPEC = TopicSpec("acks.v1", "id", "bytes", 6)
 

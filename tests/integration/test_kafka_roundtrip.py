@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
-from infra.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_consumer, make_producer
+from infra.runtime.topics import TOPICS, topic_name
 
 
 def test_idempotent_producer_round_trip_keeps_per_key_order(settings, group_id):
@@ -45,7 +45,7 @@ def test_idempotent_producer_round_trip_keeps_per_key_order(settings, group_id):
 
 
 def test_idempotence_is_on_for_the_factory_producer(settings):
-    from infra.kafka import producer_config
+    from infra.runtime.kafka_clients import producer_config
 
     cfg = producer_config(settings)
     assert cfg["enable.idempotence"] is True and cfg["acks"] == "all"
@@ -55,7 +55,7 @@ def test_transactions_work_on_the_local_broker(settings, group_id):
     """The transaction state topic is configured for the cluster size (one node included)."""
     import uuid
 
-    from infra.kafka import producer_config
+    from infra.runtime.kafka_clients import producer_config
     from confluent_kafka import Producer
 
     topic = topic_name(TOPICS.metrics, settings)

@@ -1,6 +1,6 @@
 """SASL/SCRAM over TLS for real: a local broker started with SASL_SSL, and every client kind on it.
 
-The project makes the CA, the broker certificate and the SCRAM users (infra.tls); the test runs
+The project makes the CA, the broker certificate and the SCRAM users (infra.kafka.tls); the test runs
 the idempotent producer, a consumer, the admin (catalog topics), and the Faust app (a streams
 worker assembling episodes into trajectories) over it, then shows that a wrong password ends in
 one clear line from the CLI.
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from infra.admin import ensure_topics
-from infra.broker import LocalCluster, free_port_block
-from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
-from infra.settings import load_settings
-from infra.tls import make_security
-from infra.topics import TOPICS, topic_name
+from infra.runtime.admin import ensure_topics
+from infra.kafka.broker import LocalCluster, free_port_block
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_consumer, make_producer
+from infra.runtime.settings import load_settings
+from infra.kafka.tls import make_security
+from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import decode, encode
 from schemas.events import Trajectory
 from streams.synthetic import episode_events
@@ -48,7 +48,7 @@ def settings_for(cluster, tmp_path, **override):
 
 
 def env_for(settings) -> dict[str, str]:
-    from infra.config import to_env
+    from infra.runtime.config import to_env
 
     return {**os.environ, **to_env(settings)}
 
@@ -104,7 +104,7 @@ def test_a_wrong_password_is_one_clear_line(sasl_cluster, tmp_path, command):
 def test_flywheel_up_sasl_writes_the_client_settings_and_flywheel_commands_use_them(kafka_libs, tmp_path):
     import shutil
 
-    from infra.settings import read_client_env
+    from infra.runtime.settings import read_client_env
 
     data = tmp_path / "fw"
     (data / "kafka").mkdir(parents=True)

@@ -8,11 +8,11 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from infra.admin import consumer_lag, delete_topics, desired_config, ensure_topics
+from infra.runtime.admin import consumer_lag, delete_topics, desired_config, ensure_topics
 from infra.app.cli import main as flywheel
-from infra.kafka import DeliveryTracker, client_config, flush_or_raise, make_consumer, make_producer
-from infra.settings import load_settings
-from infra.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import DeliveryTracker, client_config, flush_or_raise, make_consumer, make_producer
+from infra.runtime.settings import load_settings
+from infra.runtime.topics import TOPICS, topic_name
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
-from infra.policy import build_policy, load_policy_version
-from infra.topics import TOPICS, topic_name
-from infra.versions import scan as read_versions
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
+from infra.runtime.policy import build_policy, load_policy_version
+from infra.runtime.topics import TOPICS, topic_name
+from infra.runtime.versions import scan as read_versions
 from schemas.blobs import BlobStore
 from schemas.codec import encode
 from tests.unit.lm_samples import CONFIG, POLICY, rollout, step_logprobs

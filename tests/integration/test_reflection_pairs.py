@@ -11,10 +11,10 @@ import threading
 
 import torch
 
-from infra.kafka import DeliveryTracker, flush_or_raise, make_producer, read_to_end
-from infra.policy import build_policy, load_policy_version
-from infra import versions
-from infra.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer, read_to_end
+from infra.runtime.policy import build_policy, load_policy_version
+from infra.runtime import versions
+from infra.runtime.topics import TOPICS, topic_name
 from producers.annotate import AnnotateConfig, Annotator
 from producers.reflection import annotate
 from schemas.blobs import BlobStore
@@ -23,10 +23,10 @@ from schemas.events import DeadLetter, PreferencePair, ScoredTrajectory, Trainer
 from tests.integration.test_sink_clickhouse import client_for, run_sink, scalar
 from tests.unit.test_dpo import pixel_policy, training_pairs
 from tests.unit.test_reflection import SUBMIT, FakeEnv, checkbox, record
-from trainer.dpo import run_dpo
-from trainer.dpo_config import DPOConfig
-from trainer.dpo_inputs import pair_inputs
-from trainer.publish import make_version, save_weights
+from trainer.dpo.train import run_dpo
+from trainer.dpo.config import DPOConfig
+from trainer.dpo.inputs import pair_inputs
+from trainer.core.publish import make_version, save_weights
 
 
 class StageEnv(FakeEnv):

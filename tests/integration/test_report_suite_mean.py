@@ -6,8 +6,8 @@ from __future__ import annotations
 from consumers.rows import rows_for
 from infra.app.demo_queries import suite_mean_over_time
 from infra.app.report import suite_mean_reached
-from infra.clickhouse import make_client
-from infra.settings import load_settings
+from infra.clickhouse.client import make_client
+from infra.runtime.settings import load_settings
 from schemas.events import TaskSpec, Trajectory
 
 T0 = 1.8e9

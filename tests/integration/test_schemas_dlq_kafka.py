@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.dlq import dead_letter, original_value, send_dead_letter
-from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
-from infra.topics import TOPICS, topic_name
+from infra.runtime.dlq import dead_letter, original_value, send_dead_letter
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_consumer, make_producer
+from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import DecodeError, decode
 from schemas.events import DeadLetter, EpisodeEvent
 

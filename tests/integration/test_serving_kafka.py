@@ -12,14 +12,14 @@ import torch
 from aiohttp.test_utils import TestClient, TestServer
 from serving_fixtures import scored_trajectory
 
-from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
-from infra.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
+from infra.runtime.topics import TOPICS, topic_name
 from schemas.blobs import BlobStore
 from schemas.codec import encode
 from schemas.events import PolicyVersion
-from infra.policy import build_policy, load_policy_version
-from trainer.publish_lm import publish_version, weights_blob
-from infra.versions import scan as scan_policy_topic
+from infra.runtime.policy import build_policy, load_policy_version
+from trainer.policies.lm.publish import publish_version, weights_blob
+from infra.runtime.versions import scan as scan_policy_topic
 
 CFG = {"max_new_tokens": 4}
 
@@ -57,7 +57,7 @@ def wait_for(cond, timeout: float = 60.0) -> bool:
 
 
 def test_server_hot_reloads_and_refuses_a_tampered_version(settings):
-    from trainer.server import ServeConfig, build_server
+    from trainer.serving.server import ServeConfig, build_server
 
     publish(settings, build_policy("lm", "lm-s", dict(CFG, seed=1)), 1)
     cfg = ServeConfig(policy="lm-s", kind="lm", init_config='{"max_new_tokens": 4}', catchup_timeout_s=60)
@@ -83,7 +83,7 @@ def test_server_hot_reloads_and_refuses_a_tampered_version(settings):
         assert chat["policy_version"] == 2 and chat["choices"][0]["logprobs"]["content"]
         assert health["policy_version"] == 2 and health["refused"][0]["version"] == 3
     finally:
-        app[__import__("trainer.server", fromlist=["RELOADER"]).RELOADER].stop()
+        app[__import__("trainer.serving.server", fromlist=["RELOADER"]).RELOADER].stop()
 
 
 def produce_scored(settings, n: int, start: int = 0) -> None:
@@ -97,10 +97,10 @@ def produce_scored(settings, n: int, start: int = 0) -> None:
 
 
 def test_sft_streaming_publishes_versions_and_resumes_from_its_offsets(settings, group_id):
-    from infra.checkpoint import load_checkpoint
-    from trainer.learner import LearnerState
-    from trainer.lm_stream import LMStreamTrainer, LMTrainConfig
-    from trainer.sft import sft_samples
+    from infra.runtime.checkpoint import load_checkpoint
+    from trainer.core.learner import LearnerState
+    from trainer.sft.lm_stream import LMStreamTrainer, LMTrainConfig
+    from trainer.sft.sft_samples import sft_samples
 
     produce_scored(settings, 4)
     cfg = LMTrainConfig(policy_name="lm-sft", policy_config='{"max_new_tokens": 4}', pretrained="", batch_trajectories=2,
@@ -125,7 +125,7 @@ def test_sft_streaming_publishes_versions_and_resumes_from_its_offsets(settings,
 
 
 def test_merge_of_two_versions_equals_the_interpolated_tensors(settings):
-    from trainer.merge import MergePlan, run_merge
+    from trainer.serving.merge import MergePlan, run_merge
 
     a, b = build_policy("lm", "lm-m", dict(CFG, seed=1)), build_policy("lm", "lm-m", dict(CFG, seed=2))
     publish(settings, a, 3)
@@ -137,7 +137,7 @@ def test_merge_of_two_versions_equals_the_interpolated_tensors(settings):
     for key, value in merged.items():
         torch.testing.assert_close(value, 0.25 * sa[key] + 0.75 * sb[key], rtol=1e-6, atol=1e-6)
 
-    from trainer.merge import MergeError
+    from trainer.serving.merge import MergeError
 
     with pytest.raises(MergeError, match="sum to 1"):
         run_merge(settings, MergePlan("lm-m", [3, 5], [0.5, 0.6]))

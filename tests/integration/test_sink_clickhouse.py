@@ -9,9 +9,9 @@ from confluent_kafka import Consumer
 
 from consumers.sample import publish, synthetic_run
 from consumers.sink import Sink, SinkConfig
-from infra.clickhouse import make_client, migrate
-from infra.kafka import consumer_config, make_producer
-from infra.topics import TOPICS, topic_name
+from infra.clickhouse.client import make_client, migrate
+from infra.runtime.kafka_clients import consumer_config, make_producer
+from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter
 
@@ -35,7 +35,7 @@ def scalar(client, sql):
 
 
 def test_embedded_ddl_insert_query(tmp_path):
-    from infra.settings import load_settings
+    from infra.runtime.settings import load_settings
     from consumers.rows import rows_for
 
     settings = load_settings({"data_dir": str(tmp_path)})
@@ -52,7 +52,7 @@ def test_embedded_ddl_insert_query(tmp_path):
 
 def test_trainer_metrics_view_shows_names_from_before_the_groups_under_todays(tmp_path):
     from consumers.rows import rows_for
-    from infra.settings import load_settings
+    from infra.runtime.settings import load_settings
     from schemas.events import TrainerMetrics
 
     old = TrainerMetrics(run_id="r", update=1, policy="p", policy_version=1, ts=1.0,
@@ -67,8 +67,8 @@ def test_trainer_metrics_view_shows_names_from_before_the_groups_under_todays(tm
 def test_a_steps_table_from_before_gains_sampled_and_its_rows_read_true(tmp_path, monkeypatch):
     """Migration 005 on a database the earlier migrations made, holding a step row already."""
     from consumers.rows import rows_for
-    from infra import clickhouse
-    from infra.settings import load_settings
+    from infra.clickhouse import client as clickhouse
+    from infra.runtime.settings import load_settings
     from schemas.events import Step
 
     step = next(e for e in synthetic_run(1, seed=2).episode_events if isinstance(e, Step))
@@ -158,7 +158,7 @@ def test_out_of_range_integers_are_dead_lettered_and_never_stop_the_sink(setting
 
     # a row that slipped past validation (e.g. a mapping bug) and that ClickHouse rejects
     from consumers.rows import COLUMNS
-    from infra.consume_loop import DeadLetters
+    from infra.runtime.consume_loop import DeadLetters
 
     cfg = SinkConfig(group_id=group_id + "-direct", query_port=-1)
     sink = Sink(settings, cfg)
@@ -196,7 +196,7 @@ class _Record:
 
 
 def _read_all(settings, spec):
-    from infra.kafka import read_to_end
+    from infra.runtime.kafka_clients import read_to_end
 
     return list(read_to_end(settings, topic_name(spec, settings), timeout_s=30))
 
@@ -206,8 +206,8 @@ def test_the_demo_counts_only_its_own_runs_dead_letters(tmp_path):
     are not this run's (they made a fresh run print 'dlq 1')."""
     from consumers.rows import rows_for
     from infra.app.demo_queries import latest_versions
-    from infra.settings import load_settings
-    from infra.dlq import dead_letter
+    from infra.runtime.settings import load_settings
+    from infra.runtime.dlq import dead_letter
 
     settings = load_settings({"data_dir": str(tmp_path)})
     letters = [dead_letter("annotate", ValueError("x"), f"demo-{run}.flywheel.ct.v1", 0, k, b"k", b"v")

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 
 from consumers.export import ExportConfig, Exporter
 from consumers.sample import scored, synthetic_run
-from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
-from infra.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
+from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import encode
 
 

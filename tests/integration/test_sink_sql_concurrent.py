@@ -10,7 +10,7 @@ import sys
 import time
 
 from consumers.sample import publish, synthetic_run
-from infra.ch_endpoint import endpoint_file
+from infra.clickhouse.endpoint import endpoint_file
 
 
 def env_for(settings):

@@ -23,13 +23,13 @@ from pathlib import Path
 import chdb
 import pytest
 
-import infra.ch_endpoint
-from infra.ch_endpoint import MAX_BODY, MAX_CONCURRENT, MAX_CONNECTIONS, QueryEndpoint
-from infra.ch_query import execute
-from infra.clickhouse import make_client
-from infra.errors import UserError
-from infra.settings import load_settings
-from infra.sql_policy import KNOWN_TABLE_FUNCTIONS, TABLE_FUNCTIONS
+import infra.clickhouse.endpoint
+from infra.clickhouse.endpoint import MAX_BODY, MAX_CONCURRENT, MAX_CONNECTIONS, QueryEndpoint
+from infra.clickhouse.query import execute
+from infra.clickhouse.client import make_client
+from infra.runtime.errors import UserError
+from infra.runtime.settings import load_settings
+from infra.clickhouse.sql_policy import KNOWN_TABLE_FUNCTIONS, TABLE_FUNCTIONS
 from tests.unit.sql_attacks import ALLOWED, ATTACKS, documented_queries
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,7 +168,7 @@ def test_a_non_ascii_token_is_refused_not_dropped(endpoint):
 
 def test_a_trickling_body_is_cut_off_without_holding_a_query_slot(endpoint, monkeypatch):
     _, ep = endpoint
-    monkeypatch.setattr(infra.ch_endpoint, "SOCKET_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(infra.clickhouse.endpoint, "SOCKET_TIMEOUT_S", 2.0)
     slow = []
     for _ in range(MAX_CONCURRENT + 1):
         sock = socket.create_connection((ep.host, ep.port), timeout=10)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.kafka import DeliveryTracker, flush_or_raise, make_consumer, make_producer
-from infra.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_consumer, make_producer
+from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, ScoredTrajectory, Trajectory
 from streams.config import RescoreConfig
@@ -33,8 +33,8 @@ def _delete_faust_internal_topics(settings):
     yield
     from confluent_kafka.admin import AdminClient
 
-    from infra.admin import delete_topics
-    from infra.kafka import client_config
+    from infra.runtime.admin import delete_topics
+    from infra.runtime.kafka_clients import client_config
 
     topics = AdminClient(client_config(settings)).list_topics(timeout=10).topics
     internal = [t for t in topics if t.startswith(settings.topic_prefix + "flywheel-streams")]
@@ -295,7 +295,7 @@ def test_a_dead_letter_the_broker_refuses_stops_the_worker_before_any_commit_pas
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-    from infra.kafka import client_config
+    from infra.runtime.kafka_clients import client_config
     from streams.app import EXIT_DELIVERY_FAILED
     from streams.config import StreamsConfig, app_id_for
 

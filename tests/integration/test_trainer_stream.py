@@ -16,17 +16,17 @@ import numpy as np
 import pytest
 import torch
 
-from infra.kafka import DeliveryTracker, flush_or_raise, make_producer
-from infra.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
+from infra.runtime.topics import TOPICS, topic_name
 from schemas.actions import Click
 from schemas.blobs import BlobStore
 from schemas.codec import encode
-from trainer.config import TrainConfig
-from infra.policy import build_policy, load_policy_version
-from infra.policy import PolicyInput
-from infra.versions import scan as read_versions
-from infra.checkpoint import TrainedIds
-from trainer.stream import checkpoint_path, load_checkpoint, train
+from trainer.rl.config import TrainConfig
+from infra.runtime.policy import build_policy, load_policy_version
+from infra.runtime.policy import PolicyInput
+from infra.runtime.versions import scan as read_versions
+from infra.runtime.checkpoint import TrainedIds
+from trainer.rl.streaming_ppo import checkpoint_path, load_checkpoint, train
 from trainer.synthetic import make_episode, scored_trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,9 +94,9 @@ def test_rft_rounds_fine_tune_on_the_sft_topics_successes_every_nth_update(setti
     """rft_every=2: the second PPO update's version is also fine-tuned on the policy's own and its
     annotator's successes on flywheel.sft.v1 (another policy's are left out; junk is dead-lettered),
     so those steps are likelier under it; a round that fails is counted and PPO goes on."""
-    from infra.kafka import read_to_end
-    from trainer import rft
-    from trainer.bc import examples
+    from infra.runtime.kafka_clients import read_to_end
+    from trainer.sft import rft
+    from trainer.sft.bc import examples
 
     settings = replace(settings, max_staleness=100)
     produce_trajectories(settings, 16)  # four updates of 4
@@ -253,8 +253,8 @@ def test_a_dead_letter_that_cannot_be_delivered_is_never_checkpointed_past(setti
     settings = replace(settings, max_staleness=100)  # every trajectory trainable (the bound is a platform setting)
     from confluent_kafka.admin import AdminClient
 
-    from infra.admin import delete_topics
-    from infra.kafka import DeliveryError, client_config
+    from infra.runtime.admin import delete_topics
+    from infra.runtime.kafka_clients import DeliveryError, client_config
 
     producer, tracker = make_producer(settings), DeliveryTracker()
     producer.produce(topic_name(TOPICS.rl, settings), key=b"bad", value=b"{not json", partition=0)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from infra import versions
-from infra.kafka import DeliveryTracker, make_producer
+from infra.runtime import versions
+from infra.runtime.kafka_clients import DeliveryTracker, make_producer
 from schemas.events import PolicyVersion
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from infra.policy import PolicyInput
+from infra.runtime.policy import PolicyInput
 from schemas.blobs import BlobStore
 from schemas.events import Observation, ScoredTrajectory, Step, TaskSpec, Trajectory
 
@@ -51,7 +51,7 @@ def write(policy, inp: PolicyInput, rng: np.random.Generator):
     bytes share nothing an update could tell apart; so the text is drawn here, and its behaviour
     log-prob is v0's own log-prob of those tokens in this context (what ``act`` reports when it
     rescores a sample), so the trajectory is exactly one v0 could have written."""
-    from infra.policy import Decision
+    from infra.runtime.policy import Decision
 
     x, y = rng.integers(0, 50), rng.integers(0, 40)
     text = f"Thought: the button at {x},{y}\nAction: click(start_box='({x},{y})')"

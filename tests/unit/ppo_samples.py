@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from infra.policy import PolicyInput, build_policy
+from infra.runtime.policy import PolicyInput, build_policy
 from trainer.synthetic import make_episode
-from trainer.update import EpisodeSample
+from trainer.rl.update import EpisodeSample
 
 
 def tiny_policy_and_samples(rewards: list[float]):

@@ -1,4 +1,4 @@
-"""infra.admin.create_topics against a fake admin: a request lost in transit is asked for again,
+"""infra.runtime.admin.create_topics against a fake admin: a request lost in transit is asked for again,
 a topic that exists already is no error, a refusal names the topic, and the deadline holds."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 
-from infra.admin import create_topics
-from infra.errors import UserError
+from infra.runtime.admin import create_topics
+from infra.runtime.errors import UserError
 
 
 class FakeAdmin:

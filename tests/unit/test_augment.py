@@ -1,11 +1,11 @@
-"""Grounding augmentation (trainer.augment): the screen and its click move together."""
+"""Grounding augmentation (trainer.core.augment): the screen and its click move together."""
 
 import random
 
 import numpy as np
 
 from schemas.actions import Click, Type
-from trainer.augment import random_shifts, shifted, translate
+from trainer.core.augment import random_shifts, shifted, translate
 
 
 def screen() -> np.ndarray:

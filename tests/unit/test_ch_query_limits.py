@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from clickhouse_connect.driver.models import SettingDef
 
-from infra.ch_query import server_limits
-from infra.sql_policy import ENGINE_LIMITS
+from infra.clickhouse.query import server_limits
+from infra.clickhouse.sql_policy import ENGINE_LIMITS
 
 
 def _user(readonly: str) -> dict[str, SettingDef]:

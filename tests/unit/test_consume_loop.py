@@ -14,10 +14,10 @@ import pytest
 from confluent_kafka import OFFSET_STORED, KafkaError, TopicPartition
 from pydantic import BaseModel
 
-from infra.checkpoint import TrainedIds, load_checkpoint, save_checkpoint
-from infra.consume_loop import CheckpointFile, ConsumeLoop, DeadLetters, GroupOffsets, LoopConfig
-from infra.kafka import DeliveryError
-from infra.settings import load_settings
+from infra.runtime.checkpoint import TrainedIds, load_checkpoint, save_checkpoint
+from infra.runtime.consume_loop import CheckpointFile, ConsumeLoop, DeadLetters, GroupOffsets, LoopConfig
+from infra.runtime.kafka_clients import DeliveryError
+from infra.runtime.settings import load_settings
 
 
 class Msg:
@@ -273,6 +273,6 @@ def test_trained_ids_stay_bounded_by_the_staleness_window(tmp_path):
     with pytest.raises(ValueError, match="trained twice"):
         ids.add("ep-99-0", 99)
     path = tmp_path / "c.json"
-    from infra.checkpoint import Checkpoint
+    from infra.runtime.checkpoint import Checkpoint
     save_checkpoint(path, Checkpoint[LearnerState](trained=ids))
     assert load_checkpoint(path, LearnerState).trained == ids

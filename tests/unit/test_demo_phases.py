@@ -7,8 +7,8 @@ import pytest
 
 from infra.app import phases
 from infra.app.demo import DemoConfig
-from infra.errors import UserError
-from trainer import metric_names as M
+from infra.runtime.errors import UserError
+from trainer.core import metric_names as M
 
 
 def test_the_phase_follows_the_published_version():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from infra.app.demo import child_env
-from infra.config import resolve
-from infra.settings import Settings, load_settings
+from infra.runtime.config import resolve
+from infra.runtime.settings import Settings, load_settings
 
 
 def test_children_rebuild_the_same_settings_with_the_run_prefix(tmp_path):

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from infra.app.deploy import DeployConfig, min_insync, render
-from infra.config import ConfigError
-from infra.topics import TOPICS
+from infra.runtime.config import ConfigError
+from infra.runtime.topics import TOPICS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""DPO (trainer.dpo, trainer.dpo_inputs): the loss against a hand computation, which pairs each
+"""DPO (trainer.dpo.train, trainer.dpo.inputs): the loss against a hand computation, which pairs each
 policy kind can score, and a few DPO steps widen the chosen-minus-rejected margin of the pixel
 policy and of the language policy. No Kafka."""
 
@@ -12,13 +12,13 @@ import pytest
 import torch
 from PIL import Image
 
-from infra.policy import build_policy
+from infra.runtime.policy import build_policy
 from schemas import actions as A
 from schemas.blobs import BlobStore
 from schemas.events import BlobRef, Observation, PairSide, PreferencePair, Step, TaskSpec
-from trainer.dpo import dpo_loss, dpo_train, reference_logprobs, select_pairs
+from trainer.dpo.train import dpo_loss, dpo_train, reference_logprobs, select_pairs
 from tests.unit.devices import DEVICES
-from trainer.dpo_inputs import LMPairs, PixelPairs, pair_inputs, side_text
+from trainer.dpo.inputs import LMPairs, PixelPairs, pair_inputs, side_text
 
 INSTRUCTION = 'Enter "bob" into the text field and press Submit.'
 
@@ -64,8 +64,8 @@ def test_the_nll_term_adds_the_chosen_sides_per_token_nll_at_its_weight():
 
 
 def test_nll_weight_is_validated():
-    from infra.config import ConfigError
-    from trainer.dpo_config import DPOConfig
+    from infra.runtime.config import ConfigError
+    from trainer.dpo.config import DPOConfig
 
     assert DPOConfig().nll_weight == 0.0
     for bad in (-0.1, float("nan"), float("inf")):
@@ -198,7 +198,7 @@ def test_dpo_steps_widen_the_margin_of_the_pixel_policy(store):
 def test_accumulated_passes_take_the_same_step_as_one_pass(store, monkeypatch):
     """micro_batch splits a minibatch into passes whose gradients add up to the one-pass gradient
     (SGD in place of Adam: its step is linear in the gradient, so the weights show it)."""
-    monkeypatch.setattr("trainer.dpo.make_optimizer", lambda policy, lr, mult=1.0: torch.optim.SGD(policy.parameters(), lr=lr))
+    monkeypatch.setattr("trainer.dpo.train.make_optimizer", lambda policy, lr, mult=1.0: torch.optim.SGD(policy.parameters(), lr=lr))
     torch.manual_seed(0)
     start = pixel_policy()
     data, _ = pair_inputs(start, training_pairs(store), store)
@@ -223,8 +223,8 @@ def test_accumulated_passes_take_the_same_step_as_one_pass(store, monkeypatch):
 
 
 def test_micro_batch_defaults_per_kind_and_is_validated():
-    from infra.config import ConfigError
-    from trainer.dpo_config import DPOConfig
+    from infra.runtime.config import ConfigError
+    from trainer.dpo.config import DPOConfig
 
     assert DPOConfig().passes("lm") == 2 and DPOConfig().passes("pixel") == 0
     assert DPOConfig(micro_batch=5).passes("lm") == 5 and DPOConfig(micro_batch=0).passes("lm") == 0
@@ -268,7 +268,7 @@ def test_head_lr_mult_steps_the_parts_trained_from_scratch_at_its_multiple(store
 
 
 def test_sample_indices_is_seeded_bounded_and_keeps_order():
-    from trainer.dpo import sample_indices
+    from trainer.dpo.train import sample_indices
 
     a = sample_indices(50, 8, seed=1)
     assert len(a) == 8 and a == sorted(a) and len(set(a)) == 8 and set(a) <= set(range(50))
@@ -288,8 +288,8 @@ def test_a_subset_of_pairs_scores_as_the_same_pairs_did(store):
 
 
 def test_max_pairs_must_not_be_negative():
-    from infra.config import ConfigError
-    from trainer.dpo_config import DPOConfig
+    from infra.runtime.config import ConfigError
+    from trainer.dpo.config import DPOConfig
 
     with pytest.raises(ConfigError, match="max_pairs"):
         DPOConfig(max_pairs=-1).validate()

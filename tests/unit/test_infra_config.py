@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from infra.config import ConfigError, add_arguments, describe, opt, resolve
-from infra.settings import Settings, load_settings
+from infra.runtime.config import ConfigError, add_arguments, describe, opt, resolve
+from infra.runtime.settings import Settings, load_settings
 
 
 @dataclass

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infra.admin import compare, desired_config
-from infra.broker import LocalCluster, new_cluster_id, server_properties
-from infra.kafka_jars import POM, STAMP, jars_ready, pom_hash
-from infra.settings import load_settings
-from infra.topics import TOPICS
+from infra.runtime.admin import compare, desired_config
+from infra.kafka.broker import LocalCluster, new_cluster_id, server_properties
+from infra.kafka.jars import POM, STAMP, jars_ready, pom_hash
+from infra.runtime.settings import load_settings
+from infra.runtime.topics import TOPICS
 
 
 def props(text: str) -> dict[str, str]:
@@ -68,8 +68,8 @@ def test_cluster_ids_look_like_kafka_uuids():
 def test_missing_java_and_maven_give_one_clear_line(monkeypatch, tmp_path):
     import pytest
 
-    from infra.errors import UserError
-    from infra.kafka_jars import fetch_jars, java_executable
+    from infra.runtime.errors import UserError
+    from infra.kafka.jars import fetch_jars, java_executable
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)
@@ -84,8 +84,8 @@ def test_busy_port_is_refused_before_starting(tmp_path):
 
     import pytest
 
-    from infra.broker import free_port_block
-    from infra.errors import UserError
+    from infra.kafka.broker import free_port_block
+    from infra.runtime.errors import UserError
 
     port = free_port_block(2)
     with socket.socket() as s:
@@ -99,8 +99,8 @@ def test_busy_port_is_refused_before_starting(tmp_path):
 def test_unreachable_bootstrap_is_one_clear_line():
     import pytest
 
-    from infra.errors import UserError
-    from infra.probe import require_kafka
+    from infra.runtime.errors import UserError
+    from infra.runtime.probe import require_kafka
 
     with pytest.raises(UserError) as info:
         require_kafka(load_settings({"kafka_bootstrap": "127.0.0.1:1"}, env={}), timeout=1.0)
@@ -112,7 +112,7 @@ def test_unreachable_bootstrap_is_one_clear_line():
 def test_a_killed_brokers_errors_are_retried_and_others_are_not():
     from confluent_kafka import KafkaError
 
-    from infra.kafka import _transient
+    from infra.runtime.kafka_clients import _transient
 
     # seen when a broker of three was SIGKILLed under the trainer's read of flywheel.policy.v1
     assert _transient(KafkaError(KafkaError._DESTROY_BROKER))

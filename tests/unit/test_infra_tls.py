@@ -10,10 +10,10 @@ from pathlib import Path
 
 from cryptography import x509
 
-from infra.broker import LocalCluster, Node, listener_properties, server_properties
-from infra.kafka import client_config, faust_credentials
-from infra.settings import load_settings, local_client_env_path, read_client_env, write_local_client_env
-from infra.tls import MECHANISM, make_security
+from infra.kafka.broker import LocalCluster, Node, listener_properties, server_properties
+from infra.runtime.kafka_clients import client_config, faust_credentials
+from infra.runtime.settings import load_settings, local_client_env_path, read_client_env, write_local_client_env
+from infra.kafka.tls import MECHANISM, make_security
 
 
 def test_the_broker_certificate_is_signed_by_the_ca_for_the_loopback_address(tmp_path):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra import versions
+from infra.runtime import versions
 from schemas.events import PolicyVersion
 
 

@@ -9,16 +9,16 @@ import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from infra.policy import PolicyInput, build_policy
+from infra.runtime.policy import PolicyInput, build_policy
 from schemas.actions import Click
 from schemas.prompt import PromptSpec, instruction_of, uitars_turns
 from schemas.uitars import parse_output, render_output
-from trainer.lm_config import LMTrainConfig
-from trainer.lm_stream import train_step
-from trainer.policies.lm import tiny_lm_config
-from trainer.policies.lm_ground import read
-from trainer.policies.lm_pointer import PointerCodec
-from trainer.policies.pixel_ground import font_file
+from trainer.sft.lm_config import LMTrainConfig
+from trainer.sft.lm_stream import train_step
+from trainer.policies.lm.model import tiny_lm_config
+from trainer.policies.lm.ground import read
+from trainer.policies.lm.pointer import PointerCodec
+from trainer.policies.pixel.ground import font_file
 
 FONT = font_file("Arial")
 needs_font = pytest.mark.skipif(FONT is None, reason="fontconfig (fc-match) is not installed: no font to render words with")
@@ -146,7 +146,7 @@ def test_with_grounding_sft_learns_which_label_to_click():
 
 
 def test_a_grounded_language_policy_pins_its_font_file_and_refuses_another():
-    from trainer.policies.pixel_ground import FONT_SHA256, font_sha256
+    from trainer.policies.pixel.ground import FONT_SHA256, font_sha256
 
     config = build_policy("lm", "g", CFG).config_dict()
     assert config[FONT_SHA256] == font_sha256(CFG["ground_font"])

@@ -2,7 +2,7 @@
 
 
 def test_the_language_policys_fresh_parts_get_their_own_learning_rate():
-    from trainer.policies.lm import build_lm_policy
+    from trainer.policies.lm.model import build_lm_policy
 
     policy = build_lm_policy("lm-groups")
     lm, fresh = policy.param_groups(1e-4, 10.0)

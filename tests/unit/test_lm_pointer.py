@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from infra.policy import PolicyInput, build_policy
+from infra.runtime.policy import PolicyInput, build_policy
 from schemas.uitars import parse_output, render_output
 from schemas.actions import Click
-from trainer.lm_config import LMTrainConfig
-from trainer.lm_stream import train_step
-from trainer.policies.lm import tiny_lm_config
-from trainer.policies.lm_pointer import PointerCodec, PointerTokenizer, loc_name
-from trainer.policies.lm_text import ByteTokenizer
+from trainer.sft.lm_config import LMTrainConfig
+from trainer.sft.lm_stream import train_step
+from trainer.policies.lm.model import tiny_lm_config
+from trainer.policies.lm.pointer import PointerCodec, PointerTokenizer, loc_name
+from trainer.policies.lm.text import ByteTokenizer
 
 SIDE = 4  # image_size 32 / patch 8
 CFG = tiny_lm_config(pointer=True, coord_mode="1000", image_size=32, patch=8, max_images=2, max_new_tokens=48)
@@ -131,7 +131,7 @@ def test_a_point_the_model_wrote_in_digits_is_reported_at_its_patch_centre(polic
 
 
 def test_written_text_is_a_fixed_point_even_with_digits_beside_a_location_token(policy):
-    from trainer.policies.lm_pointer import POINT_RE
+    from trainer.policies.lm.pointer import POINT_RE
 
     codec = PointerCodec(SIDE)
     for text in (f"click(point='<point>12{loc_name(3)}</point>')", f"click(point='<point>{loc_name(3)}5</point>')",
@@ -149,8 +149,8 @@ def test_sft_and_ct_of_a_pointer_policy_read_the_parsed_action_not_another_polic
 
     from schemas.blobs import BlobStore
     from serving_fixtures import scored_trajectory
-    from trainer.ct import ct_samples
-    from trainer.sft import sft_samples
+    from trainer.sft.ct_samples import ct_samples
+    from trainer.sft.sft_samples import sft_samples
 
     store = BlobStore(str(tmp_path / "blobs"))
     scored = scored_trajectory(store, "ep", n_steps=3)  # text in pixels of a 50 x 40 screen: (25, 20)
@@ -169,7 +169,7 @@ def test_sft_and_ct_of_a_pointer_policy_read_the_parsed_action_not_another_polic
 def test_versions_from_before_the_pointer_merge_with_their_successors():
     from types import SimpleNamespace
 
-    from trainer.merge import full_config
+    from trainer.serving.merge import full_config
 
     old = SimpleNamespace(kind="lm", config={"max_new_tokens": 12})
     new = SimpleNamespace(kind="lm", config={"max_new_tokens": 12, "pointer": False})

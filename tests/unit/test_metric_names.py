@@ -1,4 +1,4 @@
-"""Trainer metric names (trainer.metric_names): every name says a declared group, the trainers
+"""Trainer metric names (trainer.core.metric_names): every name says a declared group, the trainers
 report under those names, and ClickHouse's view maps names written before the groups as
 ``RENAMED`` does."""
 
@@ -8,8 +8,8 @@ import re
 
 import torch
 
-from infra.clickhouse import load_migrations
-from trainer import metric_names as M
+from infra.clickhouse.client import load_migrations
+from trainer.core import metric_names as M
 
 
 def test_every_declared_name_has_a_declared_group_and_one_constant():
@@ -28,9 +28,9 @@ def test_renamed_names_are_todays():
 
 
 def test_ppo_update_reports_its_metrics_under_their_groups():
-    from trainer.config import TrainConfig
+    from trainer.rl.config import TrainConfig
     from tests.unit.ppo_samples import tiny_policy_and_samples
-    from trainer.update import collate, ppo_update
+    from trainer.rl.update import collate, ppo_update
 
     policy, samples = tiny_policy_and_samples([float(k % 2) for k in range(4)])
     cfg = TrainConfig(epochs=1, minibatch_size=4)
@@ -44,8 +44,8 @@ def test_ppo_update_reports_its_metrics_under_their_groups():
 
 
 def test_dpo_and_merge_report_under_their_groups():
-    from trainer.dpo import dpo_loss
-    from trainer.merge import MergePlan
+    from trainer.dpo.train import dpo_loss
+    from trainer.serving.merge import MergePlan
 
     _, stats = dpo_loss(torch.zeros(2), torch.zeros(2), torch.zeros(2), torch.zeros(2), beta=0.1)
     assert set(stats) == {"losses/dpo_loss", "dpo/reward_margin", "dpo/accuracy", "dpo/chosen_reward",

@@ -1,14 +1,14 @@
-"""PPO's optimiser (trainer.update.make_optimizer): one rate, or the parts a policy trains from
+"""PPO's optimiser (trainer.rl.update.make_optimizer): one rate, or the parts a policy trains from
 scratch at a multiple of it (``--head-lr-mult``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from infra.config import ConfigError
-from infra.policy import build_policy
-from trainer.config import TrainConfig
-from trainer.update import make_optimizer
+from infra.runtime.config import ConfigError
+from infra.runtime.policy import build_policy
+from trainer.rl.config import TrainConfig
+from trainer.rl.update import make_optimizer
 
 
 def test_the_language_policy_heads_get_their_multiple_and_the_lm_the_base_rate():

@@ -12,7 +12,7 @@ from producers.policy_client import PolicyClient, PolicyReply, TorchClient
 from producers.sandboxes.base import Obs, SandboxCrashed, StepResult
 from schemas.actions import Click
 from schemas.events import BlobRef, Observation, TaskSpec
-from infra.policy import Decision
+from infra.runtime.policy import Decision
 
 
 def obs(i: int) -> Obs:
@@ -127,7 +127,7 @@ def test_step_latency_is_added_to_every_environment_step_and_recorded():
     import time
 
     from producers.rollout import RolloutConfig
-    from infra.config import ConfigError
+    from infra.runtime.config import ConfigError
 
     events = []
     task = TaskSpec(task_id="t1", suite="miniwob", name="click-test", max_steps=3, timeout_s=60.0)

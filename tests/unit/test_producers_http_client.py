@@ -86,7 +86,7 @@ def test_torch_client_batches_concurrent_requests_under_one_version():
             self.batches = []
 
         def act(self, inputs, greedy=False):
-            from infra.policy import Decision
+            from infra.runtime.policy import Decision
 
             self.batches.append(len(inputs))
             return [Decision(action=Click(x=0.5, y=0.5), logprob=-1.0, value=0.0) for _ in inputs]

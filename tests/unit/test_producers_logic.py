@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from infra.errors import UserError
+from infra.runtime.errors import UserError
 from producers import scripted
 from producers.episode import episode_id
 from producers.offsets import OffsetTracker
@@ -118,7 +118,7 @@ def test_which_clients_sample_their_actions():
 
 
 def test_greedy_is_refused_for_a_backend_that_would_sample_anyway():
-    from infra.config import ConfigError
+    from infra.runtime.config import ConfigError
     from producers.rollout import RolloutConfig
 
     assert RolloutConfig(policy_backend="torch", greedy=True).greedy

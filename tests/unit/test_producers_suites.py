@@ -3,7 +3,7 @@ names are accepted, and every registered MiniWoB++ task still runs by its own na
 
 import pytest
 
-from infra.errors import UserError
+from infra.runtime.errors import UserError
 from producers import scripted
 from producers.suites import SUITES, expand, get_suite, lm_config, pixel_config
 from producers.tasks import build_tasks, known_tasks
@@ -34,7 +34,7 @@ def test_every_suite_task_is_a_miniwob_task_with_a_solver(name):
 
 
 def test_every_suite_fits_the_pixel_policy():
-    from infra.policy import build_policy
+    from infra.runtime.policy import build_policy
 
     for suite in SUITES.values():
         policy = build_policy("pixel", "p", pixel_config(suite.action_types))
@@ -42,9 +42,9 @@ def test_every_suite_fits_the_pixel_policy():
 
 
 def test_both_policies_read_the_pages_font_from_one_default():
-    from trainer.policies.lm import tiny_lm_config
-    from trainer.policies.pixel import DEFAULT_CONFIG
-    from trainer.policies.pixel_ground import PAGE_FONT, PAGE_SIZES
+    from trainer.policies.lm.model import tiny_lm_config
+    from trainer.policies.pixel.model import DEFAULT_CONFIG
+    from trainer.policies.pixel.ground import PAGE_FONT, PAGE_SIZES
 
     for cfg in (tiny_lm_config(), DEFAULT_CONFIG):
         assert (cfg["ground_font"], tuple(cfg["ground_sizes"])) == (PAGE_FONT, PAGE_SIZES) == ("Arial", (10, 13))

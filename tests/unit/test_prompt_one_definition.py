@@ -13,16 +13,16 @@ from aiohttp.test_utils import TestServer
 from PIL import Image
 from serving_fixtures import scored_trajectory
 
-from infra.policy import PolicyInput, build_policy
+from infra.runtime.policy import PolicyInput, build_policy
 from producers.policy_client import PolicyRequest, chat_request, make_client
 from producers.sandboxes.base import Obs
 from schemas.blobs import BlobStore
 from schemas.events import PolicyVersion
 from schemas.prompt import PromptSpec, history_window
-from trainer.openai_chat import parse_messages
-from trainer.policies.pixel_ground import font_file
-from trainer.reload import PolicyHolder
-from trainer.server import PolicyServer, ServeConfig
+from trainer.serving.openai_chat import parse_messages
+from trainer.policies.pixel.ground import font_file
+from trainer.serving.reload import PolicyHolder
+from trainer.serving.server import PolicyServer, ServeConfig
 
 CONFIG = {"max_new_tokens": 8, "max_images": 2}  # a window shorter than the history: dropped screenshots too
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from infra.settings import load_settings
+from infra.runtime.settings import load_settings
 from producers.policy_client import make_client
 from producers.rollout import JOIN_GRACE_S, RolloutConfig, RolloutWorker
 

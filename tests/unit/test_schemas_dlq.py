@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infra.dlq import MAX_ORIGINAL_BYTES, dead_letter, original_key, original_value
+from infra.runtime.dlq import MAX_ORIGINAL_BYTES, dead_letter, original_key, original_value
 from schemas.codec import DecodeError, SchemaVersionError, decode, encode
 from schemas.events import DeadLetter, EpisodeEvent
 

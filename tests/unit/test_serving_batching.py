@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from trainer.batching import DynamicBatcher, group_by_key
+from trainer.serving.batching import DynamicBatcher, group_by_key
 
 
 def test_group_by_key_keeps_arrival_order():

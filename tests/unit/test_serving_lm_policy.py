@@ -11,10 +11,10 @@ import torch
 from schemas.actions import Click
 from schemas.blobs import BlobStore
 from schemas.events import BlobRef, Observation, Step
-from infra.policy import build_policy
-from infra.policy import PolicyInput
-from trainer.policies.lm import LMPolicy
-from trainer.policies.lm_text import IMAGE, Rendered, format_step_output
+from infra.runtime.policy import build_policy
+from infra.runtime.policy import PolicyInput
+from trainer.policies.lm.model import LMPolicy
+from trainer.policies.lm.text import IMAGE, Rendered, format_step_output
 
 CFG = {"max_new_tokens": 12}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.merge import MergeError, MergePlan, interpolate, validate_alphas
+from trainer.serving.merge import MergeError, MergePlan, interpolate, validate_alphas
 
 
 def sd(scale: float) -> dict[str, torch.Tensor]:
@@ -66,8 +66,8 @@ def test_plan_records_parent_and_recipe():
 def test_a_version_from_before_fonts_were_pinned_merges_with_a_pinned_one():
     """A grounded version published before ``ground_font_sha256`` existed is unpinned, not
     different; two versions pinned to different fonts are different models."""
-    from trainer.merge import differs
-    from trainer.policies.pixel_ground import FONT_SHA256
+    from trainer.serving.merge import differs
+    from trainer.policies.pixel.ground import FONT_SHA256
 
     old, new = {"ground": True, "seed": 0}, {"ground": True, "seed": 1, FONT_SHA256: "a" * 64}
     assert not any(differs(k, old, new) for k in set(old) | set(new))

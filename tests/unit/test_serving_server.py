@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from trainer.openai_chat import encode_image
-from infra.policy import build_policy
-from trainer.reload import PolicyHolder
-from trainer.server import PolicyServer, ServeConfig, encode_png_b64
+from trainer.serving.openai_chat import encode_image
+from infra.runtime.policy import build_policy
+from trainer.serving.reload import PolicyHolder
+from trainer.serving.server import PolicyServer, ServeConfig, encode_png_b64
 
 IMG = np.random.default_rng(0).integers(0, 255, (60, 80, 3), dtype=np.uint8)
 
@@ -64,7 +64,7 @@ def test_chat_logprobs_sum_to_the_policys_decision_logprob(lm):
 
     body = with_client(holder, fn)
     text = body["choices"][0]["message"]["content"]
-    from trainer.openai_chat import parse_messages
+    from trainer.serving.openai_chat import parse_messages
 
     turns = parse_messages(chat_body()["messages"])
     _, lps = lm.response_logprobs([turns], [text])[0]
@@ -134,7 +134,7 @@ def test_bad_requests_get_400_with_a_reason(lm, body, fragment):
 def test_act_endpoint_for_the_lm_policy_uses_the_episode_history(lm):
     from schemas.actions import Click
     from schemas.events import BlobRef, Observation, Step
-    from infra.policy import PolicyInput
+    from infra.runtime.policy import PolicyInput
 
     holder = PolicyHolder("lm-srv")
     holder.swap(lm, None)

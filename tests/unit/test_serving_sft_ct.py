@@ -11,13 +11,13 @@ from PIL import Image
 from serving_fixtures import scored_trajectory
 
 from schemas.blobs import BlobStore
-from trainer.ct import ct_samples
-from infra.checkpoint import load_checkpoint
-from infra.consume_loop import CheckpointFile
-from trainer.learner import LearnerState, drop_other_weights, read_weights, write_weights
-from trainer.lm_stream import LMTrainConfig, train_step
-from infra.policy import build_policy
-from trainer.sft import sft_samples
+from trainer.sft.ct_samples import ct_samples
+from infra.runtime.checkpoint import load_checkpoint
+from infra.runtime.consume_loop import CheckpointFile
+from trainer.core.learner import LearnerState, drop_other_weights, read_weights, write_weights
+from trainer.sft.lm_stream import LMTrainConfig, train_step
+from infra.runtime.policy import build_policy
+from trainer.sft.sft_samples import sft_samples
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_sft_scores_each_steps_answer_in_the_context_it_was_written(store):
     assert [len(s.images) for s in samples] == [1, 2, 3]  # screenshots so far, within max_images
     # the sample for step 2 is exactly what the policy would score for that decision
     steps = scored.trajectory.steps
-    from infra.policy import PolicyInput
+    from infra.runtime.policy import PolicyInput
 
     img = loader(store)(steps[2].observation.screenshot)
     inp = PolicyInput(img, "Click the button.", 50, 40, history=list(steps[:2]))
@@ -80,7 +80,7 @@ def test_ct_scores_the_screens_transitions_and_no_assistant_or_image_token(store
 
 
 def test_ct_transition_text_uses_what_the_rollout_recorded(store):
-    from trainer.ct import transition_text
+    from trainer.sft.ct_samples import transition_text
 
     steps = scored_trajectory(store, "ep4", n_steps=2).trajectory.steps
     same = steps[0].model_copy(update={"next_screenshot_sha256": steps[0].observation.screenshot.sha256,
@@ -102,7 +102,7 @@ def test_a_few_sft_steps_lower_the_loss(store):
 
 
 def test_checkpoint_round_trip(tmp_path):
-    """The learner's checkpoint: infra.checkpoint's JSON (offsets by topic and partition, typed state)
+    """The learner's checkpoint: infra.runtime.checkpoint's JSON (offsets by topic and partition, typed state)
     naming a weights + optimiser file written before it."""
     policy = build_policy("lm", "lm-t", {})
     policy.version = 3

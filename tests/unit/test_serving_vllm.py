@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.vllm_backend import VllmProcess, vllm_available
+from trainer.serving.vllm_backend import VllmProcess, vllm_available
 
 
 def test_vllm_command_line_names_the_model_and_port(tmp_path):
@@ -26,8 +26,8 @@ def test_vllm_serves_in_float32_unless_told_otherwise(tmp_path):
 def test_vllm_missing_is_a_clear_user_error():
     if vllm_available() is None:
         pytest.skip("vLLM is installed here; the missing-vLLM message cannot be shown")
-    from infra.errors import UserError
-    from trainer.vllm_backend import serve_vllm
+    from infra.runtime.errors import UserError
+    from trainer.serving.vllm_backend import serve_vllm
 
     with pytest.raises(UserError, match="vLLM is not installed"):
         serve_vllm(None, None, None)
@@ -38,16 +38,16 @@ def test_vllm_missing_is_a_clear_user_error():
 
 def _published(policy, tmp_path):
     from schemas.blobs import BlobStore
-    from trainer.publish import make_version, save_weights
+    from trainer.core.publish import make_version, save_weights
 
     store = BlobStore(str(tmp_path / "blobs"))
     return make_version(policy, save_weights(policy, store), None), store
 
 
 def test_export_refuses_a_policy_vllm_cannot_serve_exactly(tmp_path):
-    from infra.errors import UserError
-    from infra.policy import build_policy
-    from trainer.vllm_backend import export_hf_folder, export_refusal
+    from infra.runtime.errors import UserError
+    from infra.runtime.policy import build_policy
+    from trainer.serving.vllm_backend import export_hf_folder, export_refusal
 
     assert "patch-embedding adapter" in export_refusal({"pretrained": "smollm2-135m", "max_images": 3})
     assert "byte tokenizer" in export_refusal({"pretrained": "", "max_images": 0})
@@ -68,9 +68,9 @@ def test_export_of_a_text_only_smollm2_policy_is_the_trained_policy_token_for_to
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
-    from infra.policy import PolicyInput, build_policy
+    from infra.runtime.policy import PolicyInput, build_policy
     from schemas.prompt import to_messages
-    from trainer.vllm_backend import export_hf_folder
+    from trainer.serving.vllm_backend import export_hf_folder
 
     policy = build_policy("lm", "smol", {"pretrained": "smollm2-135m", "max_images": 0})
     with torch.no_grad():  # a "trained" version: its weights differ from the checkpoint's

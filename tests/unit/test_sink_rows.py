@@ -8,7 +8,7 @@ import pytest
 
 from consumers.rows import SINK_KINDS, rows_for
 from consumers.sample import synthetic_run
-from infra.clickhouse import load_migrations
+from infra.clickhouse.client import load_migrations
 from schemas.base import now
 from schemas.actions import Click
 from schemas.events import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from infra.ch_query import render
+from infra.clickhouse.query import render
 
 
 COLUMNS = ["task", "episodes", "rate", "at"]

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from infra.errors import UserError
-from infra.topics import TOPICS
+from infra.runtime.errors import UserError
+from infra.runtime.topics import TOPICS
 from schemas.actions import Click, Wait
 from streams.assemble import add_event, close_abandoned
 from streams.route import route, staleness
@@ -162,7 +162,7 @@ def test_rl_clean_rule_drops_anomalous_from_rl():
 def test_rescore_since_and_app_id():
     from datetime import datetime, timezone
 
-    from infra.settings import Settings
+    from infra.runtime.settings import Settings
     from streams.config import StreamsConfig, app_id_for
     from streams.rescore import parse_since
 

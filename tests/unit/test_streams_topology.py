@@ -3,7 +3,7 @@ abandoned-episode sweep as a pure decision."""
 
 from __future__ import annotations
 
-from infra.topics import TOPICS
+from infra.runtime.topics import TOPICS
 from schemas.codec import decode, encode
 from schemas.events import ScoredTrajectory
 from streams.assemble import EpisodeState, add_event, sweep
@@ -105,7 +105,7 @@ def test_sweep_closes_idle_episodes_forgets_old_tombstones_and_skips_standby_cop
 
 
 def test_each_abandoned_dead_letter_has_its_own_id():
-    from infra.dlq import dead_letter
+    from infra.runtime.dlq import dead_letter
 
     states = {f"ep-{i}".encode(): _state(f"ep-{i}", 0, last_seen=1.0, last_offset=100 + i) for i in range(3)}
     decision = sweep(states, now=1000.0, idle_s=300.0, retention_s=600.0, owned={0})

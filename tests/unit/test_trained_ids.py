@@ -1,10 +1,10 @@
-"""A learner's trained ids (infra.checkpoint.TrainedIds): exactly-once in memory bounded by the staleness window."""
+"""A learner's trained ids (infra.runtime.checkpoint.TrainedIds): exactly-once in memory bounded by the staleness window."""
 
 from __future__ import annotations
 
 import pytest
 
-from infra.checkpoint import TrainedIds
+from infra.runtime.checkpoint import TrainedIds
 
 
 def test_remembers_what_it_trained_and_refuses_a_second_add():

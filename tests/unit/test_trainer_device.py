@@ -15,17 +15,17 @@ import numpy as np
 import pytest
 import torch
 
-from infra.config import ConfigError
-from infra.consume_loop import CheckpointFile
-from infra.policy import build_policy
+from infra.runtime.config import ConfigError
+from infra.runtime.consume_loop import CheckpointFile
+from infra.runtime.policy import build_policy
 from schemas.blobs import BlobStore
 from tests.unit.devices import DEVICES
 from tests.unit.lm_samples import CONFIG, POLICY, rollout, step_logprobs
-from trainer import stream
-from trainer.config import TrainConfig
-from trainer.learner import LearnerState, write_weights
-from trainer.lm_config import LMTrainConfig
-from trainer.update import collate, ppo_update
+from trainer.rl import streaming_ppo as stream
+from trainer.rl.config import TrainConfig
+from trainer.core.learner import LearnerState, write_weights
+from trainer.sft.lm_config import LMTrainConfig
+from trainer.rl.update import collate, ppo_update
 
 
 
@@ -53,7 +53,7 @@ def test_a_device_the_trainer_cannot_use_is_refused_with_the_reason(monkeypatch)
 
 
 def test_torchrun_ranks_on_a_gpu_are_refused_before_joining_a_group_and_one_rank_is_not(monkeypatch):
-    from trainer import launch
+    from trainer.rl import launch
 
     class Joined(Exception):
         pass
@@ -73,7 +73,7 @@ def test_torchrun_ranks_on_a_gpu_are_refused_before_joining_a_group_and_one_rank
 
 
 def test_the_published_versions_kind_decides_the_device_not_the_flag(tmp_path, monkeypatch):
-    from trainer.publish import make_version, save_weights
+    from trainer.core.publish import make_version, save_weights
 
     store = BlobStore(str(tmp_path / "blobs"))
     pixel = build_policy("pixel", POLICY, {})
@@ -88,7 +88,7 @@ def test_the_published_versions_kind_decides_the_device_not_the_flag(tmp_path, m
 
 def test_pixel_on_a_gpu_is_refused_fresh_and_resumed_and_a_published_lm_is_trained_whatever_the_flag(
         tmp_path, monkeypatch):
-    from trainer.publish import make_version, save_weights
+    from trainer.core.publish import make_version, save_weights
 
     store = BlobStore(str(tmp_path / "blobs"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -170,7 +170,7 @@ def test_a_checkpoint_written_on_the_device_resumes_on_the_cpu(device, tmp_path,
 
 
 def test_flywheel_bc_takes_a_device_for_the_language_policy_only(monkeypatch):
-    from trainer.bc_config import BCConfig
+    from trainer.sft.bc_config import BCConfig
 
     assert BCConfig(policy_kind="lm", device="cpu").validate().device == "cpu"
     with pytest.raises(ConfigError, match="flywheel bc: device must be cpu, cuda or cuda:N"):
@@ -184,8 +184,8 @@ def test_flywheel_bc_takes_a_device_for_the_language_policy_only(monkeypatch):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_behaviour_cloning_on_the_device_raises_the_demonstrations_log_probs(device, tmp_path):
-    from trainer.bc_config import BCConfig
-    from trainer.bc_lm import clone_lm, lm_examples
+    from trainer.sft.bc_config import BCConfig
+    from trainer.policies.lm.bc import clone_lm, lm_examples
     from trainer.synthetic import make_episode, scored_trajectory
     from schemas.actions import Click
 

@@ -1,7 +1,7 @@
 """The distributed PPO update on 2 gloo ranks (spawned processes, localhost) against one process.
 
 Rank 0 takes the policy and the batches the way the streaming trainer does (share_start, then
-lead_update), rank 1 follows (trainer.distributed.follow); after a critic-only update and a PPO
+lead_update), rank 1 follows (trainer.rl.distributed.follow); after a critic-only update and a PPO
 update, both ranks' weights must equal those of one process running ppo_update on the same
 batches with the same minibatch permutation, for the pixel and the language policy. And a rank
 that dies or hangs makes the other fail within the collective timeout instead of waiting forever.
@@ -28,11 +28,11 @@ import numpy as np
 import pytest
 import torch
 
-from infra.policy import PolicyInput, build_policy
+from infra.runtime.policy import PolicyInput, build_policy
 from schemas.actions import Click
-from trainer.config import TrainConfig
+from trainer.rl.config import TrainConfig
 from trainer.synthetic import make_episode
-from trainer.update import EpisodeSample, collate, ppo_update
+from trainer.rl.update import EpisodeSample, collate, ppo_update
 
 SEEDS = (11, 12)  # minibatch permutation of the critic-only update, then of the PPO update
 PIXEL = ("pixel", "p-dist", {"grid": 4, "channels": [4, 8, 8], "action_types": ["click"], "seed": 1})
@@ -108,7 +108,7 @@ def _optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
 
 def _rank(rank: int, world: int, port: int, start: str, opt: str, out: str) -> None:
     """One rank of the job: rank 0 leads two updates as the trainer does, the others follow."""
-    from trainer import distributed
+    from trainer.rl import distributed
 
     _env(rank, world, port)
     group = distributed.init_group(timeout_s=60)
@@ -123,7 +123,7 @@ def _rank(rank: int, world: int, port: int, start: str, opt: str, out: str) -> N
         policy, metrics = distributed.follow(group), None
     torch.save({"weights": policy.state_dict(), "metrics": metrics}, out.format(rank))
     distributed.close_group()
-    distributed.exit_rank(0)  # as trainer.launch's ranks do
+    distributed.exit_rank(0)  # as trainer.rl.launch's ranks do
 
 
 def _spawn(target, world: int, *args) -> list[multiprocessing.Process]:
@@ -171,7 +171,7 @@ def test_two_ranks_update_equals_one_process(kind, opt, tmp_path):
 def _die_then_wait(rank: int, world: int, port: int, how: str, out: str) -> None:
     """Rank 1 is SIGKILLed (``how="killed"``) or never joins the collective (``"hung"``);
     rank 0 records what its next collective did and when."""
-    from trainer import distributed
+    from trainer.rl import distributed
 
     _env(rank, world, port)
     distributed.init_group(timeout_s=4)

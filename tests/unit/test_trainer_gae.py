@@ -4,7 +4,7 @@ from coupled GAE (lam_policy = lam_critic = 0.95); a truncated episode bootstrap
 import pytest
 import torch
 
-from trainer import ppo
+from trainer.rl import ppo
 
 REWARDS = torch.tensor([[0.0, 0.0, 1.0]])
 VALUES = torch.tensor([[0.2, 0.5, 0.8]])
@@ -50,10 +50,10 @@ def test_truncation_bootstraps_from_the_value_after_the_last_step():
 def test_ppo_update_bootstraps_truncated_episodes_from_the_policy_value_of_s_T():
     import numpy as np
 
-    from infra.policy import build_policy
+    from infra.runtime.policy import build_policy
     from schemas.actions import Click
-    from trainer.config import TrainConfig
-    from trainer.update import EpisodeSample, bootstrap_values, collate, ppo_update
+    from trainer.rl.config import TrainConfig
+    from trainer.rl.update import EpisodeSample, bootstrap_values, collate, ppo_update
 
     policy = build_policy("pixel", "p", {"grid": 4, "channels": [4, 8, 8]})
     with torch.no_grad():

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from tests.unit.ppo_samples import tiny_policy_and_samples
-from trainer import metric_names as M
-from trainer import ppo
-from trainer.config import TrainConfig
-from trainer.update import _evaluate_all, collate, ppo_update, reference_logprobs
+from trainer.core import metric_names as M
+from trainer.rl import ppo
+from trainer.rl.config import TrainConfig
+from trainer.rl.update import _evaluate_all, collate, ppo_update, reference_logprobs
 
 
 def _kl_to(policy, batch) -> float:
@@ -61,8 +61,8 @@ def test_without_a_reference_no_kl_ref_metric():
 
 
 def test_a_reference_that_reads_other_inputs_is_refused_and_one_that_differs_only_in_seed_is_not():
-    from infra.policy import build_policy
-    from trainer.stream import reference_mismatch
+    from infra.runtime.policy import build_policy
+    from trainer.rl.streaming_ppo import reference_mismatch
 
     base = {"coord_mode": "1000", "max_images": 1, "max_new_tokens": 8}
     policy = build_policy("lm", "lm-t", {**base, "pointer": True})

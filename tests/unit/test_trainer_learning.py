@@ -4,7 +4,7 @@ driven through the same policy and PPO update code as the streaming trainer
 
 import torch
 
-from trainer.config import TrainConfig
+from trainer.rl.config import TrainConfig
 from trainer.synthetic import learn
 
 

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from infra.errors import UserError
+from infra.runtime.errors import UserError
 from schemas.actions import Click, Wait
 from schemas.blobs import BlobStore
-from infra.policy import PolicyIntegrityError, build_policy, load_policy_version
-from infra.policy import PolicyInput
-from trainer.publish import make_version, save_weights
+from infra.runtime.policy import PolicyIntegrityError, build_policy, load_policy_version
+from infra.runtime.policy import PolicyInput
+from trainer.core.publish import make_version, save_weights
 from trainer.synthetic import make_episode
 
 
@@ -96,8 +96,8 @@ def test_load_policy_version_verifies_sha(tmp_path):
 
 
 def test_critic_only_update_keeps_the_acting_policy_fixed():
-    from trainer.config import TrainConfig
-    from trainer.update import EpisodeSample, collate, ppo_update
+    from trainer.rl.config import TrainConfig
+    from trainer.rl.update import EpisodeSample, collate, ppo_update
 
     policy = build_policy("pixel", "p", {"grid": 4, "channels": [4, 8, 8]})
     eps, inputs = _inputs(8, task="click-test")

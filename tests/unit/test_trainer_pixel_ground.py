@@ -10,11 +10,11 @@ import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from infra.policy import PolicyInput, build_policy
+from infra.runtime.policy import PolicyInput, build_policy
 from schemas import actions as A
 from schemas.events import BlobRef, Observation, Step
-from trainer.bc import Examples, bc_train
-from trainer.policies.pixel_ground import font_file, match_maps, word_features, words
+from trainer.sft.bc import Examples, bc_train
+from trainer.policies.pixel.ground import font_file, match_maps, word_features, words
 
 FONT = font_file("Arial")
 needs_font = pytest.mark.skipif(FONT is None, reason="fontconfig (fc-match) or a font for Arial is not installed")
@@ -74,7 +74,7 @@ def test_word_features_carry_neighbours_and_quotes():
 
 
 def test_type_pointer_quote_flags_need_a_quote():
-    from trainer.policies.pixel_inputs import token_features
+    from trainer.policies.pixel.inputs import token_features
 
     _, flags = token_features('Enter "bob" now', 8, 4096)
     # tokens: Enter " bob " now; the first has nothing before it, the last nothing after it
@@ -174,7 +174,7 @@ def test_grounding_lets_behaviour_cloning_click_the_box_of_the_named_random_stri
 def test_a_grounded_policy_pins_its_font_file_and_refuses_another(tmp_path):
     """The config records the hash of the font file the maps are read in; a policy rebuilt from
     it (a published version on another machine) must find the same file, else a clear error."""
-    from trainer.policies.pixel_ground import FONT_SHA256, font_sha256
+    from trainer.policies.pixel.ground import FONT_SHA256, font_sha256
 
     policy = build_policy("pixel", "p", GROUNDED)
     pinned = policy.config_dict()[FONT_SHA256]
@@ -195,6 +195,6 @@ def test_a_font_path_that_is_no_file_is_refused_not_pinned_to_fontconfigs_defaul
             build_policy("pixel", "p", {**GROUNDED, "ground_font": missing})
     real = tmp_path / "Mine.ttf"
     real.write_bytes(b"a font file of one's own")
-    from trainer.policies.pixel_ground import FONT_SHA256, font_sha256
+    from trainer.policies.pixel.ground import FONT_SHA256, font_sha256
 
     assert build_policy("pixel", "p", {**GROUNDED, "ground_font": str(real)}).config_dict()[FONT_SHA256] == font_sha256(str(real))

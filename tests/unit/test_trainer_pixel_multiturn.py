@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from infra.policy import PolicyInput, build_policy
+from infra.runtime.policy import PolicyInput, build_policy
 from schemas import actions as A
 from schemas.events import BlobRef, Observation, Step
-from trainer.policies.pixel_inputs import span_mask, token_spans
+from trainer.policies.pixel.inputs import span_mask, token_spans
 
 TYPES = ["click", "type", "press_enter", "scroll", "finished", "hotkey", "left_double", "right_single"]
 INSTRUCTION = 'Enter the username "bob" and the password "k1a" into the text fields and press login.'

@@ -4,9 +4,9 @@ librdkafka's 300 s default, and the trainer left its group mid-run)."""
 
 import pytest
 
-from infra.config import ConfigError
-from trainer.config import TrainConfig
-from trainer.lm_config import LMTrainConfig
+from infra.runtime.config import ConfigError
+from trainer.rl.config import TrainConfig
+from trainer.sft.lm_config import LMTrainConfig
 
 
 def test_the_update_bound_is_validated():
@@ -20,8 +20,8 @@ def test_the_update_bound_is_validated():
 def test_the_trainer_consumer_gets_the_bound(monkeypatch, tmp_path):
     import threading
 
-    from infra import consume_loop
-    from trainer import stream
+    from infra.runtime import consume_loop
+    from trainer.rl import streaming_ppo as stream
 
     seen = {}
 
@@ -40,6 +40,6 @@ def test_the_trainer_consumer_gets_the_bound(monkeypatch, tmp_path):
 
 
 def _settings(tmp_path):
-    from infra.settings import load_settings
+    from infra.runtime.settings import load_settings
 
     return load_settings({"data_dir": str(tmp_path)})

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trainer import ppo
+from trainer.rl import ppo
 
 
 def test_gae_padded_batch_by_hand():
@@ -135,9 +135,9 @@ def test_far_off_policy_steps_give_finite_losses_and_gradients():
 
 def test_a_non_finite_gradient_takes_no_step_and_spoils_no_metric():
     from tests.unit.ppo_samples import tiny_policy_and_samples
-    from trainer import metric_names as M
-    from trainer.config import TrainConfig
-    from trainer.update import collate, ppo_update
+    from trainer.core import metric_names as M
+    from trainer.rl.config import TrainConfig
+    from trainer.rl.update import collate, ppo_update
 
     policy, samples = tiny_policy_and_samples([float("nan"), 1.0, 1.0, 1.0])
     before = {k: v.clone() for k, v in policy.state_dict().items()}

@@ -1,4 +1,4 @@
-"""Rejection-sampling fine-tuning (trainer.rft): which successes a round takes, that the round
+"""Rejection-sampling fine-tuning (trainer.sft.rft): which successes a round takes, that the round
 teaches the current weights what its successes did, and the config's refusals."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from infra.config import ConfigError
+from infra.runtime.config import ConfigError
 from schemas.actions import Click
 from schemas.blobs import BlobStore
-from trainer.config import TrainConfig
-from trainer.rft import annotator_of, select_rft
+from trainer.rl.config import TrainConfig
+from trainer.sft.rft import annotator_of, select_rft
 from trainer.synthetic import make_episode, scored_trajectory
 
 
@@ -45,9 +45,9 @@ def test_a_round_takes_every_demonstration_and_the_newest_own_successes_per_task
 def test_fine_tuning_on_the_rounds_successes_raises_their_likelihood(tmp_path):
     import torch
 
-    from infra.policy import PolicyInput, build_policy
-    from trainer.bc import examples
-    from trainer.rft import fine_tune
+    from infra.runtime.policy import PolicyInput, build_policy
+    from trainer.sft.bc import examples
+    from trainer.sft.rft import fine_tune
 
     store, rng = BlobStore(str(tmp_path)), np.random.default_rng(1)
     chosen = select_rft([scored(store, rng, f"o{k}", "p") for k in range(24)], "p", per_task=24)
@@ -74,8 +74,8 @@ def test_fine_tuning_on_the_rounds_successes_raises_their_likelihood(tmp_path):
 def test_step_inputs_are_preprocessed_once_across_rounds(tmp_path):
     import torch
 
-    from infra.policy import build_policy
-    from trainer.bc import examples
+    from infra.runtime.policy import build_policy
+    from trainer.sft.bc import examples
 
     store, rng = BlobStore(str(tmp_path)), np.random.default_rng(2)
     records = [scored(store, rng, f"o{k}", "p") for k in range(4)]

@@ -8,15 +8,15 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from infra.consume_loop import CheckpointFile
-from infra.settings import load_settings
+from infra.runtime.consume_loop import CheckpointFile
+from infra.runtime.settings import load_settings
 from schemas.codec import encode
 from streams.assemble import add_event
 from streams.score import make_scorer
 from streams.synthetic import episode_events
-from trainer import stream
-from trainer.config import TrainConfig
-from trainer.learner import LearnerState
+from trainer.rl import streaming_ppo as stream
+from trainer.rl.config import TrainConfig
+from trainer.core.learner import LearnerState
 
 
 class Record:

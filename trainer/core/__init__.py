@@ -1,0 +1,1 @@
+"""What every trainer shares: checkpoint format, metric names, publishing, pretrained checkpoints, augmentation."""

@@ -1,0 +1,1 @@
+"""Direct Preference Optimization on reflection pairs (UI-TARS's reflection tuning)."""

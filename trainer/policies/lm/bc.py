@@ -1,0 +1,120 @@
+"""Behaviour cloning of the language policy: the cold start's SFT for ``flywheel bc --policy-kind lm``.
+
+The same demonstrations as the pixel policy's (trainer.sft.bc: a snapshot of flywheel.sft.v1, the
+first ``demos_per_task`` per task), rendered by ``trainer.sft.sft_samples.sft_samples`` in the one context
+format the policy acts in (the assistant's "Thought / Action" turn is the only scored text),
+trained for ``epochs`` passes with ``trainer.sft.lm_stream.train_step``, published as one version.
+
+The patch adapter and the value head start from scratch: they train at ``adapter_lr_mult``
+times the LM's learning rate (LLaVA trains its projector the same way).
+
+Grounding augmentation (trainer.core.augment, off by default): the first step of each
+demonstration (no earlier screenshot in its context) also gives ``shift_copies`` translated
+copies of its screen and click. Measured on click-test (docs/language-policy.md) it did not
+raise greedy success and made SFT six times longer, so it stays an option.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from infra.runtime.config import ConfigError
+from infra.runtime.policy import PolicyInput
+from schemas.blobs import BlobStore
+from schemas.events import ScoredTrajectory
+from schemas.prompt import Rendered, format_step_output
+from trainer.core.augment import random_shifts
+from trainer.sft.sft_samples import sft_samples
+
+
+def load_image(store: BlobStore):
+    import io
+
+    from PIL import Image
+
+    def load(ref) -> np.ndarray | None:
+        try:
+            return np.asarray(Image.open(io.BytesIO(store.get(ref))).convert("RGB"))
+        except Exception:  # noqa: BLE001 - a missing screenshot skips its step (sft_samples)
+            return None
+    return load
+
+
+def shifted_samples(policy, scored: ScoredTrajectory, image: np.ndarray, copies: int, max_frac: float,
+                    rng: random.Random) -> list[Rendered]:
+    """Translated copies of the trajectory's first step (its screen and its click moved together)."""
+    step = scored.trajectory.steps[0]
+    obs, out = step.observation, []
+    for moved_image, moved in random_shifts(image, step.action, copies, max_frac, rng):
+        inp = PolicyInput(moved_image, obs.instruction or scored.trajectory.task.name, obs.screen_width,
+                          obs.screen_height, history=[])
+        text = format_step_output(step.model_copy(update={"action": moved, "raw_output": None}), policy.config["coord_mode"])
+        out.append(policy.render(policy.context(inp), text, score="last"))
+    return out
+
+
+def lm_examples(policy, demos: list[ScoredTrajectory], store: BlobStore, copies: int, max_frac: float,
+                seed: int) -> tuple[list[Rendered], Counter]:
+    """Every demonstrated step in its context, plus the first steps' translated copies;
+    -> (samples, skipped counts)."""
+    load, rng = load_image(store), random.Random(seed)
+    samples: list[Rendered] = []
+    skipped: Counter = Counter()
+    for s in demos:
+        rendered = sft_samples(policy, s, load)
+        if len(rendered) < len(s.trajectory.steps):
+            skipped["screenshot_missing"] += len(s.trajectory.steps) - len(rendered)
+        samples += rendered
+        first = s.trajectory.steps[0]
+        image = load(first.observation.screenshot) if copies and first.action is not None else None
+        if image is not None:
+            samples += shifted_samples(policy, s, image, copies, max_frac, rng)
+    if not samples:
+        raise ConfigError(f"no demonstration this policy can learn from (skipped: {dict(skipped) or 'none found'})")
+    return samples, skipped
+
+
+def lm_train(policy, samples: list[Rendered], epochs: int, lr: float, batch: int, minibatch: int,
+             seed: int = 0, progress=None, adapter_lr_mult: float = 1.0) -> list[float]:
+    """``epochs`` shuffled passes of ``train_step``; -> the mean loss per epoch."""
+    import torch
+
+    from trainer.core import metric_names as M
+    from trainer.sft.lm_config import LMTrainConfig
+    from trainer.sft.lm_stream import train_step
+
+    cfg = LMTrainConfig(lr=lr, minibatch_samples=minibatch)
+    optimizer = torch.optim.AdamW(policy.param_groups(lr, adapter_lr_mult), lr=lr)
+    rng, losses = random.Random(seed), []
+    policy.train()
+    for epoch in range(epochs):
+        order = list(range(len(samples)))
+        rng.shuffle(order)
+        total = 0.0
+        for i in range(0, len(order), batch):
+            chunk = [samples[j] for j in order[i:i + batch]]
+            total += train_step(policy, optimizer, chunk, cfg)[M.SFT_LOSS] * len(chunk)
+        losses.append(total / len(samples))
+        if progress is not None:
+            progress(epoch + 1, losses[-1])
+    policy.eval()
+    return losses
+
+
+def clone_lm(policy, demos: list[ScoredTrajectory], store: BlobStore, cfg) -> dict[str, Any]:
+    """Train ``policy`` on ``demos`` as ``cfg`` (a BCConfig) says; -> what it trained on and the losses."""
+    import logging
+
+    log = logging.getLogger("flywheel.bc")
+    samples, skipped = lm_examples(policy, demos, store, cfg.shift_copies, cfg.shift_frac, cfg.seed)
+    log.info("language policy: %d samples (%d translated copies) from %d demonstrations", len(samples),
+             len(samples) - sum(len(d.trajectory.steps) for d in demos) + sum(skipped.values()), len(demos))
+    losses = lm_train(policy, samples, cfg.epochs_for("lm"), cfg.lr_for("lm"), cfg.minibatch_for("lm"),
+                      min(cfg.minibatch_for("lm"), 4), cfg.seed,
+                      progress=lambda e, loss: log.info("epoch %d: loss %.3f", e, loss),
+                      adapter_lr_mult=cfg.adapter_lr_mult)
+    return {"samples": len(samples), "skipped": dict(skipped), "losses": losses}

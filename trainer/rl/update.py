@@ -1,0 +1,247 @@
+"""One PPO update (and one critic-only update) over a batch of ended episodes (a truncated one
+bootstraps from the value of the state it stopped in).
+
+Pure with respect to the outside world: tensors in, weights and optimiser changed, metrics
+out. The streaming loop (trainer/rl/streaming_ppo.py) and the offline benchmark call the same code.
+Invariant: a batch's samples are ordered trajectory by trajectory, step by step, so the
+[B, T] tensors of GAE and the flattened [N] tensors line up through ``mask.bool()``.
+Given a ``Rank`` (trainer.rl.collectives), N processes share one update of the same batch and end
+with the weights one process would reach (to float rounding): each evaluates and backpropagates
+its part of every minibatch, gradients and metrics are summed over the ranks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from trainer.core import metric_names as M
+from trainer.rl import ppo
+from trainer.rl.collectives import Rank, all_reduce_grads, all_reduce_sums, gather_parts, part
+
+
+@dataclass
+class EpisodeSample:
+    """One complete episode as the trainer needs it (screenshots already preprocessed)."""
+
+    episode_id: str
+    images: list[torch.Tensor]  # per step [C, H, W] uint8 from policy.preprocess
+    instructions: list[str]
+    actions: list[Any]
+    logprobs: list[float]  # behaviour log-probs carried by the steps
+    rewards: list[float]  # per step; the scored reward sits on the last step
+    policy_version: int  # oldest version that acted in it
+    thought_chars: float = 0.0
+    # the step budget or the timeout ended it (not the task): GAE bootstraps from V(s_T) there
+    truncated: bool = False
+    bootstrap_input: Any = None  # the policy's input for s_T, the state after the last step (if it has one)
+
+
+@dataclass
+class Batch:
+    images: Any  # [N, C, H, W] uint8, or a list of N policy samples (see _stack)
+    instructions: list[str]  # [N]
+    actions: list[Any]  # [N]
+    behaviour_logprob: torch.Tensor  # [N]
+    rewards: torch.Tensor  # [B, T]
+    mask: torch.Tensor  # [B, T]
+    episode_return: torch.Tensor  # [B]
+    episode_ids: list[str] = field(default_factory=list)
+    truncated: torch.Tensor | None = None  # [B] bool
+    bootstrap_inputs: list[Any] = field(default_factory=list)  # [B] policy input of s_T, or None
+    ref_logprob: torch.Tensor | None = None  # [N] the reference policy's log-probs (reference_logprobs)
+
+
+def make_optimizer(policy, lr: float, head_lr_mult: float = 1.0,
+                   optimizer_class: type = torch.optim.Adam) -> torch.optim.Optimizer:
+    """Adam (PPO's, DPO's; a distributed follower passes its leader's class) at ``lr``; with
+    ``head_lr_mult`` != 1, the parts the policy trains from scratch (its ``param_groups``: the
+    language policy's patch adapter, pointer and value head) at that multiple. A policy without
+    such parts has one rate."""
+    if head_lr_mult != 1 and hasattr(policy, "param_groups"):
+        return optimizer_class(policy.param_groups(lr, head_lr_mult), lr=lr)
+    return optimizer_class(policy.parameters(), lr=lr)
+
+
+def collate(episodes: list[EpisodeSample]) -> Batch:
+    T = max(len(e.actions) for e in episodes)
+    rewards = torch.zeros(len(episodes), T)
+    mask = torch.zeros(len(episodes), T)
+    for b, e in enumerate(episodes):
+        rewards[b, :len(e.rewards)] = torch.tensor(e.rewards, dtype=torch.float32)
+        mask[b, :len(e.actions)] = 1.0
+    return Batch(
+        images=_stack([img for e in episodes for img in e.images]),
+        instructions=[s for e in episodes for s in e.instructions],
+        actions=[a for e in episodes for a in e.actions],
+        behaviour_logprob=torch.tensor([lp for e in episodes for lp in e.logprobs], dtype=torch.float32),
+        rewards=rewards, mask=mask, episode_return=rewards.sum(dim=1),
+        episode_ids=[e.episode_id for e in episodes],
+        truncated=torch.tensor([e.truncated for e in episodes]),
+        bootstrap_inputs=[e.bootstrap_input for e in episodes],
+    )
+
+
+def _stack(inputs: list) -> Any:
+    """Per-step policy inputs: image tensors are stacked; a policy's own samples (the LM's
+    rendered contexts, ``step_inputs``) stay a list."""
+    return torch.stack(inputs) if isinstance(inputs[0], torch.Tensor) else inputs
+
+
+def _take(inputs: Any, ids: list[int]) -> Any:
+    return inputs[torch.tensor(ids)] if isinstance(inputs, torch.Tensor) else [inputs[i] for i in ids]
+
+
+def _evaluate_all(policy, batch: Batch, chunk: int = 256, me: Rank | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Current log-probs and values for every step, without gradients: ([N], [N]). With ``me``
+    each rank evaluates its part of the steps and the parts are gathered."""
+    N = len(batch.actions)
+    lo, hi = 0, N
+    if me is not None:
+        mine = part(torch.arange(N), me)
+        lo, hi = (int(mine[0]), int(mine[-1]) + 1) if len(mine) else (0, 0)
+    logps, values = [], []
+    with torch.no_grad():
+        for i in range(lo, hi, chunk):
+            j = min(i + chunk, hi)
+            lp, v, _ = policy.evaluate(batch.images[i:j], batch.instructions[i:j], batch.actions[i:j])
+            logps.append(lp.cpu())  # the batch's per-step tensors live on the CPU; the model may not
+            values.append(v.cpu())
+    logp, value = (torch.cat(logps), torch.cat(values)) if logps else (torch.zeros(0), torch.zeros(0))
+    return (logp, value) if me is None else (gather_parts(logp, N, me), gather_parts(value, N, me))
+
+
+def reference_logprobs(reference, batch: Batch) -> torch.Tensor:
+    """[N] log-probs of the batch's actions under the frozen reference policy (the KL penalty's
+    anchor), computed once per batch before the update, on the rank that reads."""
+    reference.eval()
+    return _evaluate_all(reference, batch)[0]
+
+
+def _to_bt(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(mask)
+    out[mask.bool()] = flat
+    return out
+
+
+def bootstrap_values(policy, batch: Batch, values_bt: torch.Tensor) -> torch.Tensor:
+    """[B] value after each episode's last step: 0 when it ended in a terminal state; for a
+    truncated one V(s_T) from the policy's ``values`` on its input for s_T, or, when the policy
+    or the episode has none, V of the last state it acted in (the closest estimate we hold)."""
+    boot = torch.zeros(len(batch.episode_ids))
+    if batch.truncated is None or not batch.truncated.any():
+        return boot
+    last = batch.mask.sum(1).long() - 1
+    boot[batch.truncated] = values_bt[torch.arange(len(boot)), last][batch.truncated]
+    have = [b for b, x in enumerate(batch.bootstrap_inputs) if batch.truncated[b] and x is not None]
+    if have and hasattr(policy, "values"):
+        with torch.no_grad():
+            boot[have] = policy.values(_stack([batch.bootstrap_inputs[b] for b in have]),
+                                       [batch.instructions[int(batch.mask[:b].sum())] for b in have]).cpu()
+    return boot
+
+
+def _minibatch_loss(policy, batch: Batch, idx: torch.Tensor, adv: torch.Tensor, ret: torch.Tensor,
+                    proximal: torch.Tensor | None, cfg, critic_only: bool) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's loss on the steps ``idx`` (every term a mean over them) and its scalar parts."""
+    ids = idx.tolist()
+    old_logprob = batch.behaviour_logprob[idx]
+    out = policy.evaluate(_take(batch.images, ids), [batch.instructions[i] for i in ids], [batch.actions[i] for i in ids])
+    logprob, value, entropy = (t.cpu() for t in out)  # a model on a GPU: the loss is small, gradients flow back
+    vloss = ppo.value_loss(value, ret[idx])
+    if critic_only:
+        loss, pg, clip_frac = vloss, torch.zeros(()), torch.zeros(())
+    else:
+        if proximal is not None:  # decoupled: clip around the proximal policy, reweight to behaviour
+            pg, stats = ppo.ppo_policy_loss(logprob, proximal[idx], adv[idx], cfg.eps_low, cfg.eps_high,
+                                            behaviour_logprob=old_logprob, tis_cap=cfg.tis_cap)
+        else:
+            pg, stats = ppo.ppo_policy_loss(logprob, old_logprob, adv[idx], cfg.eps_low, cfg.eps_high)
+        clip_frac = stats["clip_frac"]
+        loss = pg + cfg.vf_coef * vloss - cfg.ent_coef * ppo.entropy_bonus(entropy)
+        if cfg.kl_coef > 0:
+            if batch.ref_logprob is None:
+                raise ValueError("kl_coef > 0 needs the reference policy's log-probs (update.reference_logprobs)")
+            loss = loss + cfg.kl_coef * ppo.kl_penalty(logprob, batch.ref_logprob[idx])
+    with torch.no_grad():
+        parts = {M.PG_LOSS: float(pg), M.VALUE_LOSS: float(vloss), M.ENTROPY: float(entropy.mean()),
+                 M.CLIP_FRAC: float(clip_frac), M.APPROX_KL: float(ppo.kl_penalty(logprob, old_logprob))}
+        if batch.ref_logprob is not None:
+            parts[M.KL_REF] = float(ppo.kl_penalty(logprob, batch.ref_logprob[idx]))
+    return loss, parts
+
+
+def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, critic_only: bool = False,
+               me: Rank | None = None, generator: torch.Generator | None = None) -> dict[str, float]:
+    """PPO epochs over ``batch``; ``critic_only`` trains the value head alone with lambda = 1
+    (value pretraining: the acting policy stays fixed). Returns scalar metrics under their
+    trainer.core.metric_names (``losses/``, ``value/``, ``batch/``, ``train/``, ``perf/``).
+
+    ``generator`` draws the minibatches (default: torch's global one). With ``me`` this rank
+    shares the update with the others of the process group: all must call it on the same batch,
+    weights, optimiser state and ``generator`` seed (trainer.rl.distributed sees to it)."""
+    t0 = time.perf_counter()
+    policy.train()
+    mask_b = batch.mask.bool()
+    _, values0 = _evaluate_all(policy, batch, me=me)
+    values_bt = _to_bt(values0, batch.mask)
+    lam_critic = 1.0 if critic_only else cfg.lam_critic
+    lam_policy = None if cfg.lam_policy < 0 else cfg.lam_policy  # None: length-adaptive from alpha
+    boot = bootstrap_values(policy, batch, values_bt)
+    adv_bt, ret_bt = ppo.decoupled_gae(batch.rewards, values_bt, batch.mask, cfg.gamma, lam_critic, alpha=cfg.alpha,
+                                       lam_policy=lam_policy, bootstrap=boot)
+    adv, ret = adv_bt[mask_b], ret_bt[mask_b]
+    if cfg.norm_adv and adv.numel() > 1:
+        adv = ppo.masked_whiten(adv)
+    proximal = _evaluate_all(policy, batch, me=me)[0] if cfg.tis_cap > 0 else None
+    params = [p for n, p in policy.named_parameters() if n.startswith("value_head")] if critic_only \
+        else [p for p in policy.parameters()]
+    N = len(batch.actions)
+    sums: dict[str, float] = dict.fromkeys((M.PG_LOSS, M.VALUE_LOSS, M.ENTROPY, M.CLIP_FRAC, M.APPROX_KL)
+                                           + ((M.KL_REF,) if batch.ref_logprob is not None else ()), 0.0)
+    n_mb = skipped = 0
+    for _ in range(cfg.epochs):
+        for idx in torch.randperm(N, generator=generator).split(cfg.minibatch_size):
+            mine = idx if me is None else part(idx, me)
+            share = len(mine) / len(idx)  # this rank's weight in the minibatch's mean
+            optimizer.zero_grad(set_to_none=True)
+            parts: dict[str, float] = {}
+            if len(mine):
+                loss, parts = _minibatch_loss(policy, batch, mine, adv, ret, proximal, cfg, critic_only)
+                (loss if me is None else loss * share).backward()
+            if me is not None:  # the sum of the ranks' shares: the whole minibatch's gradient
+                all_reduce_grads(list(policy.parameters()))
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            if not torch.isfinite(norm):  # never step on NaN/inf gradients (every rank sees the same sum)
+                skipped += 1
+                continue
+            for k, v in parts.items():  # the losses of the minibatches that stepped
+                sums[k] += v * share
+            if critic_only:  # only the value head moves: drop any gradient that reached the trunk
+                for n, p in policy.named_parameters():
+                    if not n.startswith("value_head"):
+                        p.grad = None
+            optimizer.step()
+            n_mb += 1
+    if me is not None:
+        sums = all_reduce_sums(sums)
+    policy.eval()
+    first = batch.mask.clone()
+    first[:, 1:] = 0
+    metrics = {k: v / max(n_mb, 1) for k, v in sums.items()}
+    metrics.update({
+        M.REWARD_MEAN: float(batch.episode_return.mean()),
+        M.SUCCESS_RATE: float((batch.episode_return > 0).float().mean()),
+        M.EPISODES: float(len(batch.episode_ids)),
+        M.STEPS: float(N),
+        M.EPISODE_LENGTH: float(batch.mask.sum(1).mean()),
+        M.EXPLAINED_VARIANCE: ppo.explained_variance(values0, ret),
+        M.REWARD_CORR: ppo.correlation(values_bt[first.bool()], batch.episode_return),
+        M.CRITIC_ONLY: float(critic_only),
+        M.NONFINITE_SKIPPED: float(skipped),
+        M.UPDATE_TIME_S: time.perf_counter() - t0,
+    })
+    return metrics

@@ -1,0 +1,210 @@
+"""Behaviour cloning on flywheel.sft.v1: the cold start's SFT (UI-TARS-2), for the pixel policy
+here and for the language policy in trainer.policies.lm.bc (``--policy-kind lm``).
+
+The scripted solvers play the annotators: their episodes go through the normal pipeline
+(rollout with the scripted backend -> steps -> trajectories -> scored V(s) = 1 -> flywheel.sft.v1).
+``flywheel bc`` takes at most ``demos_per_task`` successful demonstrations of each task of a
+suite (WGE used 10), trains the pixel policy to imitate every step (maximum likelihood of the
+demonstrated action given the screenshot and the earlier actions, through the same ``evaluate``
+PPO uses) and publishes the result, pi_sft, as the next version of ``policy_name``; the PPO
+trainer and the rollout workers pick it up from flywheel.policy.v1.
+
+Delivery: a snapshot read. The topic is read from its beginning to the end offsets it had at
+start with a throw-away consumer group that never commits, so a re-run trains on the same
+demonstrations (selection is deterministic: per task, the first by episode id). An undecodable
+record goes to flywheel.dlq.v1 (its dead letter's id is its source offset, so a re-run's copy
+dedupes); a demonstration this policy cannot represent (another policy's action space) is
+skipped and counted. pi_sft is announced only after its weights are in the blob store: a crash
+before that announces nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+
+from infra.runtime import versions
+from infra.runtime.config import ConfigError, describe
+from infra.runtime.dlq import dead_letter, send_dead_letter
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer, read_to_end
+from infra.runtime.policy import build_policy
+from infra.runtime.settings import Settings
+from infra.runtime.topics import TOPICS, topic_name
+from producers.suites import get_suite
+from trainer.core import metric_names as M
+from trainer.sft.bc_config import BCConfig
+from schemas.blobs import BlobNotFound, BlobStore
+from schemas.codec import DecodeError, decode
+from schemas.events import ScoredTrajectory
+from trainer.core.publish import make_version, save_weights
+
+log = logging.getLogger("flywheel.bc")
+STAGE = "bc"
+
+
+@dataclass
+class Examples:
+    """Every demonstrated step, as the policy sees it: obs [N, C + 3 (+ 1), 8G, 8G] uint8 and N of the rest."""
+
+    obs: torch.Tensor
+    instructions: list[str]
+    actions: list[Any]
+    tasks: list[str]
+    skipped: Counter = field(default_factory=Counter)
+
+
+# ---------------------------------------------------------------- pure functions
+
+
+def select_demos(records: Iterable[ScoredTrajectory], tasks: list[str], per_task: int) -> list[ScoredTrajectory]:
+    """Successful V(s) = 1 trajectories of ``tasks``, one per episode, at most ``per_task`` per
+    task: the first by episode id, so the choice does not depend on partition order."""
+    by_task: dict[str, dict[str, ScoredTrajectory]] = defaultdict(dict)
+    for s in records:
+        t = s.trajectory
+        if s.verdict == 1 and t.success and t.steps and t.task.name in tasks:
+            by_task[t.task.name].setdefault(t.episode_id, s)
+    return [by_task[name][eid] for name in tasks for eid in sorted(by_task[name])[:per_task]]
+
+
+def examples(policy, demos: list[ScoredTrajectory], store: BlobStore,
+             cache: dict[str, list[torch.Tensor]] | None = None) -> Examples:
+    """Every step of every demonstration the policy can represent, with its history. ``cache``
+    (episode id -> step inputs, for this policy's preprocessing) spares a repeated call reading
+    and preprocessing the screenshots again; it is left holding this call's episodes only."""
+    obs, instructions, actions, tasks, skipped = [], [], [], [], Counter()
+    kept: dict[str, list[torch.Tensor]] = {}
+    for s in demos:
+        t = s.trajectory
+        inputs = cache.get(t.episode_id) if cache is not None else None
+        try:
+            inputs = inputs if inputs is not None else policy.step_inputs(t, store)
+        except ValueError as exc:  # an action outside this policy's heads: not for this policy
+            skipped[f"unrepresentable:{t.task.name}"] += 1
+            log.debug("skipping %s: %s", t.episode_id, exc)
+            continue
+        except BlobNotFound:
+            skipped["screenshot_missing"] += 1
+            continue
+        kept[t.episode_id] = inputs
+        obs += inputs
+        instructions += [st.observation.instruction for st in t.steps]
+        actions += [st.action for st in t.steps]
+        tasks += [t.task.name] * len(t.steps)
+    if cache is not None:
+        cache.clear()
+        cache.update(kept)
+    if not obs:
+        raise ConfigError(f"no demonstration this policy can learn from (skipped: {dict(skipped) or 'none found'})")
+    return Examples(torch.stack(obs), instructions, actions, tasks, skipped)
+
+
+def bc_train(policy, data: Examples, epochs: int, lr: float, minibatch_size: int, seed: int = 0) -> list[float]:
+    """Minimise the demonstrated actions' negative log-likelihood; returns the mean loss per epoch."""
+    optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    n, losses = len(data.actions), []
+    policy.train()
+    for _ in range(epochs):
+        total = 0.0
+        for idx in torch.randperm(n, generator=gen).split(minibatch_size):
+            ids = idx.tolist()
+            logprob, _, _ = policy.evaluate(data.obs[idx], [data.instructions[i] for i in ids], [data.actions[i] for i in ids])
+            loss = -logprob.mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+            optimizer.step()
+            total += float(loss.detach()) * len(ids)
+        losses.append(total / n)
+    policy.eval()
+    return losses
+
+
+def same_decision(policy, got: Any, want: Any, cells: int = 1) -> bool:
+    """The same action type and arguments; a pointer within ``cells`` grid cells of the
+    demonstrated one (8 px by default: on the same button or field)."""
+    a, b = policy.discretize(got), policy.discretize(want)
+    if a[0] != b[0] or len(a) != len(b):
+        return False
+    if len(a) == 3:  # pointer: (type, cell, direction)
+        (ra, ca), (rb, cb) = divmod(a[1], policy.grid), divmod(b[1], policy.grid)
+        return a[2] == b[2] and abs(ra - rb) <= cells and abs(ca - cb) <= cells
+    return a == b
+
+
+def greedy_match(policy, data: Examples, cells: int = 1) -> dict[str, float]:
+    """Per task, the share of steps where the greedy action is the demonstrated one
+    (``same_decision``), and ``all`` over every step."""
+    hits: dict[str, list[bool]] = defaultdict(list)
+    for i in range(0, len(data.actions), 256):
+        chosen = policy.decide(data.obs[i:i + 256], data.instructions[i:i + 256], greedy=True)
+        for d, want, task in zip(chosen, data.actions[i:i + 256], data.tasks[i:i + 256]):
+            hits[task].append(same_decision(policy, d.action, want, cells))
+    out = {task: sum(h) / len(h) for task, h in hits.items()}
+    out["all"] = sum(sum(h) for h in hits.values()) / max(sum(len(h) for h in hits.values()), 1)
+    return out
+
+
+# ---------------------------------------------------------------- the job
+
+
+def read_demonstrations(settings: Settings, cfg: BCConfig) -> list[ScoredTrajectory]:
+    return read_sft(settings, STAGE, cfg.read_timeout_s)
+
+
+def read_sft(settings: Settings, stage: str, timeout_s: float = 60.0) -> list[ScoredTrajectory]:
+    """The sft topic's snapshot, decoded; undecodable records dead-lettered by ``stage`` (acknowledged)."""
+    topic = topic_name(TOPICS.sft, settings)
+    producer, tracker, records = make_producer(settings), DeliveryTracker(), []
+    for msg in read_to_end(settings, topic, timeout_s):
+        try:
+            records.append(decode(msg.value(), ScoredTrajectory))
+        except DecodeError as exc:
+            send_dead_letter(producer, settings, dead_letter(stage, exc, topic, msg.partition(), msg.offset(),
+                                                             msg.key(), msg.value()), msg.key(), on_delivery=tracker)
+    flush_or_raise(producer, tracker)
+    return records
+
+
+def run_bc(cfg: BCConfig, settings: Settings) -> dict[str, Any]:
+    cfg.validate()
+    torch.manual_seed(cfg.seed)
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    log.info("bc config %s", describe(cfg))
+    t0 = time.monotonic()
+    tasks = cfg.tasks or list(get_suite(cfg.suite).tasks)
+    demos = select_demos(read_demonstrations(settings, cfg), tasks, cfg.demos_per_task)
+    store = BlobStore(settings.blob_root)
+    policy = build_policy(cfg.policy_kind, cfg.policy_name, cfg.policy_overrides())
+    per_task = Counter(s.trajectory.task.name for s in demos)
+    steps = sum(len(s.trajectory.steps) for s in demos)
+    log.info("behaviour cloning on %d demonstrations (%d steps): %s", len(demos), steps, dict(per_task))
+    if cfg.policy_kind == "lm":
+        from trainer.policies.lm.bc import clone_lm
+
+        if not demos:
+            raise ConfigError(f"no demonstration of {', '.join(tasks)} on the sft topic")
+        out = clone_lm(policy.to(cfg.device), demos, store, cfg)  # published from the CPU (save_weights)
+        losses, match, skipped = out["losses"], {}, out["skipped"]
+        metrics = {M.BC_LOSS: losses[-1], M.DEMOS: float(len(demos)), M.STEPS: float(out["samples"])}
+    else:
+        data = examples(policy, demos, store)
+        losses = bc_train(policy, data, cfg.epochs_for("pixel"), cfg.lr_for("pixel"), cfg.minibatch_for("pixel"), cfg.seed)
+        match, skipped = greedy_match(policy, data), dict(data.skipped)
+        metrics = {M.BC_LOSS: losses[-1], M.BC_TRAIN_MATCH: match["all"], M.DEMOS: float(len(demos)),
+                   M.STEPS: float(len(data.actions))}
+    published = versions.latest(settings, cfg.policy_name)
+    policy.version = versions.next_version(settings, cfg.policy_name, -1)
+    pv = make_version(policy, save_weights(policy, store), parent=published.version if published else None, metrics=metrics)
+    producer, tracker = make_producer(settings), DeliveryTracker()
+    versions.publish(producer, tracker, settings, pv)
+    return {"version": pv.version, "demos": dict(per_task), "steps": steps, "loss": losses[-1],
+            "train_match": match, "skipped": skipped, "missing": [t for t in tasks if t not in per_task],
+            "seconds": time.monotonic() - t0}
