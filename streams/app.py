@@ -1,15 +1,18 @@
-"""The Flywheel Faust worker: runs the stages of ``streams.topology.pipeline``, one agent each.
+"""The Flywheel Faust worker: the declared topology (``streams.topology.pipeline``) fused in one agent.
 
-    flywheel.steps.v1 --assembler--> flywheel.trajectories.v1 --scorer--> flywheel.scored.v1
-        --router--> flywheel.sft.v1 | flywheel.ct.v1 | flywheel.rl.v1
+    flywheel.steps.v1 --pipeline agent: assembler -> scorer -> router, in process-->
+        flywheel.trajectories.v1, flywheel.scored.v1, flywheel.sft.v1 | flywheel.ct.v1 | flywheel.rl.v1
     flywheel.policy.v1 --policy_watcher--> table policy-latest (read by the router)
-    anything that fails, at any stage --> flywheel.dlq.v1 (stage, error, source topic/partition/offset)
+    anything that fails, at any stage --> flywheel.dlq.v1 (stage = the failing stage's step id)
 
-The stages, their topics and functions are declared in streams.topology; this module only moves
-bytes: an agent takes a batch of events, decodes each, runs its stage, and sends the outputs to
-the topics the stage names (dead letters to its DLQ branch). Records keep their source partition
+Each step event is consumed once: the assembler adds it to its episode's state, and a trajectory
+it closes goes through the scorer and the router in memory (``FusedChain``, ``run_chain``), the
+way Kafka Streams fuses sub-topologies that share a key. Every intermediate record is still
+published to its declared topic, with the same deterministic ``event_id`` as before, for
+outside consumers; nothing here consumes them again. The stages, their topics and functions are
+declared in streams.topology; this module only moves bytes. Records keep their source partition
 number end to end (an episode's steps, trajectory, scored and routed records share a partition
-number), and every record carries the deterministic ``event_id`` of its model, so consumers dedupe.
+number), so consumers can dedupe and join by partition.
 
 Delivery guarantee: at-least-once. Faust (``processing_guarantee="at_least_once"``) commits a
 source offset only after the event was acked and after ``producer.flush()``. Every agent takes
@@ -26,15 +29,15 @@ committed and the worker restarts itself to replay it.
 
 The assembler keeps one EpisodeState per episode in a table (in memory, rebuilt from its
 compacted changelog on start). It writes the table once per episode per batch, after the
-batch's trajectories were acknowledged, so a crash can repeat a trajectory (same event_id) but
-never lose one; and it waits for the broker's acknowledgement of those changelog writes too
+batch's trajectories, scored and routed records were acknowledged, so a crash can repeat them
+(same event_ids) but never lose one; and it waits for the broker's acknowledgement of those changelog writes too
 before the batch returns, so no source offset is committed ahead of the table state it produced.
 (Faust's own ``send_changelog`` is not enough: it queues the write in a buffer whose ``flush``
 gives up after 0.1 s, so under load Faust committed offsets whose table writes were still
 queued, and a SIGKILL then lost those steps from the table for good.) A replay after a crash
 drops steps already in the table by (episode_id, step_index). The abandoned-episode timer
-applies ``streams.assemble.sweep`` the same way: closures acknowledged, then the table written
-and acknowledged.
+applies ``streams.assemble.sweep`` the same way: each closed episode scored and routed through
+the same chain, acknowledged, then the table written and acknowledged.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ from streams.judge import make_judge
 from streams.route import get_rule
 from streams.continuity import OffsetGuard, Verdict
 from streams.score import make_scorer
-from streams.topology import Stage, encoded, pipeline, run, run_keyed
+from streams.topology import Output, Stage, StageFailed, encoded, pipeline, run_chain, run_keyed
 
 log = logging.getLogger("flywheel.streams")
 CHANGELOG = "assembler-changelog"  # the send() name of the assembler table's changelog topic
@@ -140,6 +143,62 @@ class _StateCodec(Codec):
 STATE_CODEC = _StateCodec()
 
 
+class FusedChain:
+    """The stages after the assembler (scorer -> router), run in process on every trajectory the
+    assembler or the abandoned-episode sweep closes. Every record still goes to its declared
+    topic, with its partition number and deterministic id; a stage that raises dead-letters its
+    own input (``stage`` = that stage's step id, source = where that input was published), and
+    what the stages before it emitted is still sent. A blocking stage (the HTTP judge) runs off
+    the event loop, the batch's calls concurrently."""
+
+    def __init__(self, chain: tuple[Stage, ...], send, names: dict[str, str], blocking: bool) -> None:
+        self.chain, self.send, self.names, self.blocking = chain, send, names, blocking
+
+    async def publish(self, closed: list[tuple[bytes, int, list[Output]]], t: float) -> list:
+        """``closed``: (key, partition, the assembler's outputs) -> every delivery future."""
+        heads = [rec for _, _, outputs in closed for spec, rec in outputs if spec == self.chain[0].source]
+        if self.blocking:
+            results = await asyncio.gather(*(asyncio.to_thread(_chain_or_failure, self.chain, rec, t) for rec in heads))
+        else:
+            results = [_chain_or_failure(self.chain, rec, t) for rec in heads]
+        chained = {id(rec): result for rec, result in zip(heads, results)}
+        sent = []
+        for key, partition, outputs in closed:
+            everything, failures, published = list(outputs), [], {}
+            for _, rec in outputs:
+                if id(rec) in chained:
+                    emitted, failure = chained[id(rec)]
+                    everything += emitted
+                    failures += [failure] if failure is not None else []
+            for (spec, rec), (_, value) in zip(everything, encoded(everything)):
+                future = await self.send(spec, key, value, partition)
+                published.setdefault(id(rec), (future, value))
+                sent.append(future)
+            for failure in failures:
+                sent.append(await self._dead_letter(failure, key, published[id(failure.record)]))
+        return sent
+
+    async def _dead_letter(self, failure: StageFailed, key: bytes, published):
+        """The failing stage's input, at the position it was published (its delivery awaited)."""
+        future, value = published
+        try:
+            meta = await future
+        except Exception as exc:  # noqa: BLE001
+            delivery_failed(exc)
+        letter = dead_letter(failure.stage.step_id, failure.cause, self.names[failure.stage.source.name],
+                             meta.partition, meta.offset, key, value)
+        log.warning("dead letter from %s at %s[%d]@%d: %s", letter.stage, letter.source_topic, meta.partition,
+                    meta.offset, letter.message[:200])
+        return await self.send(TOPICS.dlq, key, encode(letter))
+
+
+def _chain_or_failure(chain: tuple[Stage, ...], record, t: float) -> tuple[list[Output], StageFailed | None]:
+    try:
+        return run_chain(chain, record, t), None
+    except StageFailed as failure:
+        return failure.emitted, failure
+
+
 def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
     """The Faust app running ``streams.topology.pipeline``: one agent per stage, the policy
     watcher feeding the router's table, and the abandoned-episode timer (nothing starts until a
@@ -163,7 +222,7 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
 
     names = {name: t.get_topic_name() for name, t in topics.items()}
     names[CHANGELOG] = changelog.get_topic_name()
-    app.gapless_topics = frozenset(names[spec.name] for spec in (TOPICS.steps, TOPICS.trajectories, TOPICS.scored))
+    app.gapless_topics = frozenset({names[TOPICS.steps.name]})
     guard = OffsetGuard()
 
     @app.on_partitions_assigned.connect
@@ -211,15 +270,14 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
                     letter.message[:200])
         return await send(TOPICS.dlq, event.key, encode(letter))
 
-    for stage in (score, route):
-        _stateless_agent(app, cfg, topics, stage, send, to_dlq, in_order)
+    fused = FusedChain((score, route), send, names, blocking=score.blocking)
 
     # One actor per partition: a revoked partition's actor stops with it, so a worker never
     # writes the table of a partition another worker now owns.
-    @app.agent(topics[assemble.source.name], name=assemble.step_id, isolated_partitions=True)
-    async def assembler(stream):
+    @app.agent(topics[assemble.source.name], name="pipeline", isolated_partitions=True)
+    async def pipeline_agent(stream):
         async for batch in stream.take_events(cfg.batch_max, within=cfg.batch_within_s):
-            t, touched, sent = now(), {}, []
+            t, touched, closed, sent = now(), {}, [], []
             for event in await in_order(batch):
                 try:
                     record = decode(event.value, assemble.model)
@@ -230,10 +288,11 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
                     sent.append(await to_dlq(assemble.step_id, event, exc))
                     continue
                 touched[key] = (state, event.message)
-                for spec, value in encoded(outputs):
-                    sent.append(await send(spec, key, value, event.message.partition))
-            # Trajectories acknowledged before the table forgets their steps: a crash may
-            # repeat one, never lose one. One table write per episode per batch.
+                if outputs:
+                    closed.append((key, event.message.partition, outputs))
+            # Trajectories, their scored and routed records acknowledged before the table forgets
+            # their steps: a crash may repeat one, never lose one. One table write per episode per batch.
+            sent += await fused.publish(closed, t)
             await acknowledged(sent)
             await acknowledged([await _store(episodes, send, key, state.model_copy(
                 update={"partition": msg.partition, "last_offset": msg.offset})) for key, (state, msg) in touched.items()])
@@ -258,7 +317,7 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
             return  # after a restart every recovered episode looks idle: give its events time
         owned = {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == steps_name}
         decision = sweep(dict(episodes.data.items()), t, cfg.abandoned_timeout_s, cfg.tombstone_retention_s, owned)
-        await _apply_sweep(decision, episodes, steps_name, send)
+        await _apply_sweep(decision, episodes, steps_name, send, fused, t)
 
     return app
 
@@ -288,30 +347,6 @@ def faust_settings(settings: Settings, cfg: StreamsConfig) -> dict[str, Any]:
     )
 
 
-def _stateless_agent(app: faust.App, cfg: StreamsConfig, topics, stage: Stage, send, to_dlq, in_order) -> None:
-    """An agent running ``stage`` over its input topic in batches: every output and dead letter
-    of a batch is acknowledged before Faust acks (and so may commit) the batch's events."""
-
-    async def agent(stream):
-        async for batch in stream.take_events(cfg.batch_max, within=cfg.batch_within_s):
-            t, sent = now(), []
-            for event in await in_order(batch):
-                try:
-                    record = decode(event.value, stage.model)
-                    if stage.blocking:  # the HTTP judge: keep the event loop free
-                        outputs = await asyncio.to_thread(run, stage, record, t)
-                    else:
-                        outputs = run(stage, record, t)
-                except Exception as exc:  # noqa: BLE001 - errors are data
-                    sent.append(await to_dlq(stage.step_id, event, exc))
-                    continue
-                for spec, value in encoded(outputs):
-                    sent.append(await send(spec, event.key, value, event.message.partition))
-            await acknowledged(sent)
-
-    app.agent(topics[stage.source.name], name=stage.step_id)(agent)
-
-
 async def _store(table, send, key: bytes, state: EpisodeState):
     """How the assembler table is written: memory, then its changelog; -> the changelog write's
     delivery future, which the caller acknowledges before its batch returns (see the module doc)."""
@@ -327,20 +362,22 @@ async def _forget(table, send, key: bytes):
     return None
 
 
-async def _apply_sweep(decision: Sweep, table, steps_name: str, send) -> None:
-    """Apply the timer's decision: send each closed episode's trajectory (or dead-letter a state
-    that never had a started event), wait for their acknowledgement, then update the table."""
-    sent = []
+async def _apply_sweep(decision: Sweep, table, steps_name: str, send, fused: "FusedChain", t: float) -> None:
+    """Apply the timer's decision: each closed episode's trajectory through the fused chain (so it
+    is scored and routed like any other), or a dead letter for a state that never had a started
+    event; wait for their acknowledgement, then update the table."""
+    sent, closed = [], []
     for c in decision.closures:
         if c.trajectory is not None:
             log.info("closing abandoned episode %s (%d steps)", c.before.episode_id, len(c.trajectory.steps))
-            sent.append(await send(TOPICS.trajectories, c.key, encode(c.trajectory), c.before.partition))
+            closed.append((c.key, c.before.partition, [(TOPICS.trajectories, c.trajectory)]))
         else:
             exc = ValueError(f"episode {c.before.episode_id} abandoned without a started event")
             # The source position is the episode's last event, so each such letter has its own id.
             letter = dead_letter("assembler", exc, steps_name, c.before.partition, c.before.last_offset, c.key,
                                  encode(c.before))
             sent.append(await send(TOPICS.dlq, c.key, encode(letter)))
+    sent += await fused.publish(closed, t)
     await acknowledged(sent)
     writes = [await _store(table, send, c.key, c.after) for c in decision.closures
               if table.data.get(c.key) is c.before]  # the agent did not touch it meanwhile

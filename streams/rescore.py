@@ -38,7 +38,7 @@ from streams.config import RescoreConfig
 from streams.judge import make_judge
 from streams.route import get_rule
 from streams.score import make_scorer
-from streams.topology import Stage, encoded, pipeline, run_chain
+from streams.topology import Stage, StageFailed, encoded, pipeline, run_chain
 
 log = logging.getLogger("flywheel.rescore")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
@@ -104,8 +104,8 @@ class _Replay:
         self.counts["consumed"] += 1
         try:
             outputs = run_chain(self.stages, decode(record.value(), self.stages[0].model), now())
-        except Exception as exc:  # noqa: BLE001 - errors are data
-            dlq.send_record(exc, record)
+        except Exception as exc:  # noqa: BLE001 - errors are data: the replayed record whole
+            dlq.send_record(exc.cause if isinstance(exc, StageFailed) else exc, record)
             self.counts["dead"] += 1
             return
         for spec, value in encoded(outputs):

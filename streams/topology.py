@@ -7,12 +7,15 @@ topics and dead-letter branch.
     any stage, a record it cannot process --> flywheel.dlq.v1 (stage = the step id)
 
 Read it like Bytewax's ``op.map("step_id", ...)`` with errors as a second stream, or Quix's
-``sdf.apply(...)`` ... ``sdf.to_topic(...)``. Runners only move bytes: the Faust worker
-(streams.app) runs every stage as an agent over its input topic; the re-scoring replay
-(streams.rescore) runs the scorer and router fused in memory (``run_chain``) from history. A
-runner's loop is: decode the input (``Stage.model``), call ``run`` (or ``run_keyed`` with the
-record's state), encode and send what comes back to the topics it names, and send whatever
-raised to ``Stage.dlq`` with ``Stage.step_id`` as the dead letter's stage. Nothing here touches
+``sdf.apply(...)`` ... ``sdf.to_topic(...)``. Runners only move bytes, and both run the stages
+fused, the way Kafka Streams fuses sub-topologies that share a key: the Faust worker
+(streams.app) consumes each step event once and runs assembler -> scorer -> router in process
+(``run_keyed``, then ``run_chain`` on each trajectory), still publishing every intermediate
+record to its declared topic for outside consumers; the re-scoring replay (streams.rescore)
+runs the same ``run_chain`` of scorer and router from history. A runner's loop is: decode the
+input (``Stage.model``), call the stage functions, encode and send what comes back to the
+topics they name, and send whatever raised to ``Stage.dlq`` with the failing stage's
+``step_id`` as the dead letter's stage (``StageFailed`` says which). Nothing here touches
 Kafka, so each stage is tested with plain objects.
 
 A stage's ``outputs`` are the topics it may write; a record its function routes elsewhere is
@@ -82,13 +85,28 @@ def run_keyed(stage: Stage, state, record, now: float) -> tuple[Any, list[Output
     return state, _declared(stage, outputs)
 
 
+class StageFailed(Exception):
+    """A stage of a fused chain raised: which one, on what record, and what the stages before it
+    had already emitted (those outputs are valid: the runner may still send them)."""
+
+    def __init__(self, stage: Stage, record: Any, cause: BaseException, emitted: list[Output]) -> None:
+        super().__init__(f"{stage.step_id}: {cause}")
+        self.stage, self.record, self.cause, self.emitted = stage, record, cause, emitted
+
+
 def run_chain(stages: tuple[Stage, ...], record, now: float) -> list[Output]:
     """``record`` through consecutive stateless stages fused in memory: every output of a stage
     is emitted, and the ones on the next stage's input topic are also fed to it directly (no
-    re-decode). Raises on the first failure, so the caller dead-letters the input record whole."""
+    re-decode). Raises ``StageFailed`` on the first failure, naming the stage, so the runner
+    dead-letters that stage's input (or the input record whole)."""
     emitted, todo = [], [record]
     for i, stage in enumerate(stages):
-        outputs = [out for rec in todo for out in run(stage, rec, now)]
+        outputs = []
+        for rec in todo:
+            try:
+                outputs += run(stage, rec, now)
+            except Exception as exc:  # noqa: BLE001 - any error is the stage's DLQ branch
+                raise StageFailed(stage, rec, exc, emitted + outputs) from exc
         emitted += outputs
         nxt = stages[i + 1].source if i + 1 < len(stages) else None
         todo = [rec for spec, rec in outputs if spec == nxt]
