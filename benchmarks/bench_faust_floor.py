@@ -28,21 +28,24 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from own_broker import broker_for_benchmarks  # noqa: E402  (also puts the repository on sys.path)
+from own_broker import broker_for_benchmarks  # a sibling script: this folder is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def worker(topic: str, n: int, out: str) -> None:
     """The Faust side (run in a subprocess): count ``n`` events, write 'first last cpu' to ``out``."""
+    from streams.cli import use_event_loop
+    from streams.config import StreamsConfig
+
+    cfg = StreamsConfig()
+    use_event_loop(cfg.event_loop)  # the worker's loop, before Faust makes it
     import faust
 
     from infra.runtime.settings import load_settings
     from streams.app import faust_settings
-    from streams.config import StreamsConfig
 
-    settings, cfg = load_settings({}), StreamsConfig()
+    settings = load_settings({})
     app = faust.App(f"floor-{uuid.uuid4().hex[:8]}", datadir=tempfile.mkdtemp(), **faust_settings(settings, cfg))
     source = app.topic(topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     seen = {"n": 0, "first": 0.0}

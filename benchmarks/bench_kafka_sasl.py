@@ -13,22 +13,20 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from infra.kafka.broker import LocalCluster, free_port_block  # noqa: E402
-from infra.runtime.kafka_clients import DeliveryTracker, client_config, flush_or_raise, make_consumer, make_producer  # noqa: E402
-from infra.kafka.jars import fetch_jars  # noqa: E402
-from infra.runtime.settings import load_settings  # noqa: E402
-from infra.kafka.tls import make_security  # noqa: E402
+from infra.kafka.broker import LocalCluster, free_port_block
+from infra.runtime.kafka_clients import DeliveryTracker, client_config, flush_or_raise, make_consumer, make_producer
+from infra.kafka.jars import fetch_jars
+from infra.runtime.settings import load_settings
+from infra.kafka.tls import make_security
 
 
 def settings_for(cluster: LocalCluster):

@@ -1,25 +1,31 @@
 """Stream-processor throughput and latency on the real broker, side by side in one run.
 
 Run: python benchmarks/bench_streams.py [--episodes 8400] [--steps 10] [--latency-episodes 100]
+         [--before-src PATH]
 (8,400 episodes of 10 steps are 100,800 step events: started + 10 steps + ended each.)
 
 1. backlog: the episodes are produced to a fresh (uuid-prefixed) flywheel.steps.v1; one
-   `flywheel streams` worker (subprocess) assembles, scores and routes them.
+   `flywheel streams` worker (subprocess) assembles, scores and routes them (fused in one agent).
+   With ``--before-src`` the same is done first by the worker of another source tree (e.g. a
+   checkout of an older commit), on topics of its own, so before and after are measured in one run.
 2. latency: with the worker caught up, episodes are produced at a steady pace; for each, the
    time from its last event's CreateTime to its flywheel.rl.v1 record's CreateTime (p50/p99).
    The worker is then stopped.
-3. baseline: one bare confluent-kafka loop in this process doing the same three hops over the
-   same steps (steps -> trajectories -> scored -> sft/ct/rl, on scratch topics): one consumer
-   subscribed to the three input topics, the same decode, the same stage functions of
-   streams.topology, the same delivery settings (idempotent producer, acks=all, linger 5 ms,
-   no compression, 1 MiB batches; outputs flushed before offsets are committed, every 1 s like
-   the worker's commit interval). It keeps the assembler state in a dict, with no changelog.
+3. Faust's floor: one Faust agent (benchmarks/bench_faust_floor.py's worker, the same Faust
+   settings and event loop) that only counts the same backlog's events: no decode, no send.
+4. baseline: one bare confluent-kafka loop in this process doing the same fused work over the
+   same steps: one consumer on the steps topic, the same decode, the same stage functions of
+   streams.topology (assemble, then scorer -> router with ``run_chain``), every record produced to
+   its topic (trajectories, scored, sft/ct/rl, on scratch topics), the same delivery settings
+   (idempotent producer, acks=all, linger 5 ms, no compression, 1 MiB batches; outputs flushed
+   before offsets are committed, every 1 s like the worker's commit interval). It keeps the
+   assembler state in a dict, with no changelog.
 
-events/s on both sides = step events / (last flywheel.rl.v1 record's CreateTime - first
+events/s = step events / (last flywheel.rl.v1 record's CreateTime - first
 flywheel.trajectories.v1 record's CreateTime), so start-up and the backlog's production are not
-counted. Prints both figures and the ratio worker / bare loop. Topics are deleted afterwards.
-Without FLYWHEEL_KAFKA_BOOTSTRAP or a running `flywheel up` broker, a broker is started for the
-run (benchmarks/own_broker.py).
+counted (the floor: first to last counted event). Prints each figure and the ratios worker /
+floor and worker / bare loop. Topics are deleted afterwards. Without FLYWHEEL_KAFKA_BOOTSTRAP or
+a running `flywheel up` broker, a broker is started for the run (benchmarks/own_broker.py).
 """
 
 from __future__ import annotations
@@ -34,21 +40,19 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from own_broker import broker_for_benchmarks  # noqa: E402  (also puts the repository on sys.path)
+from confluent_kafka import KafkaException, TopicPartition
+from own_broker import broker_for_benchmarks  # a sibling script: this folder is on sys.path
 
-from confluent_kafka import KafkaException, TopicPartition  # noqa: E402
-
-from infra.runtime.admin import delete_topics, ensure_topics  # noqa: E402
-from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, high_watermarks, make_consumer, make_producer  # noqa: E402
-from infra.runtime.settings import load_settings  # noqa: E402
-from infra.runtime.topics import TOPICS, topic_name  # noqa: E402
-from schemas.base import now  # noqa: E402
-from schemas.codec import decode, encode  # noqa: E402
-from streams.route import get_rule  # noqa: E402
-from streams.score import make_scorer  # noqa: E402
-from streams.synthetic import episode_events  # noqa: E402
-from streams.topology import encoded, pipeline, run, run_keyed  # noqa: E402
+from infra.runtime.admin import delete_topics, ensure_topics
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, high_watermarks, make_consumer, make_producer
+from infra.runtime.settings import load_settings
+from infra.runtime.topics import TOPICS, topic_name
+from schemas.base import now
+from schemas.codec import decode, encode
+from streams.route import get_rule
+from streams.score import make_scorer
+from streams.synthetic import episode_events
+from streams.topology import encoded, pipeline, run_chain, run_keyed
 
 ROOT = Path(__file__).resolve().parents[1]
 SAME_DELIVERY = {"linger.ms": 5, "compression.type": "none", "batch.size": 1 << 20}  # acks=all, idempotent: defaults
@@ -139,14 +143,12 @@ def span_s(settings) -> float:
 
 
 def bare_loop(source, scratch, n_episodes: int, group: str, commit_interval_s: float = 1.0) -> float:
-    """The same three hops in one bare confluent-kafka loop, until every episode reached rl;
+    """The same fused work in one bare confluent-kafka loop, until every episode reached rl;
     -> the CPU seconds this process used from its first record to the end."""
     assemble, score, route = pipeline(make_scorer("rule-v1"), get_rule("flywheel-v1"), {}, 4)
-    stages = {topic_name(TOPICS.steps, source): assemble, topic_name(TOPICS.trajectories, scratch): score,
-              topic_name(TOPICS.scored, scratch): route}
-    out = {spec.name: topic_name(spec, scratch) for stage in stages.values() for spec in stage.outputs}
+    out = {spec.name: topic_name(spec, scratch) for stage in (assemble, score, route) for spec in stage.outputs}
     consumer = make_consumer(source, group)
-    consumer.subscribe(list(stages))
+    consumer.subscribe([topic_name(TOPICS.steps, source)])
     producer, tracker = make_producer(scratch, **SAME_DELIVERY), DeliveryTracker()
     states, to_rl, committed, cpu0, dirty = {}, 0, time.monotonic(), None, False
     while to_rl < n_episodes:
@@ -155,13 +157,11 @@ def bare_loop(source, scratch, n_episodes: int, group: str, commit_interval_s: f
             dirty = True
             if msg.error():
                 continue
-            stage = stages[msg.topic()]
-            record = decode(msg.value(), stage.model)  # the synthetic input is valid: no DLQ branch
-            if stage.keyed:
-                key = record.episode_id.encode()
-                states[key], outputs = run_keyed(stage, states.get(key), record, now())
-            else:
-                key, outputs = msg.key(), run(stage, record, now())
+            record = decode(msg.value(), assemble.model)  # the synthetic input is valid: no DLQ branch
+            key = record.episode_id.encode()
+            states[key], outputs = run_keyed(assemble, states.get(key), record, now())
+            for _, traj in list(outputs):
+                outputs += run_chain((score, route), traj, now())
             for spec, value in encoded(outputs):
                 producer.produce(out[spec.name], key=key, value=value, partition=msg.partition(),
                                  on_delivery=tracker)
@@ -177,6 +177,19 @@ def bare_loop(source, scratch, n_episodes: int, group: str, commit_interval_s: f
     used = time.process_time() - cpu0
     consumer.close()
     return used
+
+
+def faust_floor(settings, n: int) -> float:
+    """Faust's floor on the backlog's steps topic: an agent that only counts ``n`` events."""
+    out = Path(tempfile.mkdtemp()) / "floor.txt"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_faust_floor.py"), "--worker",
+                           topic_name(TOPICS.steps, settings), str(n), str(out)],
+                          cwd=ROOT, env=dict(os.environ, FLYWHEEL_LOGLEVEL="warning"), timeout=1800,
+                          capture_output=True)
+    if not out.exists():
+        raise SystemExit(f"the floor worker exited with {proc.returncode}: {proc.stderr.decode()[-2000:]}")
+    first, last, _ = (float(x) for x in out.read_text().split())
+    return n / (last - first)
 
 
 def measure_latency(settings, run_id: str, n: int, steps: int, pace_s: float) -> list[float]:
@@ -196,6 +209,63 @@ def measure_latency(settings, run_id: str, n: int, steps: int, pace_s: float) ->
     return sorted(lat_ms)
 
 
+def measure_worker(src: Path, label: str, args, run_id: str, data_dir: str) -> dict:
+    """One backlog through the worker(s) of source tree ``src`` on topics of their own; -> the
+    settings, events, events/s, events per CPU second and latencies (ms, sorted)."""
+    tag = f"{run_id}{label}"
+    settings = load_settings({"data_dir": data_dir, "topic_prefix": f"b{tag}."})
+    created = ensure_topics(settings).created
+    env = dict(os.environ, FLYWHEEL_KAFKA_BOOTSTRAP=settings.bootstrap, FLYWHEEL_TOPIC_PREFIX=settings.topic_prefix,
+               FLYWHEEL_DATA_DIR=data_dir, FLYWHEEL_LOGLEVEL="warning", FLYWHEEL_STANDBY_REPLICAS="0")
+    events = [ev for i in range(args.episodes) for ev in episode_events(f"ep-{tag}-{i}", args.steps, success=i % 2 == 0)]
+    workers: list[subprocess.Popen] = []
+    result = {"settings": settings, "created": created, "events": len(events), "lat_ms": []}
+    try:
+        workers = [subprocess.Popen([sys.executable, "-m", "infra.app.cli", "streams"], cwd=src, env=env,
+                                    stdout=open(Path(data_dir) / f"worker-{label}-{i}.log", "wb"),
+                                    stderr=subprocess.STDOUT)
+                   for i in range(args.workers)]
+        worker = workers[0]
+        if args.workers > 1:  # the group settled first: a rebalance inside the measured span is not scaling
+            wait_for_members(settings, f"{settings.topic_prefix}flywheel-streams", args.workers, 300)
+        produce(settings, events)
+        wait_for_records(settings, TOPICS.trajectories, 1, 300, worker)
+        cpu0 = sum(cpu_s(w.pid) for w in workers)  # start-up (imports, group join, recovery) not counted
+        wait_for_records(settings, TOPICS.rl, args.episodes, 1800, worker)
+        cpu = sum(cpu_s(w.pid) for w in workers) - cpu0
+        took = span_s(settings)
+        result.update(rate=len(events) / took, per_cpu=len(events) / cpu, took=took)
+        print(f"{label} worker ({src.name}, {args.workers} worker{'s' if args.workers > 1 else ''}): "
+              f"{result['rate']:,.0f} events/s ({len(events)} events in {took:.2f}s; "
+              f"{result['per_cpu']:,.0f} events per CPU second)", flush=True)
+        if args.latency_episodes:
+            lat_ms = measure_latency(settings, tag, args.latency_episodes, args.steps, args.pace_s)
+            p99 = lat_ms[min(len(lat_ms) - 1, int(round(0.99 * (len(lat_ms) - 1))))]
+            result["lat_ms"] = lat_ms
+            print(f"{label} latency last event -> flywheel.rl.v1 over {len(lat_ms)} episodes (one every "
+                  f"{args.pace_s * 1000:.0f} ms): p50 {statistics.median(lat_ms):.0f} ms, p99 {p99:.0f} ms, "
+                  f"max {lat_ms[-1]:.0f} ms", flush=True)
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            w.wait(60)
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait(30)
+    return result
+
+
+def cleanup(settings, created: list[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    from infra.runtime.kafka_clients import client_config
+    topics = AdminClient(client_config(settings)).list_topics(timeout=10).topics
+    internal = [t for t in topics if t.startswith(settings.topic_prefix + "flywheel-streams")]
+    delete_topics(settings, created + internal)  # with Faust's changelog/assignor topics
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=8400)
@@ -203,72 +273,43 @@ def main() -> None:
     ap.add_argument("--latency-episodes", type=int, default=100)
     ap.add_argument("--pace-s", type=float, default=0.05, help="gap between episodes in the latency phase")
     ap.add_argument("--skip-bare", action="store_true", help="measure the worker only")
+    ap.add_argument("--skip-floor", action="store_true", help="do not measure Faust's floor")
     ap.add_argument("--workers", type=int, default=1, help="Faust workers in the app's group (all started before the "
                     "backlog is read; the rate is the group's)")
-    ap.add_argument("--worker-src", type=Path, default=ROOT,
-                    help="run the worker from this source tree (e.g. an older commit, for before/after)")
+    ap.add_argument("--before-src", type=Path, default=None,
+                    help="first measure the worker of this source tree (e.g. a checkout of an older commit)")
     args = ap.parse_args()
 
     run_id = uuid.uuid4().hex[:8]
     data_dir = tempfile.mkdtemp(prefix="bench-streams-")
-    settings = load_settings({"data_dir": data_dir, "topic_prefix": f"b{run_id}."})
-    scratch = load_settings({"data_dir": data_dir, "topic_prefix": f"b{run_id}bare."})
-    created = ensure_topics(settings).created + ensure_topics(scratch).created
-    env = dict(os.environ, FLYWHEEL_KAFKA_BOOTSTRAP=settings.bootstrap, FLYWHEEL_TOPIC_PREFIX=settings.topic_prefix,
-               FLYWHEEL_DATA_DIR=data_dir, FLYWHEEL_LOGLEVEL="warning", FLYWHEEL_STANDBY_REPLICAS="0")
-    workers: list[subprocess.Popen] = []
+    results = []
     try:
-        events = [ev for i in range(args.episodes)
-                  for ev in episode_events(f"ep-{run_id}-{i}", args.steps, success=i % 2 == 0)]
-        workers = [subprocess.Popen([sys.executable, "-m", "infra.app.cli", "streams"], cwd=args.worker_src, env=env,
-                                    stdout=open(Path(data_dir) / f"worker-{i}.log", "wb"), stderr=subprocess.STDOUT)
-                   for i in range(args.workers)]
-        worker = workers[0]
-        if args.workers > 1:  # the group settled first: a rebalance inside the measured span is not scaling
-            wait_for_members(settings, f"{settings.topic_prefix}flywheel-streams", args.workers, 300)
-        produce(settings, events)
-        print(f"backlog: {len(events)} events in {args.episodes} episodes of {args.steps} steps")
-        wait_for_records(settings, TOPICS.trajectories, 1, 300, worker)
-        cpu0 = sum(cpu_s(w.pid) for w in workers)  # start-up (imports, group join, recovery) not counted
-        wait_for_records(settings, TOPICS.rl, args.episodes, 1800, worker)
-        faust_cpu = sum(cpu_s(w.pid) for w in workers) - cpu0
-        took = span_s(settings)
-        faust_rate = len(events) / took
-        print(f"faust worker (assemble+score+route, {args.workers} worker{'s' if args.workers > 1 else ''}): "
-              f"{faust_rate:,.0f} events/s "
-              f"({len(events)} events in {took:.2f}s; {len(events) / faust_cpu:,.0f} events per CPU second)",
-              flush=True)
-
-        if args.latency_episodes:
-            lat_ms = measure_latency(settings, run_id, args.latency_episodes, args.steps, args.pace_s)
-            p99 = lat_ms[min(len(lat_ms) - 1, int(round(0.99 * (len(lat_ms) - 1))))]
-            print(f"latency last event -> flywheel.rl.v1 over {len(lat_ms)} episodes (one every "
-                  f"{args.pace_s * 1000:.0f} ms): p50 {statistics.median(lat_ms):.0f} ms, p99 {p99:.0f} ms, "
-                  f"max {lat_ms[-1]:.0f} ms", flush=True)
-        for w in workers:
-            w.terminate()
-        for w in workers:
-            w.wait(60)
-
+        if args.before_src is not None:
+            results.append(measure_worker(args.before_src.resolve(), "before", args, run_id, data_dir))
+        now_ = measure_worker(ROOT, "now", args, run_id, data_dir)
+        results.append(now_)
+        print(f"backlog: {now_['events']} events in {args.episodes} episodes of {args.steps} steps")
+        if len(results) == 2:
+            print(f"ratio now / before: {now_['rate'] / results[0]['rate']:.2f} "
+                  f"(per CPU second: {now_['per_cpu'] / results[0]['per_cpu']:.2f})")
+        if not args.skip_floor:
+            floor = faust_floor(now_["settings"], now_["events"])
+            print(f"faust floor (an agent that only counts the same events): {floor:,.0f} events/s; "
+                  f"ratio worker / floor: {now_['rate'] / floor:.2f}", flush=True)
         if not args.skip_bare:
-            bare_cpu = bare_loop(settings, scratch, args.episodes, f"bench-bare-{run_id}")
+            scratch = load_settings({"data_dir": data_dir, "topic_prefix": f"b{run_id}bare."})
+            results.append({"settings": scratch, "created": ensure_topics(scratch).created})
+            bare_cpu = bare_loop(now_["settings"], scratch, args.episodes, f"bench-bare-{run_id}")
             took = span_s(scratch)
-            bare_rate = len(events) / took
-            print(f"bare confluent-kafka loop (same decode, same 3 hops, same delivery settings): "
-                  f"{bare_rate:,.0f} events/s ({len(events)} events in {took:.2f}s; "
-                  f"{len(events) / bare_cpu:,.0f} events per CPU second)")
-            print(f"ratio faust / bare: {faust_rate / bare_rate:.2f} (per CPU second: {bare_cpu / faust_cpu:.2f})")
+            bare_rate = now_["events"] / took
+            print(f"bare confluent-kafka loop (same decode, same fused work, same delivery settings): "
+                  f"{bare_rate:,.0f} events/s ({now_['events']} events in {took:.2f}s; "
+                  f"{now_['events'] / bare_cpu:,.0f} events per CPU second)")
+            print(f"ratio worker / bare: {now_['rate'] / bare_rate:.2f} (per CPU second: "
+                  f"{bare_cpu / now_['events'] * now_['per_cpu']:.2f})")
     finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait(30)
-        from confluent_kafka.admin import AdminClient
-
-        from infra.runtime.kafka_clients import client_config
-        topics = AdminClient(client_config(settings)).list_topics(timeout=10).topics
-        internal = [t for t in topics if t.startswith(settings.topic_prefix + "flywheel-streams")]
-        delete_topics(settings, created + internal)  # with Faust's changelog/assignor topics
+        for r in results:
+            cleanup(r["settings"], r["created"])
 
 
 if __name__ == "__main__":

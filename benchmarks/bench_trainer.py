@@ -22,21 +22,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infra.runtime.admin import delete_topics, ensure_topics  # noqa: E402
-from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer  # noqa: E402
-from infra.runtime.settings import load_settings  # noqa: E402
-from infra.runtime.topics import TOPICS, topic_name  # noqa: E402
-from schemas.blobs import BlobStore  # noqa: E402
-from schemas.codec import encode  # noqa: E402
+from infra.runtime.admin import delete_topics, ensure_topics
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
+from infra.runtime.settings import load_settings
+from infra.runtime.topics import TOPICS, topic_name
+from schemas.blobs import BlobStore
+from schemas.codec import encode
 from trainer.core import metric_names as M
-from trainer.rl.config import TrainConfig  # noqa: E402
-from infra.runtime.policy import build_policy  # noqa: E402
-from infra.runtime.policy import PolicyInput  # noqa: E402
-from infra.runtime.versions import scan as read_versions  # noqa: E402
-from trainer.rl.streaming_ppo import train  # noqa: E402
-from trainer.synthetic import make_episode, scored_trajectory  # noqa: E402
+from trainer.rl.config import TrainConfig
+from infra.runtime.policy import build_policy
+from infra.runtime.policy import PolicyInput
+from infra.runtime.versions import scan as read_versions
+from trainer.rl.streaming_ppo import train
+from trainer.synthetic import make_episode, scored_trajectory
 
 
 def feed(settings, policy_name: str, rate: float, stop: threading.Event) -> None:

@@ -47,29 +47,28 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infra.runtime.config import json_object  # noqa: E402
-from infra.runtime.policy import build_policy  # noqa: E402
-from producers.annotate import BrowserReplay  # noqa: E402
-from producers.episode import run_episode  # noqa: E402
-from producers.policy_client import ScriptedClient, TorchClient  # noqa: E402
-from producers.reflection import NoSolver, ReplayDiverged, annotate  # noqa: E402
-from trainer.core.learner import save_torch_atomic  # noqa: E402
-from schemas.blobs import BlobStore  # noqa: E402
-from schemas.events import ScoredTrajectory, TaskSpec  # noqa: E402
-from streams.assemble import add_event  # noqa: E402
-from streams.score import make_scorer  # noqa: E402
+from infra.runtime.config import json_object
+from infra.runtime.policy import build_policy
+from producers.annotate import BrowserReplay
+from producers.episode import run_episode
+from producers.policy_client import ScriptedClient, TorchClient
+from producers.reflection import NoSolver, ReplayDiverged, annotate
+from trainer.core.learner import save_torch_atomic
+from schemas.blobs import BlobStore
+from schemas.events import ScoredTrajectory, TaskSpec
+from streams.assemble import add_event
+from streams.score import make_scorer
 from trainer.core import metric_names as M
-from trainer.sft.bc_config import BCConfig  # noqa: E402
-from trainer.policies.lm.bc import clone_lm  # noqa: E402
-from trainer.rl.config import TrainConfig  # noqa: E402
-from trainer.dpo.train import dpo_train, reference_logprobs  # noqa: E402
-from trainer.dpo.config import DPOConfig  # noqa: E402
-from trainer.dpo.inputs import pair_inputs  # noqa: E402
-from trainer.sft.lm_config import PRETRAINED_LM  # noqa: E402
-from trainer.rl.streaming_ppo import to_episode  # noqa: E402
-from trainer.rl.update import collate, make_optimizer, ppo_update  # noqa: E402
+from trainer.sft.bc_config import BCConfig
+from trainer.policies.lm.bc import clone_lm
+from trainer.rl.config import TrainConfig
+from trainer.dpo.train import dpo_train, reference_logprobs
+from trainer.dpo.config import DPOConfig
+from trainer.dpo.inputs import pair_inputs
+from trainer.sft.lm_config import PRETRAINED_LM
+from trainer.rl.streaming_ppo import to_episode
+from trainer.rl.update import collate, make_optimizer, ppo_update
 
 EVAL_SEED, DEMO_SEED, PPO_SEED, DPO_SEED = 50_000, 0, 100_000, 200_000
 

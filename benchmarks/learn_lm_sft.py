@@ -25,18 +25,16 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learn_miniwob import LiveEnv  # noqa: E402
+from learn_miniwob import LiveEnv
 
-from infra.runtime.policy import PolicyInput, build_policy  # noqa: E402
-from schemas.events import Step, TaskSpec  # noqa: E402
-from schemas.prompt import format_step_output  # noqa: E402
+from infra.runtime.policy import PolicyInput, build_policy
+from schemas.events import Step, TaskSpec
+from schemas.prompt import format_step_output
 from trainer.core import metric_names as M
-from trainer.sft.lm_config import PRETRAINED_LM, LMTrainConfig  # noqa: E402
-from trainer.core.augment import random_shifts  # noqa: E402
-from trainer.sft.lm_stream import train_step  # noqa: E402
+from trainer.sft.lm_config import PRETRAINED_LM, LMTrainConfig
+from trainer.core.augment import random_shifts
+from trainer.sft.lm_stream import train_step
 
 
 def policy_input(obs, history: list) -> PolicyInput:

@@ -43,16 +43,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infra.runtime.config import resolve  # noqa: E402
-from schemas.blobs import BlobStore  # noqa: E402
-from schemas.events import TaskSpec  # noqa: E402
+from infra.runtime.config import resolve
+from schemas.blobs import BlobStore
+from schemas.events import TaskSpec
 from trainer.core import metric_names as M
-from trainer.rl.config import TrainConfig  # noqa: E402
-from infra.runtime.policy import build_policy  # noqa: E402
-from infra.runtime.policy import PolicyInput  # noqa: E402
-from trainer.rl.update import EpisodeSample, collate, ppo_update  # noqa: E402
+from trainer.rl.config import TrainConfig
+from infra.runtime.policy import build_policy
+from infra.runtime.policy import PolicyInput
+from trainer.rl.update import EpisodeSample, collate, ppo_update
 
 TARGETS = {"click-test": 0.95, "click-test-2": 0.90}
 

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.rl.config import TrainConfig  # noqa: E402
-from trainer.synthetic import learn  # noqa: E402
+from trainer.rl.config import TrainConfig
+from trainer.synthetic import learn
 
 
 def main() -> int:

@@ -13,20 +13,18 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from infra.kafka.broker import LocalCluster, free_port_block  # noqa: E402
-from infra.runtime.errors import UserError  # noqa: E402
-from infra.runtime.kafka_clients import client_config  # noqa: E402
-from infra.kafka.jars import fetch_jars  # noqa: E402
-from infra.runtime.probe import probe_brokers  # noqa: E402
-from infra.runtime.settings import load_settings  # noqa: E402
+from infra.kafka.broker import LocalCluster, free_port_block
+from infra.runtime.errors import UserError
+from infra.runtime.kafka_clients import client_config
+from infra.kafka.jars import fetch_jars
+from infra.runtime.probe import probe_brokers
+from infra.runtime.settings import load_settings
 
 
 @contextlib.contextmanager

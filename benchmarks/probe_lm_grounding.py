@@ -29,19 +29,17 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from learn_lm_sft import grounding  # noqa: E402
-from learn_miniwob import LiveEnv, button_boxes, replay_reward  # noqa: E402
+from learn_lm_sft import grounding
+from learn_miniwob import LiveEnv, button_boxes, replay_reward
 
-from infra.runtime.policy import PolicyInput, build_policy  # noqa: E402
-from schemas.events import TaskSpec  # noqa: E402
-from schemas.uitars import render_output  # noqa: E402
+from infra.runtime.policy import PolicyInput, build_policy
+from schemas.events import TaskSpec
+from schemas.uitars import render_output
 from trainer.core import metric_names as M
-from trainer.core.augment import random_shifts  # noqa: E402
-from trainer.sft.lm_config import PRETRAINED_LM, LMTrainConfig  # noqa: E402
-from trainer.sft.lm_stream import train_step  # noqa: E402
+from trainer.core.augment import random_shifts
+from trainer.sft.lm_config import PRETRAINED_LM, LMTrainConfig
+from trainer.sft.lm_stream import train_step
 
 
 async def collect(task: str, demos: int, unseen: int) -> dict[str, list[dict]]:

@@ -333,6 +333,7 @@ def faust_settings(settings: Settings, cfg: StreamsConfig) -> dict[str, Any]:
         topic_partitions=STEP_PARTITIONS,
         table_standby_replicas=cfg.standby_replicas,
         broker_commit_interval=cfg.commit_interval_s,
+        broker_commit_every=cfg.commit_every,
         broker_session_timeout=cfg.session_timeout_s,
         broker_heartbeat_interval=min(3.0, cfg.session_timeout_s / 3),
         consumer_auto_offset_reset="earliest",

@@ -7,24 +7,31 @@ import sys
 
 from infra.runtime.config import add_arguments, describe, resolve
 from infra.runtime.settings import Settings, load_settings, log_settings
-
 from streams.config import RescoreConfig, StreamsConfig, app_id_for
 
 log = logging.getLogger("flywheel.streams")
 
 
 def _streams(args) -> int:
-    from streams.app import declare_internal_topics, make_app, run_worker  # faust is slow to import
-
     settings = load_settings(vars(args))
     cfg = resolve(StreamsConfig, vars(args))
     log_settings(settings)
     log.info("streams config %s (app id %s)", describe(cfg), app_id_for(settings, cfg))
+    use_event_loop(cfg.event_loop)  # before Faust makes its loop
+    from streams.app import declare_internal_topics, make_app, run_worker  # faust is heavy: only this command needs it
+
     app = make_app(settings, cfg)
     declare_internal_topics(app, settings)
     sys.argv = [sys.argv[0]]  # Faust's worker parses argv itself; ours is already parsed
     run_worker(app, cfg.loglevel)
     return 0
+
+
+def use_event_loop(name: str) -> None:
+    """Faust's public loop option (mode.loop.use): uvloop's event loop, or asyncio's own ("aio")."""
+    import mode.loop  # Faust's own dependency: imported only by the commands that run Faust
+
+    mode.loop.use(name)
 
 
 def _rescore(args) -> int:

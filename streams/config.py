@@ -20,6 +20,8 @@ class StreamsConfig:
     judge_timeout_s: float = opt(10.0, "judge request timeout")
     app_id: str = opt("", "Faust app id (consumer group, changelog prefix); empty: derived from the topic prefix")
     commit_interval_s: float = opt(1.0, "how often Faust commits consumed offsets (after flushing the producer)")
+    commit_every: int = opt(10_000, "Faust also commits after this many events (broker_commit_every)")
+    event_loop: str = opt("uvloop", "the worker's asyncio event loop (Faust's loop option)", choices=("uvloop", "aio"))
     standby_replicas: int = opt(1, "standby copies of the assembler table on other workers")
     session_timeout_s: float = opt(30.0, "Kafka group session timeout: how soon a dead worker's partitions move")
     producer_linger_ms: float = opt(5.0, "producer linger: batch sends for this long (fewer requests under load)")
