@@ -27,7 +27,8 @@ import time
 
 import psutil
 
-from producers.sandboxes.browser import _STATE_JS, BrowserSandbox
+from producers.sandboxes.browser import BrowserSandbox
+from producers.sandboxes.pages import MiniwobPages
 from producers.sandboxes.browser_host import BrowserHost
 from schemas.actions import Click
 from schemas.blobs import BlobStore
@@ -52,7 +53,7 @@ async def bare_loop(page, steps: int, rng: random.Random, clock=None) -> float:
             await page.screenshot(clip=clip, type="png")
         else:
             await clock.run_for(STEP_MS)
-            await asyncio.gather(page.evaluate(_STATE_JS), page.screenshot(clip=clip, type="png"))
+            await asyncio.gather(page.evaluate(MiniwobPages.state_js), page.screenshot(clip=clip, type="png"))
     return steps / (time.perf_counter() - t0)
 
 

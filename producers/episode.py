@@ -81,6 +81,7 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
     emit(EpisodeStarted(episode_id=eid, ts=t0, task=task, attempt=attempt, sandbox=sandbox_name,
                         worker_id=worker_id, policy=client.name, policy_version=client.version))
     steps: list[Step] = []
+    last = None  # the latest StepResult: a game's score stands wherever the episode stops
     out = _Outbox(emit, sandbox)
     try:
         try:
@@ -96,7 +97,7 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
                 raise _Abort("worker shutting down", crashed=False)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return await _end(out, eid, clock, "timeout")
+                return await _end(out, eid, clock, "timeout", last)
             started_at = clock()
             t_policy = time.perf_counter()
             try:
@@ -105,7 +106,7 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
                     client.act(PolicyRequest(task=task, obs=obs, step_index=index, history=steps, dom=dom)),
                     remaining)
             except asyncio.TimeoutError:
-                return await _end(out, eid, clock, "timeout")
+                return await _end(out, eid, clock, "timeout", last)
             except SandboxCrashed as exc:
                 raise _Abort(f"sandbox crashed: {exc}", crashed=True) from None
             except Exception as exc:  # noqa: BLE001 - a policy backend failure is infrastructure
@@ -133,10 +134,10 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
             )
             out.hold(step)
             steps.append(step)
-            obs = result.obs
+            obs, last = result.obs, result
             if result.done:
-                return await _end(out, eid, clock, "done", reward=result.reward, success=result.success)
-        return await _end(out, eid, clock, "step_budget")
+                return await _end(out, eid, clock, "done", result)
+        return await _end(out, eid, clock, "step_budget", last)
     except _Abort as exc:
         try:
             await out.release()
@@ -203,12 +204,24 @@ async def _act(sandbox: Any, action: Any, extra_latency_s: float) -> tuple[Any, 
     return result, (time.perf_counter() - t0) * 1000
 
 
-async def _end(out: _Outbox, eid: str, clock: Callable[[], float], reason: str, *,
-               reward: float = 0.0, success: bool = False) -> EpisodeResult:
+def outcome(reason: str, last: Any) -> tuple[float, bool, float | None, float | None]:
+    """(outcome reward, success, score, normalised score) of an episode that ended for ``reason``
+    after the step result ``last`` (None: no step). A game is worth its normalised score wherever
+    it stopped (0 = the random policy's mean, 1 = the reference's); a task judged only at its end,
+    its reward when done, else nothing."""
+    if last is not None and last.score is not None:
+        return float(last.normalised_score), bool(last.success), float(last.score), float(last.normalised_score)
+    if reason == "done":
+        return float(last.reward), bool(last.success), None, None
+    return 0.0, False, None, None
+
+
+async def _end(out: _Outbox, eid: str, clock: Callable[[], float], reason: str, last: Any) -> EpisodeResult:
     await out.release()
-    out.emit(EpisodeEnded(episode_id=eid, ts=clock(), num_steps=out.emitted, outcome_reward=float(reward),
-                          success=bool(success), reason=reason))
-    return EpisodeResult(eid, "ended", reason, out.emitted, reward=float(reward), success=bool(success))
+    reward, success, score, normalised = outcome(reason, last)
+    out.emit(EpisodeEnded(episode_id=eid, ts=clock(), num_steps=out.emitted, outcome_reward=reward,
+                          success=success, reason=reason, score=score, normalised_score=normalised))
+    return EpisodeResult(eid, "ended", reason, out.emitted, reward=reward, success=success)
 
 
 def _clip(text: str | None, limit: int = 60_000) -> str | None:

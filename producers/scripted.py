@@ -8,6 +8,9 @@ evaluated on the task page: every visible element under ``#area`` with its recta
 the task area (``#wrap``), text, value, focus, checked state, class and scroll position.
 Coordinates returned are normalised to the task area.
 
+The games' heuristic players (producers.games) are solvers here too: they read the board the game
+page reports (``flywheelGame.board()``), which the probe carries as ``game``.
+
 Solvers are stateless: where a task needs memory, the page holds it (a clicked button keeps the
 focus, a ticked box stays ticked, a field keeps its value), so each state maps to one action and
 a demonstration never depends on how it got there. They only emit actions the multi-turn pixel
@@ -19,6 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from producers.games import GAMES
 from schemas.actions import Click, Scroll, Type, Wait
 
 DOM_PROBE_JS = """(() => {
@@ -33,7 +37,8 @@ DOM_PROBE_JS = """(() => {
               scroll: [el.scrollTop, el.scrollHeight, el.clientHeight],
               x: r.x - wrap.x, y: r.y - wrap.y, w: r.width, h: r.height});
   }
-  return {width: wrap.width, height: wrap.height, elements: out};
+  const game = window.flywheelGame ? window.flywheelGame.board() : null;
+  return {width: wrap.width, height: wrap.height, elements: out, game: game};
 })()"""
 
 Solver = Callable[[str, dict[str, Any]], Any]
@@ -225,6 +230,16 @@ def solve_scroll_text_2(instruction: str, dom: dict[str, Any]) -> Any:
     if "top" in instruction and top > 5:
         return Scroll(x=at.x, y=at.y, direction="up")
     return click_on(submit, dom)
+
+
+def _game_solver(player: Callable[[dict[str, Any]], Any]) -> Solver:
+    def solve_game(instruction: str, dom: dict[str, Any]) -> Any:
+        return player(dom["game"]) if dom.get("game") else Wait()
+    return solve_game
+
+
+for _game in GAMES.values():
+    solver(_game.name)(_game_solver(_game.player))
 
 
 def solve(task_name: str, instruction: str, dom: dict[str, Any]) -> Any:

@@ -1,8 +1,10 @@
-"""Task suites registered by name: which MiniWoB++ tasks a run trains on, and what they need.
+"""Task suites registered by name: which tasks a run trains on, and what they need.
 
 ``default`` is the main job's suite (docs/tasks.md says why each task is in): multi-step tasks a
 screenshot policy can solve in principle, with scripted solvers (producers.scripted) to play the
-annotators of the cold start. ``quick`` is the one-click pair CI runs. A suite name is accepted
+annotators of the cold start. ``quick`` is the one-click pair CI runs. ``games`` holds the browser
+games written for Flywheel (producers.games: scores as rewards, 50-500 steps, heuristic players as
+demonstrators and as the normalisation's reference). A suite name is accepted
 wherever task names are (``--tasks default``), and any registered MiniWoB++ task still runs
 when named itself.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.runtime.errors import UserError
+from producers.games import GAMES
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,7 @@ class Suite:
     action_types: tuple[str, ...]  # the pixel policy heads the tasks need (its ``action_types``)
     max_steps: int  # a step budget every task's scripted solution fits in
     about: str
+    family: str = "miniwob"  # the TaskSpec.suite its tasks are built with (the sandbox's family of pages)
 
 
 SUITES: dict[str, Suite] = {}
@@ -72,6 +76,17 @@ register(Suite(
     about="UI-TARS-2 in miniature: multi-step MiniWoB++ with typing, scrolling and variable lengths"))
 
 
+register(Suite(
+    name="games", tasks=tuple(sorted(GAMES)), action_types=("click", "hotkey"),
+    max_steps=max(g.max_steps for g in GAMES.values()), family="games",
+    about="browser games scored every step: 2048 and snake by arrow keys, a minesweeper-like by clicks"))
+
+
+def family(task: str, default: str) -> str:
+    """The TaskSpec.suite a task name is built with: its suite's family, else ``default``."""
+    return next((s.family for s in SUITES.values() if task in s.tasks), default)
+
+
 def get_suite(name: str) -> Suite:
     if name not in SUITES:
         raise UserError(f"unknown task suite {name!r}; known: {', '.join(sorted(SUITES))}")
@@ -99,8 +114,8 @@ class RunPlan:
 
 def plan(names: list[str], max_steps: int = 0) -> RunPlan:
     """The tasks ``names`` stand for, the action heads they need (the union of the suites that
-    hold them; a task in no suite gets the default suite's heads, a superset) and the step budget
-    (``max_steps`` when > 0, else the largest budget of those suites)."""
+    hold them, in the order the suites list them; a task in no suite gets the default suite's
+    heads) and the step budget (``max_steps`` when > 0, else the largest budget of those suites)."""
     tasks = expand(names)
     if not tasks:
         raise UserError("no tasks given (a suite: --tasks default, or task names)")
@@ -108,5 +123,6 @@ def plan(names: list[str], max_steps: int = 0) -> RunPlan:
     homeless = [t for t in tasks if not any(t in s.tasks for s in holders)]
     if homeless or not holders:
         holders.append(SUITES["default"])
-    heads = tuple(a for a in SUITES["default"].action_types if any(a in s.action_types for s in holders))
+    known = dict.fromkeys(a for s in SUITES.values() for a in s.action_types)  # in registration order
+    heads = tuple(a for a in known if any(a in s.action_types for s in holders))
     return RunPlan(tuple(tasks), heads, max_steps if max_steps > 0 else max(s.max_steps for s in holders))

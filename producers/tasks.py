@@ -16,11 +16,13 @@ import orjson
 
 from infra.runtime.errors import UserError
 from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
+from producers.games import GAMES
+from producers.suites import expand, family
 from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import DecodeError, encode, validate
 from schemas.events import TaskSpec
 
-SUITE_SANDBOX = {"miniwob": "browser", "desktop": "desktop"}
+SUITE_SANDBOX = {"miniwob": "browser", "desktop": "desktop", "games": "browser"}
 
 
 def known_tasks(suite: str) -> tuple[str, ...]:
@@ -32,6 +34,8 @@ def known_tasks(suite: str) -> tuple[str, ...]:
         from producers.sandboxes.desktop_tasks import DESKTOP_TASKS
 
         return tuple(sorted(DESKTOP_TASKS))
+    if suite == "games":
+        return tuple(sorted(GAMES))
     return ()
 
 
@@ -46,22 +50,21 @@ def build_tasks(suite: str, names: list[str], episodes: int, seed: int = 0, *, m
                 timeout_s: float = 60.0, prefix: str = "") -> list[TaskSpec]:
     """K episodes per task name; episode k of task n gets seed ``seed + k`` and a unique task_id.
     Tasks are interleaved (k-th episode of every task before the (k+1)-th) so a worker that
-    consumes them in order sees every task from the start."""
+    consumes them in order sees every task from the start. A registered suite's name stands for
+    its tasks, each built with its suite's family (``--tasks games`` builds games tasks)."""
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
     if not names:
         raise UserError("no task names given (--tasks click-test,click-test-2, or a suite: --tasks quick)")
-    if suite == "miniwob":  # a registered suite name stands for its tasks
-        from producers.suites import expand
-
+    if suite in ("miniwob", "games"):  # the browser's families: a registered suite name stands for its tasks
         names = expand(names)
     run = prefix or f"r{int(time.time() * 1000):x}"
     out = []
     for k in range(episodes):
         for name in names:
             try:
-                task = TaskSpec(task_id=f"{run}.{name}.{seed + k}", suite=suite, name=name, seed=seed + k,
-                                max_steps=max_steps, timeout_s=timeout_s, submitted_at=time.time())
+                task = TaskSpec(task_id=f"{run}.{name}.{seed + k}", suite=family(name, suite), name=name,
+                                seed=seed + k, max_steps=max_steps, timeout_s=timeout_s, submitted_at=time.time())
                 check_task(task)
             except (ValueError, DecodeError) as exc:  # pydantic's ValidationError is a ValueError
                 raise UserError(f"task {name!r}: {exc}") from None

@@ -43,8 +43,8 @@ class Observation(Model):
 
 class TaskSpec(Event):
     task_id: Id
-    suite: Literal["miniwob", "desktop"]
-    name: Name  # e.g. "click-test" or "desktop.write-file"
+    suite: Literal["miniwob", "desktop", "games"]
+    name: Name  # e.g. "click-test", "desktop.write-file" or "games.2048"
     seed: int = 0
     max_steps: Annotated[int, Field(gt=0, le=1000)] = 10
     timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
@@ -108,9 +108,11 @@ class Step(_EpisodeBase):
 class EpisodeEnded(_EpisodeBase):
     kind: Literal["ended"] = "ended"
     num_steps: UInt32
-    outcome_reward: float  # the environment's own verifier
+    outcome_reward: float  # the environment's own verifier (a game's: its normalised score)
     success: bool
     reason: Literal["done", "step_budget", "timeout"] = "done"
+    score: float | None = None  # a game's final score (its steps' rewards are its changes); None: no score
+    normalised_score: float | None = None  # that score on the game's scale: 0 = random policy's mean, 1 = reference
 
     @property
     def event_id(self) -> str:
@@ -146,6 +148,8 @@ class Trajectory(Event):
     success: bool = False
     end_reason: Text = ""
     infra_failure: bool = False
+    score: float | None = None  # EpisodeEnded.score: a game's final score
+    normalised_score: float | None = None  # EpisodeEnded.normalised_score
     started_at: Timestamp
     ended_at: Timestamp
     duplicates_dropped: UInt32 = 0

@@ -34,6 +34,8 @@ class StepResult:
     success: bool = False
     error: str | None = None
     output: str | None = None  # what a GUI-SDK action returned (shell output, file contents)
+    score: float | None = None  # a game's score after the step (its reward is the change); None: no score
+    normalised_score: float | None = None  # that score on the game's scale (producers.games.registry)
 
 
 class Sandbox(Protocol):

@@ -1,16 +1,17 @@
-"""The browser sandbox: MiniWoB++ tasks in headless Chromium, driven by Playwright.
+"""The browser sandbox: MiniWoB++ tasks and Flywheel's games in headless Chromium, driven by Playwright.
 
 One sandbox = one browser context (its own fake clock) in a shared Chromium (``browser_host``),
 with a page per recently used task (``max_pages``, least recently used closed first), so a worker
-alternating between a few tasks never reloads them. ``reset`` makes the task's page current, seeds it the way
-the miniwob package's own environment does (``Math.seedrandom(seed)``, ``core.setDataMode``,
-``core.startEpisodeReal()``), and screenshots the task area (MiniWoB's 160x210 ``#wrap``,
-instruction included). It also parks the pointer at the page's corner and drops the focus, so
-an episode's screens depend on its seed and actions only, never on the episode before it (a
-replay from the seed shows the same screens: producers.reflection). ``step`` performs a unified
+alternating between a few tasks never reloads them. ``reset`` makes the task's page current, starts
+an episode from the task's seed the way its family of pages says (``producers.sandboxes.pages``:
+MiniWoB++ as the miniwob package's own environment does, a game through ``flywheelGame.start``),
+and screenshots the task area (the 160x210 ``#wrap`` both use, instruction included). It also
+parks the pointer at the page's corner and drops the focus, so an episode's screens depend on its
+seed and actions only, never on the episode before it (a replay from the seed shows the same
+screens: producers.reflection). ``step`` performs a unified
 action through ``schemas.convert.to_playwright`` with coordinates relative to that task area,
-advances the fake clock by ``step_ms`` and reads the task's own reward state
-(``WOB_DONE_GLOBAL``, ``WOB_REWARD_GLOBAL``, ``WOB_RAW_REWARD_GLOBAL``).
+advances the fake clock by ``step_ms`` and reads the page's state: a MiniWoB++ task's own reward
+at its end, a game's score after every step (the step's reward is its change).
 
 Time: Playwright's clock is installed before the page loads and paused, so page time moves only
 when we advance it: a task's 10 s limit and its time-scaled reward depend on the number of
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 from collections import OrderedDict
 from typing import Any
 
@@ -34,9 +34,8 @@ from PIL import Image
 
 from producers.sandboxes.base import Obs, SandboxCrashed, StepResult, register_sandbox
 from producers.sandboxes.browser_host import BrowserHost, shared_host
-from producers.sandboxes.miniwob_server import (
-    TASK_HEIGHT, TASK_WIDTH, WINDOW_HEIGHT, WINDOW_WIDTH, task_names, task_url,
-)
+from producers.sandboxes.miniwob_server import TASK_HEIGHT, TASK_WIDTH, WINDOW_HEIGHT, WINDOW_WIDTH
+from producers.sandboxes.pages import PAGES, MiniwobPages, TaskPages
 from schemas.blobs import BlobStore, sha256_hex
 from schemas.convert import UnsupportedAction, apply_playwright, to_playwright
 from schemas.events import BlobRef, Observation, TaskSpec
@@ -44,7 +43,6 @@ from schemas.events import BlobRef, Observation, TaskSpec
 EPOCH_MS = 1_700_000_000_000  # the page's "now" at every episode start (fake clock)
 READY_POLL_MS = 50
 READY_MAX_POLLS = 100
-_STATE_JS = "[WOB_DONE_GLOBAL, WOB_REWARD_GLOBAL, WOB_RAW_REWARD_GLOBAL, String(WOB_REWARD_REASON)]"
 _POINTER_PATHS = frozenset({"mouse.click", "mouse.dblclick", "mouse.move"})
 _NOT_IN_BROWSER = frozenset({"press_back", "press_home", "open_app", "shell", "file_read", "file_write"})
 
@@ -75,6 +73,10 @@ class BrowserSandbox:
         self._box = (0.0, 0.0, float(TASK_WIDTH), float(TASK_HEIGHT))
         self._instruction = ""
         self._done = False
+        self._pages: TaskPages = MiniwobPages()  # the current task's family of pages
+        self._spec: TaskSpec | None = None
+        self._steps = 0  # steps since reset
+        self._score = 0.0  # a game's score after the last step
 
     # ------------------------------------------------------------ guarded Playwright calls
 
@@ -146,33 +148,29 @@ class BrowserSandbox:
     # ------------------------------------------------------------ episode
 
     async def reset(self, task: TaskSpec) -> Obs:
-        if task.suite != "miniwob":
-            raise ValueError(f"the browser sandbox runs MiniWoB++ tasks, not suite {task.suite!r}")
-        if task.name not in task_names():
-            raise ValueError(f"unknown MiniWoB++ task {task.name!r}")
+        pages = PAGES.get(task.suite)
+        if pages is None:
+            raise ValueError(f"the browser sandbox runs {', '.join(PAGES)} tasks, not suite {task.suite!r}")
+        if task.name not in pages.names():
+            raise ValueError(f"unknown {task.suite} task {task.name!r}")
         if self._context is None:
             await self.start()
+        self._pages, self._spec, self._steps, self._score = pages, task, 0, 0.0
         await self._open(task.name)
         page, clock = self._page, self._context.clock
-        # the pointer where a fresh page has it, and (in the page script below) no focus: the last
+        # the pointer where a fresh page has it, and (in the start script) no focus: the last
         # episode's pointer would leave a hover state and its focused field a focus ring on the
         # new screen (tasks that keep their inputs across episodes), and a replay from the seed
         # would not look the same
         await self._call(page.mouse.move(0, 0), "park the pointer")
         await self._call(clock.set_system_time(EPOCH_MS), "clock.set_system_time")
-        mode = str(task.params.get("data_mode", "train"))
-        utterance = await self._call(page.evaluate(
-            "(() => { if (document.activeElement) document.activeElement.blur();"  # see the pointer above
-            " if (window.jQuery) jQuery(':animated').finish();"
-            f" Math.seedrandom({json.dumps(task.seed)}); core.setDataMode({json.dumps(mode)});"
-            " core.startEpisodeReal(); const u = core.getUtterance();"
-            " return [WOB_TASK_READY, typeof u === 'string' ? u : u.utterance]; })()"), "start episode")
+        utterance = await self._call(page.evaluate(pages.start_js(task)), "start episode")
         ready, self._instruction = bool(utterance[0]), str(utterance[1])
         for _ in range(READY_MAX_POLLS):  # tasks that build their problem asynchronously
             if ready:
                 break
             await self._advance_clock(READY_POLL_MS)  # a page script error here is the page's, like in step
-            ready = await self._call(page.evaluate("WOB_TASK_READY"), "poll ready")
+            ready = await self._call(page.evaluate(pages.ready_js), "poll ready")
         else:
             raise SandboxCrashed(f"task {task.name} did not become ready")
         self._done = False
@@ -185,7 +183,7 @@ class BrowserSandbox:
                 _, (old, _) = self._loaded.popitem(last=False)
                 await self._call(old.close(), "close page")
             page = await self._call(self._context.new_page(), "new_page")
-            await self._call(page.goto(task_url(name), wait_until="load"), f"load {name}")
+            await self._call(page.goto(self._pages.url(name), wait_until="load"), f"load {name}")
             rect = await self._call(page.evaluate(
                 "(() => { const r = document.getElementById('wrap').getBoundingClientRect();"
                 " return [r.x, r.y, r.width, r.height]; })()"), "measure #wrap")
@@ -197,6 +195,7 @@ class BrowserSandbox:
         error = None
         if self._page is None:
             raise SandboxCrashed("step before reset")
+        self._steps += 1
         if action is None or action.type == "wait":
             pass
         elif action.type in ("finished", "call_user"):
@@ -251,12 +250,13 @@ class BrowserSandbox:
 
     async def _result(self, error: str | None = None, terminal: bool = False) -> StepResult:
         # two independent reads of the same page state: overlap their round trips
-        (done, reward, raw, _reason), obs = await asyncio.gather(
-            self._call(self._page.evaluate(_STATE_JS), "read reward"), self._observe())
-        done = bool(done)
-        reward = float(reward) if done else 0.0
-        return StepResult(obs=obs, reward=reward, done=done or terminal, success=done and float(raw) > 0,
-                          error=error)
+        state, obs = await asyncio.gather(
+            self._call(self._page.evaluate(self._pages.state_js), "read reward"), self._observe())
+        reading = self._pages.read(self._spec, state, self._steps, self._score)
+        if reading.score is not None:
+            self._score = reading.score
+        return StepResult(obs=obs, reward=reading.reward, done=reading.done or terminal, success=reading.success,
+                          error=error, score=reading.score, normalised_score=reading.normalised_score)
 
     async def _observe(self) -> Obs:
         x, y, w, h = self._box
@@ -270,7 +270,7 @@ class BrowserSandbox:
         if not self.defer_writes:
             await self.flush()
         observation = Observation(screenshot=ref, screen_width=image.shape[1], screen_height=image.shape[0],
-                                  instruction=self._instruction, url=f"miniwob/{self._task}.html")
+                                  instruction=self._instruction, url=self._pages.path(self._task))
         return Obs(observation=observation, image=image)
 
     def _decode(self, png: bytes) -> tuple[np.ndarray, BlobRef]:

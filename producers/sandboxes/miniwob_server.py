@@ -1,8 +1,8 @@
 """MiniWoB++ as shipped in the ``miniwob`` PyPI package: its task list and a local HTTP server.
 
 The HTML tasks are served straight from the installed package (never copied) by a quiet
-threading HTTP server bound to 127.0.0.1 on a free port; one server per process is shared by
-every browser sandbox.
+threading HTTP server bound to 127.0.0.1 on a free port; one server per process and folder is
+shared by every browser sandbox.
 """
 
 from __future__ import annotations
@@ -51,21 +51,28 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
-_server: ThreadingHTTPServer | None = None
+_servers: dict[str, ThreadingHTTPServer] = {}
 _lock = threading.Lock()
 
 
-def base_url() -> str:
-    """Start (once per process) the local server and return its base URL, ending in '/'."""
-    global _server
+def serve(directory: Path) -> str:
+    """Start (once per process and folder) a local server of ``directory``; return its base URL,
+    ending in '/'. The games suite (producers.games) serves its pages through this too."""
+    key = str(directory)
     with _lock:
-        if _server is None:
-            handler = functools.partial(_QuietHandler, directory=str(html_dir()))
-            _server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-            _server.daemon_threads = True
-            threading.Thread(target=_server.serve_forever, name="miniwob-http", daemon=True).start()
-        host, port = _server.server_address[:2]
+        if key not in _servers:
+            handler = functools.partial(_QuietHandler, directory=key)
+            server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            server.daemon_threads = True
+            threading.Thread(target=server.serve_forever, name="page-http", daemon=True).start()
+            _servers[key] = server
+        host, port = _servers[key].server_address[:2]
     return f"http://{host}:{port}/"
+
+
+def base_url() -> str:
+    """The MiniWoB++ server's base URL (started on first use)."""
+    return serve(html_dir())
 
 
 def task_url(name: str) -> str:

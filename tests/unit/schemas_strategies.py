@@ -53,7 +53,7 @@ BLOBS = st.builds(E.BlobRef, sha256=sha, uri=st.text(min_size=1, max_size=40),
                   width=st.integers(0, 4096), height=st.integers(0, 4096), size_bytes=st.integers(0, 2**40))
 OBSERVATIONS = st.builds(E.Observation, screenshot=BLOBS, screen_width=st.integers(1, 16384),
                          screen_height=st.integers(1, 16384), instruction=texts, url=texts, window_title=texts)
-TASKS = st.builds(E.TaskSpec, task_id=ids, suite=st.sampled_from(["miniwob", "desktop"]), name=names,
+TASKS = st.builds(E.TaskSpec, task_id=ids, suite=st.sampled_from(["miniwob", "desktop", "games"]), name=names,
                   seed=st.integers(-(2**63), 2**63 - 1), max_steps=st.integers(1, 1000),
                   timeout_s=st.floats(0.001, 3600), params=json_dict, submitted_at=ts)
 STARTED = st.builds(E.EpisodeStarted, episode_id=ids, ts=ts, task=TASKS, sandbox=names, worker_id=names,
@@ -71,7 +71,8 @@ def steps(episode_id=ids, step_index=st.integers(0, 1000)):
 
 STEPS = steps()
 ENDED = st.builds(E.EpisodeEnded, episode_id=ids, ts=ts, num_steps=st.integers(0, 1000), outcome_reward=finite,
-                  success=st.booleans(), reason=st.sampled_from(["done", "step_budget", "timeout"]))
+                  success=st.booleans(), reason=st.sampled_from(["done", "step_budget", "timeout"]),
+                  score=st.none() | finite, normalised_score=st.none() | finite)
 ABORTED = st.builds(E.EpisodeAborted, episode_id=ids, ts=ts, num_steps=st.integers(0, 1000), reason=texts,
                     infra_failure=st.booleans())
 EPISODE_EVENTS = st.one_of(STARTED, STEPS, ENDED, ABORTED)
@@ -79,7 +80,8 @@ TRAJECTORIES = st.builds(
     E.Trajectory, episode_id=ids, task=TASKS, sandbox=names, worker_id=names, policy=names,
     steps=st.lists(STEPS, max_size=3), status=st.sampled_from(["ended", "aborted"]), outcome_reward=finite,
     success=st.booleans(), end_reason=texts, infra_failure=st.booleans(), started_at=ts, ended_at=ts,
-    duplicates_dropped=st.integers(0, 100), missing_steps=st.lists(st.integers(0, 1000), max_size=3))
+    duplicates_dropped=st.integers(0, 100), missing_steps=st.lists(st.integers(0, 1000), max_size=3),
+    score=st.none() | finite, normalised_score=st.none() | finite)
 SCORED = st.builds(
     E.ScoredTrajectory, trajectory=TRAJECTORIES, scorer=names, scorer_version=names, reward=finite,
     components=metric_dict, verdict=st.sampled_from([0, 1]), rl_eligible=st.booleans(),

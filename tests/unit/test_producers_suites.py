@@ -27,9 +27,10 @@ def test_default_suite_has_what_the_main_job_needs():
 
 
 @pytest.mark.parametrize("name", sorted(SUITES))
-def test_every_suite_task_is_a_miniwob_task_with_a_solver(name):
-    for task in get_suite(name).tasks:
-        assert task in known_tasks("miniwob")
+def test_every_suite_task_is_a_task_of_its_family_with_a_solver(name):
+    suite = get_suite(name)
+    for task in suite.tasks:
+        assert task in known_tasks(suite.family)
         assert task in scripted.SOLVERS
 
 
