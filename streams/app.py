@@ -282,7 +282,7 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
                 try:
                     record = decode(event.value, assemble.model)
                     key = record.episode_id.encode()
-                    before = touched[key][0] if key in touched else episodes.get(key)
+                    before = touched[key][0] if key in touched else episodes.data.get(key)  # as _store writes it
                     state, outputs = run_keyed(assemble, before, record, t)
                 except Exception as exc:  # noqa: BLE001 - errors are data: DLQ and keep flowing
                     sent.append(await to_dlq(assemble.step_id, event, exc))
