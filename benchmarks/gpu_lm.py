@@ -308,7 +308,7 @@ def pairs_of(policy, scored, store):
     """An error-correction pair per episode: its scripted click (chosen) against the next one's
     (rejected), on its screenshot: what `flywheel dpo` trains on."""
     from schemas.events import PairSide, PreferencePair
-    from trainer.dpo.inputs import lm_pairs
+    from trainer.policies.lm.pairs import lm_pairs
 
     steps = [s.trajectory.steps[0] for s in scored]
     out = []

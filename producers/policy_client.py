@@ -30,7 +30,7 @@ from producers.sandboxes.base import Obs
 from schemas.actions import Click, Wait
 from schemas.blobs import BlobStore
 from schemas.events import PolicyVersion, Step, TaskSpec
-from infra.runtime.policy import Decision, PolicyInput
+from infra.runtime.policy import Decision, PolicyInput, policy_kind
 from schemas.prompt import PromptSpec, history_window, to_messages, uitars_turns
 
 log = logging.getLogger("flywheel.policy_client")
@@ -211,8 +211,8 @@ class TorchClient(PolicyClient):
         return not self.greedy  # greedy: the policy's argmax, asked of every batch
 
     def _with_blobs(self, policy: Any) -> Any:
-        if self.blobs is not None and hasattr(policy, "blob_store"):
-            policy.blob_store = self.blobs  # a language policy shows earlier screenshots, as the trainer rebuilds them
+        if self.blobs is not None:
+            policy.use_blob_store(self.blobs)  # a language policy shows earlier screenshots, as the trainer rebuilds them
         return policy
 
 
@@ -291,8 +291,9 @@ class HttpClient(PolicyClient):
 
     async def load_version(self, pv: PolicyVersion, blobs: BlobStore) -> None:
         await super().load_version(pv, blobs)
-        if pv.kind == "lm":  # ask in exactly the context this version is trained in
-            self.spec = PromptSpec.from_config(pv.config)
+        spec = policy_kind(pv.kind).prompt_spec(pv.config)
+        if spec is not None:  # a kind that reads a prompt: ask in exactly the context this version is trained in
+            self.spec = spec
 
     def _history_pngs(self, history: list[Step]) -> list[bytes | None]:
         window = set(history_window(self.spec, len(history)))

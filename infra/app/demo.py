@@ -28,6 +28,7 @@ from infra.app import demo_queries as Q
 from infra.app import phases
 from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
 from infra.runtime.errors import UserError
+from infra.runtime.policy import policy_kind
 from infra.runtime.procs import Child, flywheel_argv, wait_until
 from infra.runtime.settings import Settings, load_settings
 from producers.suites import RunPlan, plan as suite_plan
@@ -53,7 +54,7 @@ class DemoConfig:
     workers: int = opt(1, "rollout worker processes")
     sync: bool = opt(False, "alternate rollout and training without overlap (for the async/sync comparison)")
     batch_episodes: int = opt(32, "complete trajectories per PPO update")
-    policy_kind: str = opt("pixel", "policy model the trainer learns", choices=("pixel", "lm"))
+    policy_kind: str = opt("pixel", "policy model the trainer learns (a registered kind: pixel, lm)")
     dpo_minutes: float = opt(-1.0, "last minutes of the run given to DPO of pi_sft on reflection pairs annotated meanwhile "
                                    "(0: no DPO phase; -1: a quarter of --minutes for the language policy, 0 for the pixel policy)")
     dpo_args: str = opt("", "extra arguments for `flywheel dpo`, space separated")
@@ -72,8 +73,9 @@ class DemoConfig:
             raise UserError("minutes must be > 0; episodes, sandboxes, workers and batch_episodes >= 1")
         if min(self.max_steps, self.cold_start_demos, self.value_pretrain_batches, self.ppo_lr, self.rft_every + 1) < 0:
             raise UserError("max_steps, cold_start_demos, value_pretrain_batches and ppo_lr must be >= 0, rft_every >= -1")
-        if self.rft_every > 0 and self.policy_kind != "pixel":
-            raise UserError("--rft-every fine-tunes the pixel policy; the language policy's is `flywheel sft`")
+        if self.rft_every > 0 and not policy_kind(self.policy_kind).rft:
+            raise UserError(f"--rft-every fine-tunes a kind with RFT rounds (the pixel policy); the {self.policy_kind} "
+                            "policy's is another job (the language policy's: `flywheel sft`)")
         if self.dpo_minutes < -1 or self.dpo_minutes >= self.minutes:
             raise UserError(f"dpo_minutes must be -1 (auto), 0 (off) or less than --minutes ({self.minutes:g})")
         if self.dpo_minutes > 0 and self.cold_start_demos == 0:
@@ -92,7 +94,7 @@ class DemoConfig:
         """Seconds of DPO at the end of the run (0: none)."""
         if self.dpo_minutes >= 0:
             return self.dpo_minutes * 60
-        return self.minutes * 15 if self.policy_kind == "lm" and self.cold_start_demos > 0 else 0.0
+        return self.minutes * 60 * policy_kind(self.policy_kind).demo_dpo_share(self.cold_start_demos > 0)
 
 
 def run_names(cfg: DemoConfig) -> tuple[str, str, str]:
@@ -133,8 +135,8 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
             "--value-pretrain-max-batches", str(cfg.value_pretrain_batches),
             *(["--lr", str(ppo_lr(cfg))] if ppo_lr(cfg) else []),
             *(["--rft-every", str(rft_every(cfg))] if rft_every(cfg) else []),
-            # the language policy: a few small minibatches per update (a 135M model on 2 cores)
-            *(LM_PPO_ARGS if cfg.policy_kind == "lm" else []),
+            # the kind's own (the language policy: a few small minibatches per update)
+            *policy_kind(cfg.policy_kind).demo_ppo_args,
             # how it reads the pages, and the heads the tasks need (used when the trainer builds
             # the policy: no cold start)
             "--policy-config", json.dumps(phases.kind_config(cfg, plan.action_types)),
@@ -152,21 +154,16 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
     return children
 
 
-LM_PPO_ARGS = ["--epochs", "2", "--minibatch-size", "8"]
-
-
 def ppo_lr(cfg: DemoConfig) -> float:
     """PPO's learning rate: fine-tuning a cloned policy takes smaller steps than learning from
     random weights (default suite, seed 0: at 3e-3 the typing tasks fell from 0.9-1.0 under pi_sft
     to 0.0 within 6 minutes of PPO; at 3e-4 they held). The pretrained language policy takes
     1e-6, as docs/language-policy.md measured (one update of 2 epochs moves a step's log-prob by
     about 1 nat); at 3e-5, 16 minutes of PPO took click-test from 0.55 under pi_sft to 0.23
-    (demo lm40-s1). 0: the trainer's own default."""
+    (demo lm40-s1); the kind says (``PolicyKind.demo_ppo_lr``). 0: the trainer's own default."""
     if cfg.ppo_lr:
         return cfg.ppo_lr
-    if cfg.policy_kind == "lm":
-        return 1e-6
-    return 3e-4 if cfg.cold_start_demos > 0 else 0.0
+    return policy_kind(cfg.policy_kind).demo_ppo_lr(cfg.cold_start_demos > 0)
 
 
 def rft_every(cfg: DemoConfig) -> int:
@@ -176,7 +173,7 @@ def rft_every(cfg: DemoConfig) -> int:
     language policy (its fine-tuning is `flywheel sft`)."""
     if cfg.rft_every >= 0:
         return cfg.rft_every
-    return 4 if cfg.policy_kind == "pixel" and cfg.cold_start_demos > 0 else 0
+    return 4 if policy_kind(cfg.policy_kind).rft and cfg.cold_start_demos > 0 else 0
 
 
 def ensure_platform(settings: Settings):

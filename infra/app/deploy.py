@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.runtime.config import ConfigError, opt
+from infra.runtime.policy import policy_kind
 from infra.runtime.topics import TOPICS, TopicSpec
 
 STRIMZI_API = "kafka.strimzi.io/v1beta2"
@@ -49,30 +50,30 @@ class DeployConfig:
     streams_replicas: int = opt(2, "Faust workers")
     sink_replicas: int = opt(2, "ClickHouse sink processes")
     server_replicas: int = opt(1, "policy server replicas")
-    trainer_ranks: int = opt(1, "trainer processes (torchrun --nproc-per-node); policy_kind lm: 1")
+    trainer_ranks: int = opt(1, "trainer processes (torchrun --nproc-per-node); a kind that trains on a GPU (lm): 1")
     policy_name: str = opt("pixel-miniwob", "policy the trainer publishes and the workers follow")
-    policy_kind: str = opt("pixel", "policy the trainer trains: pixel (its ranks on CPUs, no GPU) or lm "
-                                    "(one rank on one GPU, --device cuda)", choices=("pixel", "lm"))
+    policy_kind: str = opt("pixel", "policy the trainer trains (a registered kind): pixel (its ranks on CPUs, no GPU) "
+                                    "or lm (one rank on one GPU, --device cuda)")
 
     def trainer(self) -> tuple[list[str], int]:
-        """The trainer's command line and the GPUs it asks for. The pixel policy trains on the CPU
-        (trainer.rl.config.check_device), its ranks sharing updates over gloo; the language policy
-        trains in one process on one GPU."""
+        """The trainer's command line and the GPUs it asks for. A kind that is not ``accelerated``
+        (the pixel policy) trains on the CPU (trainer.rl.config.check_device), its ranks sharing
+        updates over gloo; an accelerated one (the language policy) in one process on one GPU."""
         argv = ["torchrun", f"--nproc-per-node={self.trainer_ranks}", "-m", "infra.app.cli", "train",
                 "--policy-name", self.policy_name, "--policy-kind", self.policy_kind]
-        if self.policy_kind == "pixel":
+        if not policy_kind(self.policy_kind).accelerated:
             return argv, 0
         if self.trainer_ranks != 1:
-            raise ConfigError(f"trainer_ranks={self.trainer_ranks} with policy_kind lm: the language policy trains "
-                              "in one process on one GPU (its ranks would share updates over gloo on the CPU)")
+            raise ConfigError(f"trainer_ranks={self.trainer_ranks} with policy_kind {self.policy_kind}: the {self.policy_kind} "
+                              "policy trains in one process on one GPU (its ranks would share updates over gloo on the CPU)")
         return [*argv, "--device", "cuda"], 1
 
     def server(self) -> tuple[list[str], int]:
-        """The policy server's command line and GPUs: the language policy on one GPU; the pixel
-        policy on the CPU (it builds its inputs there), asking for none."""
+        """The policy server's command line and GPUs: an accelerated kind (the language policy) on
+        one GPU; another (the pixel policy) on the CPU, where it builds its inputs, asking for none."""
         argv = ["flywheel", "serve", "--host", "0.0.0.0", "--port", "8000", "--policy", self.policy_name,
                 "--kind", self.policy_kind]
-        return ([*argv, "--device", "cuda"], 1) if self.policy_kind == "lm" else (argv, 0)
+        return ([*argv, "--device", "cuda"], 1) if policy_kind(self.policy_kind).accelerated else (argv, 0)
 
 
 def min_insync(replicas: int) -> int:

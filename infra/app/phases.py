@@ -36,11 +36,10 @@ from infra.app import demo_queries as Q
 from trainer.core import metric_names as M
 from infra.runtime.errors import UserError
 from infra.runtime.procs import Child, flywheel_argv
-from producers.suites import lm_config, pixel_config
+from infra.runtime.policy import policy_kind
 
 COLD_START, SFT, VALUE_PRETRAIN, PPO, DPO = "cold start", "SFT", "value pretraining", "PPO", "DPO"
 DEMO_SEED_BASE = 10_000_000  # demonstrations use seeds the RL tasks (seed * 100_000 + k) never reach
-LM_DPO_PAIRS = 32  # the language policy's DPO: a sample of this many pairs (see dpo())
 
 
 def scripted_policy(policy: str) -> str:
@@ -216,7 +215,7 @@ def kind_config(cfg, action_types: tuple[str, ...]) -> dict:
     """The policy config the run's ``flywheel bc`` and trainer build from: how the kind reads
     MiniWoB++ pages (and the pixel policy's heads for ``action_types``), ``--policy-config`` last."""
     overrides = cfg.policy_overrides()
-    return pixel_config(action_types, overrides) if cfg.policy_kind == "pixel" else lm_config(overrides)
+    return policy_kind(cfg.policy_kind).task_config(action_types, overrides)
 
 
 def clone(cfg, env: dict[str, str], policy: str, tasks: list[str], action_types: tuple[str, ...], logs: Path,
@@ -317,9 +316,7 @@ def dpo(cfg, settings, env: dict[str, str], policy: str, reference: int, logs: P
     if pairs == 0:
         clock.note("no reflection pair was annotated: DPO skipped, the PPO policy keeps acting")
         return None
-    # a 135M model's pass over a pair takes seconds on 2 cores: 107 pairs' reference log-probs alone
-    # took 4.7 min in a 30-minute demo, whose DPO step then ran out of time
-    few = ["--epochs", "3", "--max-pairs", str(LM_DPO_PAIRS)] if cfg.policy_kind == "lm" else []
+    few = policy_kind(cfg.policy_kind).demo_dpo_args  # the language policy: a sample of the pairs, few epochs
     argv = flywheel_argv("dpo", "--policy-name", policy, "--reference-version", str(reference), "--seed", str(cfg.seed),
                          "--torch-threads", str(idle_cores()), *few, *cfg.dpo_args.split())
     line = _run_step("dpo", argv, env, logs, timeout_s, tick, cfg.progress_s)

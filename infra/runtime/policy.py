@@ -4,9 +4,10 @@ the two functions rollout workers, policy servers and trainers build policies wi
     policy = build_policy("pixel", "pixel-miniwob", config)
     policy = load_policy_version(pv, BlobStore(settings.blob_root))
 
-Implementations live in trainer.policies and are found by kind through the entry-point group
-``flywheel.policies`` (pyproject.toml), so this low layer never imports the trainer and a user's
-own package can add a kind. A policy is a ``torch.nn.Module``; its weights travel as a
+Each kind is a plug-in (``PolicyKind``): a package under trainer.policies exports one, found by
+name through the entry-point group ``flywheel.policies`` (pyproject.toml) or ``register_kind``, so
+this low layer never imports the trainer and a user's own package can add a kind. Callers reach
+a kind's facts and job steps through ``policy_kind(name)``, never by testing its name. A policy is a ``torch.nn.Module``; its weights travel as a
 safetensors file of ``state_dict()`` in the content-addressed blob store.
 
 Invariant: ``act`` returns, for each decision, the behaviour log-prob of exactly the action it
@@ -19,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -52,7 +53,12 @@ class Decision:
 
 
 class Policy(Protocol):
-    kind: str  # "pixel" | "lm"
+    """Everything the trainers (PPO, BC, RFT, DPO, merge), the policy server and the rollout call
+    on a policy, whatever its kind; a kind's own extras stay inside its package. A policy is a
+    ``torch.nn.Module``, so the module methods below are torch's. Methods that make no sense for a
+    kind get their defaults from ``trainer.policies.base.PolicyDefaults``."""
+
+    kind: str  # the registered kind that built it
     name: str
     version: int
 
@@ -62,17 +68,143 @@ class Policy(Protocol):
     def config_dict(self) -> dict[str, Any]:
         """Everything needed to rebuild the model before loading its weights."""
 
+    def can_represent(self, action: Any, instruction: str | None = None) -> bool:
+        """Whether ``evaluate`` can score ``action`` (given the step's ``instruction``, if known)."""
 
-ENTRY_POINT_GROUP = "flywheel.policies"  # kind -> module that registers it, imported on first use
+    def step_inputs(self, traj: Any, store: BlobStore) -> list[Any]:
+        """Each step of a ``Trajectory`` as ``evaluate`` takes it, rebuilt as ``act`` saw it;
+        ValueError for a step this policy cannot score, BlobNotFound for a missing screenshot."""
 
-POLICY_REGISTRY: dict[str, Callable[..., Policy]] = {}
+    def bootstrap_input(self, traj: Any, store: BlobStore) -> Any | None:
+        """The input of the state after the last step, for the value a truncated episode
+        bootstraps from (None: none; the trainer uses the last state's value)."""
+
+    def evaluate(self, inputs: Any, instructions: list[str], actions: list[Any]) -> tuple[Any, Any, Any]:
+        """Re-score stored actions on ``step_inputs``' inputs: (logprob [N], value [N], entropy [N]),
+        differentiable; the log-prob is the one ``act`` returned for that action."""
+
+    def values(self, inputs: Any, instructions: list[str]) -> Any:
+        """V(s) [N] of ``bootstrap_input``'s inputs."""
+
+    def param_groups(self, lr: float, head_lr_mult: float) -> list[dict[str, Any]]:
+        """Optimiser parameter groups: the parts trained from scratch at ``head_lr_mult`` * ``lr``."""
+
+    def use_blob_store(self, store: BlobStore) -> None:
+        """Where ``act`` finds the earlier screenshots of an episode's history (if it shows them)."""
+
+    # torch.nn.Module's, which every policy is
+    def parameters(self) -> Any: ...
+    def named_parameters(self) -> Any: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> Any: ...
+    def train(self, mode: bool = True) -> Any: ...
+    def eval(self) -> Any: ...
+    def to(self, device: Any) -> Any: ...
+    def requires_grad_(self, requires_grad: bool = True) -> Any: ...
 
 
-def register_policy(kind: str):
-    def deco(factory):
-        POLICY_REGISTRY[kind] = factory
-        return factory
-    return deco
+class ChatPolicy(Policy, Protocol):
+    """A policy that writes text (a kind whose ``chat`` is true): what the policy server's
+    ``/v1/chat/completions`` calls besides the ``Policy`` methods."""
+
+    tok: Any  # its tokenizer: ``piece(token id)`` -> (text, bytes) of one token
+
+    def render(self, turns: list[Any]) -> Any:
+        """A chat context (schemas.prompt turns) as the model's tokens and images."""
+
+    def generate(self, contexts: list[Any], greedy: bool = False, temperature: float = 1.0,
+                 max_new_tokens: int | None = None) -> list[Any]:
+        """One reply per context: token ids, their log-probs, the text, the value, finished."""
+
+    def canonical(self, gen: Any) -> bool:
+        """Whether a reply's tokens are the canonical tokenization of its text (their log-probs stand)."""
+
+    def response_logprobs(self, contexts: list[Any], texts: list[str]) -> list[tuple[list[int], list[float]]]:
+        """The canonical tokens of each text after its context, and their log-probs."""
+
+    def written(self, model_text: str) -> str:
+        """The reply as the agent's text (the model's own coordinate tokens written out)."""
+
+
+class PolicyKind(Protocol):
+    """A policy kind as a plug-in: how to build its policies and every fact or job step the
+    trainers, the server, the rollout and the app would otherwise branch on its name for.
+    Each kind's package exports one (``trainer.policies.<kind>.kind``), registered by name
+    through the entry points below or ``register_kind``; ``trainer.policies.base.KindDefaults``
+    holds the defaults a minimal kind keeps. Importing a kind object imports no model."""
+
+    name: str
+    accelerated: bool  # trains and serves on a GPU (device cuda); False: on the CPU only, where it builds its inputs
+    rft: bool  # the PPO trainer's rejection-sampling rounds fine-tune it (False: its fine-tuning is another job)
+    chat: bool  # its policies write text and answer chat completions (``ChatPolicy``)
+    bc_epochs: int  # `flywheel bc`'s defaults for this kind
+    bc_lr: float
+    bc_minibatch_size: int
+    dpo_lr: float  # `flywheel dpo`'s defaults for this kind
+    dpo_micro_batch: int  # pairs per forward pass (0: the whole minibatch)
+    demo_ppo_args: tuple[str, ...]  # extra `flywheel train` arguments of the main job
+    demo_dpo_args: tuple[str, ...]  # extra `flywheel dpo` arguments of the main job
+
+    def build(self, name: str, config: dict[str, Any] | None) -> Policy:
+        """A fresh policy (random init from ``config['seed']``, or its pretrained start), version 0."""
+
+    def full_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """A published config with the defaults of its time filled in (keys added since)."""
+
+    def train_config(self, pretrained: str, seed: int, extra: dict[str, Any]) -> dict[str, Any]:
+        """The config `flywheel train` builds a fresh policy from (``extra``: --policy-config)."""
+
+    def bc_config(self, action_types: tuple[str, ...], pretrained: str, seed: int,
+                  extra: dict[str, Any]) -> dict[str, Any]:
+        """The config `flywheel bc` clones into, for tasks needing ``action_types``."""
+
+    def task_config(self, action_types: tuple[str, ...], overrides: dict[str, Any]) -> dict[str, Any]:
+        """How this kind reads MiniWoB++ pages (with heads for ``action_types``), ``overrides`` last."""
+
+    def clone(self, policy: Policy, demos: list[Any], store: BlobStore, cfg: Any) -> Any:
+        """Behaviour cloning of ``policy`` on ``demos`` (ScoredTrajectory) as ``cfg`` (a BCConfig)
+        says -> ``trainer.policies.base.Cloned`` (losses, metrics, greedy match, skipped)."""
+
+    def dpo_pairs(self, policy: Policy, pairs: list[Any], store: BlobStore) -> tuple[Any, Any]:
+        """Preference pairs as this kind scores them (trainer.dpo.inputs) and the skipped by reason."""
+
+    def demo_ppo_lr(self, cold_start: bool) -> float:
+        """The main job's PPO learning rate (0: the trainer's default), after a cold start or not."""
+
+    def demo_dpo_share(self, cold_start: bool) -> float:
+        """The share of the main job's minutes given to DPO at its end (0: none)."""
+
+    def prompt_spec(self, config: dict[str, Any]) -> Any | None:
+        """The schemas.prompt.PromptSpec a version with ``config`` is asked in (None: it reads no prompt)."""
+
+    def export_hf(self, pv: PolicyVersion, store: BlobStore, out: Any) -> Any:
+        """A Hugging Face folder of ``pv`` for vLLM (UserError when this kind has none)."""
+
+
+ENTRY_POINT_GROUP = "flywheel.policies"  # kind name -> its PolicyKind object, loaded on first use
+
+KINDS: dict[str, PolicyKind] = {}
+
+
+def register_kind(kind: PolicyKind) -> PolicyKind:
+    """Make ``kind`` known by its name (the entry points register the installed kinds on first use)."""
+    KINDS[kind.name] = kind
+    return kind
+
+
+def kind_names() -> list[str]:
+    """Every kind this process can build: the registered and the installed (entry points)."""
+    return sorted(set(KINDS) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def policy_kind(kind: str) -> PolicyKind:
+    """The plug-in of ``kind``; UserError naming the known kinds when there is none."""
+    if kind not in KINDS:
+        found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+        if kind not in found:
+            raise UserError(f"unknown policy kind {kind!r}; known: {', '.join(kind_names())}")
+        register_kind(found[kind].load())
+    return KINDS[kind]
 
 
 class PolicyIntegrityError(UserError):
@@ -81,13 +213,7 @@ class PolicyIntegrityError(UserError):
 
 def build_policy(kind: str, name: str, config: dict[str, Any] | None = None) -> Policy:
     """A fresh policy of ``kind`` (random init from ``config['seed']``), version 0."""
-    if kind not in POLICY_REGISTRY:
-        found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-        if kind not in found:
-            known = ", ".join(sorted(set(POLICY_REGISTRY) | set(found)))
-            raise UserError(f"unknown policy kind {kind!r}; known: {known}")
-        found[kind].load()  # importing the module registers the kind
-    return POLICY_REGISTRY[kind](name=name, config=config)
+    return policy_kind(kind).build(name, config)
 
 
 def weights_bytes(pv: PolicyVersion, store: BlobStore) -> bytes:
@@ -113,6 +239,5 @@ def load_policy_version(pv: PolicyVersion, store: BlobStore) -> Policy:
     policy = build_policy(pv.kind, pv.policy, pv.config)
     policy.load_state_dict(load_safetensors(data), strict=True)  # type: ignore[attr-defined]
     policy.version = pv.version
-    if hasattr(policy, "eval"):
-        policy.eval()
+    policy.eval()
     return policy

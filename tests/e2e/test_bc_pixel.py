@@ -15,7 +15,8 @@ from infra.runtime.policy import PolicyInput, build_policy
 from producers import scripted
 from schemas.blobs import BlobStore
 from schemas.events import ScoredTrajectory, Step, TaskSpec, Trajectory
-from trainer.sft.bc import bc_train, examples, greedy_match, select_demos
+from trainer.policies.pixel.bc import greedy_match
+from trainer.sft.bc import bc_train, examples, select_demos
 
 pytestmark = pytest.mark.e2e
 TASKS = ["click-button-sequence", "enter-text", "click-collapsible"]

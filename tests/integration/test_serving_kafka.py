@@ -18,7 +18,7 @@ from schemas.blobs import BlobStore
 from schemas.codec import encode
 from schemas.events import PolicyVersion
 from infra.runtime.policy import build_policy, load_policy_version
-from trainer.policies.lm.publish import publish_version, weights_blob
+from trainer.core.publish import publish_version, weights_to_bytes as weights_blob
 from infra.runtime.versions import scan as scan_policy_topic
 
 CFG = {"max_new_tokens": 4}

@@ -123,7 +123,8 @@ def test_sync_runs_without_a_dpo_phase():
 
 
 def test_the_language_policy_fine_tunes_with_small_steps():
-    from infra.app.demo import LM_PPO_ARGS, ppo_lr
+    from infra.app.demo import ppo_lr
+    from trainer.policies.lm.kind import LM_PPO_ARGS
 
     assert ppo_lr(DemoConfig(policy_kind="lm")) == 1e-6
     assert "--minibatch-size" in LM_PPO_ARGS

@@ -18,7 +18,9 @@ from schemas.blobs import BlobStore
 from schemas.events import BlobRef, Observation, PairSide, PreferencePair, Step, TaskSpec
 from trainer.dpo.train import dpo_loss, dpo_train, reference_logprobs, select_pairs
 from tests.unit.devices import DEVICES
-from trainer.dpo.inputs import LMPairs, PixelPairs, pair_inputs, side_text
+from trainer.dpo.inputs import pair_inputs
+from trainer.policies.lm.pairs import LMPairs, side_text
+from trainer.policies.pixel.pairs import PixelPairs
 
 INSTRUCTION = 'Enter "bob" into the text field and press Submit.'
 

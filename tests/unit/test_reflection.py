@@ -168,7 +168,7 @@ def test_the_annotators_sides_carry_the_demonstrations_thought_so_a_pair_differs
     annotator's side writes the same one, so the two sides' texts differ after "Action:" only
     (before stop 24 the chosen side had no Thought, and DPO learnt to drop it)."""
     from producers import scripted
-    from trainer.dpo.inputs import side_text
+    from trainer.policies.lm.pairs import side_text
 
     traj = record([checkbox(1), SUBMIT])
     written = render_output(scripted.thought("click-checkboxes"), checkbox(1), 160, 210)

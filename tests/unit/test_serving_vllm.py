@@ -47,7 +47,8 @@ def _published(policy, tmp_path):
 def test_export_refuses_a_policy_vllm_cannot_serve_exactly(tmp_path):
     from infra.runtime.errors import UserError
     from infra.runtime.policy import build_policy
-    from trainer.serving.vllm_backend import export_hf_folder, export_refusal
+    from trainer.serving.vllm_backend import export_hf_folder
+    from trainer.policies.lm.hf_export import export_refusal
 
     assert "patch-embedding adapter" in export_refusal({"pretrained": "smollm2-135m", "max_images": 3})
     assert "byte tokenizer" in export_refusal({"pretrained": "", "max_images": 0})

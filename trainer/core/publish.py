@@ -1,4 +1,5 @@
-"""Store a policy's weights, describe them as a PolicyVersion, and publish trainer metrics.
+"""Store a policy's weights, describe them as a PolicyVersion, and publish trainer metrics: the
+one home of publishing a version, for every kind and job (PPO, BC, SFT / CT, DPO, merge).
 
 Weights go to the content-addressed blob store as safetensors (their sha256 is the blob's
 name); the ``PolicyVersion`` built from them is announced with ``infra.runtime.versions.publish`` only
@@ -12,6 +13,7 @@ from __future__ import annotations
 from safetensors.torch import save as save_safetensors
 
 from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise
+from infra.runtime.versions import publish
 from infra.runtime.settings import Settings
 from infra.runtime.topics import TOPICS, topic_name
 from schemas.base import now
@@ -35,6 +37,14 @@ def make_version(policy, ref: BlobRef, parent: int | None, metrics: dict[str, fl
                          sha256=ref.sha256, parent=parent, created_at=now(),
                          metrics={k: float(v) for k, v in (metrics or {}).items() if v == v},  # drop NaN
                          config=policy.config_dict())
+
+
+def publish_version(settings: Settings, producer, tracker: DeliveryTracker, store: BlobStore, policy,
+                    parent: int | None, metrics: dict[str, float]) -> PolicyVersion:
+    """Store ``policy``'s weights, then announce them as its version (flushed and acknowledged)."""
+    pv = make_version(policy, save_weights(policy, store), parent, metrics)
+    publish(producer, tracker, settings, pv)
+    return pv
 
 
 def publish_metrics(producer, tracker: DeliveryTracker, settings: Settings, m: TrainerMetrics) -> None:

@@ -6,10 +6,9 @@ import math
 from dataclasses import dataclass
 
 from infra.runtime.config import ConfigError, opt
+from infra.runtime.policy import policy_kind
 
 PAIR_KINDS = ("error_correction", "post_reflection")
-DEFAULT_MICRO_BATCH = {"pixel": 0, "lm": 2}  # lm: 32 pairs in one pass took 20 GB (killed); 0: the whole minibatch
-DEFAULT_LR = {"pixel": 1e-3, "lm": 1e-6}  # lm: docs/language-policy.md (at 1e-5 one Adam step moves an action 3-4 nats)
 
 
 @dataclass
@@ -37,11 +36,11 @@ class DPOConfig:
     read_timeout_s: float = opt(60.0, "longest time to read the flywheel.pairs.v1 snapshot")
 
     def learning_rate(self, kind: str) -> float:
-        return self.lr or DEFAULT_LR[kind]
+        return self.lr or policy_kind(kind).dpo_lr
 
     def passes(self, kind: str) -> int:
         """Pairs per forward/backward pass (0: the whole minibatch)."""
-        return DEFAULT_MICRO_BATCH[kind] if self.micro_batch < 0 else self.micro_batch
+        return policy_kind(kind).dpo_micro_batch if self.micro_batch < 0 else self.micro_batch
 
     def validate(self) -> "DPOConfig":
         if not (math.isfinite(self.beta) and self.beta > 0):

@@ -1,13 +1,8 @@
 """Preference pairs as each policy kind scores them: one state, two actions, two log-probs.
 
-- pixel (trainer.policies.pixel.model): the state is the screenshot with the history planes drawn from
-  the pair's recorded steps (``preprocess``, as ``step_inputs`` rebuilds a trajectory's steps);
-  each side's log-prob is ``evaluate``'s, the sum over the action's factors.
-- lm (trainer.policies.lm.model): the state is the UI-TARS context rollout sampled in (schemas.prompt:
-  instruction, earlier screenshots and assistant turns, the current screenshot), and each side is
-  the text the policy would write: the agent's recorded output for the rejected side (rebuilt
-  from its action when there is none), the chosen action rendered as ``Thought: ... / Action: ...``
-  in the policy's coordinate mode; its log-prob is the sum over its tokens, ``<|im_end|>`` included.
+Each kind builds them (``PolicyKind.dpo_pairs``: trainer.policies.pixel.pairs,
+trainer.policies.lm.pairs) as an object with ``__len__``, ``subset``, ``logprobs(policy, idx)``
+(log pi of each chosen and rejected side) and ``chosen_tokens(idx)``, which trainer.dpo.train uses.
 
 A pair a policy cannot score is skipped and counted by reason: no rejected side (a
 post-reflection pair whose episode stopped at the error), an action outside the policy's heads,
@@ -19,148 +14,20 @@ from __future__ import annotations
 
 import io
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 from PIL import Image
 
-from infra.runtime.policy import PolicyInput
-from schemas.blobs import BlobNotFound, BlobStore
-from schemas.events import PairSide, PreferencePair
-from schemas.prompt import Rendered, history_window
-from schemas.uitars import render_output
+from infra.runtime.policy import policy_kind
+from schemas.blobs import BlobStore
+from schemas.events import PreferencePair
 
 
 def load_image(store: BlobStore, sha256: str) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(store.get(sha256))).convert("RGB"))
 
 
-@dataclass
-class PixelPairs:
-    """obs [N, C + 3, 8G, 8G] uint8 (one state per pair) and N instructions, chosen and rejected actions."""
-
-    obs: torch.Tensor
-    instructions: list[str]
-    chosen: list[Any]
-    rejected: list[Any]
-
-    def __len__(self) -> int:
-        return len(self.chosen)
-
-    def subset(self, idx: list[int]) -> "PixelPairs":
-        return PixelPairs(self.obs[idx], [self.instructions[i] for i in idx], [self.chosen[i] for i in idx],
-                          [self.rejected[i] for i in idx])
-
-    def logprobs(self, policy, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log pi(chosen | s) [n], log pi(rejected | s) [n]) of pairs ``idx``, one forward pass."""
-        obs, instr = self.obs[idx], [self.instructions[i] for i in idx]
-        logprob, _, _ = policy.evaluate(torch.cat([obs, obs]), instr + instr,
-                                        [self.chosen[i] for i in idx] + [self.rejected[i] for i in idx])
-        return logprob[:len(idx)], logprob[len(idx):]
-
-    def chosen_tokens(self, idx: list[int]) -> torch.Tensor:
-        """Scored units of each chosen side [n]: one action each."""
-        return torch.ones(len(idx))
-
-
-@dataclass
-class LMPairs:
-    """Per pair, the context followed by each side's text (``Rendered``, the side's tokens scored)."""
-
-    chosen: list[Rendered]
-    rejected: list[Rendered]
-
-    def __len__(self) -> int:
-        return len(self.chosen)
-
-    def subset(self, idx: list[int]) -> "LMPairs":
-        return LMPairs([self.chosen[i] for i in idx], [self.rejected[i] for i in idx])
-
-    def logprobs(self, policy, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        logprob, _, _ = policy.evaluate([self.chosen[i] for i in idx] + [self.rejected[i] for i in idx])
-        logprob = logprob.cpu()  # the pairs' other tensors live on the CPU; the model may not (gradients flow back)
-        return logprob[:len(idx)], logprob[len(idx):]
-
-    def chosen_tokens(self, idx: list[int]) -> torch.Tensor:
-        """Scored tokens of each chosen side [n] (its reply's tokens)."""
-        return torch.tensor([float(sum(self.chosen[i].target)) for i in idx])
-
-
-def pixel_pairs(policy, pairs: list[PreferencePair], store: BlobStore) -> tuple[PixelPairs | None, Counter]:
-    obs, instructions, chosen, rejected, skipped = [], [], [], [], Counter()
-    for p in pairs:
-        instruction = p.observation.instruction
-        if p.rejected is None:
-            skipped["no_rejected_side"] += 1
-            continue
-        good, bad = p.chosen.action, p.rejected.action
-        if not (policy.can_represent(good, instruction) and policy.can_represent(bad, instruction)):
-            skipped["unrepresentable"] += 1
-            continue
-        if policy.discretize(good) == policy.discretize(bad):
-            skipped["indistinguishable"] += 1
-            continue
-        try:
-            image = load_image(store, p.observation.screenshot.sha256)
-        except BlobNotFound:
-            skipped["screenshot_missing"] += 1
-            continue
-        obs.append(policy.preprocess(image, p.history, instruction))
-        instructions.append(instruction)
-        chosen.append(good)
-        rejected.append(bad)
-    if not obs:
-        return None, skipped
-    return PixelPairs(torch.stack(obs), instructions, chosen, rejected), skipped
-
-
-def side_text(side: PairSide, width: int, height: int, coord_mode: str) -> str | None:
-    """What a language policy writes for this side (None: nothing to score)."""
-    if side.raw_output:
-        return side.raw_output
-    if side.action is None:
-        return None
-    return render_output(side.thought, side.action, width, height, coord_mode)
-
-
-def lm_pairs(policy, pairs: list[PreferencePair], store: BlobStore) -> tuple[LMPairs | None, Counter]:
-    chosen, rejected, skipped = [], [], Counter()
-    mode = policy.config["coord_mode"]
-    for p in pairs:
-        obs = p.observation
-        if p.rejected is None:
-            skipped["no_rejected_side"] += 1
-            continue
-        good = side_text(p.chosen, obs.screen_width, obs.screen_height, mode)
-        bad = side_text(p.rejected, obs.screen_width, obs.screen_height, mode)
-        if good is None or bad is None:
-            skipped["unrepresentable"] += 1
-            continue
-        if policy.model_text(good) == policy.model_text(bad):
-            skipped["indistinguishable"] += 1  # e.g. two clicks in one patch of a pointer policy
-            continue
-        try:
-            image = load_image(store, obs.screenshot.sha256)
-            keep = set(history_window(policy.spec, len(p.history)))
-            earlier = [load_image(store, s.observation.screenshot.sha256) if i in keep else None
-                       for i, s in enumerate(p.history)]
-        except BlobNotFound:
-            skipped["screenshot_missing"] += 1
-            continue
-        inp = PolicyInput(image, obs.instruction, obs.screen_width, obs.screen_height, history=list(p.history))
-        turns = policy.context_with_images(inp, earlier)
-        chosen.append(policy.render(turns, good, score="last"))
-        rejected.append(policy.render(turns, bad, score="last"))
-    if not chosen:
-        return None, skipped
-    return LMPairs(chosen, rejected), skipped
-
-
-BUILDERS = {"pixel": pixel_pairs, "lm": lm_pairs}
-
-
-def pair_inputs(policy, pairs: list[PreferencePair], store: BlobStore) -> tuple[PixelPairs | LMPairs | None, Counter]:
+def pair_inputs(policy, pairs: list[PreferencePair], store: BlobStore) -> tuple[Any | None, Counter]:
     """The pairs ``policy`` can score, as its inputs (None when there is none), and the skipped by reason."""
-    return BUILDERS[policy.kind](policy, pairs, store)
+    return policy_kind(policy.kind).dpo_pairs(policy, pairs, store)

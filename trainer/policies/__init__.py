@@ -1,5 +1,7 @@
-"""Policy models: the pixel CNN (pixel.py) and the Hugging Face language policy (lm.py).
+"""Policy kinds, one package each (pixel: the CNN; lm: the Hugging Face language policy), with
+everything the kind needs: model, config, behaviour cloning, preference pairs, export.
 
-Each registers its kind with infra.runtime.policy (found through the ``flywheel.policies`` entry points);
-build and load them with ``infra.runtime.policy.build_policy`` / ``load_policy_version``.
+Each package's ``kind`` module exports its plug-in (``infra.runtime.policy.PolicyKind``, defaults
+in ``base``), found by name through the ``flywheel.policies`` entry points; build and load
+policies with ``infra.runtime.policy.build_policy`` / ``load_policy_version``.
 """

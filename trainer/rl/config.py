@@ -7,20 +7,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.runtime.config import ConfigError, json_object, opt
+from infra.runtime.policy import policy_kind
 
 
 def check_device(device: str, kind: str | None, command: str) -> None:
     """ConfigError unless ``device`` names a torch device this machine has, on which ``kind``
-    trains: the language policy moves its inputs to its device; the pixel policy builds them on
-    the CPU (and is small enough to train there), so it trains on the CPU only. ``kind`` None:
-    the name and the device only (before the policy is loaded, its kind is not yet known)."""
+    trains: an accelerated kind (``PolicyKind.accelerated``: the language policy) moves its inputs
+    to its device; another (the pixel policy) builds them on the CPU and is small enough to train
+    there, so it trains on the CPU only. ``kind`` None: the name and the device only (before the
+    policy is loaded, its kind is not yet known)."""
     if device == "cpu":
         return
     if not re.fullmatch(r"cuda(:(0|[1-9][0-9]*))?", device):  # what torch.device accepts
         raise ConfigError(f"{command}: device must be cpu, cuda or cuda:N, got {device!r}")
-    if kind is not None and kind != "lm":
+    if kind is not None and not policy_kind(kind).accelerated:
         raise ConfigError(f"{command}: the {kind} policy runs on the CPU only (its inputs are built there); "
-                          f"device={device!r} is for the language policy")
+                          f"device={device!r} is for a kind that trains on a GPU (the language policy)")
     import torch
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -39,7 +41,7 @@ def place(policy: Any, device: str, command: str) -> Any:
 
 @dataclass
 class TrainConfig:
-    policy_kind: str = opt("pixel", "policy kind to train (a registered kind)", choices=("pixel", "lm"))
+    policy_kind: str = opt("pixel", "policy kind to train (a registered kind: pixel, lm)")
     policy_name: str = opt("pixel-miniwob", "policy name: the key on flywheel.policy.v1 and the checkpoint folder")
     policy_config: str = opt("", "JSON object merged into the policy's default config (grid, action_types, ...)")
     pretrained: str = opt("smollm2-135m", "policy_kind lm: the checkpoint to start from, a named one (smollm2-135m) or a local Hugging Face folder; empty: the tiny model of policy_config")
@@ -91,13 +93,8 @@ class TrainConfig:
     dist_timeout_s: float = opt(300.0, "a collective of the distributed trainer that waits longer fails the job (a hung rank; a killed one fails it at once)")
 
     def policy_overrides(self) -> dict[str, Any]:
-        if self.policy_kind == "lm" and self.pretrained:
-            from trainer.sft.lm_config import PRETRAINED_LM
-
-            base: dict[str, Any] = {**PRETRAINED_LM, "pretrained": self.pretrained, "seed": self.seed}
-        else:
-            base = {"seed": self.seed}
-        return {**base, **json_object(self.policy_config, "policy_config")}
+        return policy_kind(self.policy_kind).train_config(self.pretrained, self.seed,
+                                                          json_object(self.policy_config, "policy_config"))
 
     def validate(self) -> "TrainConfig":
         # The kind is checked where the policy is loaded (stream.start_policy): a trainer that
@@ -114,9 +111,10 @@ class TrainConfig:
             raise ConfigError(f"eps_low={self.eps_low} must be in [0, 1) and eps_high={self.eps_high} >= 0")
         if self.rft_every < 0 or self.rft_per_task < 0 or self.rft_epochs < 1 or self.rft_lr <= 0:
             raise ConfigError("rft_every and rft_per_task must be >= 0, rft_epochs >= 1 and rft_lr > 0")
-        if self.rft_every and (self.policy_kind != "pixel" or self.nproc_per_node > 1):
-            raise ConfigError("rft_every works for the pixel policy in one trainer process only (the language policy's "
-                              "fine-tuning is `flywheel sft`; on several ranks the round would run on rank 0 alone)")
+        if self.rft_every and (not policy_kind(self.policy_kind).rft or self.nproc_per_node > 1):
+            raise ConfigError("rft_every works for a kind with RFT rounds (the pixel policy) in one "
+                              "trainer process only (the language policy's fine-tuning is `flywheel sft`; on several "
+                              "ranks the round would run on rank 0 alone)")
         if self.nproc_per_node < 1 or self.dist_timeout_s <= 0:
             raise ConfigError("nproc_per_node must be >= 1 and dist_timeout_s > 0")
         if not self.session_timeout_s <= self.max_update_s <= 86400:

@@ -37,7 +37,6 @@ so the guarantee above holds whichever rank is killed.
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 import time
@@ -46,7 +45,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
 from infra.runtime.checkpoint import load_checkpoint as load_checkpoint_file
 from infra.runtime.config import ConfigError, describe
@@ -98,16 +96,11 @@ def to_episode(scored: ScoredTrajectory, policy, store: BlobStore) -> EpisodeSam
     traj = scored.trajectory
     if not traj.steps:
         raise ValueError("trajectory has no steps")
-    images, actions = [], []
     for step in traj.steps:
         if not policy.can_represent(step.action):
             raise ValueError(f"step {step.step_index}: action {step.action!r} is outside this policy's action space")
-        if not hasattr(policy, "step_inputs"):
-            png = store.get(step.observation.screenshot.sha256)
-            images.append(policy.preprocess(np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))))
-        actions.append(step.action)
-    if hasattr(policy, "step_inputs"):  # a step is more than its screenshot (the LM: its whole context)
-        images = policy.step_inputs(traj, store)
+    images = policy.step_inputs(traj, store)  # each step as the policy saw it (the LM: its whole context)
+    actions = [step.action for step in traj.steps]
     rewards = [0.0] * len(traj.steps)
     rewards[-1] = scored.reward  # the scored (outcome + shaping) reward arrives at the end
     return EpisodeSample(
@@ -117,8 +110,7 @@ def to_episode(scored: ScoredTrajectory, policy, store: BlobStore) -> EpisodeSam
         thought_chars=float(np.mean([len(s.thought) for s in traj.steps])),
         # the step budget or timeout cut it short: not a terminal state, GAE bootstraps there
         truncated=traj.end_reason in ("step_budget", "timeout"),
-        bootstrap_input=policy.bootstrap_input(traj, store) if hasattr(policy, "bootstrap_input")
-        and traj.end_reason in ("step_budget", "timeout") else None,
+        bootstrap_input=policy.bootstrap_input(traj, store) if traj.end_reason in ("step_budget", "timeout") else None,
     )
 
 

@@ -60,8 +60,8 @@ def make_optimizer(policy, lr: float, head_lr_mult: float = 1.0,
     """Adam (PPO's, DPO's; a distributed follower passes its leader's class) at ``lr``; with
     ``head_lr_mult`` != 1, the parts the policy trains from scratch (its ``param_groups``: the
     language policy's patch adapter, pointer and value head) at that multiple. A policy without
-    such parts has one rate."""
-    if head_lr_mult != 1 and hasattr(policy, "param_groups"):
+    such parts (``PolicyDefaults.param_groups``) has one rate."""
+    if head_lr_mult != 1:
         return optimizer_class(policy.param_groups(lr, head_lr_mult), lr=lr)
     return optimizer_class(policy.parameters(), lr=lr)
 
@@ -137,7 +137,7 @@ def bootstrap_values(policy, batch: Batch, values_bt: torch.Tensor) -> torch.Ten
     last = batch.mask.sum(1).long() - 1
     boot[batch.truncated] = values_bt[torch.arange(len(boot)), last][batch.truncated]
     have = [b for b, x in enumerate(batch.bootstrap_inputs) if batch.truncated[b] and x is not None]
-    if have and hasattr(policy, "values"):
+    if have:
         with torch.no_grad():
             boot[have] = policy.values(_stack([batch.bootstrap_inputs[b] for b in have]),
                                        [batch.instructions[int(batch.mask[:b].sum())] for b in have]).cpu()

@@ -15,6 +15,7 @@ from typing import Sequence
 import torch
 
 from infra.runtime.errors import UserError
+from infra.runtime.policy import policy_kind
 from trainer.core import metric_names as M
 
 log = logging.getLogger("flywheel.merge")
@@ -90,11 +91,7 @@ class MergePlan:
 def full_config(pv) -> dict:
     """A version's model config with the defaults of its time filled in (a key added later, such as
     the language policy's "pointer", is absent from older versions' configs)."""
-    if pv.kind == "lm":
-        from trainer.policies.lm.model import tiny_lm_config
-
-        return tiny_lm_config(**pv.config)
-    return dict(pv.config)
+    return policy_kind(pv.kind).full_config(pv.config)
 
 
 def differs(key: str, a: dict, b: dict) -> bool:
@@ -132,7 +129,7 @@ def run_merge(settings, plan: MergePlan):
     from infra.runtime.kafka_clients import DeliveryTracker, make_producer
     from schemas.blobs import BlobStore
     from infra.runtime.policy import build_policy
-    from trainer.policies.lm.publish import publish_version
+    from trainer.core.publish import publish_version
     from infra.runtime import versions
 
     validate_alphas(plan.alphas, len(plan.versions))

@@ -33,7 +33,7 @@ from trainer.rl.config import place
 from infra.runtime.errors import UserError
 from trainer.serving.batching import DynamicBatcher
 from trainer.serving.openai_chat import BadRequest, ChatParams, chat_response, decode_image, parse_messages, parse_params
-from infra.runtime.policy import PolicyInput
+from infra.runtime.policy import PolicyInput, policy_kind
 from trainer.serving.reload import PolicyHolder
 
 log = logging.getLogger("flywheel.serve")
@@ -43,7 +43,7 @@ RELOADER = web.AppKey("reloader", object)
 @dataclass
 class ServeConfig:
     policy: str = opt("lm", "name of the policy to serve (its key on flywheel.policy.v1)")
-    kind: str = opt("lm", "policy kind to build while no version is published yet", choices=("lm", "pixel"))
+    kind: str = opt("lm", "policy kind to build while no version is published yet (a registered kind: lm, pixel)")
     init_config: str = opt("", "JSON model config of that version-0 policy (empty: the kind's defaults)")
     backend: str = opt("torch", "torch: in-process model; vllm: a vLLM OpenAI server (the vllm extra)",
                        choices=("torch", "vllm"))
@@ -88,7 +88,7 @@ class PolicyServer:
 
     def _run_chat(self, items: list[ChatItem]) -> list[dict[str, Any]]:
         policy, version = self.holder.policy, self.holder.version
-        if getattr(policy, "kind", "") != "lm":
+        if not policy_kind(policy.kind).chat:  # then a ChatPolicy
             raise BadRequest(f"policy {self.holder.name} is a {self.holder.kind} policy: use POST /v1/act")
         p = items[0].params
         contexts = [policy.render(it.turns) for it in items]
@@ -264,8 +264,7 @@ def torch_loader(store, device: str):
 
     def load(pv):
         policy = place(load_policy_version(pv, store), device, "flywheel serve")  # refused: the reloader keeps its current one
-        if hasattr(policy, "blob_store"):
-            policy.blob_store = store  # the LM policy shows earlier screenshots of an episode
+        policy.use_blob_store(store)  # a policy that shows earlier screenshots of an episode finds them there
         return policy
     return load
 

@@ -28,10 +28,7 @@ torch server is not added by vLLM; clients keep the version they last saw.
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
-import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -39,6 +36,7 @@ import time
 from pathlib import Path
 
 from infra.runtime.errors import UserError
+from infra.runtime.policy import policy_kind
 
 log = logging.getLogger("flywheel.vllm")
 
@@ -50,47 +48,10 @@ def vllm_available() -> str | None:
     return None
 
 
-def export_refusal(config: dict) -> str | None:
-    """Why a language policy with this config cannot be served exactly by vLLM, else None."""
-    if int(config.get("max_images", 5)) > 0:
-        return ("this policy reads screenshots through its patch-embedding adapter, which vLLM cannot run; "
-                "serving its language model alone would be another policy. Serve it with --backend torch, "
-                "or train a text-only policy (policy config max_images: 0, pointer: false) for vLLM")
-    if not config.get("pretrained") or config.get("tokenizer", "auto") == "bytes":
-        return ("this policy uses the byte tokenizer of the tiny test models, which vLLM cannot load; "
-                "build it on a checkpoint (--pretrained smollm2-135m or a Hugging Face folder)")
-    return None
-
-
 def export_hf_folder(pv, store, out: Path) -> Path:
-    """A vLLM-loadable folder for ``pv`` (see the module docstring), written atomically."""
-    from safetensors.torch import load
-
-    from infra.runtime.policy import build_policy, weights_bytes
-    from schemas.prompt import IM_END, chat_template
-
-    if pv.kind != "lm":
-        raise UserError(f"{pv.policy} v{pv.version} is a {pv.kind} policy; vLLM serves language policies")
-    reason = export_refusal(pv.config)
-    if reason:
-        raise UserError(f"refusing to export {pv.policy} v{pv.version} to vLLM: {reason}")
-    state = load(weights_bytes(pv, store))  # refuses a tampered file
-    policy = build_policy("lm", pv.policy, pv.config)
-    policy.load_state_dict(state, strict=True)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    policy.lm.save_pretrained(str(tmp))
-    tok = policy.tok.tok
-    tok.chat_template = chat_template()
-    tok.save_pretrained(str(tmp))
-    eos = policy.tok.special(IM_END)
-    policy.lm.generation_config.eos_token_id = eos
-    policy.lm.generation_config.save_pretrained(str(tmp))
-    (tmp / "flywheel-version.json").write_text(json.dumps({"policy": pv.policy, "version": pv.version,
-                                                          "sha256": pv.sha256, "eos_token_id": eos}))
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
-    return out
+    """A vLLM-loadable folder for ``pv`` (see the module docstring), written atomically by its
+    kind (trainer.policies.lm.hf_export); a kind with no Hugging Face model refuses."""
+    return policy_kind(pv.kind).export_hf(pv, store, out)
 
 
 class VllmProcess:

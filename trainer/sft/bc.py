@@ -1,10 +1,11 @@
-"""Behaviour cloning on flywheel.sft.v1: the cold start's SFT (UI-TARS-2), for the pixel policy
-here and for the language policy in trainer.policies.lm.bc (``--policy-kind lm``).
+"""Behaviour cloning on flywheel.sft.v1: the cold start's SFT (UI-TARS-2), for any policy kind:
+the kind's plug-in clones (``PolicyKind.clone``); a kind that keeps the default clones here by
+maximum likelihood of every step (``clone_steps``), the language policy in trainer.policies.lm.bc.
 
 The scripted solvers play the annotators: their episodes go through the normal pipeline
 (rollout with the scripted backend -> steps -> trajectories -> scored V(s) = 1 -> flywheel.sft.v1).
 ``flywheel bc`` takes at most ``demos_per_task`` successful demonstrations of each task of a
-suite (WGE used 10), trains the pixel policy to imitate every step (maximum likelihood of the
+suite (WGE used 10), trains the policy to imitate every step (maximum likelihood of the
 demonstrated action given the screenshot and the earlier actions, through the same ``evaluate``
 PPO uses) and publishes the result, pi_sft, as the next version of ``policy_name``; the PPO
 trainer and the rollout workers pick it up from flywheel.policy.v1.
@@ -24,7 +25,7 @@ import logging
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -32,7 +33,7 @@ from infra.runtime import versions
 from infra.runtime.config import ConfigError, describe
 from infra.runtime.dlq import dead_letter, send_dead_letter
 from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer, read_to_end
-from infra.runtime.policy import build_policy
+from infra.runtime.policy import build_policy, policy_kind
 from infra.runtime.settings import Settings
 from infra.runtime.topics import TOPICS, topic_name
 from producers.suites import get_suite
@@ -42,6 +43,7 @@ from schemas.blobs import BlobNotFound, BlobStore
 from schemas.codec import DecodeError, decode
 from schemas.events import ScoredTrajectory
 from trainer.core.publish import make_version, save_weights
+from trainer.policies.base import Cloned
 
 log = logging.getLogger("flywheel.bc")
 STAGE = "bc"
@@ -126,29 +128,19 @@ def bc_train(policy, data: Examples, epochs: int, lr: float, minibatch_size: int
     return losses
 
 
-def same_decision(policy, got: Any, want: Any, cells: int = 1) -> bool:
-    """The same action type and arguments; a pointer within ``cells`` grid cells of the
-    demonstrated one (8 px by default: on the same button or field)."""
-    a, b = policy.discretize(got), policy.discretize(want)
-    if a[0] != b[0] or len(a) != len(b):
-        return False
-    if len(a) == 3:  # pointer: (type, cell, direction)
-        (ra, ca), (rb, cb) = divmod(a[1], policy.grid), divmod(b[1], policy.grid)
-        return a[2] == b[2] and abs(ra - rb) <= cells and abs(ca - cb) <= cells
-    return a == b
-
-
-def greedy_match(policy, data: Examples, cells: int = 1) -> dict[str, float]:
-    """Per task, the share of steps where the greedy action is the demonstrated one
-    (``same_decision``), and ``all`` over every step."""
-    hits: dict[str, list[bool]] = defaultdict(list)
-    for i in range(0, len(data.actions), 256):
-        chosen = policy.decide(data.obs[i:i + 256], data.instructions[i:i + 256], greedy=True)
-        for d, want, task in zip(chosen, data.actions[i:i + 256], data.tasks[i:i + 256]):
-            hits[task].append(same_decision(policy, d.action, want, cells))
-    out = {task: sum(h) / len(h) for task, h in hits.items()}
-    out["all"] = sum(sum(h) for h in hits.values()) / max(sum(len(h) for h in hits.values()), 1)
-    return out
+def clone_steps(policy, demos: list[ScoredTrajectory], store: BlobStore, cfg: BCConfig,
+                match: Callable[[Any, Examples], dict[str, float]] | None = None) -> Cloned:
+    """Behaviour cloning by maximum likelihood of every demonstrated step (``examples``,
+    ``bc_train``) at the kind's or ``cfg``'s epochs, learning rate and minibatch size; ``match``
+    (policy, examples -> greedy match per task and ``all``) checks the result."""
+    data = examples(policy, demos, store)
+    losses = bc_train(policy, data, cfg.epochs_for(policy.kind), cfg.lr_for(policy.kind),
+                      cfg.minibatch_for(policy.kind), cfg.seed)
+    metrics = {M.BC_LOSS: losses[-1], M.DEMOS: float(len(demos)), M.STEPS: float(len(data.actions))}
+    train_match = match(policy, data) if match is not None else {}
+    if train_match:
+        metrics[M.BC_TRAIN_MATCH] = train_match["all"]
+    return Cloned(losses, metrics, train_match, dict(data.skipped))
 
 
 # ---------------------------------------------------------------- the job
@@ -186,25 +178,15 @@ def run_bc(cfg: BCConfig, settings: Settings) -> dict[str, Any]:
     per_task = Counter(s.trajectory.task.name for s in demos)
     steps = sum(len(s.trajectory.steps) for s in demos)
     log.info("behaviour cloning on %d demonstrations (%d steps): %s", len(demos), steps, dict(per_task))
-    if cfg.policy_kind == "lm":
-        from trainer.policies.lm.bc import clone_lm
-
-        if not demos:
-            raise ConfigError(f"no demonstration of {', '.join(tasks)} on the sft topic")
-        out = clone_lm(policy.to(cfg.device), demos, store, cfg)  # published from the CPU (save_weights)
-        losses, match, skipped = out["losses"], {}, out["skipped"]
-        metrics = {M.BC_LOSS: losses[-1], M.DEMOS: float(len(demos)), M.STEPS: float(out["samples"])}
-    else:
-        data = examples(policy, demos, store)
-        losses = bc_train(policy, data, cfg.epochs_for("pixel"), cfg.lr_for("pixel"), cfg.minibatch_for("pixel"), cfg.seed)
-        match, skipped = greedy_match(policy, data), dict(data.skipped)
-        metrics = {M.BC_LOSS: losses[-1], M.BC_TRAIN_MATCH: match["all"], M.DEMOS: float(len(demos)),
-                   M.STEPS: float(len(data.actions))}
+    if not demos:
+        raise ConfigError(f"no demonstration of {', '.join(tasks)} on the sft topic")
+    out = policy_kind(cfg.policy_kind).clone(policy.to(cfg.device), demos, store, cfg)  # published from the CPU (save_weights)
     published = versions.latest(settings, cfg.policy_name)
     policy.version = versions.next_version(settings, cfg.policy_name, -1)
-    pv = make_version(policy, save_weights(policy, store), parent=published.version if published else None, metrics=metrics)
+    pv = make_version(policy, save_weights(policy, store), parent=published.version if published else None,
+                      metrics=out.metrics)
     producer, tracker = make_producer(settings), DeliveryTracker()
     versions.publish(producer, tracker, settings, pv)
-    return {"version": pv.version, "demos": dict(per_task), "steps": steps, "loss": losses[-1],
-            "train_match": match, "skipped": skipped, "missing": [t for t in tasks if t not in per_task],
+    return {"version": pv.version, "demos": dict(per_task), "steps": steps, "loss": out.losses[-1],
+            "train_match": out.train_match, "skipped": out.skipped, "missing": [t for t in tasks if t not in per_task],
             "seconds": time.monotonic() - t0}

@@ -1,8 +1,8 @@
 """The typed config of `flywheel bc` (trainer.sft.bc), apart so the CLI need not import torch.
 
-epochs, lr and minibatch_size default per policy kind (0: the kind's default): the pixel
-policy learns from scratch at a large step size (40 epochs at 1e-2), the pretrained language
-policy is fine-tuned for a few epochs at 1e-4 (docs/language-policy.md)."""
+epochs, lr and minibatch_size default per policy kind (0: the kind's default, ``PolicyKind.bc_*``):
+the pixel policy learns from scratch at a large step size (40 epochs at 1e-2), the pretrained
+language policy is fine-tuned for a few epochs at 1e-4 (docs/language-policy.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.runtime.config import ConfigError, json_object, opt
-from producers.suites import get_suite, lm_config, pixel_config
+from infra.runtime.policy import policy_kind
+from producers.suites import get_suite
 
 
 @dataclass
@@ -19,8 +20,7 @@ class BCConfig:
     suite: str = opt("default", "task suite: its tasks' demonstrations are used and its action heads built")
     tasks: list[str] = opt([], "only these tasks' demonstrations (default: the suite's)")
     demos_per_task: int = opt(20, "at most this many demonstrations per task (WGE used 10)")
-    policy_kind: str = opt("pixel", "policy to clone into: the pixel policy, or the language policy (lm)",
-                           choices=("pixel", "lm"))
+    policy_kind: str = opt("pixel", "policy kind to clone into (a registered kind): the pixel policy, or the language policy (lm)")
     pretrained: str = opt("smollm2-135m", "policy_kind lm: the checkpoint to start from, a named one (smollm2-135m) or a local Hugging Face folder; empty: the tiny model of policy_config")
     policy_config: str = opt("", "JSON object merged into the policy's config")
     epochs: int = opt(0, "passes over the demonstration steps (0: pixel 40, lm 6)")
@@ -38,22 +38,17 @@ class BCConfig:
 
     def policy_overrides(self) -> dict[str, Any]:
         extra = json_object(self.policy_config, "policy_config")
-        if self.policy_kind == "lm":
-            from trainer.sft.lm_config import PRETRAINED_LM
-
-            if not self.pretrained:  # the tiny model of the tests: no pointer to ground
-                return {"seed": self.seed, **extra}
-            return {**PRETRAINED_LM, **lm_config({"pretrained": self.pretrained, "seed": self.seed, **extra})}
-        return pixel_config(get_suite(self.suite).action_types, {"seed": self.seed, **extra})
+        return policy_kind(self.policy_kind).bc_config(get_suite(self.suite).action_types, self.pretrained, self.seed,
+                                                       extra)
 
     def epochs_for(self, kind: str) -> int:
-        return self.epochs or KIND_DEFAULTS[kind]["epochs"]
+        return self.epochs or policy_kind(kind).bc_epochs
 
     def lr_for(self, kind: str) -> float:
-        return self.lr or KIND_DEFAULTS[kind]["lr"]
+        return self.lr or policy_kind(kind).bc_lr
 
     def minibatch_for(self, kind: str) -> int:
-        return self.minibatch_size or KIND_DEFAULTS[kind]["minibatch_size"]
+        return self.minibatch_size or policy_kind(kind).bc_minibatch_size
 
     def validate(self) -> "BCConfig":
         if self.demos_per_task < 1 or self.epochs < 0 or self.minibatch_size < 0 or self.lr < 0:
@@ -65,7 +60,3 @@ class BCConfig:
 
         check_device(self.device, self.policy_kind, "flywheel bc")
         return self
-
-
-KIND_DEFAULTS = {"pixel": {"epochs": 40, "lr": 1e-2, "minibatch_size": 32},
-                 "lm": {"epochs": 6, "lr": 1e-4, "minibatch_size": 8}}

@@ -87,7 +87,7 @@ def rft_round(policy, settings, store: BlobStore, policy_name: str, per_task: in
     ``cache`` carries the chosen trajectories' step inputs from one round to the next."""
     from infra.runtime.config import ConfigError
     from trainer.sft.bc import examples, read_sft
-    from trainer.sft.bc_config import KIND_DEFAULTS
+    from infra.runtime.policy import policy_kind
 
     t0 = time.monotonic()
     chosen = select_rft(read_sft(settings, STAGE, read_timeout_s), policy_name, per_task, scorer)
@@ -100,7 +100,7 @@ def rft_round(policy, settings, store: BlobStore, policy_name: str, per_task: in
         log.warning("RFT skipped: %s", exc)
         return {}
     own = sum(s.trajectory.policy == policy_name for s in chosen)
-    losses = fine_tune(policy, data, epochs, lr, KIND_DEFAULTS["pixel"]["minibatch_size"], seed)
+    losses = fine_tune(policy, data, epochs, lr, policy_kind(policy.kind).bc_minibatch_size, seed)
     skipped = sum(data.skipped.values())
     log.info("RFT: %d trajectories (%d own, %d demonstrations; %d skipped: %s), %d steps, loss %.3f -> %.3f in %.1fs",
              len(chosen), own, len(chosen) - own, skipped, dict(data.skipped), len(data.actions), losses[0], losses[-1],

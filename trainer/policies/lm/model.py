@@ -40,11 +40,12 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from infra.runtime.policy import Decision, PolicyInput, register_policy
+from infra.runtime.policy import Decision, PolicyInput
 from schemas.prompt import (
     IM_END, IMAGE, PAD, PromptSpec, Rendered, Turn, format_step_output, history_window, instruction_of, render,
     uitars_turns,
 )
+from trainer.policies.base import PolicyDefaults
 from trainer.policies.lm import ground as lm_ground
 from trainer.policies.lm.pointer import PointerCodec, PointerHead, PointerTokenizer
 from trainer.policies.lm.text import make_tokenizer
@@ -127,7 +128,7 @@ class LMBatch:
     ground: tuple[torch.Tensor, torch.Tensor] | None = None  # maps [B, k, n], word ids [B, k, T] (lm_ground.batch)
 
 
-class LMPolicy(nn.Module):
+class LMPolicy(nn.Module, PolicyDefaults):
     kind = "lm"
 
     def __init__(self, name: str, config: dict[str, Any], version: int = 0, load_pretrained: bool = True,
@@ -385,9 +386,12 @@ class LMPolicy(nn.Module):
 
     # ------------------------------------------------------------ PPO (trainer.rl.update)
 
-    def can_represent(self, action: Any) -> bool:
+    def can_represent(self, action: Any, instruction: str | None = None) -> bool:
         """Any step: the policy writes text, and text that did not parse is still its decision."""
         return True
+
+    def use_blob_store(self, store) -> None:
+        self.blob_store = store  # act() shows earlier screenshots of an episode, as the trainer rebuilds them
 
     def step_inputs(self, traj, store) -> list[Rendered]:
         """Each step of ``traj`` in the context it was sampled in, with the text the policy wrote.
@@ -529,6 +533,5 @@ def wrote_nothing(step) -> bool:
     return not step.raw_output and step.action is None and step.parse_error is not None
 
 
-@register_policy("lm")
 def build_lm_policy(name: str = "lm", config: dict[str, Any] | None = None, **kwargs: Any) -> LMPolicy:
     return LMPolicy(name, config or {}, **kwargs)

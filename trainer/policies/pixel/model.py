@@ -39,9 +39,10 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from infra.runtime.policy import Decision, PolicyInput, register_policy
+from infra.runtime.policy import Decision, PolicyInput
 from schemas import actions as A
 from schemas.blobs import BlobNotFound
+from trainer.policies.base import PolicyDefaults
 from trainer.policies.pixel.ground import PAGE_FONT, PAGE_SIZES, map_features, match_maps, pin_font, word_features
 from trainer.policies.pixel.inputs import (
     history_summary, pointer_planes, span_mask, span_text, summary_size, token_features, token_spans, tokenize,
@@ -84,7 +85,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
 }
 
 
-class PixelPolicy(nn.Module):
+class PixelPolicy(nn.Module, PolicyDefaults):
     kind = "pixel"
 
     def __init__(self, name: str = "pixel", config: dict[str, Any] | None = None, version: int = 0) -> None:
@@ -441,7 +442,3 @@ class PixelPolicy(nn.Module):
         logprob, entropy = self._logprob_entropy(out, self._targets(actions, instructions))
         return logprob, out["value"], entropy
 
-
-@register_policy("pixel")
-def make_pixel_policy(name: str = "pixel", config: dict[str, Any] | None = None) -> PixelPolicy:
-    return PixelPolicy(name=name, config=config)
