@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from infra.runtime.config import add_arguments, describe, resolve
+from infra.runtime.metrics import serve_metrics
 from infra.runtime.settings import Settings, load_settings, log_settings
 
 log = logging.getLogger("flywheel.consumers")
@@ -24,7 +25,9 @@ def cmd_sink(args) -> int:
     log_settings(settings)
     log.info("sink config %s", describe(cfg))
     stop = _stop_on_signals()
-    Sink(settings, cfg).run(stop)
+    sink = Sink(settings, cfg)
+    serve_metrics(settings, sink.metrics)
+    sink.run(stop)
     return 0
 
 

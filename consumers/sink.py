@@ -36,6 +36,7 @@ from consumers.rows import COLUMNS, EVENT_TYPE_BY_KIND, SINK_KINDS, Values, row_
 from infra.clickhouse.endpoint import QueryEndpoint
 from infra.clickhouse.client import make_client
 from infra.runtime.config import opt
+from infra.runtime.metrics import ProcessMetrics, process_metrics
 from infra.runtime.consume_loop import ConsumeLoop, DeadLetters, LoopConfig
 from infra.runtime.settings import Settings
 from infra.runtime.topics import TOPICS, topic_name
@@ -87,7 +88,7 @@ def decode_record(kind: str, value: bytes | None) -> Any:
 class Sink:
     """A consume-loop stage: ``add`` buffers rows, ``flush`` inserts them. ``run(stop)`` runs it."""
 
-    def __init__(self, settings: Settings, cfg: SinkConfig, client=None) -> None:
+    def __init__(self, settings: Settings, cfg: SinkConfig, client=None, metrics: ProcessMetrics | None = None) -> None:
         unknown = set(cfg.kinds) - set(SINK_KINDS)
         if unknown:
             raise ValueError(f"the sink does not read {sorted(unknown)}; choose from {SINK_KINDS}")
@@ -100,11 +101,14 @@ class Sink:
         self.records: dict[str, list[Any]] = {}  # per table, the record each buffered row came from
         self.buffered_rows = 0
         self.stats = SinkStats()
+        self.metrics = metrics if metrics is not None else process_metrics("sink")
         self._stop: threading.Event | None = None
+        self._loop: ConsumeLoop | None = None
 
     # ------------------------------------------------------------------ per record
     def add(self, record: Any, dlq: DeadLetters) -> None:
         kind = self.kind_by_topic[record.topic()]
+        self.metrics["flywheel_sink_records_total"].labels(topic=getattr(TOPICS, kind).name).inc()
         try:
             table, values = row_for(kind, decode(record.value(), self._types[kind]))
         except Exception as exc:  # DecodeError, or a mapping bug: the record is data, not a crash
@@ -129,6 +133,7 @@ class Sink:
         (log.debug if isinstance(exc, DecodeError) else log.exception)("bad record at %s: %s", where, exc)
         dlq.send_record(exc, record)
         self.stats.dead_letters += 1
+        self.metrics["flywheel_sink_dead_letters_total"].inc()
 
     def ready(self) -> bool:
         return self.buffered_rows >= self.cfg.batch_rows
@@ -158,6 +163,7 @@ class Sink:
                 log.error("ClickHouse rejected a row of %s[%d]@%d: %s", *where, exc)
                 dlq.send_record(exc, record)
                 self.stats.dead_letters += 1
+                self.metrics["flywheel_sink_dead_letters_total"].inc()
             return 0
 
     def _insert_with_retry(self, table: str, rows: list[Values]) -> None:
@@ -188,12 +194,20 @@ class Sink:
         self.buffered_rows = 0
         self.stats.flushes += 1
         self.stats.last_flush_at = time.monotonic()
+        self.metrics["flywheel_sink_flush_seconds"].observe(time.perf_counter() - t0)
+        if self._loop is not None:
+            for topic, behind in self._loop.lag_by_topic().items():
+                self.metrics["flywheel_sink_consumer_lag"].labels(topic=self._kind_name(topic)).set(behind)
+
+    def _kind_name(self, topic: str) -> str:
+        """The catalog name of a (prefixed) topic this sink reads, as the metrics label it."""
+        return getattr(TOPICS, self.kind_by_topic[topic]).name
 
     # ------------------------------------------------------------------ run
     def run(self, stop: threading.Event) -> SinkStats:
         self._stop = stop
-        loop = ConsumeLoop.create(self.settings, self.cfg.group_id, list(self.kind_by_topic), self, STAGE,
-                                  self.cfg.loop_config())
+        loop = self._loop = ConsumeLoop.create(self.settings, self.cfg.group_id, list(self.kind_by_topic), self, STAGE,
+                                               self.cfg.loop_config())
         endpoint = None
         if not self.settings.clickhouse_url and self.cfg.query_port >= 0:
             endpoint = QueryEndpoint(self.settings, self.cfg.query_port).start()

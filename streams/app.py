@@ -55,6 +55,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from infra.runtime.dlq import dead_letter
 from infra.runtime.kafka_clients import faust_credentials
+from infra.runtime.metrics import ProcessMetrics, process_metrics
 from infra.runtime.settings import Settings
 from infra.runtime.topics import STEP_PARTITIONS, TOPICS, topic_name
 from schemas.base import now
@@ -151,8 +152,9 @@ class FusedChain:
     what the stages before it emitted is still sent. A blocking stage (the HTTP judge) runs off
     the event loop, the batch's calls concurrently."""
 
-    def __init__(self, chain: tuple[Stage, ...], send, names: dict[str, str], blocking: bool) -> None:
-        self.chain, self.send, self.names, self.blocking = chain, send, names, blocking
+    def __init__(self, chain: tuple[Stage, ...], send, names: dict[str, str], blocking: bool,
+                 metrics: ProcessMetrics) -> None:
+        self.chain, self.send, self.names, self.blocking, self.metrics = chain, send, names, blocking, metrics
 
     async def publish(self, closed: list[tuple[bytes, int, list[Output]]], t: float) -> list:
         """``closed``: (key, partition, the assembler's outputs) -> every delivery future."""
@@ -187,6 +189,7 @@ class FusedChain:
             delivery_failed(exc)
         letter = dead_letter(failure.stage.step_id, failure.cause, self.names[failure.stage.source.name],
                              meta.partition, meta.offset, key, value)
+        self.metrics["flywheel_streams_dead_letters_total"].labels(stage=letter.stage).inc()
         log.warning("dead letter from %s at %s[%d]@%d: %s", letter.stage, letter.source_topic, meta.partition,
                     meta.offset, letter.message[:200])
         return await self.send(TOPICS.dlq, key, encode(letter))
@@ -199,13 +202,15 @@ def _chain_or_failure(chain: tuple[Stage, ...], record, t: float) -> tuple[list[
         return failure.emitted, failure
 
 
-def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
+def make_app(settings: Settings, cfg: StreamsConfig, metrics: ProcessMetrics | None = None) -> faust.App:
     """The Faust app running ``streams.topology.pipeline``: one agent per stage, the policy
     watcher feeding the router's table, and the abandoned-episode timer (nothing starts until a
     worker runs it)."""
     datadir = settings.data_path / "streams"
     datadir.mkdir(parents=True, exist_ok=True)
     app = FlywheelApp(app_id_for(settings, cfg), datadir=str(datadir), **faust_settings(settings, cfg))
+    metrics = metrics if metrics is not None else process_metrics("streams")
+    published = metrics["flywheel_streams_records_total"]
     topics = {spec.name: app.topic(topic_name(spec, settings), key_type=bytes, value_type=bytes,
                                    key_serializer="raw", value_serializer="raw")
               for spec in (TOPICS.steps, TOPICS.trajectories, TOPICS.scored, TOPICS.sft, TOPICS.ct, TOPICS.rl,
@@ -257,6 +262,8 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
         """-> the delivery future (awaited in batches with ``acknowledged``). Straight to the
         producer: Faust's Topic.send adds a message object, a codec pass and a debug log per record."""
         try:
+            if not isinstance(spec, str):  # a str is the table's changelog
+                published.labels(topic=spec.name).inc()
             return await app.producer.send(names[spec if isinstance(spec, str) else spec.name], key, value,
                                            partition, None, None)
         except Exception as exc:  # noqa: BLE001 - e.g. no metadata for the topic: not the record's fault
@@ -266,18 +273,19 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
         """Send the dead letter; -> its delivery future (awaited with ``acknowledged``)."""
         msg = event.message
         letter = dead_letter(stage, exc, msg.topic, msg.partition, msg.offset, event.key, event.value)
+        metrics["flywheel_streams_dead_letters_total"].labels(stage=stage).inc()
         log.warning("dead letter from %s at %s[%d]@%d: %s", stage, msg.topic, msg.partition, msg.offset,
                     letter.message[:200])
         return await send(TOPICS.dlq, event.key, encode(letter))
 
-    fused = FusedChain((score, route), send, names, blocking=score.blocking)
+    fused = FusedChain((score, route), send, names, blocking=score.blocking, metrics=metrics)
 
     # One actor per partition: a revoked partition's actor stops with it, so a worker never
     # writes the table of a partition another worker now owns.
     @app.agent(topics[assemble.source.name], name="pipeline", isolated_partitions=True)
     async def pipeline_agent(stream):
         async for batch in stream.take_events(cfg.batch_max, within=cfg.batch_within_s):
-            t, touched, closed, sent = now(), {}, [], []
+            t, touched, closed, sent, started = now(), {}, [], [], time.perf_counter()
             for event in await in_order(batch):
                 try:
                     record = decode(event.value, assemble.model)
@@ -296,6 +304,8 @@ def make_app(settings: Settings, cfg: StreamsConfig) -> faust.App:
             await acknowledged(sent)
             await acknowledged([await _store(episodes, send, key, state.model_copy(
                 update={"partition": msg.partition, "last_offset": msg.offset})) for key, (state, msg) in touched.items()])
+            metrics["flywheel_streams_events_total"].inc(len(batch))
+            metrics["flywheel_streams_batch_seconds"].observe(time.perf_counter() - started)
 
     @app.agent(topics[TOPICS.policy.name])
     async def policy_watcher(stream):
@@ -377,6 +387,7 @@ async def _apply_sweep(decision: Sweep, table, steps_name: str, send, fused: "Fu
             # The source position is the episode's last event, so each such letter has its own id.
             letter = dead_letter("assembler", exc, steps_name, c.before.partition, c.before.last_offset, c.key,
                                  encode(c.before))
+            fused.metrics["flywheel_streams_dead_letters_total"].labels(stage="assembler").inc()
             sent.append(await send(TOPICS.dlq, c.key, encode(letter)))
     sent += await fused.publish(closed, t)
     await acknowledged(sent)

@@ -6,6 +6,7 @@ import logging
 import sys
 
 from infra.runtime.config import add_arguments, describe, resolve
+from infra.runtime.metrics import process_metrics, serve_metrics
 from infra.runtime.settings import Settings, load_settings, log_settings
 from streams.config import RescoreConfig, StreamsConfig, app_id_for
 
@@ -20,7 +21,9 @@ def _streams(args) -> int:
     use_event_loop(cfg.event_loop)  # before Faust makes its loop
     from streams.app import declare_internal_topics, make_app, run_worker  # faust is heavy: only this command needs it
 
-    app = make_app(settings, cfg)
+    metrics = process_metrics("streams")
+    serve_metrics(settings, metrics)
+    app = make_app(settings, cfg, metrics)
     declare_internal_topics(app, settings)
     sys.argv = [sys.argv[0]]  # Faust's worker parses argv itself; ours is already parsed
     run_worker(app, cfg.loglevel)

@@ -205,7 +205,11 @@ class ConsumeLoop:
 
     # ------------------------------------------------------------------ the loop
     def lag(self) -> int:
-        total = 0
+        return sum(self.lag_by_topic().values())
+
+    def lag_by_topic(self) -> dict[str, int]:
+        """Records between this consumer's position and the end, per topic of its assignment."""
+        lag: dict[str, int] = {}
         for tp in self.consumer.assignment():
             try:
                 # fetch responses keep the cached high watermark fresh; ask the broker only when unknown
@@ -217,8 +221,8 @@ class ConsumeLoop:
                     pos = self.consumer.committed([tp], timeout=5.0)[0].offset
             except KafkaException:
                 continue
-            total += max(0, hi - (pos if pos >= 0 else lo))
-        return total
+            lag[tp.topic] = lag.get(tp.topic, 0) + max(0, hi - (pos if pos >= 0 else lo))
+        return lag
 
     def _idle(self, now: float, last_record: float) -> bool:
         return bool(self.cfg.exit_when_idle_s) and now - last_record >= self.cfg.exit_when_idle_s \

@@ -44,6 +44,8 @@ class Settings:
     clickhouse_password: str = opt("", "ClickHouse password", secret=True)
     clickhouse_database: str = opt("flywheel", "ClickHouse database")
     blob_url: str = opt("", "blob store URL (any fsspec URL); empty means <data_dir>/blobs")
+    metrics_port: int = opt(0, "serve this process's Prometheus metrics on this port (/metrics); 0: off")
+    metrics_host: str = opt("127.0.0.1", "address the metrics endpoint binds (0.0.0.0 inside a pod)")
     max_staleness: int = opt(4, "policy versions a trajectory may lag the newest and still be trained on: the router keeps staler ones out of flywheel.rl.v1 and the trainer drops them (one bound for both)")
 
     @property

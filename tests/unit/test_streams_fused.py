@@ -13,6 +13,7 @@ import asyncio
 import threading
 from dataclasses import dataclass
 
+from infra.runtime.metrics import process_metrics
 from infra.runtime.topics import TOPICS
 from schemas.codec import decode
 from schemas.events import DeadLetter, ScoredTrajectory, Trajectory
@@ -24,6 +25,7 @@ from streams.synthetic import episode_events
 from streams.topology import Stage, pipeline, run_keyed
 from tests.unit.test_streams_topology import assembled
 
+METRICS = process_metrics("streams")
 NAMES = {spec.name: f"x.{spec.name}" for spec in (TOPICS.trajectories, TOPICS.scored, TOPICS.sft, TOPICS.ct,
                                                   TOPICS.rl, TOPICS.dlq)}
 
@@ -72,7 +74,7 @@ def publish(fused: FusedChain, closed) -> list:
 def test_a_trajectory_is_published_scored_and_routed_on_its_partition():
     _, [(spec, traj)] = assembled(3, success=True)
     send = Sender()
-    acks = publish(FusedChain(chain(), send, NAMES, blocking=False), [(b"ep-1", 3, [(spec, traj)])])
+    acks = publish(FusedChain(chain(), send, NAMES, blocking=False, metrics=METRICS), [(b"ep-1", 3, [(spec, traj)])])
     assert len(acks) == len(send.sent) == 4  # trajectory, scored, sft, rl
     assert [s[0] for s in send.sent] == [NAMES[TOPICS.trajectories.name], NAMES[TOPICS.scored.name], NAMES[TOPICS.sft.name], NAMES[TOPICS.rl.name]]
     assert {s[3] for s in send.sent} == {3} and {s[1] for s in send.sent} == {b"ep-1"}
@@ -91,7 +93,7 @@ def test_a_failing_scorer_dead_letters_the_trajectory_at_its_published_offset():
 
     send = Sender()
     send.sent.append((NAMES[TOPICS.trajectories.name], b"other", b"{}", 0))  # so the trajectory lands at offset 1
-    publish(FusedChain(chain(scorer_fn=broken), send, NAMES, blocking=False), [(b"ep-1", 0, [(spec, traj)])])
+    publish(FusedChain(chain(scorer_fn=broken), send, NAMES, blocking=False, metrics=METRICS), [(b"ep-1", 0, [(spec, traj)])])
     assert len(send.on(TOPICS.trajectories)) == 2 and not send.on(TOPICS.scored) and not send.on(TOPICS.sft)
     [(_, key, value, _)] = send.on(TOPICS.dlq)
     letter = decode(value, DeadLetter)
@@ -107,7 +109,7 @@ def test_a_failing_router_keeps_the_scored_record_and_names_the_router():
         raise ValueError("no rule for this")
 
     send = Sender()
-    publish(FusedChain(chain(router_fn=broken), send, NAMES, blocking=False), [(b"ep-1", 2, [(spec, traj)])])
+    publish(FusedChain(chain(router_fn=broken), send, NAMES, blocking=False, metrics=METRICS), [(b"ep-1", 2, [(spec, traj)])])
     assert len(send.on(TOPICS.trajectories)) == 1 and len(send.on(TOPICS.scored)) == 1
     assert not send.on(TOPICS.sft) and not send.on(TOPICS.ct) and not send.on(TOPICS.rl)
     letter = decode(send.on(TOPICS.dlq)[0][2], DeadLetter)
@@ -130,7 +132,7 @@ def test_a_blocking_stage_runs_the_batch_concurrently():
         traj = traj.model_copy(update={"episode_id": f"ep-{i}"})
         closed.append((f"ep-{i}".encode(), i, [(spec, traj)]))
     send = Sender()
-    publish(FusedChain(chain(scorer_fn=judge, blocking=True), send, NAMES, blocking=True), closed)
+    publish(FusedChain(chain(scorer_fn=judge, blocking=True), send, NAMES, blocking=True, metrics=METRICS), closed)
     assert len(send.on(TOPICS.scored)) == 5 and not send.on(TOPICS.dlq)
 
 
@@ -149,7 +151,7 @@ def test_the_abandoned_episode_sweep_scores_and_routes_what_it_closes():
     decision = sweep(table.data, 5000.0, 300.0, 3600.0, {1})
     assert decision.closures
     send = Sender()
-    asyncio.run(_apply_sweep(decision, table, "x.steps", send, FusedChain(chain(), send, NAMES, False), 5000.0))
+    asyncio.run(_apply_sweep(decision, table, "x.steps", send, FusedChain(chain(), send, NAMES, False, METRICS), 5000.0))
     assert len(send.on(TOPICS.trajectories)) == 1 and len(send.on(TOPICS.scored)) == 1
     assert send.on(TOPICS.ct) or send.on(TOPICS.sft)
     assert decode(send.on(TOPICS.scored)[0][2], ScoredTrajectory).episode_id == "ep-9"
