@@ -209,4 +209,7 @@ def to_trajectory(state: EpisodeState) -> Trajectory:
         infra_failure=infra, started_at=started.ts,
         ended_at=end.ts if end is not None else max(state.last_event_ts, started.ts),
         duplicates_dropped=state.duplicates_dropped, missing_steps=missing_steps(state),
+        # a game's final and normalised score, as its ended event reports them (None otherwise)
+        score=end.score if isinstance(end, EpisodeEnded) else None,
+        normalised_score=end.normalised_score if isinstance(end, EpisodeEnded) else None,
     )

@@ -50,6 +50,9 @@ class RewardWeights:
     repeat_limit: int = 3  # this many identical actions on an unchanged screen is a loop
     sft_max_anomaly_fraction: float = 0.5  # V(s)=1 needs no more anomalous steps than this
     sft_allow_parse_errors: bool = True
+    # A scored game (its trajectory carries a normalised score: 0 = the random policy's mean,
+    # 1 = the reference heuristic's) is V(s)=1 from this normalised score on, whatever `success` says.
+    sft_min_normalised_score: float = 1.0
 
 
 def no_effect_steps(steps: list[Step]) -> list[int]:
@@ -119,8 +122,10 @@ def rl_eligible(traj: Trajectory) -> tuple[bool, str]:
 
 
 def verdict(traj: Trajectory, w: RewardWeights, flagged: set[int]) -> int:
-    """V(s): 1 for a successful, clean trajectory (SFT), else 0 (CT)."""
-    if traj.status != "ended" or not traj.success or not traj.steps or traj.missing_steps:
+    """V(s): 1 for a successful, clean trajectory (SFT), else 0 (CT). A game's success is its
+    normalised score reaching ``w.sft_min_normalised_score``."""
+    succeeded = traj.success if traj.normalised_score is None else traj.normalised_score >= w.sft_min_normalised_score
+    if traj.status != "ended" or not succeeded or not traj.steps or traj.missing_steps:
         return 0
     if len(flagged) / len(traj.steps) > w.sft_max_anomaly_fraction:
         return 0
