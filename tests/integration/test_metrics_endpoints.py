@@ -87,3 +87,26 @@ def test_the_sink_serves_its_counts_and_lag(settings, group_id):
     lags = {labels: v for (name, labels), v in samples.items() if name == "flywheel_sink_consumer_lag"}
     assert lags and all(v == 0 for v in lags.values())  # it went idle with nothing left
     assert samples[("flywheel_sink_flush_seconds_count", ())] >= 1
+
+
+def test_the_trainer_serves_its_updates(settings, group_id):
+    from trainer.rl.config import TrainConfig
+    from trainer.rl.streaming_ppo import train
+    from tests.integration.test_trainer_stream import POLICY, POLICY_CONFIG, produce_trajectories
+
+    port = free_port()
+    settings = dataclasses.replace(settings, max_staleness=100, metrics_port=port)
+    produce_trajectories(settings, 8)
+    cfg = TrainConfig(policy_name=POLICY, policy_config=POLICY_CONFIG, min_batch=4, max_wait_s=60.0,
+                      max_updates=2, group_id=group_id, epochs=1, minibatch_size=4)
+    worker = threading.Thread(target=lambda: train(cfg, settings), daemon=True)
+    worker.start()
+    worker.join(timeout=180)
+    assert not worker.is_alive(), "trainer did not finish 2 updates in 180 s"
+    samples = scrape(port)  # the endpoint outlives the loop: a daemon thread of this process
+    assert samples[("flywheel_trainer_updates_total", ())] == 2
+    assert samples[("flywheel_trainer_trajectories_total", (("fate", "trained"),))] == 8
+    assert samples[("flywheel_trainer_update_seconds_count", ())] == 2
+    assert samples[("flywheel_trainer_staleness_count", ())] == 8
+    assert samples[("flywheel_trainer_policy_version", ())] == 2
+    assert 0.0 <= samples[("flywheel_trainer_idle_fraction", ())] <= 1.0

@@ -156,3 +156,30 @@ def test_act_endpoint_for_the_lm_policy_uses_the_episode_history(lm):
     assert "Thought: first" in lm.tok.decode(lm.decision_sample(inp, out["raw_output"]).ids)
     recomputed = float(lm.sequence_logprobs([lm.decision_sample(inp, out["raw_output"])]))
     assert out["logprob"] == pytest.approx(recomputed, abs=1e-3)
+
+
+def test_metrics_count_act_requests_by_result_and_time_them():
+    """/metrics is prometheus-client's text format: parsed back, it holds each answered request."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    holder = PolicyHolder("px")
+    holder.swap(build_policy("pixel", "px", {}), None)
+
+    async def fn(client, server):
+        body = {"image_b64": encode_png_b64(IMG), "instruction": "click the button", "screen_width": 80,
+                "screen_height": 60}
+        assert (await client.post("/v1/act", json=body)).status == 200
+        assert (await client.post("/v1/act", json=body)).status == 200
+        assert (await client.post("/v1/act", data=b"not json")).status == 400
+        await client.get("/healthz")  # not an act request: not counted
+        r = await client.get("/metrics")
+        return r.status, r.headers["Content-Type"], await r.text()
+
+    status, ctype, text = with_client(holder, fn)
+    assert status == 200 and ctype.startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert samples[("flywheel_serve_requests_total", (("result", "200"),))] == 2
+    assert samples[("flywheel_serve_requests_total", (("result", "400"),))] == 1
+    assert samples[("flywheel_serve_latency_seconds_count", ())] == 3
+    assert samples[("flywheel_serve_policy_version", (("policy", "px"),))] == 0

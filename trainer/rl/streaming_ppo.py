@@ -49,6 +49,7 @@ import torch
 from infra.runtime.checkpoint import load_checkpoint as load_checkpoint_file
 from infra.runtime.config import ConfigError, describe
 from infra.runtime.consume_loop import CheckpointFile, ConsumeLoop, DeadLetters, LoopConfig
+from infra.runtime.metrics import process_metrics, serve_metrics
 from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
 from infra.runtime.settings import Settings
 from infra.runtime.topics import TOPICS, topic_name
@@ -204,6 +205,7 @@ class PPOLearner:
         self.pool: list[EpisodeSample] = []
         self.metrics: dict[str, float] | None = None  # the last update's, published once committed
         self.started, self.busy = time.monotonic(), 0.0
+        self.prom = process_metrics("trainer")  # served on /metrics by train()
         self.stale_before = self.counts.get("stale_dropped", 0)
         if cfg.max_updates and self.state.updates >= cfg.max_updates:
             stop.set()
@@ -218,6 +220,7 @@ class PPOLearner:
 
     def _count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
+        self.prom["flywheel_trainer_trajectories_total"].labels(fate=what).inc()
 
     def idle_fraction(self) -> float:
         """Share of wall-clock not spent decoding or training: waiting for data."""
@@ -271,6 +274,7 @@ class PPOLearner:
             self._flush()
         finally:
             self.busy += time.monotonic() - t0
+        self.prom["flywheel_trainer_idle_fraction"].set(self.idle_fraction())
 
     def _flush(self) -> None:
         pool, self.pool = self.pool, []
@@ -284,6 +288,7 @@ class PPOLearner:
         critic_only = not ppo.value_pretrain_done(extra.setdefault("vp_losses", []), extra.setdefault("vp_evs", []),
                                                   self.criterion)
         staleness = [policy.version - e.policy_version for e in kept]
+        started = time.monotonic()
         batch = collate(kept)
         if cfg.kl_coef > 0 and self.reference is None:
             self.reference = load_reference(cfg, self.settings, self.store, extra, policy)
@@ -320,11 +325,21 @@ class PPOLearner:
             "version": policy.version, "updates": updates, "announce": announce,
             "weights_file": write_weights(self.ckpt.path.parent, updates, policy, self.optimizer)})
         self.metrics = metrics
+        self._record_update(time.monotonic() - started, staleness)
         log.info("update %d -> v%d: %d trajectories (%d stale dropped) reward %.3f entropy %.3f idle %.2f",
                  updates, policy.version, len(kept), dropped, metrics.get(M.REWARD_MEAN, float("nan")),
                  metrics.get(M.ENTROPY, float("nan")), metrics[M.IDLE_FRACTION])
         if cfg.max_updates and updates >= cfg.max_updates:
             self.stop.set()
+
+    def _record_update(self, seconds: float, staleness: list[int]) -> None:
+        """The update on /metrics: its time, what it trained and how stale each trajectory was."""
+        self.prom["flywheel_trainer_updates_total"].inc()
+        self.prom["flywheel_trainer_update_seconds"].observe(seconds)
+        self.prom["flywheel_trainer_trajectories_total"].labels(fate="trained").inc(len(staleness))
+        for lag in staleness:
+            self.prom["flywheel_trainer_staleness"].observe(lag)
+        self.prom["flywheel_trainer_policy_version"].set(self.policy.version)
 
     def _rft_round(self, extra: dict) -> dict[str, float]:
         """Every ``rft_every``-th PPO update is followed by a rejection-sampling fine-tuning round
@@ -382,6 +397,7 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
         distributed.share_start(group, cfg, policy, optimizer)
     learner = PPOLearner(cfg, settings, store, ckpt, policy, optimizer, stop, group,
                          cfg.run_id or f"{cfg.policy_name}-{int(now())}")
+    serve_metrics(settings, learner.prom)
     learner.committed()  # v0 of a fresh start, or a version the last run checkpointed but did not announce
     loop = ConsumeLoop.create(settings, cfg.group_id or f"trainer-{cfg.policy_name}", [topic_name(TOPICS.rl, settings)],
                               learner, STAGE, LoopConfig(poll_messages=cfg.min_batch, poll_timeout_s=cfg.poll_s,

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from infra.runtime.metrics import process_metrics
 from infra.runtime.config import opt
 from trainer.rl.config import place
 from infra.runtime.errors import UserError
@@ -36,6 +38,7 @@ from trainer.serving.openai_chat import BadRequest, ChatParams, chat_response, d
 from infra.runtime.policy import PolicyInput, policy_kind
 from trainer.serving.reload import PolicyHolder
 
+ACT_PATHS = frozenset({"/v1/act", "/v1/chat/completions"})
 log = logging.getLogger("flywheel.serve")
 RELOADER = web.AppKey("reloader", object)
 
@@ -83,6 +86,7 @@ class PolicyServer:
         self.act = DynamicBatcher(self._run_act, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms,
                                   key=lambda it: it.greedy, executor=self.chat.executor)  # one model, one thread
         self.started = time.time()
+        self.prom = process_metrics("serve")  # on this server's own /metrics
 
     # ------------------------------------------------------------ batch functions (worker thread)
 
@@ -153,12 +157,34 @@ class PolicyServer:
             "mean_batch": _mean_batch(self.chat.stats, self.act.stats),
         }, status=200 if ok else 503)
 
+    async def metrics(self, request: web.Request) -> web.Response:
+        self.prom["flywheel_serve_policy_version"].labels(policy=self.holder.name).set(self.holder.version)
+        return web.Response(body=generate_latest(self.prom.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    @web.middleware
+    async def _measured(self, request: web.Request, handler):
+        """Requests to act on (/v1/act, chat) counted by result and timed, on /metrics."""
+        if request.path not in ACT_PATHS:
+            return await handler(request)
+        t0, status = time.perf_counter(), 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:  # aiohttp's own answers (a body that is no JSON: 400)
+            status = exc.status
+            raise
+        finally:
+            self.prom["flywheel_serve_requests_total"].labels(result=str(status)).inc()
+            self.prom["flywheel_serve_latency_seconds"].observe(time.perf_counter() - t0)
+
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=32 * 1024 * 1024, middlewares=[_errors_as_json])
+        app = web.Application(client_max_size=32 * 1024 * 1024, middlewares=[self._measured, _errors_as_json])
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_post("/v1/act", self.act_endpoint)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/metrics", self.metrics)
 
         async def start(app: web.Application) -> None:
             await self.chat.start()
