@@ -13,7 +13,8 @@ file name -> content; ``write`` puts the files in a folder. What it renders:
 - ``workloads.yaml``: a ConfigMap of the FLYWHEEL_* settings, Deployments for rollout workers
   (Chromium and Xvfb are in the image), the Faust app, the sinks and the policy server (with its
   Service), and the trainer as a Job (the pixel policy's ranks on CPUs; the language policy in
-  one process on one GPU, ``--device cuda``);
+  one process on one GPU, ``--device cuda``); the PodMonitor that scrapes every workload's
+  ``/metrics`` and the Grafana dashboard's ConfigMap (infra.app.monitoring);
 - ``Dockerfile``: the image every workload runs.
 
 Secrets are referenced, never inlined: the SASL password comes from the KafkaUser's Secret, the
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infra.app.monitoring import METRICS_PORT, PART_OF, dashboard_configmap, pod_monitor
 from infra.runtime.config import ConfigError, opt
 from infra.runtime.policy import policy_kind
 from infra.runtime.topics import TOPICS, TopicSpec
@@ -188,13 +190,15 @@ def settings_configmap(cfg: DeployConfig) -> dict[str, Any]:
             "FLYWHEEL_CLICKHOUSE_URL": ch_url,
             "FLYWHEEL_CLICKHOUSE_USER": "flywheel",
             "FLYWHEEL_DATA_DIR": "/var/lib/flywheel",
+            "FLYWHEEL_METRICS_PORT": str(METRICS_PORT),  # /metrics of every process (the port named "metrics")
+            "FLYWHEEL_METRICS_HOST": "0.0.0.0",
             "FLYWHEEL_BLOB_URL": "s3://flywheel-blobs",
         },
     }
 
 
 def container(name: str, argv: list[str], cfg: DeployConfig, resources: dict[str, Any],
-              ports: list[int] | None = None) -> dict[str, Any]:
+              ports: dict[str, int] | None = None) -> dict[str, Any]:
     c: dict[str, Any] = {
         "name": name, "image": cfg.image, "command": argv,
         "envFrom": [{"configMapRef": {"name": "flywheel-settings"}}], "env": env_from(cfg),
@@ -203,7 +207,7 @@ def container(name: str, argv: list[str], cfg: DeployConfig, resources: dict[str
         "resources": resources,
     }
     if ports:
-        c["ports"] = [{"containerPort": p} for p in ports]
+        c["ports"] = [{"name": port_name, "containerPort": p} for port_name, p in ports.items()]
     return c
 
 
@@ -218,8 +222,8 @@ def pod_spec(containers: list[dict[str, Any]], cfg: DeployConfig, restart: str =
 
 
 def deployment(name: str, replicas: int, argv: list[str], cfg: DeployConfig, resources: dict[str, Any],
-               ports: list[int] | None = None) -> dict[str, Any]:
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "flywheel"}
+               ports: dict[str, int] | None = None) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/name": name, **PART_OF}
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "namespace": cfg.namespace, "labels": labels},
@@ -230,13 +234,15 @@ def deployment(name: str, replicas: int, argv: list[str], cfg: DeployConfig, res
 
 
 def job(name: str, argv: list[str], cfg: DeployConfig, backoff: int = 3,
-        resources: dict[str, Any] | None = None) -> dict[str, Any]:
+        resources: dict[str, Any] | None = None, ports: dict[str, int] | None = None) -> dict[str, Any]:
     res = resources or {"requests": {"cpu": "100m", "memory": "256Mi"}}
+    labels = {"app.kubernetes.io/name": name, **PART_OF}
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": cfg.namespace},
         "spec": {"backoffLimit": backoff,
-                 "template": {"spec": pod_spec([container(name, argv, cfg, res)], cfg, restart="OnFailure")}},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": pod_spec([container(name, argv, cfg, res, ports)], cfg, restart="OnFailure")}},
     }
 
 
@@ -252,7 +258,8 @@ def workloads(cfg: DeployConfig) -> list[dict[str, Any]]:
     trainer_argv, trainer_gpus = cfg.trainer()
     server_argv, server_gpus = cfg.server()
     server = deployment("policy-server", cfg.server_replicas, server_argv, cfg, res("2", "8Gi", gpu=server_gpus),
-                        ports=[8000])
+                        ports={"http": 8000})  # its /metrics is on this port
+    metrics = {"metrics": METRICS_PORT}
     service = {"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": "policy-server", "namespace": cfg.namespace},
                "spec": {"selector": server["spec"]["selector"]["matchLabels"],
@@ -262,11 +269,13 @@ def workloads(cfg: DeployConfig) -> list[dict[str, Any]]:
         deployment("rollout", cfg.rollout_replicas,
                    ["flywheel", "rollout", "--sandboxes", str(cfg.sandboxes), "--policy-backend", "http",
                     "--policy-url", "http://policy-server:8000", "--policy-mode", "act", *policy],
-                   cfg, res(str(cfg.sandboxes), f"{cfg.sandboxes}Gi")),
-        deployment("streams", cfg.streams_replicas, ["flywheel", "streams"], cfg, res("1", "2Gi")),
-        deployment("sink", cfg.sink_replicas, ["flywheel", "sink", "--query-port", "-1"], cfg, res("1", "2Gi")),
+                   cfg, res(str(cfg.sandboxes), f"{cfg.sandboxes}Gi"), metrics),
+        deployment("streams", cfg.streams_replicas, ["flywheel", "streams"], cfg, res("1", "2Gi"), metrics),
+        deployment("sink", cfg.sink_replicas, ["flywheel", "sink", "--query-port", "-1"], cfg, res("1", "2Gi"), metrics),
         server, service,
-        job("trainer", trainer_argv, cfg, backoff=100, resources=res("4", "16Gi", gpu=trainer_gpus)),
+        job("trainer", trainer_argv, cfg, backoff=100, resources=res("4", "16Gi", gpu=trainer_gpus), ports=metrics),
+        pod_monitor(cfg.namespace),
+        dashboard_configmap(cfg.namespace),
     ]
 
 
