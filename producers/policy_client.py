@@ -144,7 +144,7 @@ class ScriptedClient(PolicyClient):
             action = plan[request.step_index] if request.step_index < len(plan) else Wait()
         else:
             action = scripted.solve(task.name, request.obs.observation.instruction, request.dom or {})
-        return PolicyReply(Decision(action=action, logprob=0.0, thought=scripted.thought(task.name)), self.version)
+        return PolicyReply(Decision(action=action, logprob=0.0, thought=scripted.thought(action)), self.version)
 
 
 # ---------------------------------------------------------------- in-process torch

@@ -161,9 +161,9 @@ def verify(index: int, replayed: Observation, recorded: Observation, screens: bo
 
 async def annotate(traj: Trajectory, env: ReplayEnv, *, annotator: str = ANNOTATOR, verify_screens: bool = True,
                    solve: Solve = scripted.solve, clock: Callable[[], float] = time.time,
-                   thought: Callable[[str], str] = scripted.thought) -> Annotation:
+                   thought: Callable[[Any], str] = scripted.thought) -> Annotation:
     """Replay ``traj`` in ``env`` up to its first wrong step and the state after it; its pairs.
-    The annotator's sides carry ``thought(task name)``: the scripted solvers' Thought, as on their
+    The annotator's sides carry ``thought(action)``: the scripted solvers' Thought, as on their
     demonstrations (without it a language policy's DPO learns to stop writing a Thought, not where
     to click)."""
     check_replayable(traj)
@@ -175,7 +175,7 @@ async def annotate(traj: Trajectory, env: ReplayEnv, *, annotator: str = ANNOTAT
         if want is None:
             return Annotation(outcome="solver_abstained")
         if not same_action(want, step.action, dom):
-            return await _after_error(traj, i, want, env, annotator, verify_screens, solve, clock(), thought(name))
+            return await _after_error(traj, i, want, env, annotator, verify_screens, solve, clock(), thought)
         obs, dom, done = await env.step(step.action)
         if done != (i + 1 == len(steps) and step.done):
             raise ReplayDiverged(f"step {i}: the replay {'ended' if done else 'went on'}, the episode did not")
@@ -183,8 +183,8 @@ async def annotate(traj: Trajectory, env: ReplayEnv, *, annotator: str = ANNOTAT
 
 
 async def _after_error(traj: Trajectory, tau: int, want: Any, env: ReplayEnv, annotator: str, verify_screens: bool,
-                       solve: Solve, created_at: float, thought: str) -> Annotation:
-    pairs = [error_correction_pair(traj, tau, want, annotator, created_at, thought)]
+                       solve: Solve, created_at: float, thought: Callable[[Any], str]) -> Annotation:
+    pairs = [error_correction_pair(traj, tau, want, annotator, created_at, thought(want))]
     after, dom, done = await env.step(traj.steps[tau].action)
     if done:
         return Annotation(pairs, "error_ended_episode", tau)
@@ -197,5 +197,5 @@ async def _after_error(traj: Trajectory, tau: int, want: Any, env: ReplayEnv, an
     if nxt is not None and same_action(recovery, nxt.action, dom):
         return Annotation(pairs, "agent_recovered", tau)
     recorded = nxt.observation if nxt is not None else after
-    pairs.append(post_reflection_pair(traj, tau, recorded, recovery, annotator, created_at, thought))
+    pairs.append(post_reflection_pair(traj, tau, recorded, recovery, annotator, created_at, thought(recovery)))
     return Annotation(pairs, "pairs", tau)

@@ -42,11 +42,33 @@ DOM_PROBE_JS = """(() => {
 })()"""
 
 Solver = Callable[[str, dict[str, Any]], Any]
-def thought(task_name: str) -> str:
-    """The Thought the scripted solvers write: on their demonstrations (the cold start a language
-    policy is cloned from) and on the annotator's side of its reflection pairs. One text, so such a
-    pair differs from what the policy learnt to write only where the annotator corrects it."""
-    return f"scripted {task_name}"
+_THOUGHTS = {
+    "click": "The instruction's target is on the screen: I click it.",
+    "left_double": "The instruction's target is on the screen: I double-click it.",
+    "right_single": "The instruction's target is on the screen: I right-click it.",
+    "long_press": "The instruction's target is on the screen: I press and hold it.",
+    "drag": "The instruction asks for something moved: I drag it where it goes.",
+    "scroll": "What the instruction asks for is out of sight: I scroll {direction} to it.",
+    "type": "The field is focused and the instruction gives its text: I type {content!r}.",
+    "hotkey": "The instruction is carried out with a key: I press {key}.",
+    "press_enter": "The form is filled in: I press Enter to submit it.",
+    "wait": "Nothing on the screen to act on yet: I wait for the page.",
+    "finished": "Everything the instruction asks for is done: I finish.",
+    "shell": "The instruction needs a command run: I run it in the shell.",
+    "file_read": "The instruction needs what a file holds: I read it.",
+    "file_write": "The instruction asks for a file's contents: I write them.",
+}
+
+
+def thought(action: Any) -> str:
+    """The Thought the scripted solvers write before ``action``: what they do and why, in terms of
+    the screen and the instruction, never the task's name (a policy cloned from them would learn to
+    name the task it must infer). On their demonstrations (the cold start a language policy is
+    cloned from) and on the annotator's side of its reflection pairs: one function, so such a pair
+    differs from what the policy learnt to write only where the annotator corrects it."""
+    kind = "wait" if action is None else action.type
+    text = _THOUGHTS.get(kind, "The instruction asks for it: I " + kind.replace("_", " ") + ".")
+    return text.format(**(action.model_dump() if action is not None else {}))
 
 
 SOLVERS: dict[str, Solver] = {}

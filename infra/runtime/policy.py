@@ -26,18 +26,60 @@ import numpy as np
 
 from infra.runtime.errors import UserError
 from schemas.blobs import BlobNotFound, BlobStore
-from schemas.events import PolicyVersion, Step
+from schemas.events import BlobRef, PolicyVersion, Step
+
+
+@dataclass(frozen=True)
+class SeenScreen:
+    """An earlier screen as the policy saw it: its screenshot (a reference into the blob store),
+    its size and the instruction shown with it."""
+
+    screenshot: BlobRef
+    screen_width: int
+    screen_height: int
+    instruction: str
+
+
+@dataclass(frozen=True)
+class PastStep:
+    """An earlier step of the episode as a policy may see it: the screen it acted on and its own
+    output there (thought, raw text, parsed action; None when the text did not parse). Nothing the
+    environment or the pipeline recorded beside it (reward, done, error, SDK output, page URL,
+    window title, log-prob, value, timings) reaches a policy: it could learn to read them."""
+
+    observation: SeenScreen
+    thought: str
+    raw_output: str
+    action: Any
+
+
+def past_step(step: Step | PastStep) -> PastStep:
+    """The projection of a recorded step onto what a policy may see (a PastStep stays as it is)."""
+    if isinstance(step, PastStep):
+        return step
+    o = step.observation
+    return PastStep(observation=SeenScreen(o.screenshot, o.screen_width, o.screen_height, o.instruction),
+                    thought=step.thought, raw_output=step.raw_output, action=step.action)
+
+
+def past_steps(history: Any) -> list[PastStep]:
+    return [past_step(s) for s in history]
 
 
 @dataclass
 class PolicyInput:
-    """What the agent sees at one step."""
+    """What the agent sees at one step: the screenshot, the instruction, and its own earlier steps.
+    Every earlier step is projected (``past_step``) on construction, wherever the input is built
+    (rollout, policy server, trainer), so no policy can read what it must not see."""
 
     image: np.ndarray  # H x W x 3 uint8 screenshot, the observation's screen size
     instruction: str
     screen_width: int
     screen_height: int
-    history: list[Step] = field(default_factory=list)  # earlier steps of this episode, in order
+    history: list[PastStep] = field(default_factory=list)  # earlier steps of this episode, in order
+
+    def __post_init__(self) -> None:
+        self.history = past_steps(self.history)
 
 
 @dataclass

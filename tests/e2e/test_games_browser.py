@@ -103,7 +103,7 @@ def test_an_episode_of_the_demonstrator_carries_its_score_to_the_ended_event(env
     assert ended.score == sum(s.reward for s in steps) > 0
     assert ended.normalised_score == pytest.approx(normalised_score(get_game(name), ended.score))
     assert ended.outcome_reward == ended.normalised_score and ended.success == (ended.normalised_score >= 1)
-    assert scripted.thought(name) == steps[0].thought
+    assert scripted.thought(steps[0].action) == steps[0].thought
 
 
 def test_a_snake_moves_on_the_page_clock_without_input(env):

@@ -143,6 +143,28 @@ def test_scripted_enter_text_clicks_types_then_submits():
     assert scripted.solve("no-solver", instruction, _dom()) == Wait()
 
 
+def test_scripted_thoughts_say_what_and_why_never_the_tasks_name():
+    """A language policy cloned from the demonstrations writes their Thought before each action:
+    a task name there would teach it to name the task it must read off the screen."""
+    from producers.scripted import SOLVERS
+    from schemas.actions import Finished, Hotkey, PressEnter, Scroll
+
+    instruction = 'Enter "Ann" into the text field and press Submit.'
+    field = {"tag": "input", "id": "tt", "text": "", "value": "", "focused": False, "x": 10, "y": 60, "w": 100, "h": 20}
+    submit = {"tag": "button", "id": "subbtn", "text": "Submit", "value": "", "focused": False, "x": 10, "y": 90,
+              "w": 50, "h": 20}
+    actions = [scripted.solve("enter-text", instruction, _dom(f, submit))
+               for f in (field, {**field, "focused": True}, {**field, "value": "Ann"})]
+    actions += [Scroll(x=0.5, y=0.5, direction="down"), Hotkey(key="ctrl a"), PressEnter(), Finished(), Wait(), None]
+    thoughts = [scripted.thought(a) for a in actions]
+    names = [n for n in SOLVERS if len(n) > 3]
+    assert names and not [(t, n) for t in thoughts for n in names if n in t or n.replace("-", " ") in t]
+    assert all(t and "scripted" not in t for t in thoughts)
+    assert thoughts[1] == "The field is focused and the instruction gives its text: I type 'Ann'."
+    assert thoughts[0] == thoughts[2] != thoughts[1]  # the same kind of step, the same reason
+    assert "down" in thoughts[3] and "ctrl a" in thoughts[4]
+
+
 def test_scripted_client_follows_a_desktop_tasks_own_plan():
     import asyncio
 

@@ -171,13 +171,14 @@ def test_the_annotators_sides_carry_the_demonstrations_thought_so_a_pair_differs
     from trainer.policies.lm.pairs import side_text
 
     traj = record([checkbox(1), SUBMIT])
-    written = render_output(scripted.thought("click-checkboxes"), checkbox(1), 160, 210)
-    traj.steps[0] = traj.steps[0].model_copy(update={"thought": scripted.thought("click-checkboxes"),
+    written = render_output(scripted.thought(checkbox(1)), checkbox(1), 160, 210)
+    traj.steps[0] = traj.steps[0].model_copy(update={"thought": scripted.thought(checkbox(1)),
                                                      "raw_output": written})
     ec, pr = run(traj).pairs
-    assert ec.chosen.thought == pr.chosen.thought == scripted.thought("click-checkboxes") == "scripted click-checkboxes"
+    clicking = "The instruction's target is on the screen: I click it."
+    assert ec.chosen.thought == pr.chosen.thought == scripted.thought(checkbox(0)) == clicking
     good, bad = (side_text(side, 160, 210, "qwen25vl") for side in (ec.chosen, ec.rejected))
-    assert good.split("Action:")[0] == bad.split("Action:")[0] == "Thought: scripted click-checkboxes\n"
+    assert good.split("Action:")[0] == bad.split("Action:")[0] == f"Thought: {clicking}\n"
     assert good != bad
 
 

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from infra.runtime.policy import Decision, PolicyInput
+from infra.runtime.policy import Decision, PolicyInput, past_steps
 from schemas import actions as A
 from schemas.blobs import BlobNotFound
 from trainer.policies.base import PolicyDefaults
@@ -167,7 +167,9 @@ class PixelPolicy(nn.Module, PolicyDefaults):
     def preprocess(self, image: np.ndarray, history: Sequence[Any] = (), instruction: str = "") -> torch.Tensor:
         """H x W x 3 uint8 screenshot + earlier steps (+ the instruction, for ``ground``) ->
         [C + 3 (+ 1), 8G, 8G] uint8: the cropped screenshot, the pointer planes, the grounding
-        plane, the counts. Without ``instruction`` the history's is used."""
+        plane, the counts. Without ``instruction`` the history's is used. Recorded steps are read
+        as a policy sees them (``past_steps``), so the trainer rebuilds exactly what ``act`` saw."""
+        history = past_steps(history)
         h, w = image.shape[:2]
         x0, y0, x1, y1 = self.cfg["crop"]
         img = Image.fromarray(np.ascontiguousarray(image[..., :3]))

@@ -1,0 +1,77 @@
+"""What a policy sees: the screenshot, the instruction and its own earlier steps (the screens it
+acted on and what it wrote there), never what the environment or the pipeline recorded beside
+them (the task's page URL, rewards, errors, SDK output, log-probs, timings)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from infra.runtime.policy import PastStep, PolicyInput, SeenScreen, past_steps
+from producers.policy_client import PolicyRequest, policy_input
+from producers.sandboxes.base import Obs
+from schemas.actions import Click
+from schemas.events import BlobRef, Observation, Step, TaskSpec
+
+URL = "miniwob/click-checkboxes.html"
+
+
+def observation(i: int) -> Observation:
+    return Observation(screenshot=BlobRef(sha256=f"{i:064x}", uri=f"file:///b/{i}"), screen_width=160,
+                       screen_height=210, instruction="Select alpha and press Submit.", url=URL,
+                       window_title="click-checkboxes")
+
+
+def recorded(i: int) -> Step:
+    return Step(episode_id="ep", ts=1.0, step_index=i, started_at=1.0, observation=observation(i),
+                thought="I click it.", action=Click(x=0.25, y=0.5), raw_output="Thought: I click it.\nAction: …",
+                parse_error=None, policy="pixel", policy_version=7, logprob=-1.5, value=0.3, reward=0.75,
+                done=i == 1, latency_policy_ms=12.0, latency_env_ms=40.0, error="refused: no such element",
+                output="shell output", next_screenshot_sha256=f"{i + 0xabc:064x}")
+
+
+def test_a_policy_input_holds_only_the_screen_the_instruction_and_its_own_earlier_output():
+    steps = [recorded(0), recorded(1)]
+    inp = PolicyInput(np.zeros((210, 160, 3), np.uint8), "Select alpha and press Submit.", 160, 210, history=steps)
+    assert {f.name for f in dataclasses.fields(inp)} == {"image", "instruction", "screen_width", "screen_height",
+                                                         "history"}
+    assert [type(s) for s in inp.history] == [PastStep, PastStep]
+    assert {f.name for f in dataclasses.fields(PastStep)} == {"observation", "thought", "raw_output", "action"}
+    assert {f.name for f in dataclasses.fields(SeenScreen)} == {"screenshot", "screen_width", "screen_height",
+                                                                "instruction"}
+    first = inp.history[0]
+    assert (first.thought, first.raw_output, first.action) == (steps[0].thought, steps[0].raw_output, steps[0].action)
+    assert first.observation.screenshot == steps[0].observation.screenshot
+    seen = repr(inp.history)
+    for leaked in (URL, "0.75", "refused", "shell output", "-1.5", "policy_version", "latency", "abc"):
+        assert leaked not in seen, leaked
+    for name in ("reward", "error", "output", "done", "logprob", "value", "policy_version", "next_screenshot_sha256"):
+        assert not hasattr(first, name), name
+    for name in ("url", "window_title"):
+        assert not hasattr(first.observation, name), name
+
+
+def test_the_rollout_and_the_trainer_build_the_same_projected_history():
+    """The rollout's request carries the recorded steps; the input it hands a policy does not,
+    and a trainer rebuilding the input from the trajectory gets the same projection."""
+    steps = [recorded(0), recorded(1)]
+    task = TaskSpec(task_id="t", suite="miniwob", name="click-checkboxes")
+    request = PolicyRequest(task=task, obs=Obs(observation(2), np.zeros((210, 160, 3), np.uint8)), step_index=2,
+                            history=steps)
+    inp = policy_input(request)
+    assert inp.history == past_steps(steps) and all(isinstance(s, PastStep) for s in inp.history)
+    assert past_steps(inp.history) == inp.history  # projecting twice changes nothing
+    assert request.history == steps  # the worker's own record is untouched
+
+
+def test_the_pixel_policy_reads_a_recorded_step_as_its_projection():
+    from trainer.policies.pixel.model import PixelPolicy
+
+    policy = PixelPolicy("p", {"seed": 0, "action_types": ["click"]})
+    image = np.random.default_rng(0).integers(0, 255, (210, 160, 3), dtype=np.uint8)
+    steps = [recorded(0), recorded(1)]
+    full = policy.preprocess(image, steps, "Select alpha and press Submit.")
+    seen = policy.preprocess(image, past_steps(steps), "Select alpha and press Submit.")
+    assert full.shape == seen.shape and bool((full == seen).all())
+    assert bool((full != policy.preprocess(image, [], "Select alpha and press Submit.")).any())  # it reads them
