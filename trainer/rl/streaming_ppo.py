@@ -49,7 +49,7 @@ import torch
 from infra.runtime.checkpoint import load_checkpoint as load_checkpoint_file
 from infra.runtime.config import ConfigError, describe
 from infra.runtime.consume_loop import CheckpointFile, ConsumeLoop, DeadLetters, LoopConfig
-from infra.runtime.metrics import process_metrics, serve_metrics
+from infra.runtime.metrics import ProcessMetrics, process_metrics, serve_metrics
 from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
 from infra.runtime.settings import Settings
 from infra.runtime.topics import TOPICS, topic_name
@@ -194,7 +194,8 @@ class PPOLearner:
     and its weights file; committed: announce the version, publish the update's metrics."""
 
     def __init__(self, cfg: TrainConfig, settings: Settings, store: BlobStore, ckpt: CheckpointFile, policy,
-                 optimizer, stop: threading.Event, group: distributed.Group | None, run_id: str) -> None:
+                 optimizer, stop: threading.Event, group: distributed.Group | None, run_id: str,
+                 metrics: ProcessMetrics | None = None) -> None:
         self.cfg, self.settings, self.store, self.ckpt = cfg, settings, store, ckpt
         self.policy, self.optimizer, self.stop, self.group, self.run_id = policy, optimizer, stop, group, run_id
         self.producer, self.tracker = make_producer(settings), DeliveryTracker()
@@ -205,7 +206,7 @@ class PPOLearner:
         self.pool: list[EpisodeSample] = []
         self.metrics: dict[str, float] | None = None  # the last update's, published once committed
         self.started, self.busy = time.monotonic(), 0.0
-        self.prom = process_metrics("trainer")  # served on /metrics by train()
+        self.prom = metrics if metrics is not None else process_metrics("trainer")
         self.stale_before = self.counts.get("stale_dropped", 0)
         if cfg.max_updates and self.state.updates >= cfg.max_updates:
             stop.set()
@@ -395,9 +396,10 @@ def train(cfg: TrainConfig, settings: Settings, stop: threading.Event | None = N
     policy, optimizer = start_policy(cfg, settings, store, ckpt)
     if group is not None:  # the other ranks start from the same weights and optimiser
         distributed.share_start(group, cfg, policy, optimizer)
+    metrics = process_metrics("trainer")
+    serve_metrics(settings, metrics)
     learner = PPOLearner(cfg, settings, store, ckpt, policy, optimizer, stop, group,
-                         cfg.run_id or f"{cfg.policy_name}-{int(now())}")
-    serve_metrics(settings, learner.prom)
+                         cfg.run_id or f"{cfg.policy_name}-{int(now())}", metrics=metrics)
     learner.committed()  # v0 of a fresh start, or a version the last run checkpointed but did not announce
     loop = ConsumeLoop.create(settings, cfg.group_id or f"trainer-{cfg.policy_name}", [topic_name(TOPICS.rl, settings)],
                               learner, STAGE, LoopConfig(poll_messages=cfg.min_batch, poll_timeout_s=cfg.poll_s,
