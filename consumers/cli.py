@@ -4,27 +4,22 @@ from __future__ import annotations
 
 import logging
 
-from infra.runtime.config import add_arguments, describe, resolve
+from infra.runtime.command import add_command, command_settings
+from infra.runtime.config import describe, resolve
 from infra.runtime.metrics import serve_metrics
-from infra.runtime.settings import Settings, load_settings, log_settings
+from infra.runtime.procs import stop_on_signals
+from infra.runtime.settings import load_settings
 
 log = logging.getLogger("flywheel.consumers")
-
-
-def _stop_on_signals():
-    from infra.runtime.procs import stop_on_signals
-
-    return stop_on_signals(log, "stopping after a final flush")
 
 
 def cmd_sink(args) -> int:
     from consumers.sink import Sink, SinkConfig
 
-    settings = load_settings(vars(args))
+    settings = command_settings(args)
     cfg = resolve(SinkConfig, vars(args))
-    log_settings(settings)
     log.info("sink config %s", describe(cfg))
-    stop = _stop_on_signals()
+    stop = stop_on_signals(log, "stopping after a final flush")
     sink = Sink(settings, cfg)
     serve_metrics(settings, sink.metrics)
     sink.run(stop)
@@ -34,11 +29,10 @@ def cmd_sink(args) -> int:
 def cmd_export(args) -> int:
     from consumers.export import ExportConfig, Exporter
 
-    settings = load_settings(vars(args))
+    settings = command_settings(args)
     cfg = resolve(ExportConfig, vars(args))
-    log_settings(settings)
     log.info("export config %s", describe(cfg))
-    Exporter(settings, cfg).run(_stop_on_signals())
+    Exporter(settings, cfg).run(stop_on_signals(log, "stopping after a final flush"))
     return 0
 
 
@@ -57,15 +51,10 @@ def register(subparsers) -> None:
     from consumers.sink import SinkConfig
     from infra.clickhouse.query import FORMATS
 
-    p = subparsers.add_parser("sink", help="write steps, trajectories, scores, policies, metrics, dead letters to ClickHouse")
-    add_arguments(p, SinkConfig)
-    add_arguments(p.add_argument_group("platform settings"), Settings)
-    p.set_defaults(func=cmd_sink)
-
-    p = subparsers.add_parser("export", help="export the SFT and CT topics as sharded JSONL / Parquet chat datasets")
-    add_arguments(p, ExportConfig)
-    add_arguments(p.add_argument_group("platform settings"), Settings)
-    p.set_defaults(func=cmd_export)
+    add_command(subparsers, "sink", "write steps, trajectories, scores, policies, metrics, dead letters to ClickHouse",
+                cmd_sink, SinkConfig)
+    add_command(subparsers, "export", "export the SFT and CT topics as sharded JSONL / Parquet chat datasets",
+                cmd_export, ExportConfig)
 
     p = subparsers.add_parser("sql", help="run SQL on ClickHouse (works while `flywheel sink` owns embedded chDB)")
     p.add_argument("statement", help='e.g. "SELECT * FROM v_success_by_policy"')

@@ -5,18 +5,17 @@ from __future__ import annotations
 import logging
 import sys
 
-from infra.runtime.config import add_arguments, describe, resolve
+from infra.runtime.command import add_command, command_settings
+from infra.runtime.config import describe, resolve
 from infra.runtime.metrics import process_metrics, serve_metrics
-from infra.runtime.settings import Settings, load_settings, log_settings
 from streams.config import RescoreConfig, StreamsConfig, app_id_for
 
 log = logging.getLogger("flywheel.streams")
 
 
 def _streams(args) -> int:
-    settings = load_settings(vars(args))
+    settings = command_settings(args)
     cfg = resolve(StreamsConfig, vars(args))
-    log_settings(settings)
     log.info("streams config %s (app id %s)", describe(cfg), app_id_for(settings, cfg))
     use_event_loop(cfg.event_loop)  # before Faust makes its loop
     from streams.app import declare_internal_topics, make_app, run_worker  # faust is heavy: only this command needs it
@@ -40,9 +39,8 @@ def use_event_loop(name: str) -> None:
 def _rescore(args) -> int:
     from streams.rescore import rescore
 
-    settings = load_settings(vars(args))
+    settings = command_settings(args)
     cfg = resolve(RescoreConfig, vars(args))
-    log_settings(settings)
     log.info("rescore config %s", describe(cfg))
     counts = rescore(settings, cfg)
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
@@ -50,11 +48,5 @@ def _rescore(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("streams", help="run the Faust stream processors (assemble, score, route)")
-    add_arguments(p, StreamsConfig)
-    add_arguments(p.add_argument_group("platform settings"), Settings)
-    p.set_defaults(func=_streams)
-    p = sub.add_parser("rescore", help="replay flywheel.trajectories.v1 through another scorer")
-    add_arguments(p, RescoreConfig)
-    add_arguments(p.add_argument_group("platform settings"), Settings)
-    p.set_defaults(func=_rescore)
+    add_command(sub, "streams", "run the Faust stream processors (assemble, score, route)", _streams, StreamsConfig)
+    add_command(sub, "rescore", "replay flywheel.trajectories.v1 through another scorer", _rescore, RescoreConfig)

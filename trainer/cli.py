@@ -5,12 +5,14 @@ policy on flywheel.sft.v1: the cold start's pi_sft). The serving helpers' sub-co
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
+import logging
 
-from infra.runtime.config import add_arguments, resolve
-from infra.runtime.settings import Settings, load_settings, log_settings
+from infra.runtime.command import add_command, command_settings
+from infra.runtime.config import resolve
+from infra.runtime.procs import stop_on_signals
 from trainer.serving import cli as serving_cli
+
+log = logging.getLogger("flywheel.trainer")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -20,14 +22,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from trainer.rl.launch import launch, run_rank, summary_line, under_torchrun
     from trainer.rl.streaming_ppo import train
 
-    settings = load_settings(vars(args))
-    log_settings(settings)
+    settings = command_settings(args)
     cfg = resolve(TrainConfig, vars(args)).validate()
     if cfg.nproc_per_node > 1:
         return launch(cfg, settings, verbose=getattr(args, "verbose", False))
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):  # finish the current step, close cleanly
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals(log, "finishing the current step, then closing cleanly")
     if not under_torchrun():
         print(summary_line(train(cfg, settings, stop)))
         return 0
@@ -41,8 +40,7 @@ def cmd_bc(args: argparse.Namespace) -> int:
     from trainer.sft.bc import run_bc
     from trainer.sft.bc_config import BCConfig
 
-    settings = load_settings(vars(args))
-    log_settings(settings)
+    settings = command_settings(args)
     out = run_bc(resolve(BCConfig, vars(args)).validate(), settings)
     match = f", greedy = demonstrator on {out['train_match']['all']:.0%} of them" if out["train_match"] else ""
     print(f"published pi_sft as version {out['version']}: {out['steps']} steps of {sum(out['demos'].values())} "
@@ -56,12 +54,7 @@ def register(sub) -> None:
     from trainer.sft.bc_config import BCConfig
     from trainer.rl.config import TrainConfig
 
-    p = sub.add_parser("train", help="streaming PPO trainer: flywheel.rl.v1 -> policy versions")
-    add_arguments(p, TrainConfig)
-    add_arguments(p.add_argument_group("platform settings"), Settings)
-    p.set_defaults(func=cmd_train)
-    b = sub.add_parser("bc", help="behaviour cloning (pixel or language policy): flywheel.sft.v1 -> pi_sft, a policy version")
-    add_arguments(b, BCConfig)
-    add_arguments(b.add_argument_group("platform settings"), Settings)
-    b.set_defaults(func=cmd_bc)
+    add_command(sub, "train", "streaming PPO trainer: flywheel.rl.v1 -> policy versions", cmd_train, TrainConfig)
+    add_command(sub, "bc", "behaviour cloning (pixel or language policy): flywheel.sft.v1 -> pi_sft, a policy version",
+                cmd_bc, BCConfig)
     serving_cli.register(sub)

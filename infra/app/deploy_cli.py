@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from infra.runtime.command import add_command, command_settings
 from infra.runtime.config import add_arguments, describe, resolve
-from infra.runtime.settings import Settings, load_settings, log_settings
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -25,8 +25,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from infra.clickhouse.client import make_client
 
-    settings = load_settings(vars(args))
-    log_settings(settings)
+    settings = command_settings(args)
     make_client(settings).close()  # creating the client applies every pending migration
     print(f"ClickHouse database {settings.clickhouse_database} is migrated")
     return 0
@@ -40,6 +39,4 @@ def register(subparsers) -> None:
     r = sub.add_parser("render", help="write the manifests and the Dockerfile into --out")
     add_arguments(r, DeployConfig)
     r.set_defaults(func=cmd_render)
-    m = subparsers.add_parser("migrate", help="apply the ClickHouse DDL migrations and exit")
-    add_arguments(m, Settings)
-    m.set_defaults(func=cmd_migrate)
+    add_command(subparsers, "migrate", "apply the ClickHouse DDL migrations and exit", cmd_migrate)

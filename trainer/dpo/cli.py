@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from infra.runtime.config import add_arguments, resolve
-from infra.runtime.settings import Settings, load_settings, log_settings
+from infra.runtime.command import add_command, command_settings
+from infra.runtime.config import resolve
 
 
 def cmd_dpo(args: argparse.Namespace) -> int:
@@ -13,8 +13,7 @@ def cmd_dpo(args: argparse.Namespace) -> int:
     from trainer.dpo.train import run_dpo
     from trainer.dpo.config import DPOConfig
 
-    settings = load_settings(vars(args))
-    log_settings(settings)
+    settings = command_settings(args)
     out = run_dpo(resolve(DPOConfig, vars(args)).validate(), settings)
     first, last = out["first"], out["last"]
     print(f"published {out['kind']} version {out['version']} (reference v{out['reference']}) after DPO on "
@@ -29,7 +28,4 @@ def cmd_dpo(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     from trainer.dpo.config import DPOConfig
 
-    p = sub.add_parser("dpo", help="DPO on reflection pairs: flywheel.pairs.v1 + pi_SFT -> a policy version")
-    add_arguments(p, DPOConfig)
-    add_arguments(p.add_argument_group("platform settings"), Settings)
-    p.set_defaults(func=cmd_dpo)
+    add_command(sub, "dpo", "DPO on reflection pairs: flywheel.pairs.v1 + pi_SFT -> a policy version", cmd_dpo, DPOConfig)

@@ -5,30 +5,24 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from infra.runtime.config import add_arguments, describe, resolve
+from infra.runtime.command import add_command, command_settings
+from infra.runtime.config import describe, resolve
 from infra.runtime.errors import UserError
-from infra.runtime.settings import Settings, load_settings, log_settings
+from infra.runtime.procs import stop_on_signals
 
 log = logging.getLogger("flywheel.serving")
-
-
-def _stop_on_signals():
-    from infra.runtime.procs import stop_on_signals
-
-    return stop_on_signals(log, "stopping after the current batch")
 
 
 def cmd_serve(args) -> int:
     from trainer.serving.server import ServeConfig, build_server, serve_forever
 
-    settings = load_settings(vars(args))
+    settings = command_settings(args)
     cfg = resolve(ServeConfig, vars(args))
-    log_settings(settings)
     log.info("serve config %s", describe(cfg))
     if cfg.backend == "vllm":
         from trainer.serving.vllm_backend import serve_vllm
 
-        return serve_vllm(settings, cfg, _stop_on_signals())
+        return serve_vllm(settings, cfg, stop_on_signals(log, "stopping after the current batch"))
     _, app = build_server(settings, cfg)
     try:
         asyncio.run(serve_forever(app, cfg.host, cfg.port))
@@ -47,7 +41,7 @@ def _floats(text: str, what: str) -> list[float]:
 def cmd_merge(args) -> int:
     from trainer.serving.merge import MergePlan, run_merge
 
-    settings = load_settings(vars(args))
+    settings = command_settings(args)
     versions = [int(v) for v in _floats(args.versions, "versions")]
     plan = MergePlan(args.policy, versions, _floats(args.alphas, "alphas"))
     pv = run_merge(settings, plan)
@@ -61,12 +55,11 @@ def _cmd_lm_train(mode: str):
         from trainer.sft.lm_stream import LMStreamTrainer, LMTrainConfig
         from trainer.sft.sft_samples import sft_samples
 
-        settings = load_settings(vars(args))
+        settings = command_settings(args)
         cfg = resolve(LMTrainConfig, vars(args))
-        log_settings(settings)
         log.info("%s config %s", mode, describe(cfg))
         trainer = LMStreamTrainer(settings, cfg, mode, sft_samples if mode == "sft" else ct_samples)
-        updates = trainer.run(_stop_on_signals())
+        updates = trainer.run(stop_on_signals(log, "stopping after the current batch"))
         log.info("%s: %d update(s)", mode, updates)
         return 0
     return run
@@ -76,21 +69,15 @@ def register(subparsers) -> None:
     from trainer.sft.lm_config import LMTrainConfig
     from trainer.serving.server import ServeConfig
 
-    p = subparsers.add_parser("serve", help="serve the current policy version over HTTP (OpenAI chat / act), hot-reloading new versions")
-    add_arguments(p, ServeConfig)
-    add_arguments(p.add_argument_group("platform settings"), Settings)
-    p.set_defaults(func=cmd_serve)
-
-    p = subparsers.add_parser("merge", help="publish theta = sum_k alpha_k * theta_k of published versions as a new version")
+    add_command(subparsers, "serve", "serve the current policy version over HTTP (OpenAI chat / act), hot-reloading "
+                "new versions", cmd_serve, ServeConfig)
+    p = add_command(subparsers, "merge", "publish theta = sum_k alpha_k * theta_k of published versions as a new version",
+                    cmd_merge)
     p.add_argument("--policy", required=True, help="policy name")
     p.add_argument("--versions", required=True, help="comma-separated versions, e.g. 3,5")
     p.add_argument("--alphas", required=True, help="comma-separated weights >= 0 summing to 1, e.g. 0.5,0.5")
-    add_arguments(p.add_argument_group("platform settings"), Settings)
-    p.set_defaults(func=cmd_merge)
 
     for mode, topic in (("sft", "flywheel.sft.v1"), ("ct", "flywheel.ct.v1")):
         what = "supervised fine-tuning on" if mode == "sft" else "continual pre-training on"
-        p = subparsers.add_parser(mode, help=f"{what} {topic} for a language policy; publishes versions")
-        add_arguments(p, LMTrainConfig)
-        add_arguments(p.add_argument_group("platform settings"), Settings)
-        p.set_defaults(func=_cmd_lm_train(mode))
+        add_command(subparsers, mode, f"{what} {topic} for a language policy; publishes versions", _cmd_lm_train(mode),
+                    LMTrainConfig)
