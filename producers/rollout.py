@@ -27,8 +27,10 @@ from confluent_kafka import TopicPartition
 
 from infra.runtime.config import ConfigError, opt
 from infra.runtime.dlq import dead_letter, send_dead_letter
+from infra.runtime.metrics import process_metrics, serve_metrics
 from infra.runtime.kafka_clients import DeliveryError, DeliveryTracker, flush_or_raise, make_consumer, make_producer
 from infra.runtime.topics import TOPICS, topic_name
+from producers.rollout_metrics import observe
 from producers.episode import EpisodeResult, run_episode
 from producers.offsets import OffsetTracker
 from producers.policy_client import PolicyClient
@@ -87,6 +89,7 @@ class RolloutWorker:
         self.tasks_topic = topic_name(TOPICS.tasks, settings)
         self.steps_topic = topic_name(TOPICS.steps, settings)
         self.counters = Counters(policy=client.name)
+        self.metrics = process_metrics("rollout")  # on /metrics when settings.metrics_port is set
         self.stop = asyncio.Event()  # no new tasks
         self.abort = asyncio.Event()  # in-flight episodes end now
         self.fatal: BaseException | None = None
@@ -114,6 +117,7 @@ class RolloutWorker:
             asyncio.get_running_loop().call_later(self.cfg.shutdown_grace_s, self.abort.set)
 
     async def run(self) -> int:
+        serve_metrics(self.settings, self.metrics)
         self._producer = make_producer(self.settings)
         self._polling = True
         self._poller = threading.Thread(target=self._poll_producer, name="rollout-producer-poll", daemon=True)
@@ -320,6 +324,7 @@ class RolloutWorker:
             def emit(event: Any) -> None:
                 self._produce(event, tracker)
                 produced[0] += 1
+                observe(self.metrics, event, task.name)
 
             result = await run_episode(task, sandbox, self.client, emit, attempt=attempt, sandbox_name=kind,
                                        worker_id=self.worker_id, abort=self.abort,
