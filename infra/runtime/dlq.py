@@ -12,10 +12,11 @@ import logging
 import traceback
 
 from schemas.base import now
-from schemas.codec import DecodeError, encode
+from schemas.codec import DecodeError, decode, encode
 from schemas.events import DeadLetter
 
-from infra.runtime.topics import TOPICS, topic_name
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer, read_to_end
+from infra.runtime.topics import TOPICS, TopicSpec, topic_name
 
 log = logging.getLogger("flywheel.dlq")
 
@@ -90,3 +91,18 @@ def send_dead_letter(producer, settings, letter: DeadLetter, key: bytes | None, 
                 letter.source_partition, letter.source_offset, letter.message[:200])
     producer.produce(topic_name(TOPICS.dlq, settings), key=key, value=encode(letter), on_delivery=on_delivery)
     producer.poll(0)
+
+
+def read_snapshot(settings, spec: TopicSpec, model: type, stage: str, timeout_s: float = 60.0) -> list:
+    """Every record of ``spec``'s topic up to its current end, decoded as ``model``; one that does
+    not decode is dead-lettered by ``stage`` (acknowledged before this returns) and left out."""
+    topic = topic_name(spec, settings)
+    producer, tracker, records = make_producer(settings), DeliveryTracker(), []
+    for msg in read_to_end(settings, topic, timeout_s):
+        try:
+            records.append(decode(msg.value(), model))
+        except DecodeError as exc:
+            send_dead_letter(producer, settings, dead_letter(stage, exc, topic, msg.partition(), msg.offset(),
+                                                             msg.key(), msg.value()), msg.key(), on_delivery=tracker)
+    flush_or_raise(producer, tracker)
+    return records

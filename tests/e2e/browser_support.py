@@ -28,3 +28,21 @@ class LoopThread:
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+def browser_sandbox(tmp_path_factory):
+    """A module's one browser sandbox and the loop it runs on (a generator for a module fixture):
+    yields (loop, sandbox), then closes the sandbox, its Chromium and the loop."""
+    from producers.sandboxes.browser import BrowserSandbox  # Playwright: only browser tests need it
+    from producers.sandboxes.browser_host import BrowserHost
+    from schemas.blobs import BlobStore
+
+    require_chromium()
+    loop = LoopThread()
+    host = BrowserHost()
+    sandbox = BrowserSandbox(BlobStore(str(tmp_path_factory.mktemp("blobs"))), host=host)
+    loop.run(sandbox.start())
+    yield loop, sandbox
+    loop.run(sandbox.close())
+    loop.run(host.close())
+    loop.stop()

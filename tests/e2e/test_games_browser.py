@@ -8,14 +8,13 @@ import random
 
 import pytest
 
-from tests.e2e.browser_support import LoopThread, require_chromium
+from tests.e2e.browser_support import browser_sandbox
 
 from producers import scripted
 from producers.episode import run_episode
 from producers.games import GAMES, get_game, normalised_score
 from producers.policy_client import ScriptedClient
 from producers.sandboxes.miniwob_server import TASK_HEIGHT, TASK_WIDTH
-from schemas.blobs import BlobStore
 from schemas.events import EpisodeEnded, Step, TaskSpec
 
 pytestmark = pytest.mark.e2e
@@ -29,18 +28,7 @@ CAP = {"games.snake": 80}
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    require_chromium()
-    from producers.sandboxes.browser import BrowserSandbox
-    from producers.sandboxes.browser_host import BrowserHost
-
-    loop = LoopThread()
-    host = BrowserHost()
-    sandbox = BrowserSandbox(BlobStore(str(tmp_path_factory.mktemp("blobs"))), host=host)
-    loop.run(sandbox.start())
-    yield loop, sandbox
-    loop.run(sandbox.close())
-    loop.run(host.close())
-    loop.stop()
+    yield from browser_sandbox(tmp_path_factory)
 
 
 def task(name: str, seed: int) -> TaskSpec:

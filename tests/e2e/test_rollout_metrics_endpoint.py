@@ -3,19 +3,14 @@ prometheus-client's parser while it runs, its counts match what it published."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import orjson
 import pytest
 
 from infra.runtime.topics import TOPICS
 from producers.tasks import build_tasks, submit
 from tests.e2e.browser_support import require_chromium
+from tests.e2e.test_rollout_reload import start_random_rollout, wait_for_episodes
 from tests.e2e.test_rollout_worker import episodes_of, read_topic
 from tests.integration.test_metrics_endpoints import free_port, scrape
 
@@ -26,20 +21,9 @@ def test_the_rollout_worker_serves_steps_latencies_and_outcomes(settings, group_
     require_chromium()
     submit(settings, build_tasks("miniwob", ["click-test"], 40, prefix="metrics", max_steps=3))
     port = free_port()
-    env = {**os.environ, "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap, "FLYWHEEL_TOPIC_PREFIX": settings.topic_prefix,
-           "FLYWHEEL_DATA_DIR": settings.data_dir, "FLYWHEEL_METRICS_PORT": str(port)}
-    proc = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "rollout", "--sandboxes", "1", "--policy-backend",
-                             "random", "--policy-name", "random", "--group-id", group_id, "--worker-id", "w-metrics",
-                             "--status-interval-s", "0.5", "--no-reload"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    status_file = Path(settings.data_dir) / "rollout" / "w-metrics.json"
+    proc, status_file = start_random_rollout(settings, group_id, "w-metrics", 1, FLYWHEEL_METRICS_PORT=str(port))
     try:
-        end, live = time.time() + 90, {}
-        while time.time() < end:
-            if status_file.exists() and orjson.loads(status_file.read_bytes())["episodes"] >= 3:
-                live = scrape(port)  # while it runs
-                break
-            time.sleep(0.3)
+        live = scrape(port) if wait_for_episodes(status_file, 3, 90) else {}  # while it runs
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     finally:

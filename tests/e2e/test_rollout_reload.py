@@ -92,21 +92,31 @@ def test_newer_version_is_hot_reloaded_between_steps_and_a_tampered_one_refused(
     assert status["reloads"] == 2 and status["policy_version"] == 2
 
 
+def start_random_rollout(settings, group_id: str, worker_id: str, sandboxes: int, **env) -> tuple[subprocess.Popen, Path]:
+    """`flywheel rollout` with the random policy as a subprocess; -> it and its status file."""
+    env = {**os.environ, "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap, "FLYWHEEL_TOPIC_PREFIX": settings.topic_prefix,
+           "FLYWHEEL_DATA_DIR": settings.data_dir, **env}
+    proc = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "rollout", "--sandboxes", str(sandboxes),
+                             "--policy-backend", "random", "--policy-name", "random", "--group-id", group_id,
+                             "--worker-id", worker_id, "--status-interval-s", "0.5", "--no-reload"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return proc, Path(settings.data_dir) / "rollout" / f"{worker_id}.json"
+
+
+def wait_for_episodes(status_file: Path, n: int, timeout: float) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if status_file.exists() and orjson.loads(status_file.read_bytes())["episodes"] >= n:
+            return True
+        time.sleep(0.3)
+    return False
+
+
 def test_flywheel_rollout_stops_cleanly_on_sigterm(settings, group_id, tmp_path):
     submit(settings, build_tasks("miniwob", ["click-test"], 50, prefix="term", max_steps=5))
-    env = {**os.environ, "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap, "FLYWHEEL_TOPIC_PREFIX": settings.topic_prefix,
-           "FLYWHEEL_DATA_DIR": settings.data_dir}
-    proc = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "rollout", "--sandboxes", "2", "--policy-backend",
-                             "random", "--policy-name", "random", "--group-id", group_id, "--worker-id", "w-term",
-                             "--status-interval-s", "0.5", "--no-reload"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    status_file = Path(settings.data_dir) / "rollout" / "w-term.json"
+    proc, status_file = start_random_rollout(settings, group_id, "w-term", 2)
     try:
-        end = time.time() + 60
-        while time.time() < end:
-            if status_file.exists() and orjson.loads(status_file.read_bytes())["episodes"] >= 2:
-                break
-            time.sleep(0.3)
+        wait_for_episodes(status_file, 2, 60)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     finally:

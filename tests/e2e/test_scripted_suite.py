@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.browser_support import LoopThread, require_chromium
+from tests.e2e.browser_support import browser_sandbox
 from tests.unit.test_producers_suites import STEPS
 
 from producers import scripted
 from producers.suites import get_suite
-from schemas.blobs import BlobStore
 from schemas.events import TaskSpec
 
 pytestmark = pytest.mark.e2e
@@ -18,18 +17,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    require_chromium()
-    from producers.sandboxes.browser import BrowserSandbox
-    from producers.sandboxes.browser_host import BrowserHost
-
-    loop = LoopThread()
-    host = BrowserHost()
-    sandbox = BrowserSandbox(BlobStore(str(tmp_path_factory.mktemp("blobs"))), host=host)
-    loop.run(sandbox.start())
-    yield loop, sandbox
-    loop.run(sandbox.close())
-    loop.run(host.close())
-    loop.stop()
+    yield from browser_sandbox(tmp_path_factory)
 
 
 @pytest.mark.parametrize("name", get_suite("default").tasks)

@@ -32,14 +32,13 @@ import torch.nn.functional as F
 
 from infra.runtime import versions
 from infra.runtime.config import ConfigError, describe
-from infra.runtime.dlq import dead_letter, send_dead_letter
-from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer, read_to_end
+from infra.runtime.dlq import read_snapshot
+from infra.runtime.kafka_clients import DeliveryTracker, make_producer
 from infra.runtime.policy import load_policy_version
 from infra.runtime.settings import Settings
-from infra.runtime.topics import TOPICS, topic_name
+from infra.runtime.topics import TOPICS
 from schemas.base import now
 from schemas.blobs import BlobStore
-from schemas.codec import DecodeError, decode
 from schemas.events import PreferencePair, TrainerMetrics
 from trainer.core import metric_names as M
 from trainer.rl.config import check_device
@@ -152,16 +151,7 @@ def sample_indices(total: int, n: int, seed: int) -> list[int]:
 
 def read_pairs(settings: Settings, timeout_s: float) -> list[PreferencePair]:
     """The pairs topic's snapshot, decoded; undecodable records dead-lettered (acknowledged)."""
-    topic = topic_name(TOPICS.pairs, settings)
-    producer, tracker, records = make_producer(settings), DeliveryTracker(), []
-    for msg in read_to_end(settings, topic, timeout_s):
-        try:
-            records.append(decode(msg.value(), PreferencePair))
-        except DecodeError as exc:
-            send_dead_letter(producer, settings, dead_letter(STAGE, exc, topic, msg.partition(), msg.offset(),
-                                                             msg.key(), msg.value()), msg.key(), on_delivery=tracker)
-    flush_or_raise(producer, tracker)
-    return records
+    return read_snapshot(settings, TOPICS.pairs, PreferencePair, STAGE, timeout_s)
 
 
 # ---------------------------------------------------------------- the job

@@ -31,16 +31,15 @@ import torch
 
 from infra.runtime import versions
 from infra.runtime.config import ConfigError, describe
-from infra.runtime.dlq import dead_letter, send_dead_letter
-from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer, read_to_end
+from infra.runtime.dlq import read_snapshot
+from infra.runtime.kafka_clients import DeliveryTracker, make_producer
 from infra.runtime.policy import build_policy, policy_kind
 from infra.runtime.settings import Settings
-from infra.runtime.topics import TOPICS, topic_name
+from infra.runtime.topics import TOPICS
 from producers.suites import get_suite
 from trainer.core import metric_names as M
 from trainer.sft.bc_config import BCConfig
 from schemas.blobs import BlobNotFound, BlobStore
-from schemas.codec import DecodeError, decode
 from schemas.events import ScoredTrajectory
 from trainer.core.publish import make_version, save_weights
 from trainer.policies.base import Cloned
@@ -152,16 +151,7 @@ def read_demonstrations(settings: Settings, cfg: BCConfig) -> list[ScoredTraject
 
 def read_sft(settings: Settings, stage: str, timeout_s: float = 60.0) -> list[ScoredTrajectory]:
     """The sft topic's snapshot, decoded; undecodable records dead-lettered by ``stage`` (acknowledged)."""
-    topic = topic_name(TOPICS.sft, settings)
-    producer, tracker, records = make_producer(settings), DeliveryTracker(), []
-    for msg in read_to_end(settings, topic, timeout_s):
-        try:
-            records.append(decode(msg.value(), ScoredTrajectory))
-        except DecodeError as exc:
-            send_dead_letter(producer, settings, dead_letter(stage, exc, topic, msg.partition(), msg.offset(),
-                                                             msg.key(), msg.value()), msg.key(), on_delivery=tracker)
-    flush_or_raise(producer, tracker)
-    return records
+    return read_snapshot(settings, TOPICS.sft, ScoredTrajectory, stage, timeout_s)
 
 
 def run_bc(cfg: BCConfig, settings: Settings) -> dict[str, Any]:
