@@ -157,8 +157,16 @@ class TorchClient(PolicyClient):
     backend = "torch"
 
     def __init__(self, name: str, kind: str = "pixel", config: dict[str, Any] | None = None,
-                 greedy: bool = False, policy: Any = None, blobs: BlobStore | None = None, **_: Any) -> None:
+                 greedy: bool = False, policy: Any = None, blobs: BlobStore | None = None, threads: int = 1,
+                 **_: Any) -> None:
         super().__init__(name)
+        if threads > 0:
+            import torch  # heavy: only the torch backend needs it
+
+            # One intra-op thread: the worker's batches are small and its sandboxes' browsers need
+            # the other cores. More threads spin-wait for each other on a busy machine: a batch of
+            # one took 9x the CPU with 2 threads as with 1 beside 4 pages (benchmarks/bench_main_loop.py).
+            torch.set_num_threads(threads)
         if policy is None:
             from infra.runtime.policy import build_policy
 
