@@ -31,6 +31,7 @@ from infra.runtime.metrics import process_metrics, serve_metrics
 from infra.runtime.kafka_clients import DeliveryError, DeliveryTracker, flush_or_raise, make_consumer, make_producer
 from infra.runtime.topics import TOPICS, topic_name
 from producers.rollout_metrics import observe
+from producers.capacity import machine_sandboxes
 from producers.episode import EpisodeResult, run_episode
 from producers.offsets import OffsetTracker
 from producers.policy_client import PolicyClient
@@ -47,7 +48,7 @@ JOIN_GRACE_S = 60.0  # how much longer an idle-exiting worker waits for its firs
 
 @dataclass
 class RolloutConfig:
-    sandboxes: int = opt(4, "sandboxes run concurrently by this worker")
+    sandboxes: int = opt(0, "sandboxes run concurrently by this worker (0: sized to the machine, producers.capacity)")
     policy_backend: str = opt("random", "how the policy is asked", choices=("torch", "http", "random", "scripted"))
     policy_name: str = opt("pixel-miniwob", "policy name: its key on flywheel.policy.v1, followed for hot reload")
     policy_kind: str = opt("pixel", "model kind of a fresh torch policy (before any version is published)")
@@ -73,6 +74,8 @@ class RolloutConfig:
                                 "more until a newer version is loaded (0: asynchronous)")
 
     def __post_init__(self) -> None:
+        if self.sandboxes == 0:
+            self.sandboxes = machine_sandboxes()
         if self.greedy and self.policy_backend != "torch":
             raise ConfigError(f"--greedy takes the torch backend's most likely action; the {self.policy_backend} backend "
                               "would sample anyway (and mark its steps sampled): use --policy-backend torch")

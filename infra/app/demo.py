@@ -31,6 +31,7 @@ from infra.runtime.errors import UserError
 from infra.runtime.policy import policy_kind
 from infra.runtime.procs import Child, flywheel_argv, wait_until
 from infra.runtime.settings import Settings, load_settings
+from producers.capacity import machine_sandboxes
 from producers.suites import RunPlan, plan as suite_plan
 
 log = logging.getLogger("flywheel.demo")
@@ -50,7 +51,7 @@ class DemoConfig:
                              "the policy on its own successful episodes and the demonstrations (0: off; -1: 4 for the "
                              "pixel policy after a cold start, +0.03 and +0.06 over 2 seeds in 15 minutes; off otherwise)")
     seed: int = opt(0, "seed of the initial weights, the cloning and the task layouts")
-    sandboxes: int = opt(4, "browser sandboxes per rollout worker")
+    sandboxes: int = opt(0, "browser sandboxes per rollout worker (0: the machine's share of each worker, producers.capacity)")
     workers: int = opt(1, "rollout worker processes")
     sync: bool = opt(False, "alternate rollout and training without overlap (for the async/sync comparison)")
     batch_episodes: int = opt(32, "complete trajectories per PPO update")
@@ -69,8 +70,8 @@ class DemoConfig:
     keep_broker: bool = opt(False, "leave the Kafka broker this demo started running at exit")
 
     def validate(self) -> "DemoConfig":
-        if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 1 or self.workers < 1 or self.batch_episodes < 1:
-            raise UserError("minutes must be > 0; episodes, sandboxes, workers and batch_episodes >= 1")
+        if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
+            raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
         if min(self.max_steps, self.cold_start_demos, self.value_pretrain_batches, self.ppo_lr, self.rft_every + 1) < 0:
             raise UserError("max_steps, cold_start_demos, value_pretrain_batches and ppo_lr must be >= 0, rft_every >= -1")
         if self.rft_every > 0 and not policy_kind(self.policy_kind).rft:
@@ -146,7 +147,7 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
     ]
     for i in range(cfg.workers):
         children.append(Child(f"rollout-{i}", flywheel_argv(
-            "rollout", "--sandboxes", str(cfg.sandboxes), "--policy-backend", "torch",
+            "rollout", "--sandboxes", str(cfg.sandboxes or machine_sandboxes(cfg.workers)), "--policy-backend", "torch",
             "--policy-kind", cfg.policy_kind, "--policy-name", policy, "--worker-id", f"worker-{i}",
             "--group-id", f"{prefix}rollout", *(["--sync-episodes", sync_batch] if cfg.sync else []),
             *cfg.rollout_args.split(),
