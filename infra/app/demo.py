@@ -27,6 +27,7 @@ from pathlib import Path
 from infra.app import demo_queries as Q
 from infra.app import phases
 from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
+from infra.runtime.cpu_share import CpuShare
 from infra.runtime.errors import UserError
 from infra.runtime.policy import policy_kind
 from infra.runtime.procs import Child, flywheel_argv, wait_until
@@ -271,6 +272,11 @@ def effective(cfg: DemoConfig) -> tuple[DemoConfig, list[str]]:
     return cfg, changed
 
 
+def _roots(children: list[Child]) -> dict[str, int]:
+    """The running children's pids by name: the processes whose CPU the report shares out."""
+    return {c.name: c.proc.pid for c in children if c.proc is not None and c.alive}
+
+
 def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     cfg, changed = effective(cfg.validate())
     for line in changed:
@@ -302,6 +308,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     t0 = time.time()
     notes: list[str] = list(changed)
     clock = phases.PhaseClock()
+    cpu = CpuShare()  # each process's share of the CPU, from the moment RL's tasks are submitted
     base_version, dpo_version = 0, None
     try:
         for child in children:
@@ -330,10 +337,13 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
             children.append(phases.reflection_annotator(env, prefix, logs, cfg.rollout_args).start())
         if not stop["flag"]:
             phases.submit(env, logs, tasks, cfg.episodes, plan.max_steps, phases.rl_seed(cfg.seed))
+            cpu = CpuShare()
+            cpu.sample(_roots(children), own="demo")
         deadline = t0 + cfg.minutes * 60
         dpo_at = deadline - dpo_s if dpo_s else None
         while not stop["flag"] and time.time() < deadline:
             time.sleep(cfg.progress_s)
+            cpu.sample(_roots(children), own="demo")
             if dpo_at is not None and time.time() >= dpo_at and clock.current != phases.DPO:
                 def tick() -> None:  # progress while DPO runs
                     print(format_progress(time.time() - t0, snapshot(settings, policy, prefix), clock.current), flush=True)
@@ -371,7 +381,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
                                                 cfg.value_pretrain_batches > 0, clock, dpo_version)
         except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
             notes.append(f"the phase section could not be computed: {exc}")
-        path = write_report(settings, run, out, extra, extra_summary=data)
+        path = write_report(settings, run, out, extra + [cpu.markdown()], extra_summary=data)
         print(f"report: {path}", flush=True)
     finally:
         print(leave_platform(settings, started, cfg.keep_broker), flush=True)

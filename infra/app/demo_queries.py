@@ -131,3 +131,21 @@ FROM (
     WHERE policy = {q(policy)} AND task_name = {q(task)} AND status = 'ended'
 )
 WHERE k >= {int(n)} AND rate >= {float(target)}"""
+
+
+def step_latency(policy: str) -> str:
+    """Where a step's wall-clock went, over every step of ``policy``: the policy (its batch's wait
+    included), the environment, the rest of the step, and the gap to the episode's next step."""
+    return f"""SELECT count() AS steps,
+    round(quantile(0.5)(latency_policy_ms)) AS policy_p50_ms, round(quantile(0.9)(latency_policy_ms)) AS policy_p90_ms,
+    round(quantile(0.5)(latency_env_ms)) AS env_p50_ms, round(quantile(0.9)(latency_env_ms)) AS env_p90_ms,
+    round(avg(latency_policy_ms)) AS policy_mean_ms, round(avg(latency_env_ms)) AS env_mean_ms,
+    round(avg(step_ms - latency_policy_ms - latency_env_ms)) AS rest_of_step_mean_ms,
+    round(avgIf(gap_ms, step_index > 0)) AS between_steps_mean_ms
+FROM (
+    SELECT step_index, latency_policy_ms, latency_env_ms,
+        toUnixTimestamp64Milli(ts) - toUnixTimestamp64Milli(started_at) AS step_ms,
+        toUnixTimestamp64Milli(started_at) - lagInFrame(toUnixTimestamp64Milli(ts)) OVER (
+            PARTITION BY episode_id ORDER BY step_index ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS gap_ms
+    FROM steps FINAL WHERE policy = {q(policy)}
+)"""

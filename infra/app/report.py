@@ -221,6 +221,7 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     figure("Success, reward and steps by policy version", Q.success_by_version(p),
            plot_by_version, out_dir / "by_version.png")
     figure("Rollout throughput", Q.throughput(p, bucket_s), plot_throughput, t0, out_dir / "throughput.png", bucket_s)
+    figure("Step latency: where a step's wall-clock went (ms)", Q.step_latency(p))
     figure("Staleness of trained trajectories", Q.staleness(p), plot_staleness, out_dir / "staleness.png")
     cols, rows = query(settings, Q.trainer_metrics(p))
     name = plot_trainer(rows, out_dir / "trainer.png")
