@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StringConstraints
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StringConstraints,
+                      model_serializer)
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
@@ -74,3 +75,20 @@ class Event(Model):
     @property
     def event_id(self) -> str:  # pragma: no cover - every event overrides
         raise NotImplementedError
+
+
+class OmitsAbsentOptionals(Model):
+    """A mixin for an event that gained optional fields after its consumers were written: each
+    field named in ``omit_when_none`` is left out of the record while it is None, so a record
+    that does not use it is byte for byte what an older consumer (strict: unknown fields are
+    errors) already reads; reading it back gives the field's default, None."""
+
+    omit_when_none: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler):
+        data = handler(self)
+        for name in self.omit_when_none:
+            if name in data and data[name] is None:
+                del data[name]
+        return data

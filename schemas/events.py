@@ -6,12 +6,12 @@ content keys, so consumers and ClickHouse can dedupe replays.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Field, StringConstraints, model_validator
 
 from schemas.actions import Action
-from schemas.base import Event, Id, Int32, Int64, JsonDict, Metrics, Model, Name, RawText, Sha256, Text, Timestamp, UInt32
+from schemas.base import Event, Id, OmitsAbsentOptionals, Int32, Int64, JsonDict, Metrics, Model, Name, RawText, Sha256, Text, Timestamp, UInt32
 
 # ---------------------------------------------------------------- shared pieces
 
@@ -105,7 +105,8 @@ class Step(_EpisodeBase):
         return f"{self.episode_id}:step:{self.step_index}"
 
 
-class EpisodeEnded(_EpisodeBase):
+class EpisodeEnded(OmitsAbsentOptionals, _EpisodeBase):
+    omit_when_none: ClassVar[tuple[str, ...]] = ("score", "normalised_score")  # only a game's episode has them
     kind: Literal["ended"] = "ended"
     num_steps: UInt32
     outcome_reward: float  # the environment's own verifier (a game's: its normalised score)
@@ -136,7 +137,8 @@ EpisodeEvent = Annotated[Union[EpisodeStarted, Step, EpisodeEnded, EpisodeAborte
 # ---------------------------------------------------------------- trajectories
 
 
-class Trajectory(Event):
+class Trajectory(OmitsAbsentOptionals, Event):
+    omit_when_none: ClassVar[tuple[str, ...]] = ("score", "normalised_score")  # only a game's episode has them
     episode_id: Id
     task: TaskSpec
     sandbox: Name
