@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.runtime.config import ConfigError, json_object, opt
+from infra.runtime.policy import policy_kind
 
 
 # The main job's language policy (merged over trainer.policies.lm.model's tiny defaults):
@@ -20,6 +21,7 @@ PRETRAINED_LM = {"pretrained": "smollm2-135m", "image_size": 64, "patch": 8, "ma
 @dataclass
 class LMTrainConfig:
     policy_name: str = opt("lm", "policy to train: its key on flywheel.policy.v1 and its checkpoint folder")
+    policy_kind: str = opt("lm", "its kind: a registered kind whose policies write text (the next-token loss needs text)")
     policy_config: str = opt("", "JSON model config when no version is published yet (see trainer.policies.lm.model)")
     pretrained: str = opt("smollm2-135m", "checkpoint of that first model: a named one (smollm2-135m) or a local Hugging Face folder; empty: the tiny model of policy_config")
     lr: float = opt(1e-4, "AdamW learning rate")
@@ -40,9 +42,12 @@ class LMTrainConfig:
             raise ConfigError("batch_trajectories and minibatch_samples must be >= 1 and lr > 0")
         if not 1 <= self.max_update_s <= 86400:
             raise ConfigError(f"max_update_s must be within [1, 86400] seconds, got {self.max_update_s}")
-        from trainer.rl.config import check_device
+        if not policy_kind(self.policy_kind).chat:
+            raise ConfigError(f"policy_kind {self.policy_kind!r} does not write text: SFT / CT train the next-token "
+                              "loss of a text-writing kind (lm)")
+        from trainer.rl.config import check_device  # torch: not needed to build the command line
 
-        check_device(self.device, "lm", "flywheel sft / ct")
+        check_device(self.device, self.policy_kind, "flywheel sft / ct")
         return self
 
     def initial_config(self) -> dict:

@@ -161,17 +161,17 @@ class LMStreamTrainer:
         state: LearnerState | None = ckpt.state
         if state is not None:
             saved = read_weights(self.folder, state)
-            policy = build_policy("lm", self.cfg.policy_name, state.config)
+            policy = build_policy(self.cfg.policy_kind, self.cfg.policy_name, state.config)
             policy.load_state_dict(saved["weights"], strict=True)
             policy.version = state.version
             log.info("resuming %s v%d from %s", self.cfg.policy_name, policy.version, self.ckpt_path)
             return policy, saved["optimizer"]
-        published = [pv for pv in versions.scan(self.settings, self.cfg.policy_name) if pv.kind == "lm"]
+        published = [pv for pv in versions.scan(self.settings, self.cfg.policy_name) if pv.kind == self.cfg.policy_kind]
         if published:
             pv = max(published, key=lambda p: p.version)
             log.info("starting from published %s v%d", pv.policy, pv.version)
             return load_policy_version(pv, self.store), None
-        return build_policy("lm", self.cfg.policy_name, self.cfg.initial_config()), None
+        return build_policy(self.cfg.policy_kind, self.cfg.policy_name, self.cfg.initial_config()), None
 
     def run(self, stop: threading.Event | None = None) -> int:
         stop = stop or threading.Event()
