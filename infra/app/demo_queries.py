@@ -66,12 +66,17 @@ FROM scored FINAL WHERE policy = {q(policy)} AND NOT infra_failure
 GROUP BY task_name, policy_version ORDER BY task_name, policy_version"""
 
 
-def success_over_time(policy: str, bucket_s: int = 30) -> str:
-    return f"""SELECT task_name,
-    toUnixTimestamp(toStartOfInterval(ended_at, INTERVAL {int(bucket_s)} SECOND)) AS t,
+def _minute(column: str, bucket_s: int, t0: float) -> str:
+    """The start of ``column``'s ``bucket_s`` bucket in minutes since ``t0`` (unix seconds)."""
+    return (f"round((toUnixTimestamp(toStartOfInterval({column}, INTERVAL {int(bucket_s)} SECOND)) - {float(t0)!r}) / 60, 2)")
+
+
+def success_over_time(policy: str, bucket_s: int = 30, t0: float = 0.0) -> str:
+    """Success per task in ``bucket_s`` buckets of end time, keyed by minutes since ``t0``."""
+    return f"""SELECT task_name, {_minute("ended_at", bucket_s, t0)} AS minute,
     count() AS episodes, round(avg(success), 4) AS success_rate
 FROM trajectories FINAL WHERE policy = {q(policy)} AND status = 'ended'
-GROUP BY task_name, t ORDER BY task_name, t"""
+GROUP BY task_name, minute ORDER BY task_name, minute"""
 
 
 def suite_mean_over_time(policy: str, t0: float, step_s: int, points: int, n: int = 100) -> str:
@@ -96,10 +101,11 @@ FROM (
 GROUP BY at_s ORDER BY at_s"""
 
 
-def throughput(policy: str, bucket_s: int = 30) -> str:
-    return f"""SELECT toUnixTimestamp(toStartOfInterval(ts, INTERVAL {int(bucket_s)} SECOND)) AS t,
+def throughput(policy: str, bucket_s: int = 30, t0: float = 0.0) -> str:
+    """Steps and episodes per ``bucket_s`` bucket, keyed by minutes since ``t0``."""
+    return f"""SELECT {_minute("ts", bucket_s, t0)} AS minute,
     count() AS steps, uniqExact(episode_id) AS episodes
-FROM steps FINAL WHERE policy = {q(policy)} GROUP BY t ORDER BY t"""
+FROM steps FINAL WHERE policy = {q(policy)} GROUP BY minute ORDER BY minute"""
 
 
 def staleness(policy: str) -> str:

@@ -62,10 +62,10 @@ def bucket_seconds(duration_s: float, points: int = 30) -> int:
     return int(min(600, max(2, round(duration_s / points))))
 
 
-def plot_learning_curve(rows, t0: float, path: Path, bucket_s: int) -> str:
+def plot_learning_curve(rows, path: Path, bucket_s: int) -> str:
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    for task, (ts, rates) in sorted(_series(rows, 0, 1, 3).items()):
-        ax.plot([(t - t0) / 60 for t in ts], rates, marker=".", label=task)
+    for task, (minutes, rates) in sorted(_series(rows, 0, 1, 3).items()):
+        ax.plot(minutes, rates, marker=".", label=task)
         if task in TARGETS:
             ax.axhline(TARGETS[task], ls=":", lw=0.8, color=ax.lines[-1].get_color())
     ax.set(xlabel="minutes since start", ylabel=f"success rate ({bucket_s} s buckets)", ylim=(-0.02, 1.02),
@@ -92,9 +92,9 @@ def plot_by_version(rows, path: Path) -> str:
     return _save(fig, path)
 
 
-def plot_throughput(rows, t0: float, path: Path, bucket_s: int) -> str:
+def plot_throughput(rows, path: Path, bucket_s: int) -> str:
     fig, ax = plt.subplots(figsize=(7, 3))
-    ts = [(r[0] - t0) / 60 for r in rows]
+    ts = [r[0] for r in rows]  # minutes since start
     ax.plot(ts, [r[1] / bucket_s for r in rows], label="env steps/s")
     ax.plot(ts, [r[2] / bucket_s for r in rows], label="episodes/s")
     ax.set(xlabel="minutes since start", ylabel="per second", title="Rollout throughput")
@@ -157,6 +157,12 @@ def plot_trainer(rows, path: Path) -> str | None:
     return _save(fig, path)
 
 
+def as_minutes(cols: list[str], rows: list[tuple], col: int) -> tuple[list[str], list[tuple]]:
+    """The table with column ``col`` (seconds since the start) shown as minutes since the start."""
+    named = [*cols[:col], "minute", *cols[col + 1:]]
+    return named, [(*r[:col], round(r[col] / 60, 2), *r[col + 1:]) for r in rows]
+
+
 def _md_table(cols, rows) -> str:
     return render(cols, rows, "table")
 
@@ -168,14 +174,15 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     t0 = run.started_at
     sections: list[str] = []
 
-    def figure(title: str, sql: str, plot=None, *args) -> tuple[list[str], list[tuple]]:
+    def figure(title: str, sql: str, plot=None, *args, seconds_col: int | None = None) -> tuple[list[str], list[tuple]]:
         cols, rows = query(settings, sql)
         block = [f"## {title}", ""]
         if plot and rows:
             name = plot(rows, *args)
             if name:
                 block += [f"![{title}]({name})", ""]
-        block += ["```", _md_table(cols, rows) if rows else "(no rows)", "```", "",
+        shown_cols, shown = (cols, rows) if seconds_col is None else as_minutes(cols, rows, seconds_col)
+        block += ["```", _md_table(shown_cols, shown) if rows else "(no rows)", "```", "",
                   "<details><summary>SQL</summary>", "", "```sql", sql, "```", "</details>", ""]
         sections.append("\n".join(block))
         return cols, rows
@@ -208,11 +215,12 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     summary = "\n".join(lines)
 
     bucket_s = bucket_seconds(run.ended_at - run.started_at)
-    figure("Learning curve: success over wall-clock", Q.success_over_time(p, bucket_s),
-           plot_learning_curve, t0, out_dir / "learning_curve.png", bucket_s)
+    figure("Learning curve: success over wall-clock", Q.success_over_time(p, bucket_s, t0),
+           plot_learning_curve, out_dir / "learning_curve.png", bucket_s)
     points = max(1, int((run.ended_at - run.started_at) // bucket_s))
     _, suite_rows = figure("Suite mean over time: each task's last 100 episodes as of that moment",
-                           Q.suite_mean_over_time(p, t0, bucket_s, points), plot_suite_mean, out_dir / "suite_mean.png")
+                           Q.suite_mean_over_time(p, t0, bucket_s, points), plot_suite_mean, out_dir / "suite_mean.png",
+                           seconds_col=0)
     reached_suite = {t: suite_mean_reached(suite_rows, t) for t in SUITE_TARGETS}
     sections[-1] += "\n" + "\n".join(
         f"Suite mean {t}: " + (f"first reached at {s / 60:.1f} min (every task over a full 100 episodes)"
@@ -220,7 +228,7 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
         for t, s in reached_suite.items()) + "\n"
     figure("Success, reward and steps by policy version", Q.success_by_version(p),
            plot_by_version, out_dir / "by_version.png")
-    figure("Rollout throughput", Q.throughput(p, bucket_s), plot_throughput, t0, out_dir / "throughput.png", bucket_s)
+    figure("Rollout throughput", Q.throughput(p, bucket_s, t0), plot_throughput, out_dir / "throughput.png", bucket_s)
     figure("Step latency: where a step's wall-clock went (ms)", Q.step_latency(p))
     figure("Staleness of trained trajectories", Q.staleness(p), plot_staleness, out_dir / "staleness.png")
     cols, rows = query(settings, Q.trainer_metrics(p))

@@ -41,3 +41,22 @@ def test_suite_mean_follows_each_tasks_last_100_as_of_each_moment(tmp_path):
     assert suite_mean_reached(got, 0.7) is None  # b has only 50 episodes: not yet a full window of 100
     # a moment when only some tasks had episodes does not count as reaching a target
     assert suite_mean_reached([(10, 0.9, 1, 5), (20, 0.5, 2, 9)], 0.8, window=1) is None
+
+
+def test_the_reports_time_axes_are_minutes_since_the_start(tmp_path):
+    """Learning curve and suite-mean tables keyed by minutes since the run began, not unix time."""
+    from infra.app.demo_queries import success_over_time
+    from infra.app.report import as_minutes
+
+    trajs = [trajectory(k, "a", T0 + 60 * k + 5, k % 2 == 0) for k in range(4)]  # one per minute
+    rows = [r for t in trajs for r in rows_for("trajectories", t)["trajectories"]]
+    client = make_client(load_settings({"data_dir": str(tmp_path)}))
+    try:
+        client.insert("trajectories", [list(r.values()) for r in rows], column_names=list(rows[0]))
+        got = client.query(success_over_time("pixel-r", 60, T0))
+    finally:
+        client.close()
+    assert got.column_names[1] == "minute"
+    assert [(r[1], r[2], r[3]) for r in got.result_rows] == [(0.0, 1, 1.0), (1.0, 1, 0.0), (2.0, 1, 1.0), (3.0, 1, 0.0)]
+    cols, shown = as_minutes(["at_s", "suite_mean"], [(90, 0.5), (150, 0.7)], 0)
+    assert cols == ["minute", "suite_mean"] and shown == [(1.5, 0.5), (2.5, 0.7)]
