@@ -17,6 +17,7 @@ import infra.app.commands as infra_commands
 import infra.app.demo_cli as demo_cli
 import infra.app.deploy_cli as deploy_cli
 import infra.app.schemas_cli as schemas_cli
+import infra.app.ui.cli as ui_cli
 import producers.cli as producers_cli
 import streams.cli as streams_cli
 import trainer.cli as trainer_cli
@@ -37,6 +38,7 @@ COMMAND_MODULES = (
     dpo_cli,
     demo_cli,
     deploy_cli,
+    ui_cli,
 )
 
 

@@ -1,0 +1,144 @@
+"""The `flywheel ui` web app (aiohttp): static page + JSON reads; loopback unless given a token.
+
+Reads go to ClickHouse through the read-only endpoint of the process that owns embedded chDB
+(the sink), or the configured ClickHouse server; the UI never opens the data directory itself,
+which would lock the sink out. Every statement passes ``sql_policy.check`` here first;
+user input reaches SQL only as bind parameters. A bad parameter is a 400 with one line, never a
+trace. Kafka consumer lag comes from the admin client (infra.runtime.admin.consumer_lag).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import secrets
+from pathlib import Path
+
+import orjson
+from aiohttp import web
+
+from infra.app.ui import queries
+from infra.app.ui.queries import UiInputError
+from infra.app.ui.replay import marker
+from infra.clickhouse.client import query_client
+from infra.clickhouse.endpoint import find_endpoint
+from infra.clickhouse.sql_policy import check
+from infra.runtime.admin import consumer_lag
+from infra.runtime.settings import Settings
+from schemas.blobs import BlobNotFound, BlobStore
+
+log = logging.getLogger("flywheel.ui")
+STATIC = Path(__file__).parent / "static"
+TOKEN_HEADER = "X-Flywheel-Token"
+SETTINGS_KEY = web.AppKey("settings", Settings)
+TOKEN_KEY = web.AppKey("token", str)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run_sql(settings: Settings, sql: str, params: dict) -> list[dict]:
+    """Rows of one policy-checked statement, as dicts (blocking: call it in a thread)."""
+    checked = check(sql)
+    if not settings.clickhouse_url and find_endpoint(settings) is None:
+        raise UiInputError("no ClickHouse to read: start `flywheel sink` (it owns the data and serves reads)")
+    client, _how = query_client(settings)
+    try:
+        result = client.query(checked, parameters=params)
+        return [dict(zip(result.column_names, row)) for row in result.result_rows]
+    finally:
+        client.close()
+
+
+def _json(data, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=_dumps)
+
+
+def _dumps(obj) -> str:
+    return orjson.dumps(obj, default=str).decode()
+
+
+@web.middleware
+async def guard(request: web.Request, handler):
+    """Token (when the app has one), then the handler; UiInputError becomes a clear 400."""
+    token = request.app[TOKEN_KEY]
+    if token:
+        given = request.headers.get(TOKEN_HEADER) or request.query.get("token") or ""
+        if not secrets.compare_digest(given.encode(), token.encode()):
+            return web.Response(status=401, text="flywheel ui: wrong or missing token\n")
+    try:
+        return await handler(request)
+    except UiInputError as exc:
+        return web.Response(status=400, text=f"flywheel ui: {exc}\n")
+
+
+async def index(_request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / "index.html")
+
+
+async def app_js(_request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / "app.js")
+
+
+async def run_view(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS_KEY]
+    out: dict = {}
+    for name, sql in queries.RUN_QUERIES.items():
+        try:
+            out[name] = await asyncio.to_thread(run_sql, settings, sql, {})
+        except Exception as exc:  # one panel's failure (e.g. an empty table) must not blank the page
+            out[name] = {"error": str(exc).splitlines()[0][:300]}
+    try:
+        out["consumer_lag"] = await asyncio.to_thread(consumer_lag, settings)
+    except Exception as exc:
+        out["consumer_lag"] = {"error": str(exc).splitlines()[0][:300]}
+    return _json(out)
+
+
+async def episodes(request: web.Request) -> web.Response:
+    sql, params = queries.episodes_sql(queries.EpisodeFilter.parse(dict(request.query)))
+    return _json(await asyncio.to_thread(run_sql, request.app[SETTINGS_KEY], sql, params))
+
+
+async def episode(request: web.Request) -> web.Response:
+    episode_id = request.match_info["episode_id"]
+    sql, params = queries.episode_steps_sql(episode_id)
+    settings = request.app[SETTINGS_KEY]
+    steps = await asyncio.to_thread(run_sql, settings, sql, params)
+    if not steps:
+        return web.Response(status=404, text=f"flywheel ui: no steps for episode {episode_id!r}\n")
+    for step in steps:
+        step["marker"] = marker(step["action"], step["screen_width"], step["screen_height"])
+    sql, params = queries.episode_pairs_sql(episode_id)
+    pairs = await asyncio.to_thread(run_sql, settings, sql, params)
+    return _json({"episode_id": episode_id, "steps": steps, "pairs": pairs})
+
+
+async def blob(request: web.Request) -> web.Response:
+    store = BlobStore(request.app[SETTINGS_KEY].blob_root)
+    try:
+        data = await asyncio.to_thread(store.get, request.match_info["sha"])
+    except BlobNotFound as exc:
+        return web.Response(status=404, text=f"flywheel ui: no such screenshot ({exc})\n")
+    return web.Response(body=data, content_type="image/png",
+                        headers={"Cache-Control": "max-age=86400, immutable"})
+
+
+def make_app(settings: Settings, token: str = "") -> web.Application:
+    app = web.Application(middlewares=[guard], client_max_size=64 * 1024)
+    app[SETTINGS_KEY] = settings
+    app[TOKEN_KEY] = token
+    app.router.add_get("/", index)
+    app.router.add_get("/app.js", app_js)
+    app.router.add_get("/api/run", run_view)
+    app.router.add_get("/api/episodes", episodes)
+    app.router.add_get("/api/episodes/{episode_id}", episode)
+    app.router.add_get("/blob/{sha}", blob)
+    return app
