@@ -26,6 +26,7 @@ from pathlib import Path
 
 from infra.app import demo_queries as Q
 from infra.app import phases
+from infra.kafka.broker import free_port_block
 from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
 from infra.runtime.cpu_share import CpuShare
 from infra.runtime.errors import UserError
@@ -69,6 +70,7 @@ class DemoConfig:
     rollout_args: str = opt("", "extra arguments for `flywheel rollout`, space separated")
     streams_args: str = opt("", "extra arguments for `flywheel streams`, space separated")
     keep_broker: bool = opt(False, "leave the Kafka broker this demo started running at exit")
+    ui: bool = opt(True, "start `flywheel ui` on a free loopback port and print its URL")
 
     def validate(self) -> "DemoConfig":
         if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
@@ -303,6 +305,10 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
                         "give another --run-id, or leave it out for a fresh one")
     children = plan_children(cfg, settings, prefix, policy, logs, plan)
     env = child_env(settings, prefix)
+    if cfg.ui:  # first to start, last to stop: the page shows the whole run
+        ui_port = free_port_block(1)
+        children.insert(0, Child("ui", flywheel_argv("ui", "--port", str(ui_port)), logs / "ui.log", env))
+        print(f"ui: http://127.0.0.1:{ui_port}/", flush=True)
     stop = {"flag": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
     t0 = time.time()
