@@ -5,7 +5,8 @@ maximum likelihood of every step (``clone_steps``), the language policy in train
 The scripted solvers play the annotators: their episodes go through the normal pipeline
 (rollout with the scripted backend -> steps -> trajectories -> scored V(s) = 1 -> flywheel.sft.v1).
 ``flywheel bc`` takes at most ``demos_per_task`` successful demonstrations of each task of a
-suite (WGE used 10), trains the policy to imitate every step (maximum likelihood of the
+suite (WGE used 10; ``demos_from``: only those of some policies, e.g. ``human`` for the
+Annotate view's, producers.human), trains the policy to imitate every step (maximum likelihood of the
 demonstrated action given the screenshot and the earlier actions, through the same ``evaluate``
 PPO uses) and publishes the result, pi_sft, as the next version of ``policy_name``; the PPO
 trainer and the rollout workers pick it up from flywheel.policy.v1.
@@ -62,13 +63,24 @@ class Examples:
 # ---------------------------------------------------------------- pure functions
 
 
-def select_demos(records: Iterable[ScoredTrajectory], tasks: list[str], per_task: int) -> list[ScoredTrajectory]:
-    """Successful V(s) = 1 trajectories of ``tasks``, one per episode, at most ``per_task`` per
-    task: the first by episode id, so the choice does not depend on partition order."""
+def demonstrated_by(policy: str, sources: Iterable[str]) -> bool:
+    """Whether a trajectory of ``policy`` is a demonstration from ``sources`` (none: from anyone).
+    A source is a policy's name or its family: ``human`` takes every ``human:<name>`` (the
+    Annotate view's people, producers.human), ``human:alice`` only hers."""
+    sources = list(sources)
+    return not sources or any(policy == s or policy.startswith(s + ":") for s in sources)
+
+
+def select_demos(records: Iterable[ScoredTrajectory], tasks: list[str], per_task: int,
+                 sources: Iterable[str] = ()) -> list[ScoredTrajectory]:
+    """Successful V(s) = 1 trajectories of ``tasks`` by ``sources`` (``demonstrated_by``), one per
+    episode, at most ``per_task`` per task: the first by episode id, so the choice does not depend
+    on partition order."""
+    sources = list(sources)
     by_task: dict[str, dict[str, ScoredTrajectory]] = defaultdict(dict)
     for s in records:
         t = s.trajectory
-        if s.verdict == 1 and t.success and t.steps and t.task.name in tasks:
+        if s.verdict == 1 and t.success and t.steps and t.task.name in tasks and demonstrated_by(t.policy, sources):
             by_task[t.task.name].setdefault(t.episode_id, s)
     return [by_task[name][eid] for name in tasks for eid in sorted(by_task[name])[:per_task]]
 
@@ -162,14 +174,15 @@ def run_bc(cfg: BCConfig, settings: Settings) -> dict[str, Any]:
     log.info("bc config %s", describe(cfg))
     t0 = time.monotonic()
     tasks = cfg.tasks or list(get_suite(cfg.suite).tasks)
-    demos = select_demos(read_demonstrations(settings, cfg), tasks, cfg.demos_per_task)
+    demos = select_demos(read_demonstrations(settings, cfg), tasks, cfg.demos_per_task, cfg.demos_from)
     store = BlobStore(settings.blob_root)
     policy = build_policy(cfg.policy_kind, cfg.policy_name, cfg.policy_overrides())
     per_task = Counter(s.trajectory.task.name for s in demos)
     steps = sum(len(s.trajectory.steps) for s in demos)
     log.info("behaviour cloning on %d demonstrations (%d steps): %s", len(demos), steps, dict(per_task))
     if not demos:
-        raise ConfigError(f"no demonstration of {', '.join(tasks)} on the sft topic")
+        by = f" by {', '.join(cfg.demos_from)}" if cfg.demos_from else ""
+        raise ConfigError(f"no demonstration of {', '.join(tasks)}{by} on the sft topic")
     out = policy_kind(cfg.policy_kind).clone(policy.to(cfg.device), demos, store, cfg)  # published from the CPU (save_weights)
     published = versions.latest(settings, cfg.policy_name)
     policy.version = versions.next_version(settings, cfg.policy_name, -1)

@@ -20,6 +20,8 @@ class BCConfig:
     suite: str = opt("default", "task suite: its tasks' demonstrations are used and its action heads built")
     tasks: list[str] = opt([], "only these tasks' demonstrations (default: the suite's)")
     demos_per_task: int = opt(20, "at most this many demonstrations per task (WGE used 10)")
+    demos_from: list[str] = opt([], "only demonstrations by these policies: human (every human:<name> of the Annotate "
+                                    "view), human:<name>, or a policy's name (default: any policy's)")
     policy_kind: str = opt("pixel", "policy kind to clone into (a registered kind): the pixel policy, or the language policy (lm)")
     pretrained: str = opt("smollm2-135m", "policy_kind lm: the checkpoint to start from, a named one (smollm2-135m) or a local Hugging Face folder; empty: the tiny model of policy_config")
     policy_config: str = opt("", "JSON object merged into the policy's config")

@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from infra.app.ui import queries
+from infra.app.ui import annotate, queries
 from infra.app.ui.queries import UiInputError
 from infra.app.ui.replay import marker
 from infra.clickhouse.client import query_client
@@ -26,6 +26,7 @@ from infra.clickhouse.endpoint import find_endpoint
 from infra.clickhouse.sql_policy import check
 from infra.runtime.admin import consumer_lag
 from infra.runtime.settings import Settings
+from producers.human import SessionLimits
 from schemas.blobs import BlobNotFound, BlobStore
 
 log = logging.getLogger("flywheel.ui")
@@ -33,6 +34,7 @@ STATIC = Path(__file__).parent / "static"
 TOKEN_HEADER = "X-Flywheel-Token"
 SETTINGS_KEY = web.AppKey("settings", Settings)
 TOKEN_KEY = web.AppKey("token", str)
+MAX_BODY = 16 * 1024  # bytes of a request body: an action, a correction (typed text is bounded apart)
 
 
 def is_loopback(host: str) -> bool:
@@ -65,14 +67,31 @@ def _dumps(obj) -> str:
     return orjson.dumps(obj, default=str).decode()
 
 
+def cross_origin(request: web.Request) -> str | None:
+    """Why a write (any method but GET/HEAD) is refused as not same-origin, or None: it must carry
+    an ``Origin`` equal to this server's own and a JSON body (a plain form cannot send one)."""
+    if request.method in ("GET", "HEAD", "OPTIONS"):
+        return None
+    origin = request.headers.get("Origin", "")
+    if origin != f"{request.scheme}://{request.host}":
+        return f"write from origin {origin[:80]!r} refused (same-origin only)"
+    if request.content_type != "application/json":
+        return f"write with content type {request.content_type[:60]!r} refused (application/json only)"
+    return None
+
+
 @web.middleware
 async def guard(request: web.Request, handler):
-    """Token (when the app has one), then the handler; UiInputError becomes a clear 400."""
+    """Token (when the app has one), same origin for writes, then the handler; UiInputError
+    becomes a clear 400."""
     token = request.app[TOKEN_KEY]
     if token:
         given = request.headers.get(TOKEN_HEADER) or request.query.get("token") or ""
         if not secrets.compare_digest(given.encode(), token.encode()):
             return web.Response(status=401, text="flywheel ui: wrong or missing token\n")
+    refused = cross_origin(request)
+    if refused:
+        return web.Response(status=403, text=f"flywheel ui: {refused}\n")
     try:
         return await handler(request)
     except UiInputError as exc:
@@ -83,8 +102,8 @@ async def index(_request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC / "index.html")
 
 
-async def app_js(_request: web.Request) -> web.FileResponse:
-    return web.FileResponse(STATIC / "app.js")
+async def script(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / f"{request.match_info['name']}.js")
 
 
 async def run_view(request: web.Request) -> web.Response:
@@ -131,14 +150,16 @@ async def blob(request: web.Request) -> web.Response:
                         headers={"Cache-Control": "max-age=86400, immutable"})
 
 
-def make_app(settings: Settings, token: str = "") -> web.Application:
-    app = web.Application(middlewares=[guard], client_max_size=64 * 1024)
+def make_app(settings: Settings, token: str = "", limits: SessionLimits | None = None) -> web.Application:
+    """The app; ``limits`` bound the Annotate view's sessions (producers.human.SessionLimits)."""
+    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY)
     app[SETTINGS_KEY] = settings
     app[TOKEN_KEY] = token
     app.router.add_get("/", index)
-    app.router.add_get("/app.js", app_js)
+    app.router.add_get("/{name:app|annotate}.js", script)
     app.router.add_get("/api/run", run_view)
     app.router.add_get("/api/episodes", episodes)
     app.router.add_get("/api/episodes/{episode_id}", episode)
     app.router.add_get("/blob/{sha}", blob)
+    annotate.add_routes(app, settings, limits)
     return app

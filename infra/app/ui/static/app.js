@@ -5,8 +5,14 @@ const REFRESH_MS = 3000;
 const NS = "http://www.w3.org/2000/svg";
 const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
-async function api(path) {
-  const resp = await fetch(path, {headers: {"X-Flywheel-Token": TOKEN}});
+async function api(path, body) {
+  const init = {headers: {"X-Flywheel-Token": TOKEN}};
+  if (body !== undefined) {  // a write: JSON, same origin (the server refuses anything else)
+    init.method = "POST";
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const resp = await fetch(path, init);
   const text = await resp.text();
   if (!resp.ok) throw new Error(text.trim());
   return JSON.parse(text);
@@ -131,15 +137,16 @@ function showStep() {
 }
 
 function show(view) {
-  for (const v of ["run", "episodes"]) document.getElementById("view-" + v).classList.toggle("hidden", v !== view);
+  for (const v of ["run", "episodes", "annotate"]) document.getElementById("view-" + v).classList.toggle("hidden", v !== view);
   if (view === "episodes") loadEpisodes();
+  if (view === "annotate" && window.annotateShown) window.annotateShown();
 }
 
 document.querySelectorAll("nav a").forEach(a => a.onclick = () => { location.hash = a.dataset.view; show(a.dataset.view); });
 document.getElementById("filter").onsubmit = loadEpisodes;
 document.getElementById("prev").onclick = () => { replay.i = Math.max(0, replay.i - 1); showStep(); };
 document.getElementById("next").onclick = () => { replay.i = Math.min(replay.steps.length - 1, replay.i + 1); showStep(); };
-show(location.hash === "#episodes" ? "episodes" : "run");
+show(["#episodes", "#annotate"].includes(location.hash) ? location.hash.slice(1) : "run");
 const episodeParam = new URLSearchParams(location.search).get("episode");
 if (episodeParam) { show("episodes"); openEpisode(episodeParam); }
 refreshRun();

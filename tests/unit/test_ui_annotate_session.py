@@ -1,0 +1,154 @@
+"""Annotation sessions without Kafka or a browser: an in-memory sandbox, a producer that acknowledges."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from producers.human import DemoPublisher, HumanSessions, SessionFull, SessionLimits, annotation_task, human_policy
+from producers.sandboxes.base import Obs, StepResult
+from schemas.actions import Click, Type
+from schemas.codec import decode
+from schemas.events import BlobRef, Observation
+from infra.runtime.settings import load_settings
+
+
+def obs(i: int) -> Obs:
+    ref = BlobRef(sha256=f"{i:064x}", uri=f"file:///{i}")
+    return Obs(Observation(screenshot=ref, screen_width=160, screen_height=210, instruction="click ONE"),
+               np.zeros((4, 4, 3), np.uint8))
+
+
+class Sandbox:
+    """Done with success after a click in the left half, then ``done_after`` steps in all."""
+
+    def __init__(self, done_after: int = 2) -> None:
+        self.n, self.done_after, self.closed = 0, done_after, False
+
+    async def reset(self, task):
+        return obs(0)
+
+    async def step(self, action):
+        self.n += 1
+        if action.type == "finished":
+            return StepResult(obs=obs(self.n), reward=0.0, done=True)
+        done = self.n >= self.done_after and action.type == "click" and action.x < 0.5
+        return StepResult(obs=obs(self.n), reward=1.0 if done else 0.0, done=done, success=done)
+
+    async def close(self):
+        self.closed = True
+
+
+class Producer:
+    def __init__(self, fail: bool = False) -> None:
+        self.records, self.fail = [], fail
+
+    def produce(self, topic, key, value, on_delivery):
+        self.records.append((topic, key, value))
+        on_delivery("broker down" if self.fail else None, None)
+
+    def poll(self, _t):
+        return 0
+
+    def flush(self, _t):
+        return 0
+
+
+def sessions(producer, limits=SessionLimits()):
+    made = []
+
+    async def make_sandbox():
+        made.append(Sandbox())
+        return made[-1]
+
+    return HumanSessions(DemoPublisher(load_settings({}), producer), make_sandbox, limits), made
+
+
+def events(producer):
+    from schemas.events import EpisodeEvent
+
+    return [decode(value, EpisodeEvent) for _topic, _key, value in producer.records]
+
+
+def test_a_session_publishes_the_demonstration_under_the_human_policy():
+    producer = Producer()
+
+    async def go():
+        hs, made = sessions(producer)
+        session, first = await hs.open(annotation_task("click-test", 3, 10, 600), human_policy("alice"))
+        assert (first.step, first.done, first.instruction) == (0, False, "click ONE")
+        second = await session.act(Type(content="x"), "I type")
+        assert (second.step, second.done) == (1, False)
+        end = await session.act(Click(x=0.25, y=0.5))
+        await hs.reap()
+        return end, made, hs
+
+    end, made, hs = asyncio.run(go())
+    assert end.done and end.success and end.status == "ended" and end.step == 2
+    assert end.screenshot_sha256 == obs(2).observation.screenshot.sha256  # the screen the last action produced
+    evs = events(producer)
+    assert [e.kind for e in evs] == ["started", "step", "step", "ended"]
+    assert {e.policy for e in evs if e.kind in ("started", "step")} == {"human:alice"}
+    steps = [e for e in evs if e.kind == "step"]
+    assert [s.sampled for s in steps] == [False, False] and steps[0].thought == "I type"
+    assert steps[1].thought  # empty thought: the solvers' Thought for the action
+    assert all(key == evs[0].episode_id.encode() for _t, key, _v in producer.records)
+    assert made[0].closed and not hs.sessions
+
+
+def test_finish_ends_the_episode_and_a_closed_session_is_aborted():
+    producer = Producer()
+
+    async def go():
+        hs, _ = sessions(producer)
+        s1, _ = await hs.open(annotation_task("click-test", 1, 10, 600), human_policy("bob"))
+        finished = await s1.finish()
+        s2, _ = await hs.open(annotation_task("click-test", 2, 10, 600), human_policy("bob"))
+        await hs.drop(s2.id, "closed by the person")
+        return finished
+
+    finished = asyncio.run(go())
+    assert finished.done and not finished.success and finished.status == "ended"
+    kinds = [e.kind for e in events(producer)]
+    assert kinds == ["started", "step", "ended", "started", "aborted"]
+
+
+def test_sessions_are_bounded_and_idle_ones_are_reaped():
+    async def go():
+        hs, made = sessions(Producer(), SessionLimits(max_sessions=1, idle_timeout_s=5))
+        await hs.open(annotation_task("click-test", 1, 10, 600), human_policy("c"))
+        with pytest.raises(SessionFull):
+            await hs.open(annotation_task("click-test", 2, 10, 600), human_policy("c"))
+        import time
+
+        await hs.reap(now=time.monotonic() + 6)
+        return hs, made
+
+    hs, made = asyncio.run(go())
+    assert not hs.sessions and made[0].closed
+
+
+def test_an_unacknowledged_demonstration_is_an_error_not_a_success():
+    async def go():
+        hs, _ = sessions(Producer(fail=True))
+        session, _ = await hs.open(annotation_task("click-test", 1, 10, 600), human_policy("d"))
+        await session.act(Click(x=0.1, y=0.1))
+        return await session.act(Click(x=0.1, y=0.1))
+
+    with pytest.raises(Exception, match="not delivered"):
+        asyncio.run(go())
+
+
+@pytest.mark.parametrize("name", ["", "a b", "x' OR 1=1", "<script>", "a" * 65, "-lead", "é"])
+def test_hostile_names_are_refused(name):
+    with pytest.raises(ValueError):
+        human_policy(name)
+
+
+@pytest.mark.parametrize("task,seed", [("no-such-task", 0), ("../../etc/passwd", 0), ("click-test", -1),
+                                       ("click-test", 2**31), ("click-test", True), ("desktop.write-file", 0)])
+def test_hostile_tasks_and_seeds_are_refused(task, seed):
+    with pytest.raises(ValueError):
+        annotation_task(task, seed, 10, 600)
