@@ -150,6 +150,7 @@ class DemoPublisher:
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush(10)
+            self._producer = None  # its threads go with it, not retrying a broker that has gone
 
 
 class HumanSession:
