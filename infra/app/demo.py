@@ -7,7 +7,9 @@ MiniWoB++ tasks; prints one progress line every few seconds (episodes, success o
 100 episodes per task, published vs acting policy version, trainer updates, consumer lag, dead
 letters); stops on Ctrl-C, after --minutes, or (with --until-target) once every task reached its
 target; writes the report and prints its path. The phases (cold start -> SFT -> value
-pretraining -> PPO -> DPO) are infra/app/phases.py's.
+pretraining -> PPO -> DPO) are infra/app/phases.py's. Before anything starts it says which tasks
+have no demonstrator (they go straight to RL; with none, the run starts from random weights and
+skips value pretraining); whatever ends the run, it stops the processes it started.
 
 --sync alternates rollout and training without overlap: the rollout workers collect one batch
 under the current version and then wait for the next one, and the trainer updates only on a
@@ -46,9 +48,13 @@ class DemoConfig:
     tasks: list[str] = opt(["default"], "MiniWoB++ tasks or suites to train on (producers.suites: default, quick)")
     episodes: int = opt(20000, "episodes submitted per task (the run stops before it uses them all)")
     max_steps: int = opt(0, "step budget per episode (0: the suite's; 1 means the first click must succeed)")
-    cold_start_demos: int = opt(20, "cold start: scripted demonstrations per task cloned into pi_sft before RL (0: start from random weights)")
+    cold_start_demos: int = opt(-1, "cold start: scripted demonstrations per task cloned into pi_sft before RL (-1: 20 of "
+                                    "each task with a demonstrator, PPO alone on the others, random weights if no task has one; "
+                                    "0: start from random weights; N > 0: N of every task, refused if a task has no demonstrator)")
     ppo_lr: float = opt(0.0, "PPO learning rate (0: 3e-4 after a cold start, the trainer's default from random weights; 3e-3 undid pi_sft's typing within minutes)")
-    value_pretrain_batches: int = opt(20, "value pretraining: critic-only batches at most on pi_sft's rollouts before PPO (0: off)")
+    value_pretrain_batches: int = opt(-1, "value pretraining: critic-only batches at most on the starting policy's rollouts "
+                                          "before PPO (-1: 20 after a cold start, off from random weights, whose rollouts "
+                                          "give the critic nothing to learn that PPO keeps; 0: off)")
     rft_every: int = opt(-1, "rejection-sampling fine-tuning: after every this many PPO updates the trainer fine-tunes "
                              "the policy on its own successful episodes and the demonstrations (0: off; -1: 4 for the "
                              "pixel policy after a cold start, +0.03 and +0.06 over 2 seeds in 15 minutes; off otherwise)")
@@ -75,8 +81,8 @@ class DemoConfig:
     def validate(self) -> "DemoConfig":
         if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
             raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
-        if min(self.max_steps, self.cold_start_demos, self.value_pretrain_batches, self.ppo_lr, self.rft_every + 1) < 0:
-            raise UserError("max_steps, cold_start_demos, value_pretrain_batches and ppo_lr must be >= 0, rft_every >= -1")
+        if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:
+            raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
         if self.rft_every > 0 and not policy_kind(self.policy_kind).rft:
             raise UserError(f"--rft-every fine-tunes a kind with RFT rounds (the pixel policy); the {self.policy_kind} "
                             "policy's is another job (the language policy's: `flywheel sft`)")
@@ -98,7 +104,12 @@ class DemoConfig:
         """Seconds of DPO at the end of the run (0: none)."""
         if self.dpo_minutes >= 0:
             return self.dpo_minutes * 60
-        return self.minutes * 60 * policy_kind(self.policy_kind).demo_dpo_share(self.cold_start_demos > 0)
+        return self.minutes * 60 * policy_kind(self.policy_kind).demo_dpo_share(self.cold_start)
+
+    @property
+    def cold_start(self) -> bool:
+        """Whether pi_sft is cloned before RL (auto counts as yes until ``effective`` resolves it)."""
+        return self.cold_start_demos != 0
 
 
 def run_names(cfg: DemoConfig) -> tuple[str, str, str]:
@@ -167,7 +178,7 @@ def ppo_lr(cfg: DemoConfig) -> float:
     (demo lm40-s1); the kind says (``PolicyKind.demo_ppo_lr``). 0: the trainer's own default."""
     if cfg.ppo_lr:
         return cfg.ppo_lr
-    return policy_kind(cfg.policy_kind).demo_ppo_lr(cfg.cold_start_demos > 0)
+    return policy_kind(cfg.policy_kind).demo_ppo_lr(cfg.cold_start)
 
 
 def rft_every(cfg: DemoConfig) -> int:
@@ -177,28 +188,32 @@ def rft_every(cfg: DemoConfig) -> int:
     language policy (its fine-tuning is `flywheel sft`)."""
     if cfg.rft_every >= 0:
         return cfg.rft_every
-    return 4 if policy_kind(cfg.policy_kind).rft and cfg.cold_start_demos > 0 else 0
+    return 4 if policy_kind(cfg.policy_kind).rft and cfg.cold_start else 0
 
 
-def ensure_platform(settings: Settings):
-    """Start the local broker when none is named, then create the run's topics; -> the cluster
-    this call started (None when one was named or already running)."""
+def broker_to_start(settings: Settings):
+    """The local broker this run must start (not started yet), or None when one is named or
+    already running: known before it starts, so an exit while it is starting still stops it."""
+    if settings.kafka_bootstrap:
+        return None
+    from infra.app.commands import local_cluster, running_cluster
+
+    return local_cluster(settings, 1) if running_cluster(settings) is None else None
+
+
+def ensure_platform(settings: Settings, broker) -> None:
+    """Start ``broker`` (``broker_to_start``'s) if there is one, then create the run's topics."""
     from infra.runtime.admin import ensure_topics
 
-    started = None
-    if not settings.kafka_bootstrap:
-        from infra.app.commands import local_cluster, running_cluster
+    if broker is not None:
         from infra.kafka.jars import fetch_jars
 
-        if running_cluster(settings) is None:
-            started = local_cluster(settings, 1)
-            fetch_jars(started.libs)
-            took = started.start()
-            print(f"Kafka up in {took:.1f}s at {started.bootstrap}", flush=True)
+        fetch_jars(broker.libs)
+        took = broker.start()
+        print(f"Kafka up in {took:.1f}s at {broker.bootstrap}", flush=True)
     report = ensure_topics(settings)
     if report.drift:
         raise UserError("topic drift: " + "; ".join(report.lines()))
-    return started
 
 
 def leave_platform(settings: Settings, started, keep: bool) -> str:
@@ -208,8 +223,20 @@ def leave_platform(settings: Settings, started, keep: bool) -> str:
         return f"Kafka at {where} was running before this demo and is left running"
     if keep:
         return f"Kafka at {started.bootstrap} is left running (--keep-broker); stop it with `flywheel down`"
-    started.stop()
+    if not started.stop():
+        return f"the Kafka broker this demo was to start ({started.bootstrap}) is not running"
     return f"stopped the Kafka broker this demo started ({started.bootstrap}); its data stays under {settings.data_path}"
+
+
+def stop_children(children: list[Child]) -> str:
+    """Stop every child still running, the last started first (the sink gets longer to flush its
+    last batch); -> one line naming the ones this call stopped (empty when none was running)."""
+    stopped = []
+    for child in reversed(children):
+        if child.alive:
+            child.stop(grace=60 if child.name == "sink" else 30)
+            stopped.append(child.name)
+    return f"stopped {', '.join(stopped)}" if stopped else ""
 
 
 def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
@@ -259,10 +286,21 @@ def reached_targets(snap: dict, tasks: list[str]) -> bool:
     return all(t in rates and rates[t][1] >= 100 and rates[t][0] >= TARGETS.get(t, 0.9) for t in tasks)
 
 
-def effective(cfg: DemoConfig) -> tuple[DemoConfig, list[str]]:
-    """The configuration a run can honour, and what was changed: under --sync a critic-only
-    update publishes no version while the synchronous rollout waits for one, so value
-    pretraining would stall the run after one batch."""
+VALUE_PRETRAIN_BATCHES = 20  # critic-only batches at most after a cold start, when left on auto
+
+
+def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tuple[DemoConfig, phases.ColdStart, list[str]]:
+    """The configuration a run can honour, its cold start and what was changed, decided before
+    anything starts: the cold start over the tasks ``demonstrable`` holds (default: those with a
+    scripted solver; ``phases.cold_start_plan``, a UserError when demonstrations were asked of a
+    task that has none) and value pretraining's auto setting resolved (none from random weights).
+    Under --sync a critic-only update publishes no version while the synchronous rollout waits for
+    one, so value pretraining would stall the run after one batch."""
+    tasks = suite_plan(cfg.tasks, cfg.max_steps).tasks
+    cold = phases.cold_start_plan(tasks, cfg.cold_start_demos, phases.demonstrators() if demonstrable is None else demonstrable)
+    cfg = replace(cfg, cold_start_demos=cold.per_task)
+    if cfg.value_pretrain_batches < 0:
+        cfg = replace(cfg, value_pretrain_batches=VALUE_PRETRAIN_BATCHES if cold.per_task else 0)
     changed: list[str] = []
     if cfg.sync and cfg.value_pretrain_batches:
         cfg = replace(cfg, value_pretrain_batches=0)
@@ -271,7 +309,7 @@ def effective(cfg: DemoConfig) -> tuple[DemoConfig, list[str]]:
     if cfg.sync and cfg.dpo_span_s():
         cfg = replace(cfg, dpo_minutes=0.0)
         changed.append("--sync: no DPO phase (with the trainer stopped, the synchronous rollout would wait for ever)")
-    return cfg, changed
+    return cfg.validate(), cold, changed
 
 
 def _roots(children: list[Child]) -> dict[str, int]:
@@ -279,14 +317,54 @@ def _roots(children: list[Child]) -> dict[str, int]:
     return {c.name: c.proc.pid for c in children if c.proc is not None and c.alive}
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: the demo stops as on Ctrl-C (its children and broker stopped, the report written)."""
+
+
+def _terminate_once(stop: dict):
+    """A SIGTERM handler: the first signal raises ``Terminated`` wherever the run is (a blocking
+    step included: its own cleanup stops it); once ``stop["flag"]`` is set, the run is already
+    stopping and a further signal lets that finish."""
+    def handler(signum, frame) -> None:
+        if not stop["flag"]:
+            stop["flag"] = True
+            raise Terminated()
+    return handler
+
+
 def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
-    cfg, changed = effective(cfg.validate())
-    for line in changed:
+    """The whole run, decided before anything starts (``effective``: the cold start, the tasks
+    without a demonstrator). Every exit (a phase failing, a child dying, Ctrl-C, SIGTERM, the
+    report failing) stops each child still running and the broker this run started (unless
+    --keep-broker); the last line says what is left running."""
+    cfg, cold, changed = effective(cfg.validate())
+    for line in (*cold.lines, *changed):
         print(line, flush=True)
     run_id, prefix, policy = run_names(cfg)
+    settings = load_settings({**asdict(settings), "topic_prefix": prefix})
+    broker = broker_to_start(settings)
+    children: list[Child] = []
+    stop = {"flag": False}
+    previous = signal.signal(signal.SIGTERM, _terminate_once(stop))
+    try:
+        return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed)
+    finally:
+        stop["flag"] = True  # from here a SIGTERM lets the cleanup finish
+        left = stop_children(children)  # after a failure: the run's own stop did not happen
+        if left:
+            print(left, flush=True)
+        signal.signal(signal.SIGTERM, previous)
+        print(leave_platform(settings, broker, cfg.keep_broker), flush=True)
+
+
+def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tuple[str, str, str], broker,
+         children: list[Child], stop: dict, changed: list[str]) -> Path:
+    """Start the platform and the children (appended to ``children`` as they are planned, for
+    run_demo to stop whatever happens), run the phases until the deadline, stop the children and
+    write the report; -> its path."""
+    run_id, prefix, policy = names
     plan = suite_plan(cfg.tasks, cfg.max_steps)
     tasks = list(plan.tasks)
-    settings = load_settings({**asdict(settings), "topic_prefix": prefix})
     out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -298,19 +376,16 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
           f"PPO{f' (RFT every {rft_every(cfg)} updates)' if rft_every(cfg) else ''}"
           f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min; logs in {logs}", flush=True)
     log.info("demo config %s", describe(cfg))
-    started = ensure_platform(settings)
+    ensure_platform(settings, broker)
     if _published(settings, policy):  # its topics, versions, checkpoint and rows would mix with this run's
-        leave_platform(settings, started, cfg.keep_broker)
         raise UserError(f"run id {run_id!r} was used before in this data dir ({policy} has published versions): "
                         "give another --run-id, or leave it out for a fresh one")
-    children = plan_children(cfg, settings, prefix, policy, logs, plan)
+    children += plan_children(cfg, settings, prefix, policy, logs, plan)
     env = child_env(settings, prefix)
     if cfg.ui:  # first to start, last to stop: the page shows the whole run
         ui_port = free_port_block(1)
         children.insert(0, Child("ui", flywheel_argv("ui", "--port", str(ui_port)), logs / "ui.log", env))
         print(f"ui: http://127.0.0.1:{ui_port}/", flush=True)
-    stop = {"flag": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
     t0 = time.time()
     notes: list[str] = list(changed)
     clock = phases.PhaseClock()
@@ -319,7 +394,8 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     try:
         for child in children:
             if child.name == "trainer" and cold_start:  # the platform is up: demonstrations, then pi_sft
-                done = phases.demonstrate(cfg, settings, env, prefix, policy, tasks, plan.max_steps, logs, clock, stop)
+                done = phases.demonstrate(cfg, settings, env, prefix, policy, list(cold.demonstrated), plan.max_steps,
+                                          logs, clock, stop)
                 clock.note(f"{done} scripted episodes scored ({cfg.cold_start_demos} per task asked)")
                 if stop["flag"]:
                     break
@@ -327,7 +403,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
                     phases.skip_leftover_tasks(settings, f"{prefix}rollout")
                 except Exception as exc:  # noqa: BLE001 - a killed annotator's membership may linger
                     notes.append(f"leftover demonstration tasks not skipped ({exc}): RL workers may play some")
-                phases.clone(cfg, env, policy, tasks, plan.action_types, logs, clock)
+                phases.clone(cfg, env, policy, list(cold.demonstrated), plan.action_types, logs, clock)
                 if stop["flag"]:
                     break
             child.start()
@@ -368,29 +444,26 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
             if cfg.until_target and reached_targets(snap, tasks):
                 notes.append(f"every task reached its target after {(time.time() - t0) / 60:.1f} min")
                 break
-    except KeyboardInterrupt:
-        notes.append("stopped by Ctrl-C")
+    except KeyboardInterrupt as exc:
+        notes.append("stopped by SIGTERM" if isinstance(exc, Terminated) else "stopped by Ctrl-C")
     finally:
+        stop["flag"] = True  # a SIGTERM from here on lets the stopping finish
         ended = time.time()
         clock.close(ended)
         print("stopping: rollout workers, then the stream processors, trainer and sink", flush=True)
-        for child in reversed(children):
-            child.stop(grace=60 if child.name == "sink" else 30)
-    try:  # whatever the report does, the broker this run started is stopped (or said to be left)
-        from infra.app.report import RunInfo, write_report
+        print(stop_children(children) or "no child was running", flush=True)
+    from infra.app.report import RunInfo, write_report
 
-        run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
-                      {"demo": asdict(cfg), "settings": describe(settings)}, notes)
-        extra, data = [], {}
-        try:
-            extra, data = phases.report_section(settings, policy, base_version, cold_start,
-                                                cfg.value_pretrain_batches > 0, clock, dpo_version)
-        except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
-            notes.append(f"the phase section could not be computed: {exc}")
-        path = write_report(settings, run, out, extra + [cpu.markdown()], extra_summary=data)
-        print(f"report: {path}", flush=True)
-    finally:
-        print(leave_platform(settings, started, cfg.keep_broker), flush=True)
+    run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
+                  {"demo": asdict(cfg), "settings": describe(settings)}, notes)
+    extra, data = [], {}
+    try:
+        extra, data = phases.report_section(settings, policy, base_version, cold_start,
+                                            cfg.value_pretrain_batches > 0, clock, dpo_version)
+    except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
+        notes.append(f"the phase section could not be computed: {exc}")
+    path = write_report(settings, run, out, extra + [cpu.markdown()], extra_summary=data)
+    print(f"report: {path}", flush=True)
     return path
 
 

@@ -4,12 +4,15 @@
 - **cold start**: the scripted solvers (producers.scripted) play the annotators. A rollout worker
   with the scripted backend runs ``cold_start_demos`` episodes per task through the normal
   pipeline (steps -> trajectories -> scored, V(s)=1 routed to flywheel.sft.v1) under the policy
-  name ``scripted-<policy>``, on seeds the RL phase never uses.
+  name ``scripted-<policy>``, on seeds the RL phase never uses. Only tasks with a demonstrator are
+  played (``cold_start_plan``, decided before anything starts); the others go straight to RL, and
+  with none at all the run starts from random weights.
 - **SFT**: ``flywheel bc`` clones those demonstrations into the pixel or the language policy and
   publishes pi_sft as the run policy's next version.
 - **value pretraining**: the PPO trainer starts from pi_sft and trains only its critic on pi_sft's
   own rollouts until ``ppo.value_pretrain_done`` says it converged; no version is published
-  meanwhile, so the acting policy stays pi_sft.
+  meanwhile, so the acting policy stays pi_sft. From random weights it is off unless asked for
+  (the random policy's returns are not the ones PPO goes on to earn).
 - **PPO**: from the first version the trainer publishes after that.
 - **DPO** (UI-TARS's reflection tuning, when ``dpo_minutes`` > 0): during PPO, ``flywheel
   annotate`` turns failed episodes (flywheel.ct.v1) into error-correction and post-reflection
@@ -125,6 +128,57 @@ def pivot(rows: list[tuple]) -> tuple[list[str], list[list[str]]]:
 
 
 # ---------------------------------------------------------------- the cold start and SFT phases
+
+DEMOS_PER_TASK = 20  # the cold start's demonstrations per task when --cold-start-demos is left on auto
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """What the cold start does over a run's tasks: ``per_task`` demonstrations (0: none, the
+    run starts from random weights) of each task in ``demonstrated``; the tasks in ``rl_only``
+    have no demonstrator and are learnt by PPO alone (pi_sft never saw them); ``lines`` say so,
+    printed before anything starts."""
+
+    per_task: int
+    demonstrated: tuple[str, ...]
+    rl_only: tuple[str, ...]
+    lines: tuple[str, ...]
+
+
+def demonstrators() -> frozenset[str]:
+    """The tasks a demonstrator can play for the cold start: the scripted solvers'."""
+    from producers.scripted import SOLVERS
+
+    return frozenset(SOLVERS)
+
+
+def cold_start_plan(tasks: list[str] | tuple[str, ...], asked: int, demonstrable: frozenset[str] | set[str]) -> ColdStart:
+    """Decide the cold start before anything runs. ``asked`` is ``--cold-start-demos``: -1 (auto)
+    takes ``DEMOS_PER_TASK`` demonstrations of every task in ``demonstrable`` and sends the others
+    straight to RL, or starts from random weights when no task has a demonstrator; 0 starts from
+    random weights; N > 0 asks for N demonstrations of every task, and a task without a
+    demonstrator is then a UserError naming it and the choices."""
+    missing = tuple(t for t in tasks if t not in demonstrable)
+    have = tuple(t for t in tasks if t in demonstrable)
+    if asked == 0:
+        return ColdStart(0, (), tuple(tasks), ("no cold start (--cold-start-demos 0): every task from random weights",))
+    named = ", ".join(missing)
+    if asked > 0 and missing:
+        raise UserError(
+            f"--cold-start-demos {asked} asks for demonstrations of every task, and no demonstrator can play {named} "
+            f"(the scripted solvers play {', '.join(have) or 'none of these tasks'}). Choose: leave those tasks out of "
+            "--tasks; --cold-start-demos -1 (demonstrations where there is a demonstrator, PPO alone on the rest); "
+            "or --cold-start-demos 0 (every task from random weights)")
+    per_task = asked if asked > 0 else DEMOS_PER_TASK
+    if not have:
+        return ColdStart(0, (), tuple(tasks), (
+            f"no task has a demonstrator ({named}): starting from random weights (no cold start, no SFT; value "
+            "pretraining off unless --value-pretrain-batches is given)",))
+    lines = (f"cold start: {per_task} scripted demonstrations of each of {', '.join(have)}",)
+    if missing:
+        lines += (f"no demonstrator for {named}: pi_sft is cloned from the other tasks' demonstrations and has never "
+                  "seen these; PPO trains on every task",)
+    return ColdStart(per_task, have, missing, lines)
 
 
 def count_scored(settings, policy: str) -> int:

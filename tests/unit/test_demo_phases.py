@@ -62,8 +62,9 @@ def test_value_pretraining_summary_reads_the_first_ppo_batch():
 
 
 def test_demo_config_refuses_negative_phases():
-    with pytest.raises(UserError):
-        DemoConfig(cold_start_demos=-1).validate()
+    for bad in (dict(cold_start_demos=-2), dict(value_pretrain_batches=-2), dict(rft_every=-2)):
+        with pytest.raises(UserError):
+            DemoConfig(**bad).validate()
     with pytest.raises(UserError):
         DemoConfig(max_steps=-2).validate()
     assert DemoConfig().validate().tasks == ["default"]
@@ -81,9 +82,9 @@ def test_sync_runs_without_value_pretraining():
     """A critic-only update publishes no version and the synchronous rollout waits for one."""
     from infra.app.demo import effective
 
-    cfg, changed = effective(DemoConfig(sync=True))
+    cfg, _, changed = effective(DemoConfig(sync=True))
     assert cfg.value_pretrain_batches == 0 and changed
-    cfg, changed = effective(DemoConfig())
+    cfg, _, changed = effective(DemoConfig())
     assert cfg.value_pretrain_batches == 20 and not changed
 
 
@@ -118,7 +119,7 @@ def test_the_dpo_phase_is_the_language_policys_last_quarter_by_default():
 def test_sync_runs_without_a_dpo_phase():
     from infra.app.demo import effective
 
-    cfg, changed = effective(DemoConfig(sync=True, policy_kind="lm"))
+    cfg, _, changed = effective(DemoConfig(sync=True, policy_kind="lm"))
     assert cfg.dpo_span_s() == 0.0 and any("DPO" in c for c in changed)
 
 

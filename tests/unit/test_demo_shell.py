@@ -36,10 +36,11 @@ def test_at_exit_the_demo_says_what_it_leaves_running(tmp_path):
     from infra.app.demo import leave_platform
 
     class Started:
-        bootstrap, stopped = "127.0.0.1:1", False
+        bootstrap, stopped, nodes = "127.0.0.1:1", False, [1]
 
-        def stop(self):
+        def stop(self):  # -> the node ids it stopped, as LocalCluster.stop
             self.stopped = True
+            return self.nodes
 
     settings = load_settings({"data_dir": str(tmp_path)}, env={})
     assert "left running" in leave_platform(settings, None, keep=False)
@@ -47,3 +48,6 @@ def test_at_exit_the_demo_says_what_it_leaves_running(tmp_path):
     assert "left running" in leave_platform(settings, kept, keep=True) and not kept.stopped
     ours = Started()
     assert "stopped" in leave_platform(settings, ours, keep=False) and ours.stopped
+    never_up = Started()  # the run ended before its broker came up
+    never_up.nodes = []
+    assert "not running" in leave_platform(settings, never_up, keep=False) and never_up.stopped

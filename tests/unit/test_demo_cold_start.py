@@ -1,0 +1,74 @@
+"""Tasks without a demonstrator, decided before the demo starts anything: the cold start over
+the tasks that have one, PPO alone on the others, random weights when none has one, a refusal
+when demonstrations of every task were asked for; value pretraining only after a cold start."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.app import phases
+from infra.app.demo import DemoConfig, effective
+from infra.runtime.errors import UserError
+
+SOLVED = frozenset({"click-test", "enter-text"})
+
+
+def test_auto_clones_the_demonstrated_tasks_and_names_the_others():
+    cold = phases.cold_start_plan(["click-test", "click-link", "enter-text", "click-dialog"], -1, SOLVED)
+    assert cold.per_task == phases.DEMOS_PER_TASK
+    assert cold.demonstrated == ("click-test", "enter-text") and cold.rl_only == ("click-link", "click-dialog")
+    said = " ".join(cold.lines)
+    assert "click-link, click-dialog" in said and "never" in said
+
+
+def test_auto_with_every_task_demonstrated_says_nothing_about_missing_ones():
+    cold = phases.cold_start_plan(["click-test", "enter-text"], -1, SOLVED)
+    assert (cold.per_task, cold.rl_only) == (phases.DEMOS_PER_TASK, ())
+    assert len(cold.lines) == 1 and "no demonstrator" not in cold.lines[0]
+
+
+def test_auto_with_no_demonstrator_starts_from_random_weights():
+    cold = phases.cold_start_plan(["click-link", "click-dialog"], -1, SOLVED)
+    assert (cold.per_task, cold.demonstrated, cold.rl_only) == (0, (), ("click-link", "click-dialog"))
+    assert "random weights" in cold.lines[0] and "click-link, click-dialog" in cold.lines[0]
+
+
+def test_demonstrations_asked_of_a_task_without_a_demonstrator_are_refused_with_the_choices():
+    with pytest.raises(UserError) as err:
+        phases.cold_start_plan(["click-test", "click-link"], 5, SOLVED)
+    text = str(err.value)
+    assert "click-link" in text and "--cold-start-demos -1" in text and "--cold-start-demos 0" in text
+    asked = phases.cold_start_plan(["click-test"], 5, SOLVED)
+    assert (asked.per_task, asked.demonstrated) == (5, ("click-test",))
+
+
+def test_zero_starts_every_task_from_random_weights():
+    cold = phases.cold_start_plan(["click-test", "click-link"], 0, SOLVED)
+    assert (cold.per_task, cold.demonstrated, cold.rl_only) == (0, (), ("click-test", "click-link"))
+
+
+def test_from_random_weights_value_pretraining_is_off_unless_asked():
+    cfg, cold, _ = effective(DemoConfig(tasks=["click-link"]), SOLVED)
+    assert (cfg.cold_start_demos, cfg.value_pretrain_batches, cold.rl_only) == (0, 0, ("click-link",))
+    cfg, _, _ = effective(DemoConfig(tasks=["click-test"], cold_start_demos=0), SOLVED)
+    assert cfg.value_pretrain_batches == 0
+    cfg, _, _ = effective(DemoConfig(tasks=["click-link"], value_pretrain_batches=3), SOLVED)
+    assert cfg.value_pretrain_batches == 3  # asked for: bounded by what was asked
+    cfg, _, _ = effective(DemoConfig(tasks=["click-test"]), SOLVED)
+    assert (cfg.cold_start_demos, cfg.value_pretrain_batches) == (phases.DEMOS_PER_TASK, 20)
+
+
+def test_the_run_from_random_weights_takes_the_trainers_defaults():
+    from infra.app.demo import ppo_lr, rft_every
+
+    cfg, _, _ = effective(DemoConfig(tasks=["click-link"]), SOLVED)
+    assert ppo_lr(cfg) == 0.0 and rft_every(cfg) == 0
+    with pytest.raises(UserError):  # DPO needs pi_sft as its reference
+        effective(DemoConfig(tasks=["click-link"], minutes=10, dpo_minutes=2), SOLVED)
+
+
+def test_the_scripted_solvers_are_the_demonstrators():
+    from producers.suites import get_suite
+
+    assert set(get_suite("default").tasks) <= phases.demonstrators()
+    assert "click-link" not in phases.demonstrators()

@@ -1,0 +1,171 @@
+"""Every exit path of `flywheel demo` stops what it started: its children (stand-ins here: real
+processes that sleep) and the broker it started (a stand-in that records its stop), unless
+--keep-broker; the platform and the phases are stand-ins, so each path runs in well under a second."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.app import demo, phases
+from infra.app.demo import DemoConfig, run_demo
+from infra.runtime.errors import UserError
+from infra.runtime.procs import Child
+from infra.runtime.settings import load_settings
+
+
+class Broker:
+    """Stands in for the LocalCluster the demo starts."""
+
+    bootstrap = "127.0.0.1:1"
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def stop(self) -> list[int]:
+        self.stopped = True
+        return [1]
+
+
+class Run:
+    """A demo run with stand-ins for the platform, the phases and the children; ``children``
+    holds every child the run planned."""
+
+    def __init__(self, monkeypatch, tmp_path: Path, exiting: str = "") -> None:
+        self.broker, self.children, self.reports = Broker(), [], []
+        self.tmp_path, self.monkeypatch = tmp_path, monkeypatch
+        self.published = iter([False])  # the run-id check: unused; then the trainer has published
+        monkeypatch.setattr(demo, "broker_to_start", lambda settings: self.broker)
+        monkeypatch.setattr(demo, "ensure_platform", lambda settings, broker: None)
+        monkeypatch.setattr(demo, "_published", lambda settings, policy: next(self.published, True))
+        monkeypatch.setattr(demo, "_endpoint_up", lambda settings: True)
+        monkeypatch.setattr(demo, "_latest_version", lambda settings, policy: 1)
+        monkeypatch.setattr(demo, "snapshot", lambda settings, policy, prefix: {})
+        monkeypatch.setattr(demo, "plan_children", self.plan)
+        monkeypatch.setattr(phases, "demonstrate", lambda *a, **k: 4)
+        monkeypatch.setattr(phases, "skip_leftover_tasks", lambda *a, **k: {})
+        monkeypatch.setattr(phases, "clone", lambda *a, **k: "published v1")
+        monkeypatch.setattr(phases, "submit", lambda *a, **k: None)
+        monkeypatch.setattr(phases, "report_section", lambda *a, **k: ([], {}))
+        monkeypatch.setattr("infra.app.report.write_report", self.write_report)
+        self.exiting = exiting  # the name of a child that exits with code 3 soon after it starts
+
+    def plan(self, cfg, settings, prefix, policy, logs, plan) -> list[Child]:
+        names = ["sink", "streams", "trainer", "rollout-0"]
+        self.children = [Child(n, [sys.executable, "-c", self.code(n)], logs / f"{n}.log") for n in names]
+        return self.children
+
+    def code(self, name: str) -> str:
+        return "import time, sys; time.sleep(0.3); sys.exit(3)" if name == self.exiting else "import time; time.sleep(60)"
+
+    def write_report(self, settings, run, out, extra, extra_summary=None) -> Path:
+        self.reports.append(run)
+        return out / "report.md"
+
+    def config(self, **kw) -> DemoConfig:
+        base = dict(tasks=["quick"], minutes=0.005, progress_s=0.05, ui=False, report_dir=str(self.tmp_path / "r"))
+        return DemoConfig(**{**base, **kw})
+
+    def settings(self):
+        return load_settings({"data_dir": str(self.tmp_path)}, env={})
+
+    def started(self) -> list[Child]:
+        return [c for c in self.children if c.proc is not None]
+
+    def all_stopped(self) -> bool:
+        return all(not c.alive for c in self.children)
+
+
+def test_a_failing_clone_stops_the_started_children_and_the_broker(monkeypatch, tmp_path, capsys):
+    run = Run(monkeypatch, tmp_path)
+
+    def bc_fails(*a, **k):
+        raise UserError("flywheel bc failed (exit 2)")
+
+    monkeypatch.setattr(phases, "clone", bc_fails)
+    with pytest.raises(UserError, match="bc failed"):
+        run_demo(run.config(), run.settings())
+    assert [c.name for c in run.started()] == ["sink", "streams"] and run.all_stopped()
+    assert run.broker.stopped and "stopped the Kafka broker" in capsys.readouterr().out
+    assert not run.reports
+
+
+def test_a_child_that_dies_stops_the_others_and_the_broker(monkeypatch, tmp_path):
+    run = Run(monkeypatch, tmp_path, exiting="streams")
+    with pytest.raises(UserError, match="streams exited with code 3"):
+        run_demo(run.config(minutes=1.0), run.settings())
+    assert len(run.started()) == 4 and run.all_stopped() and run.broker.stopped
+
+
+def test_ctrl_c_stops_everything_and_still_writes_the_report(monkeypatch, tmp_path):
+    run = Run(monkeypatch, tmp_path)
+
+    def interrupted(*a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "snapshot", interrupted)
+    path = run_demo(run.config(minutes=1.0), run.settings())
+    assert path.name == "report.md" and "stopped by Ctrl-C" in run.reports[0].notes
+    assert len(run.started()) == 4 and run.all_stopped() and run.broker.stopped
+
+
+def test_sigterm_during_a_blocking_phase_stops_everything(monkeypatch, tmp_path):
+    run = Run(monkeypatch, tmp_path)
+    before = signal.getsignal(signal.SIGTERM)
+
+    def terminated_during_demonstrations(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM should have stopped the demonstrations")
+
+    monkeypatch.setattr(phases, "demonstrate", terminated_during_demonstrations)
+    run_demo(run.config(minutes=1.0), run.settings())
+    assert "stopped by SIGTERM" in run.reports[0].notes
+    assert [c.name for c in run.started()] == ["sink", "streams"] and run.all_stopped() and run.broker.stopped
+    assert signal.getsignal(signal.SIGTERM) is before  # the demo's handler is gone once it returns
+
+
+def test_a_failing_report_still_stops_the_broker(monkeypatch, tmp_path):
+    run = Run(monkeypatch, tmp_path)
+
+    def report_fails(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("infra.app.report.write_report", report_fails)
+    with pytest.raises(OSError):
+        run_demo(run.config(), run.settings())
+    assert len(run.started()) == 4 and run.all_stopped() and run.broker.stopped
+
+
+def test_a_platform_that_fails_to_come_up_is_stopped(monkeypatch, tmp_path):
+    run = Run(monkeypatch, tmp_path)
+
+    def drift(settings, broker):
+        raise UserError("topic drift: flywheel.steps.v1 has 3 partitions, 6 declared")
+
+    monkeypatch.setattr(demo, "ensure_platform", drift)
+    with pytest.raises(UserError, match="drift"):
+        run_demo(run.config(), run.settings())
+    assert not run.started() and run.broker.stopped
+
+
+def test_keep_broker_leaves_the_broker_and_says_so(monkeypatch, tmp_path, capsys):
+    run = Run(monkeypatch, tmp_path)
+    run_demo(run.config(keep_broker=True), run.settings())
+    assert run.all_stopped() and not run.broker.stopped
+    assert "left running (--keep-broker)" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_tasks_without_a_demonstrator_are_named_before_anything_starts(monkeypatch, tmp_path, capsys):
+    run = Run(monkeypatch, tmp_path)
+    cloned = []
+    monkeypatch.setattr(phases, "clone", lambda cfg, env, policy, tasks, *a: cloned.append(tasks) or "published v1")
+    run_demo(run.config(tasks=["click-test", "click-link"]), run.settings())
+    first = capsys.readouterr().out.splitlines()[:2]
+    assert "click-test" in first[0] and "no demonstrator for click-link" in first[1]
+    assert cloned == [["click-test"]]
+    with pytest.raises(UserError, match="click-link"):  # asked for every task's: refused, nothing started
+        run_demo(run.config(tasks=["click-test", "click-link"], cold_start_demos=5), run.settings())
