@@ -27,11 +27,15 @@ from typing import Any, Callable
 
 from producers import scripted
 from producers.sandboxes.base import Obs
-from schemas.actions import Click, Wait
+from schemas.actions import Action, Click, Wait
 from schemas.blobs import BlobStore
 from schemas.events import PolicyVersion, Step, TaskSpec
-from infra.runtime.policy import Decision, PolicyInput, policy_kind
+from infra.runtime.policy import build_policy, Decision, load_policy_version, policy_kind, PolicyInput
 from schemas.prompt import PromptSpec, history_window, to_messages, uitars_turns
+from infra.runtime.errors import UserError
+from schemas.uitars import parse_output
+from schemas.codec import validate
+from producers.sandboxes.desktop_tasks import get_task
 
 log = logging.getLogger("flywheel.policy_client")
 
@@ -91,8 +95,6 @@ def register_client(name: str):
 
 
 def make_client(backend: str, name: str, **options: Any) -> PolicyClient:
-    from infra.runtime.errors import UserError
-
     if backend not in CLIENT_REGISTRY:
         raise UserError(f"unknown policy backend {backend!r}; known: {', '.join(sorted(CLIENT_REGISTRY))}")
     return CLIENT_REGISTRY[backend](name=name, **options)
@@ -137,7 +139,6 @@ class ScriptedClient(PolicyClient):
     async def act(self, request: PolicyRequest) -> PolicyReply:
         task = request.task
         if task.suite == "desktop":  # desktop tasks carry their own scripted solution
-            from producers.sandboxes.desktop_tasks import get_task
 
             spec = get_task(task.name)
             plan = spec.solve(spec.params(task.seed, dict(task.params)))
@@ -168,7 +169,6 @@ class TorchClient(PolicyClient):
             # one took 9x the CPU with 2 threads as with 1 beside 4 pages (benchmarks/bench_main_loop.py).
             torch.set_num_threads(threads)
         if policy is None:
-            from infra.runtime.policy import build_policy
 
             policy = build_policy(kind, name, config or {})
         self.blobs = blobs
@@ -207,8 +207,6 @@ class TorchClient(PolicyClient):
             self._flushing = False
 
     async def load_version(self, pv: PolicyVersion, blobs: BlobStore) -> None:
-        from infra.runtime.policy import load_policy_version
-
         # load_policy_version re-checks the sha256 of the bytes it loads
         self.blobs = self.blobs or blobs
         self.policy = self._with_blobs(await asyncio.to_thread(load_policy_version, pv, blobs))
@@ -244,7 +242,6 @@ def chat_request(model: str, spec: PromptSpec, instruction: str, png: bytes, his
 
 def parse_chat_reply(body: dict[str, Any], width: int, height: int, coord_mode: str) -> tuple[Decision, int | None]:
     """choices[0] -> Decision (UI-TARS text parsed; log-prob = sum of token log-probs)."""
-    from schemas.uitars import parse_output
 
     choice = body["choices"][0]
     text = choice["message"]["content"] or ""
@@ -260,8 +257,6 @@ def parse_chat_reply(body: dict[str, Any], width: int, height: int, coord_mode: 
 def parse_act_reply(body: dict[str, Any]) -> tuple[Decision, int | None]:
     """A policy server's /v1/act reply -> Decision. ``action`` is null when a language policy's
     output did not parse: the step is still recorded, with the parse error."""
-    from schemas.codec import validate
-    from schemas.actions import Action
 
     action = None if body.get("action") is None else validate(body["action"], Action)
     value = body.get("value")

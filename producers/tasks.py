@@ -21,17 +21,17 @@ from producers.suites import expand, family
 from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import DecodeError, encode, validate
 from schemas.events import TaskSpec
+from producers.sandboxes.miniwob_server import task_names
+from producers.sandboxes.desktop_tasks import DESKTOP_TASKS
 
 SUITE_SANDBOX = {"miniwob": "browser", "desktop": "desktop", "games": "browser"}
 
 
 def known_tasks(suite: str) -> tuple[str, ...]:
     if suite == "miniwob":
-        from producers.sandboxes.miniwob_server import task_names
 
         return task_names()
     if suite == "desktop":
-        from producers.sandboxes.desktop_tasks import DESKTOP_TASKS
 
         return tuple(sorted(DESKTOP_TASKS))
     if suite == "games":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
+from schemas.uitars import render_output
 
 IM_START, IM_END, IMAGE, PAD = "<|im_start|>", "<|im_end|>", "<|image|>", "<|pad|>"
 SPECIALS = (PAD, IM_START, IM_END, IMAGE)
@@ -83,7 +84,6 @@ def format_step_output(step, coord_mode: str = "qwen25vl") -> str:
     """The assistant turn of an earlier step: what the model wrote, else rebuilt from the action."""
     if step.raw_output:
         return step.raw_output
-    from schemas.uitars import render_output
 
     obs = step.observation
     action = "wait()" if step.action is None else step.action

@@ -68,6 +68,7 @@ from streams.route import get_rule
 from streams.continuity import OffsetGuard, Verdict
 from streams.score import make_scorer
 from streams.topology import Output, Stage, StageFailed, encoded, pipeline, run_chain, run_keyed
+from infra.runtime.admin import ensure_internal_topics
 
 log = logging.getLogger("flywheel.streams")
 CHANGELOG = "assembler-changelog"  # the send() name of the assembler table's changelog topic
@@ -400,7 +401,6 @@ async def _apply_sweep(decision: Sweep, table, steps_name: str, send, fused: "Fu
 def declare_internal_topics(app: faust.App, settings: Settings) -> None:
     """Create the tables' changelog topics before the worker starts (see
     infra.runtime.admin.ensure_internal_topics: on three brokers Faust's own creation raced the metadata)."""
-    from infra.runtime.admin import ensure_internal_topics
 
     topics = {table.changelog_topic.get_topic_name(): table.partitions or STEP_PARTITIONS
               for table in app.tables.values()}

@@ -19,6 +19,11 @@ from pathlib import Path
 from infra.runtime.config import add_arguments
 from infra.runtime.errors import UserError
 from infra.runtime.settings import Settings, load_settings, local_client_env_path, log_settings, write_local_client_env
+from infra.kafka.broker import LocalCluster
+from infra.kafka.tls import make_security
+from infra.kafka.jars import fetch_jars
+from infra.app.status import print_status
+from infra.runtime.admin import ensure_topics
 
 log = logging.getLogger("flywheel.kafka")
 MODES = (1, 3)
@@ -33,9 +38,6 @@ def libs_dir(settings: Settings) -> Path:
 
 
 def local_cluster(settings: Settings, brokers: int = 1, sasl: bool = False):
-    from infra.kafka.broker import LocalCluster
-    from infra.kafka.tls import make_security
-
     security = make_security(kafka_home(settings) / "security") if sasl else None
     return LocalCluster(kafka_home(settings) / f"brokers-{brokers}{'-sasl' if sasl else ''}", libs_dir(settings),
                         brokers, settings.kafka_port, settings.kafka_controller_port, security)
@@ -73,8 +75,6 @@ def with_local_cluster(s: Settings, args: argparse.Namespace) -> Settings:
 
 
 def cmd_kafka_fetch(args: argparse.Namespace) -> int:
-    from infra.kafka.jars import fetch_jars
-
     s = load_settings(vars(args))
     fetched = fetch_jars(libs_dir(s))
     print(f"Kafka jars {'fetched into' if fetched else 'already in'} {libs_dir(s)}")
@@ -82,8 +82,6 @@ def cmd_kafka_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from infra.kafka.jars import fetch_jars
-
     s = _settings(args)
     brokers = args.brokers
     other = running_cluster(s)
@@ -130,14 +128,10 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from infra.app.status import print_status
-
     return print_status(with_local_cluster(load_settings(vars(args)), args), running_cluster, show_all=args.all)
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from infra.runtime.admin import ensure_topics
-
     s = with_local_cluster(_settings(args), args)
     report = ensure_topics(s, fix_config=args.fix_config)
     for line in report.lines():

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 
 from infra.runtime.errors import UserError
+from schemas.export import export_schemas
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from schemas.export import export_schemas
-
     try:
         paths = export_schemas(args.dir)
     except OSError as exc:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from infra.runtime.errors import UserError
 from infra.runtime.settings import Settings
 from infra.runtime.topics import TOPICS, topic_name
+from infra.runtime.admin import consumer_lag
+from infra.runtime.probe import require_kafka
 
 
 def print_status(settings: Settings, running_cluster, show_all: bool = False) -> int:
-    from infra.runtime.admin import consumer_lag
-    from infra.runtime.probe import require_kafka
-
     cluster = running_cluster(settings)
     if cluster is None:
         print("local Kafka: not running (start it with `flywheel up`)")

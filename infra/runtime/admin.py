@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from infra.runtime.errors import UserError
 from infra.runtime.settings import Settings
 from infra.runtime.topics import TOPICS, TopicSpec, topic_name
+from infra.runtime.probe import require_kafka
 
 CREATE_TIMEOUT_S = 30.0
 BROKER_WAIT_S = 20.0
@@ -138,7 +139,7 @@ def create_topics(admin, new: list, deadline: float) -> list[str]:
                 if _transient(err) and time.monotonic() < deadline:
                     retry.add(name)
                     continue
-                raise UserError(f"could not create topic {name}: {getattr(err, 'str', lambda: exc)()}") from None
+                raise UserError(f"could not create topic {name}: {getattr(err, 'str', lambda: str(err))()}") from None
         lost |= retry
         pending = [t for t in pending if t.topic in retry]
         if pending:
@@ -149,8 +150,6 @@ def create_topics(admin, new: list, deadline: float) -> list[str]:
 def ensure_topics(settings: Settings, catalog=TOPICS, fix_config: bool = False) -> TopicReport:
     """Create the missing catalog topics; report (and with ``fix_config`` alter) config drift."""
     from confluent_kafka.admin import NewTopic
-
-    from infra.runtime.probe import require_kafka
 
     admin, md = require_kafka(settings)
     deadline = time.monotonic() + BROKER_WAIT_S
@@ -199,7 +198,6 @@ def _alter(admin, name: str, drift: list[Drift]) -> None:
 
 def delete_topics(settings: Settings, names: list[str]) -> None:
     """Best-effort delete (test clean-up)."""
-    from infra.runtime.probe import require_kafka
 
     admin, _ = require_kafka(settings)
     if names:
@@ -218,8 +216,6 @@ def consumer_lag(settings: Settings) -> dict[str, dict[str, int]]:
     """
     from confluent_kafka import ConsumerGroupTopicPartitions
     from confluent_kafka.admin import OffsetSpec
-
-    from infra.runtime.probe import require_kafka
 
     admin, md = require_kafka(settings)
     groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=10).result(timeout=15).valid]
@@ -261,8 +257,6 @@ def ensure_internal_topics(settings: Settings, topics: dict[str, int], config: d
     import time
 
     from confluent_kafka.admin import NewTopic
-
-    from infra.runtime.probe import require_kafka
 
     admin, md = require_kafka(settings)
     missing = [NewTopic(n, p, settings.replication_factor, config=config) for n, p in topics.items()

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 
 from infra.runtime.settings import Settings
 from infra.kafka.tls import MECHANISM
+from infra.runtime.probe import check_login
 
 
 class DeliveryError(RuntimeError):
@@ -124,7 +125,6 @@ def _check_login_once(settings: Settings) -> None:
         return
     key = (settings.bootstrap, sasl_mechanism(settings), settings.kafka_sasl_username, settings.kafka_sasl_password)
     if key not in _LOGINS_ACCEPTED:
-        from infra.runtime.probe import check_login
 
         check_login(settings)
         _LOGINS_ACCEPTED.add(key)

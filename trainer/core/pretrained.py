@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.runtime.errors import UserError
+from infra.runtime.settings import load_settings
 
 log = logging.getLogger("flywheel.pretrained")
 
@@ -48,7 +49,6 @@ MANIFEST = "flywheel-manifest.json"
 
 def cache_root() -> Path:
     """``<data_dir>/pretrained`` of the process's settings (FLYWHEEL_DATA_DIR or ./var)."""
-    from infra.runtime.settings import load_settings
 
     return load_settings({}).data_path / "pretrained"
 

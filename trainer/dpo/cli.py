@@ -6,10 +6,10 @@ import argparse
 
 from infra.runtime.command import add_command, command_settings
 from infra.runtime.config import resolve
+from trainer.core import metric_names as M
 
 
 def cmd_dpo(args: argparse.Namespace) -> int:
-    from trainer.core import metric_names as M
     from trainer.dpo.train import run_dpo
     from trainer.dpo.config import DPOConfig
 

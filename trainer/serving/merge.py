@@ -15,8 +15,10 @@ from typing import Sequence
 import torch
 
 from infra.runtime.errors import UserError
-from infra.runtime.policy import policy_kind
+from infra.runtime.policy import build_policy, policy_kind, weights_bytes
 from trainer.core import metric_names as M
+from schemas.blobs import BlobStore
+from infra.runtime import versions
 
 log = logging.getLogger("flywheel.merge")
 ALPHA_TOLERANCE = 1e-6
@@ -109,8 +111,6 @@ def merge_versions(pvs: list, alphas: Sequence[float], store) -> tuple[dict[str,
     """Verify and load each version's weights, check they agree, interpolate; -> (state, config)."""
     from safetensors.torch import load as load_safetensors
 
-    from infra.runtime.policy import weights_bytes
-
     alphas = validate_alphas(alphas, len(pvs))
     kinds = {pv.kind for pv in pvs}
     if len(kinds) != 1:
@@ -127,10 +127,7 @@ def merge_versions(pvs: list, alphas: Sequence[float], store) -> tuple[dict[str,
 def run_merge(settings, plan: MergePlan):
     """Find, verify, interpolate and publish; -> the new PolicyVersion (latest known + 1)."""
     from infra.runtime.kafka_clients import DeliveryTracker, make_producer
-    from schemas.blobs import BlobStore
-    from infra.runtime.policy import build_policy
     from trainer.core.publish import publish_version
-    from infra.runtime import versions
 
     validate_alphas(plan.alphas, len(plan.versions))
     known = versions.history(settings, plan.policy, plan.versions)

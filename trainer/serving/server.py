@@ -35,8 +35,11 @@ from trainer.rl.config import place
 from infra.runtime.errors import UserError
 from trainer.serving.batching import DynamicBatcher
 from trainer.serving.openai_chat import BadRequest, ChatParams, chat_response, decode_image, parse_messages, parse_params
-from infra.runtime.policy import PolicyInput, policy_kind
-from trainer.serving.reload import PolicyHolder
+from infra.runtime.policy import build_policy, load_policy_version, policy_kind, PolicyInput
+from trainer.serving.reload import PolicyHolder, PolicyReloader
+from schemas.codec import DecodeError, validate
+from schemas.events import Step
+from schemas.blobs import BlobStore
 
 ACT_PATHS = frozenset({"/v1/act", "/v1/chat/completions"})
 log = logging.getLogger("flywheel.serve")
@@ -216,8 +219,6 @@ def _act_input(body: dict[str, Any]) -> PolicyInput:
 
 def _history(raw: Any) -> list:
     """Earlier steps of the episode (Step JSON): the LM policy's UI-TARS context, as in training."""
-    from schemas.codec import DecodeError, validate
-    from schemas.events import Step
 
     if not isinstance(raw, list):
         raise BadRequest("history must be a list of Step objects")
@@ -286,7 +287,6 @@ async def serve_forever(app: web.Application, host: str, port: int) -> None:
 
 def torch_loader(store, device: str):
     """PolicyVersion -> a verified, loaded policy on ``device`` (refuses a sha256 mismatch)."""
-    from infra.runtime.policy import load_policy_version
 
     def load(pv):
         policy = place(load_policy_version(pv, store), device, "flywheel serve")  # refused: the reloader keeps its current one
@@ -297,9 +297,6 @@ def torch_loader(store, device: str):
 
 def build_server(settings, cfg: ServeConfig):
     """The server with its reloader started and caught up (or a version-0 policy if none is published)."""
-    from schemas.blobs import BlobStore
-    from infra.runtime.policy import build_policy
-    from trainer.serving.reload import PolicyReloader
 
     store = BlobStore(settings.blob_root)
     holder = PolicyHolder(cfg.policy)

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from infra.runtime.errors import UserError
 from infra.runtime.policy import policy_kind
+from schemas.blobs import BlobStore
 
 log = logging.getLogger("flywheel.vllm")
 
@@ -92,7 +93,6 @@ def serve_vllm(settings, cfg, stop: threading.Event) -> int:
     reason = vllm_available()
     if reason:
         raise UserError(reason)
-    from schemas.blobs import BlobStore
     from trainer.serving.reload import PolicyHolder, PolicyReloader
 
     store = BlobStore(settings.blob_root)

@@ -12,6 +12,7 @@ from typing import Any
 from infra.runtime.config import ConfigError, json_object, opt
 from infra.runtime.policy import policy_kind
 from producers.suites import get_suite
+from trainer.rl.config import check_device
 
 
 @dataclass
@@ -58,7 +59,6 @@ class BCConfig:
         if self.shift_copies < 0 or not 0.0 <= self.shift_frac <= 1.0 or self.adapter_lr_mult <= 0:
             raise ConfigError("shift_copies must be >= 0, shift_frac within [0, 1] and adapter_lr_mult > 0")
         get_suite(self.suite)
-        from trainer.rl.config import check_device
 
         check_device(self.device, self.policy_kind, "flywheel bc")
         return self

@@ -20,7 +20,6 @@ import io
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -41,6 +40,7 @@ from schemas.events import PolicyVersion
 from infra.runtime import versions
 from trainer.core.learner import LearnerState, checkpoint_file, drop_other_weights, read_weights, write_weights
 from trainer.core.publish import make_version, save_weights
+from infra.runtime.policy import build_policy, load_policy_version
 
 log = logging.getLogger("flywheel.lm_stream")
 
@@ -156,7 +156,6 @@ class LMStreamTrainer:
     def _initial_policy(self, ckpt: Checkpoint):
         """Checkpoint > latest published version > a fresh model from ``policy_config``;
         -> (policy, optimiser state or None)."""
-        from infra.runtime.policy import build_policy, load_policy_version
 
         state: LearnerState | None = ckpt.state
         if state is not None:

@@ -32,6 +32,7 @@ from typing import Iterable
 from schemas.blobs import BlobStore
 from schemas.events import ScoredTrajectory
 from trainer.core import metric_names as M
+from infra.runtime.config import ConfigError
 
 log = logging.getLogger("flywheel.rft")
 STAGE = "rft"
@@ -85,7 +86,6 @@ def rft_round(policy, settings, store: BlobStore, policy_name: str, per_task: in
     """One round on the current snapshot of flywheel.sft.v1; -> its metrics (empty when there
     was nothing to learn from). Raises what reading the topic raises (the caller decides).
     ``cache`` carries the chosen trajectories' step inputs from one round to the next."""
-    from infra.runtime.config import ConfigError
     from trainer.sft.bc import examples, read_sft
     from infra.runtime.policy import policy_kind
 

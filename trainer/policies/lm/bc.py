@@ -29,6 +29,8 @@ from schemas.events import ScoredTrajectory
 from schemas.prompt import Rendered, format_step_output
 from trainer.core.augment import random_shifts
 from trainer.sft.sft_samples import sft_samples
+from trainer.core import metric_names as M
+from trainer.sft.lm_config import LMTrainConfig
 
 
 def load_image(store: BlobStore):
@@ -83,8 +85,6 @@ def lm_train(policy, samples: list[Rendered], epochs: int, lr: float, batch: int
     """``epochs`` shuffled passes of ``train_step``; -> the mean loss per epoch."""
     import torch
 
-    from trainer.core import metric_names as M
-    from trainer.sft.lm_config import LMTrainConfig
     from trainer.sft.lm_stream import train_step
 
     cfg = LMTrainConfig(lr=lr, minibatch_samples=minibatch)

@@ -50,6 +50,9 @@ from trainer.policies.lm import ground as lm_ground
 from trainer.policies.lm.pointer import PointerCodec, PointerHead, PointerTokenizer
 from trainer.policies.lm.text import make_tokenizer
 from trainer.policies.pixel.ground import PAGE_FONT, PAGE_SIZES, pin_font
+from trainer.sft.lm_config import PRETRAINED_LM
+from trainer.core.pretrained import resolve
+from schemas.uitars import parse_output
 
 log = logging.getLogger("flywheel.policy.lm")
 
@@ -81,7 +84,6 @@ def tiny_lm_config(**overrides: Any) -> dict[str, Any]:
 
 def pretrained_lm_config(**overrides: Any) -> dict[str, Any]:
     """The main job's language policy (trainer.sft.lm_config.PRETRAINED_LM: SmolLM2-135M-Instruct)."""
-    from trainer.sft.lm_config import PRETRAINED_LM
 
     return tiny_lm_config(**{**PRETRAINED_LM, **overrides})
 
@@ -140,7 +142,6 @@ class LMPolicy(nn.Module, PolicyDefaults):
         self.blob_store = blob_store  # lets act() show earlier screenshots from the history
         path = ""
         if self.config["pretrained"]:
-            from trainer.core.pretrained import resolve
 
             path = str(resolve(self.config["pretrained"]))
         tok = self.config["tokenizer"]
@@ -517,8 +518,6 @@ class LMPolicy(nn.Module, PolicyDefaults):
         return [self._decision(g, lp, inp) for g, lp, inp in zip(gens, logprobs, inputs)]
 
     def _decision(self, gen: Generation, logprob: float, inp: PolicyInput) -> Decision:
-        from schemas.uitars import parse_output
-
         text = self.written(gen.text)
         try:
             parsed = parse_output(text, inp.screen_width, inp.screen_height, coord_mode=self.config["coord_mode"])
