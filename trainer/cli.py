@@ -11,13 +11,13 @@ from infra.runtime.command import add_command, command_settings
 from infra.runtime.config import resolve
 from infra.runtime.procs import stop_on_signals
 from trainer.serving import cli as serving_cli
-from trainer.rl import distributed
 
 log = logging.getLogger("flywheel.trainer")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """One process; or ``--nproc-per-node N`` ranks started here; or one rank of torchrun."""
+    from trainer.rl import distributed
     from trainer.rl.config import TrainConfig
     from trainer.rl.launch import launch, run_rank, summary_line, under_torchrun
     from trainer.rl.streaming_ppo import train
