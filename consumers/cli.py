@@ -14,6 +14,7 @@ log = logging.getLogger("flywheel.consumers")
 
 
 def cmd_sink(args) -> int:
+    # local: loads chdb, clickhouse-connect, confluent-kafka, needed only on this path
     from consumers.sink import Sink, SinkConfig
 
     settings = command_settings(args)
@@ -27,6 +28,7 @@ def cmd_sink(args) -> int:
 
 
 def cmd_export(args) -> int:
+    # local: loads confluent-kafka, numpy, needed only on this path
     from consumers.export import ExportConfig, Exporter
 
     settings = command_settings(args)
@@ -37,6 +39,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_sql(args) -> int:
+    # local: loads clickhouse-connect, needed only on this path
     from infra.clickhouse.query import execute, render
 
     settings = load_settings(vars(args))
@@ -47,6 +50,7 @@ def cmd_sql(args) -> int:
 
 
 def register(subparsers) -> None:
+    # local: loads chdb, clickhouse-connect, confluent-kafka, numpy, needed only on this path
     from consumers.export import ExportConfig
     from consumers.sink import SinkConfig
     from infra.clickhouse.query import FORMATS

@@ -139,6 +139,7 @@ def synthetic_run(n_episodes: int = 24, seed: int = 0, versions: int = 3, t0: fl
 
 def publish(settings, run: SyntheticRun, copies: int = 1) -> int:
     """Produce the run to its topics (``copies`` > 1 re-sends everything: a replay); returns count."""
+    # local: loads confluent-kafka, needed only on this path
     from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
     from infra.runtime.topics import TOPICS, topic_name
     from schemas.codec import encode

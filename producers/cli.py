@@ -16,6 +16,7 @@ log = logging.getLogger("flywheel.producers")
 
 def make_policy_client(cfg, blobs):
     """The PolicyClient the rollout config asks for."""
+    # local: loads numpy, needed only on this path
     from producers.policy_client import make_client
 
     options: dict = {}
@@ -31,6 +32,7 @@ def make_policy_client(cfg, blobs):
 
 
 async def _rollout(settings, cfg) -> int:
+    # local: loads confluent-kafka, numpy, prometheus-client, needed only on this path
     from producers.rollout import RolloutWorker, default_worker_id
     from schemas.blobs import BlobStore
 
@@ -43,6 +45,7 @@ async def _rollout(settings, cfg) -> int:
 
 
 def cmd_rollout(args) -> int:
+    # local: loads confluent-kafka, numpy, prometheus-client, needed only on this path
     from producers.rollout import RolloutConfig
 
     settings = load_settings(vars(args))
@@ -55,6 +58,7 @@ def cmd_rollout(args) -> int:
 
 
 def cmd_tasks_submit(args) -> int:
+    # local: loads confluent-kafka, needed only on this path
     from producers.tasks import build_tasks, read_jsonl_file, submit
 
     settings = load_settings(vars(args))
@@ -74,6 +78,7 @@ def cmd_tasks_submit(args) -> int:
 
 
 def cmd_tasks_list(args) -> int:
+    # local: loads confluent-kafka, needed only on this path
     from producers.tasks import known_tasks
 
     for name in known_tasks(args.suite):
@@ -84,6 +89,7 @@ def cmd_tasks_list(args) -> int:
 def cmd_annotate(args) -> int:
     import threading
 
+    # local: loads confluent-kafka, numpy, needed only on this path
     from producers.annotate import AnnotateConfig, Annotator
 
     settings = load_settings(vars(args))
@@ -102,6 +108,7 @@ def cmd_annotate(args) -> int:
 
 
 def register(subparsers) -> None:
+    # local: loads confluent-kafka, numpy, prometheus-client, needed only on this path
     from producers.rollout import RolloutConfig
 
     p = subparsers.add_parser("rollout", help="run a rollout worker: tasks in, episode events out")
@@ -109,6 +116,7 @@ def register(subparsers) -> None:
     add_arguments(p.add_argument_group("platform settings"), Settings)
     p.set_defaults(func=cmd_rollout)
 
+    # local: loads confluent-kafka, numpy, needed only on this path
     from producers.annotate import AnnotateConfig
 
     a = subparsers.add_parser("annotate", help="reflection tuning: failed episodes (flywheel.ct.v1) -> "

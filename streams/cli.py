@@ -37,6 +37,7 @@ def use_event_loop(name: str) -> None:
 
 
 def _rescore(args) -> int:
+    # local: loads confluent-kafka, needed only on this path
     from streams.rescore import rescore
 
     settings = command_settings(args)

@@ -17,6 +17,7 @@ log = logging.getLogger("flywheel.trainer")
 
 def cmd_train(args: argparse.Namespace) -> int:
     """One process; or ``--nproc-per-node N`` ranks started here; or one rank of torchrun."""
+    # local: loads confluent-kafka, numpy, prometheus-client, torch, needed only on this path
     from trainer.rl import distributed
     from trainer.rl.config import TrainConfig
     from trainer.rl.launch import launch, run_rank, summary_line, under_torchrun
@@ -37,6 +38,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_bc(args: argparse.Namespace) -> int:
+    # local: loads confluent-kafka, numpy, torch, needed only on this path
     from trainer.sft.bc import run_bc
     from trainer.sft.bc_config import BCConfig
 
@@ -51,6 +53,7 @@ def cmd_bc(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
+    # local: loads numpy, needed only on this path
     from trainer.sft.bc_config import BCConfig
     from trainer.rl.config import TrainConfig
 

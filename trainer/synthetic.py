@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, ImageDraw
+from schemas.events import Observation, ScoredTrajectory, Step, TaskSpec, Trajectory
 
 W, H, BAR = 160, 210, 50
 
@@ -71,7 +72,6 @@ def scored_trajectory(episode: ClickEpisode, action, logprob: float, episode_id:
                       policy_version: int, store, ts: float = 1.0e9):
     """Wrap one synthetic click episode as the ScoredTrajectory the rl topic carries (its
     screenshot stored in ``store``), for tests and benchmarks of the streaming trainer."""
-    from schemas.events import Observation, ScoredTrajectory, Step, TaskSpec, Trajectory
 
     ref = store.put_image(Image.fromarray(episode.image))
     reward = episode.reward(action.x, action.y)
@@ -93,6 +93,7 @@ def learn(task: str, target: float, max_episodes: int, cfg, log_every: int = 0) 
     policy, one ``ppo_update``, repeat, until the last 100 sampled episodes reach ``target``."""
     import torch
 
+    # local: loads confluent-kafka, torch, needed only on this path
     from infra.runtime.policy import build_policy
     from infra.runtime.policy import PolicyInput
     from trainer.core import metric_names as M

@@ -10,6 +10,7 @@ from infra.runtime.config import add_arguments, describe, resolve
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    # local: loads numpy, prometheus-client, needed only on this path
     from infra.app.deploy import DeployConfig, describe_files, render, write
 
     cfg = resolve(DeployConfig, vars(args))
@@ -23,6 +24,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    # local: loads clickhouse-connect, needed only on this path
     from infra.clickhouse.client import make_client
 
     settings = command_settings(args)
@@ -32,6 +34,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
+    # local: loads numpy, prometheus-client, needed only on this path
     from infra.app.deploy import DeployConfig
 
     p = subparsers.add_parser("deploy", help="render a Kubernetes deployment (Strimzi, ClickHouse, workloads) from the topic catalog")

@@ -130,6 +130,7 @@ def query_client(settings: Settings) -> tuple[Client, str]:
     """
     if settings.clickhouse_url:  # no DDL: an analyst's read-only user may not even CREATE DATABASE IF NOT EXISTS
         return _server_client(settings, settings.clickhouse_database), "server"
+    # local: loads chdb, needed only on this path
     from infra.clickhouse.endpoint import endpoint_client, find_endpoint
 
     endpoint = find_endpoint(settings)

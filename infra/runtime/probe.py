@@ -51,6 +51,7 @@ def _metadata(settings: Settings, timeout: float):
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    # local: loads confluent-kafka, needed only on this path
     from infra.runtime.kafka_clients import client_config
 
     auth_errors: list[str] = []

@@ -113,6 +113,7 @@ def latest_by_policy(versions: list[PolicyVersion]) -> dict[str, int]:
 
 def clickhouse_history(settings: Settings, policy: str) -> list[PolicyVersion]:
     """The full history from ClickHouse; empty (with a warning) when ClickHouse is not reachable."""
+    # local: loads clickhouse-connect, needed only on this path
     from infra.clickhouse.query import execute
 
     q = policy.replace("\\", "\\\\").replace("'", "\\'")

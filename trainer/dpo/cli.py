@@ -10,6 +10,7 @@ from trainer.core import metric_names as M
 
 
 def cmd_dpo(args: argparse.Namespace) -> int:
+    # local: loads Pillow, confluent-kafka, numpy, torch, needed only on this path
     from trainer.dpo.train import run_dpo
     from trainer.dpo.config import DPOConfig
 
@@ -26,6 +27,7 @@ def cmd_dpo(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
+    # local: loads numpy, needed only on this path
     from trainer.dpo.config import DPOConfig
 
     add_command(sub, "dpo", "DPO on reflection pairs: flywheel.pairs.v1 + pi_SFT -> a policy version", cmd_dpo, DPOConfig)

@@ -30,6 +30,7 @@ from infra.runtime.config import ConfigError
 from infra.runtime.settings import Settings
 from trainer.rl import distributed
 from trainer.rl.config import TrainConfig
+from trainer.rl.streaming_ppo import train
 
 log = logging.getLogger("flywheel.trainer.launch")
 GRACE_S = 5.0  # a failed job's surviving ranks get this long to exit before SIGTERM, then SIGKILL
@@ -55,8 +56,6 @@ def run_rank(cfg: TrainConfig, settings: Settings, stop: threading.Event) -> dic
     group = distributed.init_group(cfg.dist_timeout_s)
     try:
         if group.leader:
-            from trainer.rl.streaming_ppo import train
-
             summary = train(cfg, settings, stop, group)
         else:
             distributed.follow(group)

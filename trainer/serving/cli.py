@@ -14,12 +14,14 @@ log = logging.getLogger("flywheel.serving")
 
 
 def cmd_serve(args) -> int:
+    # local: loads Pillow, aiohttp, confluent-kafka, numpy, prometheus-client, needed only on this path
     from trainer.serving.server import ServeConfig, build_server, serve_forever
 
     settings = command_settings(args)
     cfg = resolve(ServeConfig, vars(args))
     log.info("serve config %s", describe(cfg))
     if cfg.backend == "vllm":
+        # local: loads numpy, needed only on this path
         from trainer.serving.vllm_backend import serve_vllm
 
         return serve_vllm(settings, cfg, stop_on_signals(log, "stopping after the current batch"))
@@ -39,6 +41,7 @@ def _floats(text: str, what: str) -> list[float]:
 
 
 def cmd_merge(args) -> int:
+    # local: loads confluent-kafka, numpy, torch, needed only on this path
     from trainer.serving.merge import MergePlan, run_merge
 
     settings = command_settings(args)
@@ -51,6 +54,7 @@ def cmd_merge(args) -> int:
 
 def _cmd_lm_train(mode: str):
     def run(args) -> int:
+        # local: loads Pillow, confluent-kafka, numpy, torch, needed only on this path
         from trainer.sft.ct_samples import ct_samples
         from trainer.sft.lm_stream import LMStreamTrainer, LMTrainConfig
         from trainer.sft.sft_samples import sft_samples
@@ -66,6 +70,7 @@ def _cmd_lm_train(mode: str):
 
 
 def register(subparsers) -> None:
+    # local: loads Pillow, aiohttp, confluent-kafka, numpy, prometheus-client, needed only on this path
     from trainer.sft.lm_config import LMTrainConfig
     from trainer.serving.server import ServeConfig
 

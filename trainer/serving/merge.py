@@ -19,6 +19,8 @@ from infra.runtime.policy import build_policy, policy_kind, weights_bytes
 from trainer.core import metric_names as M
 from schemas.blobs import BlobStore
 from infra.runtime import versions
+from infra.runtime.kafka_clients import DeliveryTracker, make_producer
+from trainer.core.publish import publish_version
 
 log = logging.getLogger("flywheel.merge")
 ALPHA_TOLERANCE = 1e-6
@@ -100,6 +102,7 @@ def differs(key: str, a: dict, b: dict) -> bool:
     """Whether two versions' configs disagree on ``key`` in a way that matters to a merge: not the
     initial seed, nor a font hash one of them predates (``ground_font_sha256``: a version published
     before fonts were pinned is unpinned, not different)."""
+    # local: loads Pillow, needed only on this path
     from trainer.policies.pixel.ground import FONT_SHA256
 
     if key in INIT_ONLY_KEYS or (key == FONT_SHA256 and (key not in a or key not in b)):
@@ -126,8 +129,6 @@ def merge_versions(pvs: list, alphas: Sequence[float], store) -> tuple[dict[str,
 
 def run_merge(settings, plan: MergePlan):
     """Find, verify, interpolate and publish; -> the new PolicyVersion (latest known + 1)."""
-    from infra.runtime.kafka_clients import DeliveryTracker, make_producer
-    from trainer.core.publish import publish_version
 
     validate_alphas(plan.alphas, len(plan.versions))
     known = versions.history(settings, plan.policy, plan.versions)

@@ -93,6 +93,7 @@ def serve_vllm(settings, cfg, stop: threading.Event) -> int:
     reason = vllm_available()
     if reason:
         raise UserError(reason)
+    # local: loads confluent-kafka, needed only on this path
     from trainer.serving.reload import PolicyHolder, PolicyReloader
 
     store = BlobStore(settings.blob_root)

@@ -71,6 +71,7 @@ def fine_tune(policy, data, epochs: int, lr: float, minibatch_size: int, seed: i
     """``trainer.sft.bc``'s maximum likelihood on the current weights, with an optimiser of its own
     (PPO's Adam moments are left as they are), leaving the policy in the mode it was in; -> the
     mean loss per epoch."""
+    # local: loads confluent-kafka, numpy, torch, needed only on this path
     from trainer.sft.bc import bc_train
 
     was_training = policy.training
@@ -86,6 +87,7 @@ def rft_round(policy, settings, store: BlobStore, policy_name: str, per_task: in
     """One round on the current snapshot of flywheel.sft.v1; -> its metrics (empty when there
     was nothing to learn from). Raises what reading the topic raises (the caller decides).
     ``cache`` carries the chosen trajectories' step inputs from one round to the next."""
+    # local: loads confluent-kafka, numpy, torch, needed only on this path
     from trainer.sft.bc import examples, read_sft
     from infra.runtime.policy import policy_kind
 

@@ -41,7 +41,7 @@ async def tasks(_request: web.Request) -> web.Response:
 
 async def open_session(request: web.Request) -> web.Response:
     sessions = request.app[SESSIONS_KEY]
-    task, policy = parse_session(await _json_body(request), sessions.limits.max_steps, sessions.limits.episode_timeout_s)
+    task, policy = parse_session(await json_body(request), sessions.limits.max_steps, sessions.limits.episode_timeout_s)
     try:
         session, view = await asyncio.shield(sessions.open(task, policy))
     except SessionFull as exc:
@@ -57,7 +57,7 @@ async def open_session(request: web.Request) -> web.Response:
 async def act(request: web.Request) -> web.Response:
     sessions, session = _session(request)
     shown = session.last_view
-    action, thought = parse_action(await _json_body(request), shown.width, shown.height)
+    action, thought = parse_action(await json_body(request), shown.width, shown.height)
     return await _step(sessions, session, session.act(action, thought))
 
 
@@ -96,7 +96,8 @@ def _session(request: web.Request):
     return sessions, session
 
 
-async def _json_body(request: web.Request):
+async def json_body(request: web.Request):
+    """The request's JSON body; UiInputError when it is not JSON (its size is bounded by the app)."""
     try:
         return await request.json()
     except ValueError:

@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from infra.app.ui import annotate, queries
+from infra.app.ui import annotate, corrections, queries
 from infra.app.ui.queries import UiInputError
 from infra.app.ui.replay import marker
 from infra.clickhouse.client import query_client
@@ -156,10 +156,11 @@ def make_app(settings: Settings, token: str = "", limits: SessionLimits | None =
     app[SETTINGS_KEY] = settings
     app[TOKEN_KEY] = token
     app.router.add_get("/", index)
-    app.router.add_get("/{name:app|annotate}.js", script)
+    app.router.add_get("/{name:app|annotate|correct}.js", script)
     app.router.add_get("/api/run", run_view)
     app.router.add_get("/api/episodes", episodes)
     app.router.add_get("/api/episodes/{episode_id}", episode)
     app.router.add_get("/blob/{sha}", blob)
     annotate.add_routes(app, settings, limits)
+    corrections.add_routes(app, settings, run_sql)
     return app

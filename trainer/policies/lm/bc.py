@@ -85,6 +85,7 @@ def lm_train(policy, samples: list[Rendered], epochs: int, lr: float, batch: int
     """``epochs`` shuffled passes of ``train_step``; -> the mean loss per epoch."""
     import torch
 
+    # local: loads Pillow, confluent-kafka, torch, needed only on this path
     from trainer.sft.lm_stream import train_step
 
     cfg = LMTrainConfig(lr=lr, minibatch_samples=minibatch)

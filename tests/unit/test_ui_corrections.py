@@ -1,0 +1,54 @@
+"""A person's correction of a failed episode -> an error-correction pair (no broker, no ClickHouse)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.app.ui.corrections import correction_pair
+from infra.app.ui.queries import UiInputError
+from schemas.actions import Click
+from schemas.events import BlobRef, Observation, Step, TaskSpec, Trajectory
+
+
+def failed(n: int = 3, success: bool = False) -> Trajectory:
+    task = TaskSpec(task_id="t1", suite="miniwob", name="click-dialog", seed=7)
+    steps = [Step(episode_id="ep-1", ts=1.0, step_index=i, started_at=1.0, policy="pixel-miniwob", policy_version=2,
+                  observation=Observation(screenshot=BlobRef(sha256=f"{i:064x}", uri=f"file:///{i}"), screen_width=160,
+                                          screen_height=210, instruction="Close the dialog"),
+                  action=Click(x=0.1, y=0.9), thought="down there", logprob=-3.0) for i in range(n)]
+    return Trajectory(episode_id="ep-1", task=task, sandbox="browser", worker_id="w", policy="pixel-miniwob",
+                      steps=steps, status="ended", success=success, started_at=1.0, ended_at=2.0)
+
+
+def test_a_correction_is_an_error_correction_pair_of_the_person():
+    body = {"tau": 1, "action": {"type": "click", "x": 104, "y": 84}, "thought": "the x closes it"}
+    pair = correction_pair(failed(), body, "human:alice", 5.0)
+    assert (pair.kind, pair.tau, pair.step_index, pair.annotator) == ("error_correction", 1, 1, "human:alice")
+    assert (pair.chosen.action.x, pair.chosen.action.y, pair.chosen.thought) == (0.65, 0.4, "the x closes it")
+    assert pair.rejected.action == Click(x=0.1, y=0.9) and pair.rejected.thought == "down there"
+    assert [s.step_index for s in pair.history] == [0] and pair.observation.screenshot.sha256 == f"{1:064x}"
+    assert pair.task.seed == 7 and pair.event_id.startswith("ep-1:error_correction:human:alice")
+
+
+def test_an_empty_thought_is_the_solvers_thought_for_the_action():
+    pair = correction_pair(failed(), {"tau": 0, "action": {"type": "type", "text": "hi"}}, "human:a", 5.0)
+    assert pair.chosen.action.content == "hi" and "hi" in pair.chosen.thought
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"tau": 3, "action": {"type": "click", "x": 1, "y": 1}}, "tau"),
+    ({"tau": -1, "action": {"type": "click", "x": 1, "y": 1}}, "tau"),
+    ({"tau": "0; DROP", "action": {"type": "click", "x": 1, "y": 1}}, "tau"),
+    ({"tau": 0, "action": {"type": "click", "x": 500, "y": 1}}, "x"),
+    ({"tau": 0, "action": "click"}, "body"),
+    ({"tau": 0, "action": {"type": "file_write", "path": "/etc/passwd"}}, "type"),
+    ({"tau": 0, "action": {"type": "click", "x": 1, "y": 1}, "thought": "t" * 5000}, "thought"),
+])
+def test_hostile_corrections_are_refused_naming_the_field(body, field):
+    with pytest.raises(UiInputError, match=f"^{field}:"):
+        correction_pair(failed(), body, "human:a", 5.0)
+
+
+def test_a_succeeded_episode_is_not_corrected():
+    with pytest.raises(UiInputError, match="^episode:.*succeeded"):
+        correction_pair(failed(success=True), {"tau": 0, "action": {"type": "click", "x": 1, "y": 1}}, "human:a", 5.0)
