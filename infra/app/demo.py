@@ -51,6 +51,9 @@ class DemoConfig:
     cold_start_demos: int = opt(-1, "cold start: scripted demonstrations per task cloned into pi_sft before RL (-1: 20 of "
                                     "each task with a demonstrator, PPO alone on the others, random weights if no task has one; "
                                     "0: start from random weights; N > 0: N of every task, refused if a task has no demonstrator)")
+    demos_from: str = opt("scripted", "cold start demonstrations by: scripted (the solvers play the annotators) or human "
+                                      "(the human:<name> ones recorded beforehand in `flywheel ui`'s Annotate view on this "
+                                      "platform's topics; only their tasks get a cold start)", choices=("scripted", "human"))
     ppo_lr: float = opt(0.0, "PPO learning rate (0: 3e-4 after a cold start, the trainer's default from random weights; 3e-3 undid pi_sft's typing within minutes)")
     value_pretrain_batches: int = opt(-1, "value pretraining: critic-only batches at most on the starting policy's rollouts "
                                           "before PPO (-1: 20 after a cold start, off from random weights, whose rollouts "
@@ -337,7 +340,9 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     without a demonstrator). Every exit (a phase failing, a child dying, Ctrl-C, SIGTERM, the
     report failing) stops each child still running and the broker this run started (unless
     --keep-broker); the last line says what is left running."""
-    cfg, cold, changed = effective(cfg.validate())
+    human = phases.human_demonstrations(settings) if cfg.demos_from == "human" else None
+    cfg, cold, changed = effective(cfg.validate(), None if human is None else
+                                   frozenset(s.trajectory.task.name for s in human))
     for line in (*cold.lines, *changed):
         print(line, flush=True)
     run_id, prefix, policy = run_names(cfg)
@@ -347,7 +352,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     stop = {"flag": False}
     previous = signal.signal(signal.SIGTERM, _terminate_once(stop))
     try:
-        return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed)
+        return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, human)
     finally:
         stop["flag"] = True  # from here a SIGTERM lets the cleanup finish
         left = stop_children(children)  # after a failure: the run's own stop did not happen
@@ -358,10 +363,10 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
 
 
 def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tuple[str, str, str], broker,
-         children: list[Child], stop: dict, changed: list[str]) -> Path:
+         children: list[Child], stop: dict, changed: list[str], human: list | None = None) -> Path:
     """Start the platform and the children (appended to ``children`` as they are planned, for
     run_demo to stop whatever happens), run the phases until the deadline, stop the children and
-    write the report; -> its path."""
+    write the report; -> its path. ``human``: the people's demonstrations of ``--demos-from human``."""
     run_id, prefix, policy = names
     plan = suite_plan(cfg.tasks, cfg.max_steps)
     tasks = list(plan.tasks)
@@ -393,7 +398,9 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     base_version, dpo_version = 0, None
     try:
         for child in children:
-            if child.name == "trainer" and cold_start:  # the platform is up: demonstrations, then pi_sft
+            if child.name == "trainer" and cold_start and human is not None:  # recorded by people beforehand
+                phases.import_demonstrations(settings, human, list(cold.demonstrated), clock)
+            elif child.name == "trainer" and cold_start:  # the platform is up: demonstrations, then pi_sft
                 done = phases.demonstrate(cfg, settings, env, prefix, policy, list(cold.demonstrated), plan.max_steps,
                                           logs, clock, stop)
                 clock.note(f"{done} scripted episodes scored ({cfg.cold_start_demos} per task asked)")
@@ -403,6 +410,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
                     phases.skip_leftover_tasks(settings, f"{prefix}rollout")
                 except Exception as exc:  # noqa: BLE001 - a killed annotator's membership may linger
                     notes.append(f"leftover demonstration tasks not skipped ({exc}): RL workers may play some")
+            if child.name == "trainer" and cold_start:
                 phases.clone(cfg, env, policy, list(cold.demonstrated), plan.action_types, logs, clock)
                 if stop["flag"]:
                     break

@@ -6,7 +6,10 @@
   pipeline (steps -> trajectories -> scored, V(s)=1 routed to flywheel.sft.v1) under the policy
   name ``scripted-<policy>``, on seeds the RL phase never uses. Only tasks with a demonstrator are
   played (``cold_start_plan``, decided before anything starts); the others go straight to RL, and
-  with none at all the run starts from random weights.
+  with none at all the run starts from random weights. With ``--demos-from human`` the people's
+  demonstrations recorded beforehand in `flywheel ui`'s Annotate view (``human:<name>``, on the
+  platform's flywheel.sft.v1) are copied onto the run's instead, and their tasks are the ones
+  with a demonstrator.
 - **SFT**: ``flywheel bc`` clones those demonstrations into the pixel or the language policy and
   publishes pi_sft as the run policy's next version.
 - **value pretraining**: the PPO trainer starts from pi_sft and trains only its critic on pi_sft's
@@ -245,6 +248,41 @@ def demonstrate(cfg, settings, env: dict[str, str], prefix: str, policy: str, ta
         worker.stop(grace=30)
 
 
+def human_demonstrations(settings, timeout_s: float = 60.0) -> list:
+    """``--demos-from human``: the successful ``human:<name>`` demonstrations on ``settings``'
+    flywheel.sft.v1 (the platform's topics, where `flywheel ui`'s Annotate view records them);
+    UserError when no broker answers (they can only have been recorded on a running platform)."""
+    from infra.runtime.dlq import read_snapshot
+    from infra.runtime.kafka_clients import client_config
+    from infra.runtime.probe import probe_brokers
+    from infra.runtime.topics import TOPICS
+    from producers.human import HUMAN
+    from schemas.events import ScoredTrajectory
+
+    if probe_brokers(client_config(settings), timeout=5.0) is None:
+        raise UserError(f"--demos-from human reads the demonstrations recorded in `flywheel ui` from the running "
+                        f"platform's Kafka ({settings.bootstrap}), which does not answer: `flywheel up` first")
+    return [s for s in read_snapshot(settings, TOPICS.sft, ScoredTrajectory, "demo", timeout_s)
+            if s.trajectory.policy.startswith(HUMAN + ":")]
+
+
+def import_demonstrations(settings, demos: list, tasks: list[str], clock: PhaseClock) -> int:
+    """The cold start of ``--demos-from human``: the people's demonstrations of ``tasks`` copied
+    onto this run's flywheel.sft.v1 (acknowledged), where `flywheel bc` and RFT read the scripted
+    ones; -> how many."""
+    from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
+    from infra.runtime.topics import TOPICS, topic_name
+    from schemas.codec import encode
+
+    chosen = [s for s in demos if s.trajectory.task.name in tasks]
+    clock.enter(COLD_START, f"{len(chosen)} human demonstrations recorded in flywheel ui")
+    producer, tracker, topic = make_producer(settings), DeliveryTracker(), topic_name(TOPICS.sft, settings)
+    for s in chosen:
+        producer.produce(topic, key=s.episode_id.encode(), value=encode(s), on_delivery=tracker)
+    flush_or_raise(producer, tracker)
+    return len(chosen)
+
+
 def skip_leftover_tasks(settings, group: str) -> dict[int, int]:
     """Commit the rollout group's offsets on the tasks topic at its end: demonstration tasks the
     annotator left unplayed (it stops at 90% after a quiet spell, or at its deadline) must not
@@ -280,6 +318,7 @@ def clone(cfg, env: dict[str, str], policy: str, tasks: list[str], action_types:
     heads = ["--policy-config", json.dumps(kind_config(cfg, action_types))]
     argv = flywheel_argv("bc", "--policy-kind", cfg.policy_kind, "--policy-name", policy, "--tasks", ",".join(tasks),
                          "--demos-per-task", str(cfg.cold_start_demos), "--seed", str(cfg.seed), *heads,
+                         *(["--demos-from", cfg.demos_from] if cfg.demos_from == "human" else []),
                          "--torch-threads", str(idle_cores()))
     line = _run_step("bc", argv, env, logs)
     clock.note(line)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from schemas.events import ScoredTrajectory, TaskSpec, Trajectory
 from trainer.sft.bc import demonstrated_by, select_demos
 
 
@@ -11,6 +12,14 @@ def scored(eid: str, policy: str, task: str = "click-test", success: bool = True
     traj = SimpleNamespace(episode_id=eid, policy=policy, success=success, steps=[object()],
                            task=SimpleNamespace(name=task))
     return SimpleNamespace(verdict=1 if success else 0, trajectory=traj)
+
+
+def demonstration(eid: str, policy: str, task: str) -> ScoredTrajectory:
+    traj = Trajectory(episode_id=eid, task=TaskSpec(task_id=eid, suite="miniwob", name=task), sandbox="browser",
+                      worker_id="ui-annotate", policy=policy, steps=[], status="ended", success=True, started_at=1.0,
+                      ended_at=2.0)
+    return ScoredTrajectory(trajectory=traj, scorer="rule-v1", scorer_version="1", reward=1.0, components={},
+                            verdict=1, rl_eligible=False, scored_at=3.0)
 
 
 def test_a_family_takes_every_member_and_a_name_only_itself():
@@ -26,3 +35,34 @@ def test_select_demos_keeps_only_the_sources_successes():
     assert [s.trajectory.episode_id for s in select_demos(records, ["click-test"], 10, ["human"])] == ["e1", "e3"]
     assert [s.trajectory.episode_id for s in select_demos(records, ["click-test"], 10)] == ["e1", "e2", "e3"]
     assert [s.trajectory.episode_id for s in select_demos(records, ["click-test"], 1, ["human"])] == ["e1"]
+
+
+def test_the_demo_cold_start_from_human_demonstrations(monkeypatch, tmp_path):
+    """--demos-from human: the people's demonstrations of the planned tasks are copied onto the
+    run's sft topic (acknowledged) and `flywheel bc` is asked for human ones only."""
+    from infra.app import demo, phases
+    from infra.runtime import kafka_clients
+    from infra.runtime.settings import load_settings
+
+    produced, argvs = [], []
+
+    class Producer:
+        def produce(self, topic, key, value, on_delivery):
+            produced.append((topic, key))
+            on_delivery(None, None)
+
+        def flush(self, _timeout=None):
+            return 0
+
+    monkeypatch.setattr(kafka_clients, "make_producer", lambda _s: Producer())
+    monkeypatch.setattr(phases, "_run_step", lambda name, argv, env, logs, **kw: argvs.append(argv) or "published")
+    demos = [demonstration("e1", "human:alice", "click-dialog"), demonstration("e2", "human:bob", "enter-text")]
+    cfg, cold, _ = demo.effective(demo.DemoConfig(tasks=["click-dialog", "click-test"], demos_from="human"),
+                                  frozenset(s.trajectory.task.name for s in demos))
+    assert cold.demonstrated == ("click-dialog",) and cold.rl_only == ("click-test",)
+    settings = load_settings({"data_dir": str(tmp_path), "topic_prefix": "demo-r1."})
+    n = phases.import_demonstrations(settings, demos, list(cold.demonstrated), phases.PhaseClock())
+    assert n == 1 and produced == [("demo-r1.flywheel.sft.v1", b"e1")]
+    phases.clone(cfg, {}, "pixel-r1", list(cold.demonstrated), ("click",), tmp_path, phases.PhaseClock())
+    argv = argvs[0]
+    assert argv[argv.index("--demos-from") + 1] == "human" and argv[argv.index("--tasks") + 1] == "click-dialog"
