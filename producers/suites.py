@@ -2,7 +2,9 @@
 
 ``default`` is the main job's suite (docs/tasks.md says why each task is in): multi-step tasks a
 screenshot policy can solve in principle, with scripted solvers (producers.scripted) to play the
-annotators of the cold start. ``quick`` is the one-click pair CI runs. ``games`` holds the browser
+annotators of the cold start. ``quick`` is the one-click pair CI runs. ``starter`` holds 1-2 click
+MiniWoB++ tasks in no other suite and with no solver: the demo learns them from reward alone, from
+random weights (docs/tasks.md gives the random policy's success on each). ``games`` holds the browser
 games written for Flywheel (producers.games: scores as rewards, 50-500 steps, heuristic players as
 demonstrators and as the normalisation's reference). A suite name is accepted
 wherever task names are (``--tasks default``), and any registered MiniWoB++ task still runs
@@ -74,6 +76,21 @@ register(Suite(
     action_types=("click", "type", "scroll", "press_enter", "finished"),
     max_steps=14,
     about="UI-TARS-2 in miniature: multi-step MiniWoB++ with typing, scrolling and variable lengths"))
+
+
+register(Suite(
+    name="starter",
+    tasks=(
+        # one click, the target named by the instruction: a label, a colour, a symbol, a kind of widget
+        "click-test-transfer", "click-dialog-2", "click-link", "click-color", "unicode-test", "click-widget",
+        # one click, the target read from the page: the text field, the tab's number, the shape drawn
+        "focus-text", "click-tab", "identify-shape",
+        # one or two clicks: open the tab or the folder that hides the target first
+        "click-tab-2-easy", "navigate-tree",
+    ),
+    action_types=("click",),
+    max_steps=5,
+    about="short click tasks with no scripted solver: learnt from reward alone, from random weights"))
 
 
 register(Suite(

@@ -31,7 +31,14 @@ def test_every_suite_task_is_a_task_of_its_family_with_a_solver(name):
     suite = get_suite(name)
     for task in suite.tasks:
         assert task in known_tasks(suite.family)
-        assert task in scripted.SOLVERS
+        assert (task in scripted.SOLVERS) == (name != "starter")  # starter: learnt from reward alone
+
+
+def test_the_starter_suite_is_short_click_tasks_no_other_suite_holds():
+    starter = get_suite("starter")
+    others = {t for s in SUITES.values() if s.name != "starter" for t in s.tasks}
+    assert len(starter.tasks) >= 8 and not set(starter.tasks) & others
+    assert starter.action_types == ("click",) and starter.max_steps <= 5
 
 
 def test_every_suite_fits_the_pixel_policy():
