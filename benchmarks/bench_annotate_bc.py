@@ -13,6 +13,7 @@ screen is decoded) and both success rates, as JSON.
 
     python benchmarks/bench_annotate_bc.py                       # 10 demos, 50 episodes each
     python benchmarks/bench_annotate_bc.py --task click-dialog --demos 10 --eval 50
+    python benchmarks/bench_annotate_bc.py --round-trips 40      # the page's round trip only
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ WHERE_JS = """(sel) => { const w = document.getElementById('wrap').getBoundingCl
   return [b.x - w.x + b.width / 2, b.y - w.y + b.height / 2]; }"""
 
 
-def record(settings, task: str, demos: int) -> list[dict]:
-    """The person's part: ``demos`` episodes through the page; -> the page's timings."""
+def record(settings, task: str, demos: int, probes: int = 0) -> list[dict]:
+    """The person's part: ``demos`` episodes through the page; -> the page's timings. ``probes``
+    > 0 measures round trips only: that many clicks beside the dialog in one episode, discarded."""
     from playwright.sync_api import sync_playwright  # Playwright: a browser benchmark
 
     aio, app = asyncio.new_event_loop(), make_app(settings)  # the UI's loop, in a thread of its own
@@ -76,6 +78,13 @@ def record(settings, task: str, demos: int) -> list[dict]:
             page.wait_for_selector(f"#annotate-task option[value={task}]", state="attached", timeout=30_000)
             page.select_option("#annotate-task", task)
             page.fill("input[name=name]", "bench")
+            if probes:
+                page.click("#annotate-go")
+                page.wait_for_function("ann.session !== null && ann.view && ann.view.step === 0", timeout=30_000)
+                for i in range(probes):
+                    page.click("#annotate-shot", position={"x": (3 + i % 8) * SCALE, "y": 200 * SCALE})
+                    page.wait_for_function(f"window.annotateTimes.length > {i} && !ann.busy", timeout=30_000)
+                page.click("#annotate-discard")
             for seed in range(demos):
                 page.fill("input[name=seed]", str(seed))
                 page.click("#annotate-go")
@@ -126,13 +135,33 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999) - 1))]
 
 
+def round_trip_figures(times: list[dict]) -> dict:
+    shown = [t["shown_ms"] for t in times]
+    return {"actions": len(shown), "median": round(percentile(shown, 0.5), 1),
+            "p95": round(percentile(shown, 0.95), 1), "max": round(max(shown), 1)}
+
+
+def measure_round_trips(task: str, n: int) -> int:
+    with broker_for_benchmarks() as bootstrap, tempfile.TemporaryDirectory() as data_dir:
+        settings = load_settings({"data_dir": data_dir, "kafka_bootstrap": bootstrap,
+                                  "topic_prefix": f"bench-annotate-{uuid.uuid4().hex[:6]}."})
+        ensure_topics(settings)
+        times = record(settings, task, 0, min(n, 49))
+    print(json.dumps({"task": task, "round_trip_ms": round_trip_figures(times)}, indent=1))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="click-dialog", choices=sorted(TARGETS))
     ap.add_argument("--demos", type=int, default=10)
     ap.add_argument("--eval", type=int, default=50)
     ap.add_argument("--max-steps", type=int, default=4, help="step budget of the evaluation episodes")
+    ap.add_argument("--round-trips", type=int, default=0,
+                    help="only measure: this many actions in one episode (at most 49), no demonstrations, no bc")
     args = ap.parse_args()
+    if args.round_trips:
+        return measure_round_trips(args.task, args.round_trips)
     t0 = time.monotonic()
     with broker_for_benchmarks() as bootstrap, tempfile.TemporaryDirectory() as data_dir:
         prefix = f"bench-annotate-{uuid.uuid4().hex[:6]}."
@@ -163,11 +192,9 @@ def main() -> int:
         asyncio.run(cloned.load_version(pv, blobs))
         bc_rate = asyncio.run(success_rate(cloned, args.task, args.eval, args.max_steps, blobs))
         random_rate = asyncio.run(success_rate(RandomClient("random", seed=0), args.task, args.eval, args.max_steps, blobs))
-    shown = [t["shown_ms"] for t in times]
     print(json.dumps({
         "task": args.task, "demos_recorded": len(times), "demos_on_sft": routed, "record_s": round(record_s, 1),
-        "round_trip_ms": {"median": round(percentile(shown, 0.5), 1), "p95": round(percentile(shown, 0.95), 1),
-                          "max": round(max(shown), 1)},
+        "round_trip_ms": round_trip_figures(times),
         "bc": bc.stdout.strip().splitlines()[-1] if bc.stdout.strip() else "",
         "eval_episodes": args.eval, "max_steps": args.max_steps,
         "success": {"pi_sft_greedy": bc_rate, "random": random_rate}, "wall_s": round(time.monotonic() - t0, 1),

@@ -178,6 +178,7 @@ def test_a_correction_in_the_replay_becomes_a_pair_dpo_reads(ui, page):
     page.fill("#correct-name", NAME)
     page.click("#correct-send")
     page.wait_for_function("document.getElementById('correct-result').dataset.pair", timeout=30_000)
+    page.screenshot(path=str(settings.data_path / "correct.png"))  # for docs/ui.md
 
     pairs = select_pairs(read_pairs(settings, 30), ["error_correction"], [f"human:{NAME}"])
     assert len(pairs) == 1 and pairs[0].episode_id == episode_id and pairs[0].tau == 0
