@@ -95,6 +95,16 @@ def wait_next(page, before: int) -> None:
     page.wait_for_function(f"window.annotateTimes.length > {before}", timeout=20_000)
 
 
+def drag(page, start_xy: tuple[float, float], end_xy: tuple[float, float]) -> None:
+    box = page.locator("#annotate-shot").bounding_box()
+    before = actions_done(page)
+    page.mouse.move(box["x"] + start_xy[0] * SCALE, box["y"] + start_xy[1] * SCALE)
+    page.mouse.down()
+    page.mouse.move(box["x"] + end_xy[0] * SCALE, box["y"] + end_xy[1] * SCALE, steps=4)
+    page.mouse.up()
+    wait_next(page, before)
+
+
 def click_on(page, app, loop, selector: str) -> None:
     """Read the live task page for ``selector``'s centre and click there on the shown screen."""
     session = app[SESSIONS_KEY].get(page.evaluate("ann.session"))
@@ -114,6 +124,8 @@ def test_demonstrations_recorded_in_the_page_reach_the_steps_and_sft_topics(ui, 
         before = actions_done(page)
         page.click("#annotate-shot", position={"x": 5 * SCALE, "y": 200 * SCALE})  # a miss: below the dialog
         wait_next(page, before)
+        if seed == 1:
+            drag(page, (5, 195), (40, 205))  # one action, not a drag and a click
         assert page.get_attribute("#annotate-status", "data-done") == ""
         click_on(page, app, loop, ".ui-dialog-titlebar-close")
         assert page.get_attribute("#annotate-status", "data-done") == "success", page.inner_text("#annotate-status")
@@ -132,10 +144,13 @@ def test_demonstrations_recorded_in_the_page_reach_the_steps_and_sft_topics(ui, 
     times = sorted(t["shown_ms"] for t in page.evaluate("window.annotateTimes"))
     p95 = times[min(len(times) - 1, int(0.95 * len(times) + 0.999) - 1)]
     print(f"annotation round trip over {len(times)} actions: median {times[len(times) // 2]:.0f} ms, p95 {p95:.0f} ms")
-    assert len(times) == 9 and p95 < 2000  # a sanity bound: the target, 300 ms, is measured, not asserted (shared runners)
+    assert len(times) == 10 and p95 < 2000  # a sanity bound: the target, 300 ms, is measured, not asserted (shared runners)
 
-    records = read_topic(settings, TOPICS.steps, 3 * 4 + 5)  # started, steps, ended of each episode
-    _assert_demonstrations([decode(r.value(), EpisodeEvent) for r in records])
+    records = read_topic(settings, TOPICS.steps, 3 * 4 + 1 + 5)  # started, steps, ended of each episode
+    events = [decode(r.value(), EpisodeEvent) for r in records]
+    kinds = [e.action.type for e in events if e.kind == "step"]
+    assert kinds.count("drag") == 1 and kinds.count("type") == 1 and kinds.count("click") == 8
+    _assert_demonstrations(events)
 
 
 def _assert_demonstrations(events) -> None:

@@ -82,7 +82,21 @@ annEl("annotate-start").onsubmit = async ev => {
     await annotateShow(view);
   } catch (e) { annEl("annotate-error").textContent = e.message; }
 };
-annEl("annotate-shot").onclick = ev => annotateSend({type: annEl("annotate-click").value, ...annotatePoint(ev)});
+// a press and a release more than 3 screen pixels apart is a drag, not a click
+let pressed = null, dragged = false;
+annEl("annotate-shot").onmousedown = ev => { ev.preventDefault(); pressed = annotatePoint(ev); };
+annEl("annotate-shot").onmouseup = ev => {
+  const p = annotatePoint(ev);
+  if (pressed && Math.hypot(p.x - pressed.x, p.y - pressed.y) > 3) {
+    dragged = true;
+    annotateSend({type: "drag", x1: pressed.x, y1: pressed.y, x2: p.x, y2: p.y});
+  }
+  pressed = null;
+};
+annEl("annotate-shot").onclick = ev => {
+  if (dragged) { dragged = false; return; }
+  annotateSend({type: annEl("annotate-click").value, ...annotatePoint(ev)});
+};
 annEl("annotate-shot").addEventListener("wheel", ev => {
   ev.preventDefault();
   const direction = Math.abs(ev.deltaX) > Math.abs(ev.deltaY) ? (ev.deltaX > 0 ? "right" : "left") : (ev.deltaY > 0 ? "down" : "up");
