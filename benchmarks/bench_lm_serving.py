@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from infra.runtime.policy import build_policy  # noqa: E402
 from trainer.serving.reload import PolicyHolder  # noqa: E402
 from trainer.serving.server import PolicyServer, ServeConfig  # noqa: E402
 from trainer.sft.sft_samples import sft_samples  # noqa: E402
+from infra.runtime.procs import free_port
 
 
 def bench_updates(n_traj: int, repeats: int) -> None:
@@ -63,12 +63,6 @@ def bench_updates(n_traj: int, repeats: int) -> None:
     print(f"LM update, {n_traj} trajectories = {len(samples)} decisions, {tokens} tokens per batch:")
     print(f"  SFT step  median {statistics.median(sft) * 1000:.0f} ms per batch ({repeats} runs)")
     print(f"  PPO pass  median {statistics.median(ppo) * 1000:.0f} ms per batch (evaluate + backward + step)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def requests_per_s(max_batch: int, n: int, concurrency: int, max_tokens: int) -> tuple[float, float]:

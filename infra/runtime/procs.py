@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import threading
 import sys
@@ -61,6 +62,14 @@ class Child:
             log.warning("%s did not stop within %.0fs; killing it", self.name, grace)
             os.killpg(self.proc.pid, signal.SIGKILL)
             return self.proc.wait(10)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now, for a child process to listen on (it may be taken before
+    the child binds it: callers that cannot retry use ``infra.kafka.broker.free_port_block``)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def flywheel_argv(*args: str) -> list[str]:

@@ -3,16 +3,15 @@ prometheus-client's parser while it runs, its counts match what it published."""
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 
 from infra.runtime.topics import TOPICS
 from producers.tasks import build_tasks, submit
 from tests.e2e.browser_support import require_chromium
-from tests.e2e.test_rollout_reload import start_random_rollout, wait_for_episodes
+from tests.e2e.rollout_support import start_random_rollout, stop_with_sigterm, wait_for_episodes
 from tests.e2e.test_rollout_worker import episodes_of, read_topic
-from tests.integration.test_metrics_endpoints import free_port, scrape
+from infra.runtime.procs import free_port
+from tests.integration.test_metrics_endpoints import scrape
 
 pytestmark = pytest.mark.e2e
 
@@ -24,12 +23,9 @@ def test_the_rollout_worker_serves_steps_latencies_and_outcomes(settings, group_
     proc, status_file = start_random_rollout(settings, group_id, "w-metrics", 1, FLYWHEEL_METRICS_PORT=str(port))
     try:
         live = scrape(port) if wait_for_episodes(status_file, 3, 90) else {}  # while it runs
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out.decode()[-3000:]
+        out = stop_with_sigterm(proc)
+    assert proc.returncode == 0, out[-3000:]
     assert live, "no 3 episodes within 90 s"
     steps = live[("flywheel_rollout_steps_total", (("task", "click-test"),))]
     episodes = sum(v for (name, _), v in live.items() if name == "flywheel_rollout_episodes_total")

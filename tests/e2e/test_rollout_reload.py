@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,6 +10,7 @@ import orjson
 import pytest
 
 from tests.e2e.browser_support import require_chromium
+from tests.e2e.rollout_support import start_random_rollout, stop_with_sigterm, wait_for_episodes
 from tests.e2e.test_rollout_worker import config, episodes_of, read_topic
 
 from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
@@ -92,37 +89,14 @@ def test_newer_version_is_hot_reloaded_between_steps_and_a_tampered_one_refused(
     assert status["reloads"] == 2 and status["policy_version"] == 2
 
 
-def start_random_rollout(settings, group_id: str, worker_id: str, sandboxes: int, **env) -> tuple[subprocess.Popen, Path]:
-    """`flywheel rollout` with the random policy as a subprocess; -> it and its status file."""
-    env = {**os.environ, "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap, "FLYWHEEL_TOPIC_PREFIX": settings.topic_prefix,
-           "FLYWHEEL_DATA_DIR": settings.data_dir, **env}
-    proc = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "rollout", "--sandboxes", str(sandboxes),
-                             "--policy-backend", "random", "--policy-name", "random", "--group-id", group_id,
-                             "--worker-id", worker_id, "--status-interval-s", "0.5", "--no-reload"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    return proc, Path(settings.data_dir) / "rollout" / f"{worker_id}.json"
-
-
-def wait_for_episodes(status_file: Path, n: int, timeout: float) -> bool:
-    end = time.time() + timeout
-    while time.time() < end:
-        if status_file.exists() and orjson.loads(status_file.read_bytes())["episodes"] >= n:
-            return True
-        time.sleep(0.3)
-    return False
-
-
 def test_flywheel_rollout_stops_cleanly_on_sigterm(settings, group_id, tmp_path):
     submit(settings, build_tasks("miniwob", ["click-test"], 50, prefix="term", max_steps=5))
     proc, status_file = start_random_rollout(settings, group_id, "w-term", 2)
     try:
         wait_for_episodes(status_file, 2, 60)
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out.decode()[-3000:]
+        out = stop_with_sigterm(proc)
+    assert proc.returncode == 0, out[-3000:]
     status = orjson.loads(status_file.read_bytes())
     assert status["final"] and status["in_flight"] == 0 and 2 <= status["episodes"] < 50
     episodes = episodes_of(read_topic(settings, TOPICS.steps, 2 * status["episodes"], timeout=20))

@@ -8,7 +8,6 @@ sink would), consumer lag through the real broker of the session fixture.
 from __future__ import annotations
 
 import io
-import socket
 import urllib.error
 import urllib.request
 import uuid
@@ -24,16 +23,11 @@ from infra.clickhouse.endpoint import QueryEndpoint
 from producers.sandboxes.browser_host import find_chromium
 from schemas.blobs import BlobStore
 from tests.e2e.browser_support import LoopThread, require_chromium
+from infra.runtime.procs import free_port
 
 STEP_COLUMNS = ["event_id", "episode_id", "step_index", "ts", "started_at", "policy", "policy_version",
                 "action_type", "action", "thought", "reward", "screenshot_sha256", "screenshot_uri",
                 "screen_width", "screen_height", "instruction"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _insert_steps(client, store: BlobStore, episode_id: str, n: int) -> str:
@@ -57,7 +51,7 @@ def ui(settings):
     client = make_client(settings)
     endpoint = QueryEndpoint(settings).start()
     loop = LoopThread()
-    port = _free_port()
+    port = free_port()
     runner = web.AppRunner(make_app(settings))
     loop.run(runner.setup())
     loop.run(web.TCPSite(runner, "127.0.0.1", port).start())
@@ -141,7 +135,7 @@ def test_unknown_blob_and_episode_are_404(ui):
 
 def test_a_token_app_refuses_requests_without_it_and_no_sink_is_a_clear_error(settings):
     loop = LoopThread()
-    port = _free_port()
+    port = free_port()
     runner = web.AppRunner(make_app(settings, token="t" * 24))
     loop.run(runner.setup())
     loop.run(web.TCPSite(runner, "127.0.0.1", port).start())

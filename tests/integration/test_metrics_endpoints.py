@@ -4,7 +4,6 @@ prometheus-client's own parser, on the real broker and chDB: the figures move wi
 from __future__ import annotations
 
 import dataclasses
-import socket
 import threading
 import time
 import urllib.request
@@ -17,14 +16,9 @@ from infra.runtime.metrics import serve_metrics
 from infra.runtime.topics import TOPICS
 from schemas.events import ScoredTrajectory
 from streams.synthetic import episode_events
+from infra.runtime.procs import free_port
 from tests.integration.test_streams_app import (  # noqa: F401 - the autouse fixture deletes Faust's topics
     STARTUP_S, Collector, _delete_faust_internal_topics, produce, start_worker, stop)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:

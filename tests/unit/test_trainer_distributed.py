@@ -20,7 +20,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from schemas.actions import Click
 from trainer.rl.config import TrainConfig
 from trainer.synthetic import make_episode
 from trainer.rl.update import EpisodeSample, collate, ppo_update
+from infra.runtime.procs import free_port
 
 SEEDS = (11, 12)  # minibatch permutation of the critic-only update, then of the PPO update
 PIXEL = ("pixel", "p-dist", {"grid": 4, "channels": [4, 8, 8], "action_types": ["click"], "seed": 1})
@@ -41,12 +41,6 @@ LM = ("lm", "lm-dist", {"max_new_tokens": 12, "seed": 0})
 # 1's part of it is empty (it still joins the all-reduce with zeros)
 CFG = {"pixel": TrainConfig(epochs=2, minibatch_size=5, lr=3e-3),
        "lm": TrainConfig(policy_kind="lm", pretrained="", epochs=2, minibatch_size=3, lr=1e-3)}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(rank: int, world: int, port: int) -> None:
@@ -127,7 +121,7 @@ def _rank(rank: int, world: int, port: int, start: str, opt: str, out: str) -> N
 
 
 def _spawn(target, world: int, *args) -> list[multiprocessing.Process]:
-    ctx, port = multiprocessing.get_context("spawn"), _free_port()
+    ctx, port = multiprocessing.get_context("spawn"), free_port()
     procs = [ctx.Process(target=target, args=(r, world, port, *args)) for r in range(world)]
     for p in procs:
         p.start()

@@ -18,7 +18,6 @@ import ctypes
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 from typing import Any
@@ -31,6 +30,7 @@ from infra.runtime.settings import Settings
 from trainer.rl import distributed
 from trainer.rl.config import TrainConfig
 from trainer.rl.streaming_ppo import train
+from infra.runtime.procs import free_port
 
 log = logging.getLogger("flywheel.trainer.launch")
 GRACE_S = 5.0  # a failed job's surviving ranks get this long to exit before SIGTERM, then SIGKILL
@@ -95,18 +95,12 @@ def _rank_main(local_rank: int, cfg: TrainConfig, settings: Settings, world: int
     distributed.exit_rank(0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(cfg: TrainConfig, settings: Settings, verbose: bool = False) -> int:
     """Start ``cfg.nproc_per_node`` ranks here and wait for them; 0 when all ended cleanly."""
     if under_torchrun():
         raise ConfigError("--nproc-per-node > 1 starts its own ranks: under torchrun leave it at 1")
     world = cfg.nproc_per_node
-    ctx = mp.start_processes(_rank_main, args=(cfg, settings, world, _free_port(), os.getpid(), verbose),
+    ctx = mp.start_processes(_rank_main, args=(cfg, settings, world, free_port(), os.getpid(), verbose),
                              nprocs=world, join=False, start_method="spawn")
     for r, p in enumerate(ctx.processes):
         log.info("rank %d pid %d", r, p.pid)
