@@ -212,6 +212,7 @@ def make_app(settings: Settings, cfg: StreamsConfig, metrics: ProcessMetrics | N
     app = FlywheelApp(app_id_for(settings, cfg), datadir=str(datadir), **faust_settings(settings, cfg))
     metrics = metrics if metrics is not None else process_metrics("streams")
     published = metrics["flywheel_streams_records_total"]
+    published_to: dict[str, object] = {}  # topic -> its labelled child: labels() per record costs a lock and a dict
     topics = {spec.name: app.topic(topic_name(spec, settings), key_type=bytes, value_type=bytes,
                                    key_serializer="raw", value_serializer="raw")
               for spec in (TOPICS.steps, TOPICS.trajectories, TOPICS.scored, TOPICS.sft, TOPICS.ct, TOPICS.rl,
@@ -264,7 +265,8 @@ def make_app(settings: Settings, cfg: StreamsConfig, metrics: ProcessMetrics | N
         producer: Faust's Topic.send adds a message object, a codec pass and a debug log per record."""
         try:
             if not isinstance(spec, str):  # a str is the table's changelog
-                published.labels(topic=spec.name).inc()
+                counter = published_to.get(spec.name) or published_to.setdefault(spec.name, published.labels(topic=spec.name))
+                counter.inc()
             return await app.producer.send(names[spec if isinstance(spec, str) else spec.name], key, value,
                                            partition, None, None)
         except Exception as exc:  # noqa: BLE001 - e.g. no metadata for the topic: not the record's fault

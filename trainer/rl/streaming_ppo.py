@@ -283,6 +283,7 @@ class PPOLearner:
         # the version has not moved since these were pooled: a no-op kept as the invariant's statement
         kept, dropped = ppo.filter_stale(pool, policy.version, self.settings.max_staleness, version_of=lambda e: e.policy_version)
         self.counts["stale_dropped"] = self.counts.get("stale_dropped", 0) + dropped
+        self.prom["flywheel_trainer_trajectories_total"].labels(fate="stale_dropped").inc(dropped)
         if not kept:
             return
         extra = state.extra
