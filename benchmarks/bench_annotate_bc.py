@@ -90,12 +90,16 @@ def record(settings, task: str, demos: int, probes: int = 0) -> list[dict]:
                 page.click("#annotate-go")
                 page.wait_for_function("ann.session !== null && ann.view && ann.view.step === 0", timeout=30_000)
                 session = app[SESSIONS_KEY].get(page.evaluate("ann.session"))
-                x, y = run(session.sandbox._page.evaluate(WHERE_JS, TARGETS[task]))
+                x, y = run(session.sandbox.query(f"({WHERE_JS})({json.dumps(TARGETS[task])})"))
                 n = page.evaluate("window.annotateTimes.length")
                 page.click("#annotate-shot", position={"x": x * SCALE, "y": y * SCALE})
                 page.wait_for_function(f"window.annotateTimes.length > {n} && !ann.busy", timeout=30_000)
                 print(f"demo {seed}: {page.inner_text('#annotate-status')}", flush=True)
             times = page.evaluate("window.annotateTimes")
+            opens = page.evaluate("window.annotateOpens")
+            if opens:
+                print(f"session start (Start until the first screen): median {percentile(opens, 0.5):.0f} ms, "
+                      f"max {max(opens):.0f} ms over {len(opens)}", flush=True)
             browser.close()
     finally:
         run(runner.cleanup())

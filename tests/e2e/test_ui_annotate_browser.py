@@ -11,6 +11,7 @@ reads the screen.
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -105,10 +106,15 @@ def drag(page, start_xy: tuple[float, float], end_xy: tuple[float, float]) -> No
     wait_next(page, before)
 
 
+def centre(page, app, loop, selector: str) -> tuple[float, float]:
+    """Where ``selector`` is on the live task page of the page's session, in screen pixels."""
+    session = app[SESSIONS_KEY].get(page.evaluate("ann.session"))
+    return loop.run(session.sandbox.query(f"({CENTRE_JS})({json.dumps(selector)})"))
+
+
 def click_on(page, app, loop, selector: str) -> None:
     """Read the live task page for ``selector``'s centre and click there on the shown screen."""
-    session = app[SESSIONS_KEY].get(page.evaluate("ann.session"))
-    x, y = loop.run(session.sandbox._page.evaluate(CENTRE_JS, selector))
+    x, y = centre(page, app, loop, selector)
     before = actions_done(page)
     page.click("#annotate-shot", position={"x": x * SCALE, "y": y * SCALE})
     wait_next(page, before)
@@ -177,8 +183,7 @@ def test_a_correction_in_the_replay_becomes_a_pair_dpo_reads(ui, page):
     page.goto(base + "/#annotate")
     page.wait_for_selector("#annotate-task option[value=click-dialog]", state="attached", timeout=20_000)
     start(page, "click-dialog", 5)
-    session = app[SESSIONS_KEY].get(page.evaluate("ann.session"))
-    close_x, close_y = loop.run(session.sandbox._page.evaluate(CENTRE_JS, ".ui-dialog-titlebar-close"))
+    close_x, close_y = centre(page, app, loop, ".ui-dialog-titlebar-close")
     before = actions_done(page)
     page.click("#annotate-shot", position={"x": 5 * SCALE, "y": 200 * SCALE})  # the wrong step
     wait_next(page, before)

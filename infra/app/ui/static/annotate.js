@@ -1,10 +1,12 @@
 // Annotate view: a person plays a task in a live sandbox; every action is one POST, the answer
 // is the next screen. window.annotateTimes holds each action's round trip in ms (the request
-// until the new screen is decoded), for the browser test and for the person.
+// until the new screen is decoded), window.annotateOpens each session's start, for the tests,
+// the benchmark and the person.
 "use strict";
 const SCALE = 3;  // the task area is 160 x 210: shown three times larger
 const ann = {session: null, view: null, busy: false};
 window.annotateTimes = [];
+window.annotateOpens = [];  // ms from Start until the first screen is shown
 
 function annEl(id) { return document.getElementById(id); }
 
@@ -76,10 +78,12 @@ annEl("annotate-start").onsubmit = async ev => {
   annEl("annotate-error").textContent = "";
   if (ann.session) await api(`/api/annotate/sessions/${ann.session}/close`, {}).catch(() => {});
   ann.session = null;
+  const t0 = performance.now();
   try {
     const view = await api("/api/annotate/sessions", {task: form.get("task"), seed: form.get("seed"), name: form.get("name")});
     ann.session = view.done ? null : view.session;
     await annotateShow(view);
+    window.annotateOpens.push(performance.now() - t0);
   } catch (e) { annEl("annotate-error").textContent = e.message; }
 };
 // a press and a release more than 3 screen pixels apart is a drag, not a click
