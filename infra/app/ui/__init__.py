@@ -1,1 +1,1 @@
-"""`flywheel ui`: a loopback web app over the run's data (Run and Episodes views)."""
+"""`flywheel ui`: a loopback web app over the run's data (Run, Episodes and Annotate views)."""
