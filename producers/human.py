@@ -13,7 +13,8 @@ a session's ``View`` of the episode's end is returned only after the broker ackn
 them (``DemoPublisher.acked``). A person who leaves (no action for ``idle_timeout_s``) or a
 session closed before its end gets the episode aborted (``HumanLeft``: never trained on).
 
-``HumanSessions`` bounds how many sandboxes are open at once and closes idle ones.
+``HumanSessions`` bounds how many sandboxes are open at once, closes idle sessions and keeps one
+sandbox of a cleanly ended session warm for the next.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ WORKER_ID = "ui-annotate"
 BROWSER_FAMILIES = ("miniwob", "games")  # what the Annotate view's browser sandbox runs
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 MAX_SEED = 2**31 - 1
+SPARE_SANDBOXES = 1
 
 
 class HumanLeft(RuntimeError):
@@ -184,14 +186,19 @@ class HumanSession:
         verifier judges it, as it would any policy's)."""
         return await self.act(Finished())
 
-    async def close(self, why: str = "session closed") -> None:
+    async def close(self, why: str = "session closed") -> bool:
+        """End the episode (aborted if it was still going); -> whether the sandbox is fit for
+        another session (its episode ran to an end without a crash). The caller owns the sandbox."""
         if self._runner is not None and not self._runner.done():
             await self.client.actions.put((None, why))
             try:
                 await asyncio.wait_for(asyncio.shield(self._runner), 30)
             except Exception as exc:  # noqa: BLE001 - closing: the episode is aborted either way
                 log.warning("session %s closed with %s", self.id, exc)
-        await self.sandbox.close()
+        runner = self._runner
+        if runner is None or not runner.done() or runner.cancelled() or runner.exception() is not None:
+            return False
+        return not runner.result().crashed
 
     @property
     def done(self) -> bool:
@@ -208,7 +215,7 @@ class HumanSession:
         self.last_used = time.monotonic()
         return self.last_view
 
-    async def _run(self) -> None:
+    async def _run(self) -> EpisodeResult:
         last: list[Step] = []
 
         def emit(event: Any) -> None:
@@ -223,6 +230,7 @@ class HumanSession:
                                    worker_id=WORKER_ID)
         await self.publisher.acked(self.tracker, self.produced)
         await self.client.views.put(end_view(result, last[0] if last else None, self.last_view))
+        return result
 
 
 def end_view(result: EpisodeResult, last_step: Step | None, shown: View | None) -> View:
@@ -256,12 +264,13 @@ class HumanSessions:
     def __init__(self, publisher: DemoPublisher, make_sandbox: Callable[[], Any], limits: SessionLimits) -> None:
         self.publisher, self.make_sandbox, self.limits = publisher, make_sandbox, limits
         self.sessions: dict[str, HumanSession] = {}
+        self.spare: list[Any] = []  # a sandbox whose session ended cleanly, kept warm for the next one
 
     async def open(self, task: TaskSpec, policy: str) -> tuple[HumanSession, View]:
         await self.reap()
         if len(self.sessions) >= self.limits.max_sessions:
             raise SessionFull(f"all {self.limits.max_sessions} annotation sessions are in use; finish one first")
-        sandbox = await self.make_sandbox()
+        sandbox = self.spare.pop() if self.spare else await self.make_sandbox()
         session = HumanSession(task, policy, sandbox, self.publisher, self.limits.idle_timeout_s)
         self.sessions[session.id] = session
         try:
@@ -279,7 +288,10 @@ class HumanSessions:
     async def drop(self, session_id: str, why: str = "session closed") -> None:
         session = self.sessions.pop(session_id, None)
         if session is not None:
-            await session.close(why)
+            if await session.close(why) and len(self.spare) < SPARE_SANDBOXES:
+                self.spare.append(session.sandbox)  # a new context costs ~1.5 s; a reset a tenth of it
+            else:
+                await session.sandbox.close()
 
     async def reap(self, now: float | None = None) -> None:
         """Close the sessions whose episode ended or whose person left."""
@@ -291,3 +303,5 @@ class HumanSessions:
     async def close(self) -> None:
         for sid in list(self.sessions):
             await self.drop(sid, "ui stopped")
+        while self.spare:
+            await self.spare.pop().close()

@@ -83,9 +83,11 @@ def test_a_session_publishes_the_demonstration_under_the_human_policy():
         assert (second.step, second.done) == (1, False)
         end = await session.act(Click(x=0.25, y=0.5))
         await hs.reap()
-        return end, made, hs
+        kept = list(hs.spare)
+        await hs.close()
+        return end, made, hs, kept
 
-    end, made, hs = asyncio.run(go())
+    end, made, hs, kept = asyncio.run(go())
     assert end.done and end.success and end.status == "ended" and end.step == 2
     assert end.screenshot_sha256 == obs(2).observation.screenshot.sha256  # the screen the last action produced
     evs = events(producer)
@@ -95,21 +97,22 @@ def test_a_session_publishes_the_demonstration_under_the_human_policy():
     assert [s.sampled for s in steps] == [False, False] and steps[0].thought == "I type"
     assert steps[1].thought  # empty thought: the solvers' Thought for the action
     assert all(key == evs[0].episode_id.encode() for _t, key, _v in producer.records)
-    assert made[0].closed and not hs.sessions
+    assert kept == made and made[0].closed and not hs.sessions  # kept warm after a clean end, closed with the UI
 
 
 def test_finish_ends_the_episode_and_a_closed_session_is_aborted():
     producer = Producer()
 
     async def go():
-        hs, _ = sessions(producer)
+        hs, made = sessions(producer)
         s1, _ = await hs.open(annotation_task("click-test", 1, 10, 600), human_policy("bob"))
         finished = await s1.finish()
         s2, _ = await hs.open(annotation_task("click-test", 2, 10, 600), human_policy("bob"))
         await hs.drop(s2.id, "closed by the person")
-        return finished
+        return finished, made
 
-    finished = asyncio.run(go())
+    finished, made = asyncio.run(go())
+    assert len(made) == 1  # the second session reset the first one's sandbox
     assert finished.done and not finished.success and finished.status == "ended"
     kinds = [e.kind for e in events(producer)]
     assert kinds == ["started", "step", "ended", "started", "aborted"]
@@ -127,7 +130,7 @@ def test_sessions_are_bounded_and_idle_ones_are_reaped():
         return hs, made
 
     hs, made = asyncio.run(go())
-    assert not hs.sessions and made[0].closed
+    assert not hs.sessions and hs.spare == made and not made[0].closed
 
 
 def test_an_unacknowledged_demonstration_is_an_error_not_a_success():
@@ -139,6 +142,20 @@ def test_an_unacknowledged_demonstration_is_an_error_not_a_success():
 
     with pytest.raises(Exception, match="not delivered"):
         asyncio.run(go())
+
+
+def test_a_sandbox_whose_run_failed_is_closed_not_reused():
+    async def go():
+        hs, made = sessions(Producer(fail=True))
+        session, _ = await hs.open(annotation_task("click-test", 1, 10, 600), human_policy("e"))
+        await session.act(Click(x=0.1, y=0.1))
+        with pytest.raises(Exception, match="not delivered"):
+            await session.act(Click(x=0.1, y=0.1))
+        await hs.drop(session.id, "failed")
+        return hs, made
+
+    hs, made = asyncio.run(go())
+    assert made[0].closed and not hs.spare
 
 
 @pytest.mark.parametrize("name", ["", "a b", "x' OR 1=1", "<script>", "a" * 65, "-lead", "é"])

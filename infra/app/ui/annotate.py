@@ -116,7 +116,8 @@ async def annotate_ctx(app: web.Application):
 
         if not hosts:
             hosts.append(BrowserHost())
-        sandbox = BrowserSandbox(BlobStore(settings.blob_root), host=hosts[0], step_ms=STEP_MS, max_pages=1)
+        # a few task pages stay loaded: a person switching between tasks does not wait for a reload
+        sandbox = BrowserSandbox(BlobStore(settings.blob_root), host=hosts[0], step_ms=STEP_MS, max_pages=3)
         await sandbox.start()
         return sandbox
 
