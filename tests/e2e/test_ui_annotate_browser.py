@@ -12,33 +12,30 @@ reads the screen.
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 from aiohttp import web
 
+from consumers.rows import COLUMNS, row_for
 from infra.app.ui.annotate import SESSIONS_KEY
 from infra.app.ui.server import make_app
 from infra.clickhouse.client import make_client
 from infra.clickhouse.endpoint import QueryEndpoint
-from consumers.rows import COLUMNS, row_for
-from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
+from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer, read_to_end
 from infra.runtime.policy import build_policy
-from infra.runtime.topics import topic_name
+from infra.runtime.procs import free_port
+from infra.runtime.topics import TOPICS, topic_name
+from producers.sandboxes.browser_host import find_chromium
 from producers.suites import pixel_config
 from schemas.blobs import BlobStore
-from schemas.codec import encode
-from trainer.dpo.inputs import pair_inputs
-from trainer.dpo.train import read_pairs, select_pairs
-from infra.runtime.topics import TOPICS
-from producers.sandboxes.browser_host import find_chromium
+from schemas.codec import decode, encode
+from schemas.events import EpisodeEvent
 from streams.route import get_rule
 from streams.score import make_scorer
 from streams.topology import pipeline, run_chain, run_keyed
 from tests.e2e.browser_support import LoopThread, require_chromium
-from tests.e2e.test_rollout_worker import read_topic
-from schemas.codec import decode
-from schemas.events import EpisodeEvent
+from trainer.dpo.inputs import pair_inputs
+from trainer.dpo.train import read_pairs, select_pairs
 
 SCALE = 3  # annotate.js shows the task area three times larger
 NAME = "tester"
@@ -48,36 +45,27 @@ CENTRE_JS = """(sel) => { const w = document.getElementById('wrap').getBoundingC
   return [b.x - w.x + b.width / 2, b.y - w.y + b.height / 2]; }"""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def ui(settings):
+    """The app served on loopback (its loop in a thread: the test reads the live task pages
+    through it), the sink's read-only endpoint as in test_ui_browser, and a Chromium page;
+    -> (settings, app, loop, base URL, page)."""
+    from playwright.sync_api import sync_playwright  # Playwright: only browser tests need it
+
     require_chromium()
-    endpoint = QueryEndpoint(settings).start()  # the sink's read-only endpoint, as in test_ui_browser
-    loop = LoopThread()
-    port = _free_port()
-    app = make_app(settings)
+    endpoint, loop, app, port = QueryEndpoint(settings).start(), LoopThread(), make_app(settings), free_port()
     runner = web.AppRunner(app)
     loop.run(runner.setup())
     loop.run(web.TCPSite(runner, "127.0.0.1", port).start())
-    yield settings, app, loop, f"http://127.0.0.1:{port}"
-    loop.run(runner.cleanup())
-    loop.stop()
-    endpoint.stop()
-
-
-@pytest.fixture
-def page():
-    from playwright.sync_api import sync_playwright  # Playwright: only browser tests need it
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=find_chromium(), headless=True)
-        yield browser.new_page(viewport={"width": 1400, "height": 1000})
-        browser.close()
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=find_chromium(), headless=True)
+            yield settings, app, loop, f"http://127.0.0.1:{port}", browser.new_page(viewport={"width": 1400, "height": 1000})
+            browser.close()
+    finally:
+        loop.run(runner.cleanup())
+        loop.stop()
+        endpoint.stop()
 
 
 def start(page, task: str, seed: int) -> None:
@@ -120,8 +108,8 @@ def click_on(page, app, loop, selector: str) -> None:
     wait_next(page, before)
 
 
-def test_demonstrations_recorded_in_the_page_reach_the_steps_and_sft_topics(ui, page):
-    settings, app, loop, base = ui
+def test_demonstrations_recorded_in_the_page_reach_the_steps_and_sft_topics(ui):
+    settings, app, loop, base, page = ui
     page.goto(base + "/#annotate")
     page.wait_for_selector("#annotate-task option[value=click-dialog]", state="attached", timeout=20_000)
     for seed in (1, 2, 3):
@@ -154,8 +142,8 @@ def test_demonstrations_recorded_in_the_page_reach_the_steps_and_sft_topics(ui, 
           f"session start median {opens[len(opens) // 2]:.0f} ms, max {opens[-1]:.0f} ms over {len(opens)}")
     assert len(times) == 10 and p95 < 2000  # a sanity bound: the target, 300 ms, is measured, not asserted (shared runners)
 
-    records = read_topic(settings, TOPICS.steps, 3 * 4 + 1 + 5)  # started, steps, ended of each episode
-    events = [decode(r.value(), EpisodeEvent) for r in records]
+    events = steps_events(settings)  # acknowledged before each episode's end was shown
+    assert len(events) == 3 * 4 + 1 + 5  # started, its steps and ended of each episode
     kinds = [e.action.type for e in events if e.kind == "step"]
     assert kinds.count("drag") == 1 and kinds.count("type") == 1 and kinds.count("click") == 8
     _assert_demonstrations(events)
@@ -180,8 +168,8 @@ def _assert_demonstrations(events) -> None:
     assert routed.count(TOPICS.sft) == 4 and TOPICS.rl not in routed  # demonstrations, never PPO's data
 
 
-def test_a_correction_in_the_replay_becomes_a_pair_dpo_reads(ui, page):
-    settings, app, loop, base = ui
+def test_a_correction_in_the_replay_becomes_a_pair_dpo_reads(ui):
+    settings, app, loop, base, page = ui
     page.goto(base + "/#annotate")
     page.wait_for_selector("#annotate-task option[value=click-dialog]", state="attached", timeout=20_000)
     start(page, "click-dialog", 5)
@@ -191,7 +179,7 @@ def test_a_correction_in_the_replay_becomes_a_pair_dpo_reads(ui, page):
     wait_next(page, before)
     page.click("#annotate-finish")
     page.wait_for_function("document.getElementById('annotate-status').dataset.done === 'failure'", timeout=20_000)
-    episode_id = _as_the_pipeline_would(settings, read_topic(settings, TOPICS.steps, 4))
+    episode_id = _as_the_pipeline_would(settings, steps_events(settings))
 
     page.goto(f"{base}/?episode={episode_id}")
     page.wait_for_selector("#overlay #marker", timeout=20_000)
@@ -212,10 +200,13 @@ def test_a_correction_in_the_replay_becomes_a_pair_dpo_reads(ui, page):
     assert data is not None and len(data) == 1 and not skipped
 
 
-def _as_the_pipeline_would(settings, records) -> str:
+def steps_events(settings) -> list:
+    return [decode(r.value(), EpisodeEvent) for r in read_to_end(settings, topic_name(TOPICS.steps, settings))]
+
+
+def _as_the_pipeline_would(settings, events) -> str:
     """The episode's trajectory on flywheel.trajectories.v1 and its rows in ClickHouse, as the
     streams and the sink write them; -> its episode id."""
-    events = [decode(r.value(), EpisodeEvent) for r in records]
     assemble, _, _ = pipeline(make_scorer("rule-v1"), get_rule("flywheel-v1"), {}, 4)
     state, trajectory = None, None
     for e in events:
