@@ -38,6 +38,7 @@ from infra.app.ui.server import make_app
 from infra.runtime import versions
 from infra.runtime.admin import ensure_topics
 from infra.runtime.dlq import read_snapshot
+from infra.runtime.procs import free_port
 from infra.runtime.settings import load_settings
 from infra.runtime.topics import TOPICS
 from producers.episode import run_episode
@@ -67,9 +68,9 @@ def record(settings, task: str, demos: int, probes: int = 0) -> list[dict]:
 
     runner = web.AppRunner(app)
     run(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    run(site.start())
-    base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    port = free_port()
+    run(web.TCPSite(runner, "127.0.0.1", port).start())
+    base = f"http://127.0.0.1:{port}"
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=find_chromium(), headless=True)
