@@ -265,12 +265,17 @@ class HumanSessions:
         self.publisher, self.make_sandbox, self.limits = publisher, make_sandbox, limits
         self.sessions: dict[str, HumanSession] = {}
         self.spare: list[Any] = []  # a sandbox whose session ended cleanly, kept warm for the next one
+        self._opening = 0
 
     async def open(self, task: TaskSpec, policy: str) -> tuple[HumanSession, View]:
         await self.reap()
-        if len(self.sessions) >= self.limits.max_sessions:
+        if len(self.sessions) + self._opening >= self.limits.max_sessions:
             raise SessionFull(f"all {self.limits.max_sessions} annotation sessions are in use; finish one first")
-        sandbox = self.spare.pop() if self.spare else await self.make_sandbox()
+        self._opening += 1  # counted while its sandbox starts: two requests at once cannot both take the last slot
+        try:
+            sandbox = self.spare.pop() if self.spare else await self.make_sandbox()
+        finally:
+            self._opening -= 1
         session = HumanSession(task, policy, sandbox, self.publisher, self.limits.idle_timeout_s)
         self.sessions[session.id] = session
         try:

@@ -60,6 +60,7 @@ def sessions(producer, limits=SessionLimits()):
     made = []
 
     async def make_sandbox():
+        await asyncio.sleep(0.01)  # a browser context takes a while: other requests run meanwhile
         made.append(Sandbox())
         return made[-1]
 
@@ -169,3 +170,14 @@ def test_hostile_names_are_refused(name):
 def test_hostile_tasks_and_seeds_are_refused(task, seed):
     with pytest.raises(ValueError):
         annotation_task(task, seed, 10, 600)
+
+
+def test_two_sessions_opened_at_once_cannot_both_take_the_last_slot():
+    async def go():
+        hs, _ = sessions(Producer(), SessionLimits(max_sessions=1))
+        return await asyncio.gather(hs.open(annotation_task("click-test", 1, 10, 600), human_policy("f")),
+                                    hs.open(annotation_task("click-test", 2, 10, 600), human_policy("g")),
+                                    return_exceptions=True)
+
+    results = asyncio.run(go())
+    assert sum(isinstance(r, SessionFull) for r in results) == 1 and sum(isinstance(r, tuple) for r in results) == 1

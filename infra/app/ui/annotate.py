@@ -128,7 +128,10 @@ async def annotate_ctx(app: web.Application):
     async def reaper():
         while True:
             await asyncio.sleep(REAP_EVERY_S)
-            await sessions.reap()
+            try:
+                await sessions.reap()
+            except Exception:  # noqa: BLE001 - a sandbox that fails to close must not stop the reaping
+                log.exception("closing idle annotation sessions failed")
 
     reaping = asyncio.create_task(reaper())
     yield
