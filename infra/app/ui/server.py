@@ -1,4 +1,6 @@
 """The `flywheel ui` web app (aiohttp): static page + JSON reads; loopback unless given a token.
+Its writes, the Annotate view's actions (annotate.py) and the corrections (corrections.py), are
+same-origin JSON (``cross_origin``) with bounded bodies (``MAX_BODY``).
 
 Reads go to ClickHouse through the read-only endpoint of the process that owns embedded chDB
 (the sink), or the configured ClickHouse server; the UI never opens the data directory itself,
