@@ -169,7 +169,7 @@ def cold_start_plan(tasks: list[str] | tuple[str, ...], asked: int, demonstrable
     if asked > 0 and missing:
         raise UserError(
             f"--cold-start-demos {asked} asks for demonstrations of every task, and no demonstrator can play {named} "
-            f"(the scripted solvers play {', '.join(have) or 'none of these tasks'}). Choose: leave those tasks out of "
+            f"(there is one for {', '.join(have) or 'none of them'}). Choose: leave those tasks out of "
             "--tasks; --cold-start-demos -1 (demonstrations where there is a demonstrator, PPO alone on the rest); "
             "or --cold-start-demos 0 (every task from random weights)")
     per_task = asked if asked > 0 else DEMOS_PER_TASK
@@ -177,7 +177,7 @@ def cold_start_plan(tasks: list[str] | tuple[str, ...], asked: int, demonstrable
         return ColdStart(0, (), tuple(tasks), (
             f"no task has a demonstrator ({named}): starting from random weights (no cold start, no SFT; value "
             "pretraining off unless --value-pretrain-batches is given)",))
-    lines = (f"cold start: {per_task} scripted demonstrations of each of {', '.join(have)}",)
+    lines = (f"cold start: {per_task} demonstrations of each of {', '.join(have)}",)
     if missing:
         lines += (f"no demonstrator for {named}: pi_sft is cloned from the other tasks' demonstrations and has never "
                   "seen these; PPO trains on every task",)
