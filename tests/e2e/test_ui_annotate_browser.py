@@ -46,14 +46,15 @@ CENTRE_JS = """(sel) => { const w = document.getElementById('wrap').getBoundingC
 
 
 @pytest.fixture
-def ui(settings):
+def ui(settings, request):
     """The app served on loopback (its loop in a thread: the test reads the live task pages
-    through it), the sink's read-only endpoint as in test_ui_browser, and a Chromium page;
-    -> (settings, app, loop, base URL, page)."""
+    through it; with a token when the test parametrizes one), the sink's read-only endpoint as in
+    test_ui_browser, and a Chromium page; -> (settings, app, loop, base URL, page)."""
     from playwright.sync_api import sync_playwright  # Playwright: only browser tests need it
 
     require_chromium()
-    endpoint, loop, app, port = QueryEndpoint(settings).start(), LoopThread(), make_app(settings), free_port()
+    token = getattr(request, "param", "")
+    endpoint, loop, app, port = QueryEndpoint(settings).start(), LoopThread(), make_app(settings, token), free_port()
     runner = web.AppRunner(app)
     loop.run(runner.setup())
     loop.run(web.TCPSite(runner, "127.0.0.1", port).start())
@@ -225,3 +226,13 @@ def _as_the_pipeline_would(settings, events) -> str:
     finally:
         client.close()
     return trajectory.episode_id
+
+
+@pytest.mark.parametrize("ui", ["t" * 24], indirect=True)
+def test_with_a_token_the_page_loads_and_every_request_carries_it(ui):
+    settings, _app, _loop, base, page = ui
+    page.goto(base + "/?token=" + "t" * 24 + "#annotate")  # the scripts load without it, the API needs it
+    page.wait_for_selector("#annotate-task option[value=click-test]", state="attached", timeout=20_000)
+    start(page, "click-test", 0)
+    page.wait_for_function("document.getElementById('annotate-shot').naturalWidth === 160", timeout=20_000)
+    assert page.inner_text("#annotate-error") == ""

@@ -129,3 +129,14 @@ def test_the_task_list_holds_the_registered_browser_tasks():
 
     status, families = _requests("", calls)
     assert status == 200 and "click-test" in families["miniwob"] and "enter-text" in families["miniwob"]
+
+
+def test_a_token_app_serves_its_page_files_and_nothing_else_without_the_token():
+    """The browser fetches the page's scripts without the token (a script tag sends no header):
+    they hold no data; every read and write still needs it."""
+    async def calls(client):
+        out = [(await client.get(path)).status for path in ("/", "/app.js", "/annotate.js", "/correct.js")]
+        out += [(await client.get(path)).status for path in ("/api/annotate/tasks", "/blob/" + "0" * 64, "/x.js")]
+        return out
+
+    assert _requests("t" * 24, calls) == [200, 200, 200, 200, 401, 401, 401]

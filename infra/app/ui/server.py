@@ -36,6 +36,7 @@ STATIC = Path(__file__).parent / "static"
 TOKEN_HEADER = "X-Flywheel-Token"
 SETTINGS_KEY = web.AppKey("settings", Settings)
 TOKEN_KEY = web.AppKey("token", str)
+PAGE_FILES = frozenset({"/", "/app.js", "/annotate.js", "/correct.js"})
 MAX_BODY = 16 * 1024  # bytes of a request body: an action, a correction (typed text is bounded apart)
 
 
@@ -87,7 +88,7 @@ async def guard(request: web.Request, handler):
     """Token (when the app has one), same origin for writes, then the handler; UiInputError
     becomes a clear 400."""
     token = request.app[TOKEN_KEY]
-    if token:
+    if token and request.path not in PAGE_FILES:  # the page's own files hold no data; its requests carry the token
         given = request.headers.get(TOKEN_HEADER) or request.query.get("token") or ""
         if not secrets.compare_digest(given.encode(), token.encode()):
             return web.Response(status=401, text="flywheel ui: wrong or missing token\n")
@@ -158,7 +159,7 @@ def make_app(settings: Settings, token: str = "", limits: SessionLimits | None =
     app[SETTINGS_KEY] = settings
     app[TOKEN_KEY] = token
     app.router.add_get("/", index)
-    app.router.add_get("/{name:app|annotate|correct}.js", script)
+    app.router.add_get("/{name:app|annotate|correct}.js", script)  # PAGE_FILES
     app.router.add_get("/api/run", run_view)
     app.router.add_get("/api/episodes", episodes)
     app.router.add_get("/api/episodes/{episode_id}", episode)
