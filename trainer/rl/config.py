@@ -67,6 +67,7 @@ class TrainConfig:
     max_grad_norm: float = opt(1.0, "gradient clipping norm")
     epochs: int = opt(8, "PPO epochs over each batch")
     minibatch_size: int = opt(64, "steps per minibatch")
+    chunk_steps: int = opt(128, "a longer episode trains as chunks of at most this many steps, each bootstrapping from the critic at its cut (trainer.rl.chunks; 0: whole episodes)")
     min_batch: int = opt(32, "complete trajectories that trigger an update (partially-filled rollout pool)")
     max_wait_s: float = opt(20.0, "update with fewer trajectories once the oldest has waited this long")
     scorer: str = opt("rule-v1", "train only on trajectories scored by this scorer (a `flywheel rescore` run may route other scores to RL)")
@@ -105,6 +106,8 @@ class TrainConfig:
                               "each update over gloo on the CPU; train on a GPU in one process (nproc_per_node 1)")
         if self.min_batch < 1 or self.epochs < 1 or self.minibatch_size < 1:
             raise ConfigError("min_batch, epochs and minibatch_size must be >= 1")
+        if self.chunk_steps < 0:
+            raise ConfigError(f"chunk_steps must be >= 0 (0: whole episodes), got {self.chunk_steps}")
         if self.head_lr_mult <= 0:
             raise ConfigError(f"head_lr_mult must be > 0, got {self.head_lr_mult}")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):

@@ -291,7 +291,7 @@ class PPOLearner:
                                                   self.criterion)
         staleness = [policy.version - e.policy_version for e in kept]
         started = time.monotonic()
-        batch = collate(kept)
+        batch = collate(kept, cfg.chunk_steps)
         if cfg.kl_coef > 0 and self.reference is None:
             self.reference = load_reference(cfg, self.settings, self.store, extra, policy)
         if self.reference is not None:  # rank 0 scores the batch under the reference once; it travels with it

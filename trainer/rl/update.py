@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from trainer.core import metric_names as M
-from trainer.rl import ppo
+from trainer.rl import chunks, ppo
 from trainer.rl.collectives import Rank, all_reduce_grads, all_reduce_sums, gather_parts, part
 
 
@@ -42,17 +42,22 @@ class EpisodeSample:
 
 @dataclass
 class Batch:
+    """``E`` episodes as ``B`` rows of at most ``chunk_steps`` steps each (trainer.rl.chunks: a
+    long episode spans consecutive rows); ``N`` steps flattened episode by episode."""
+
     images: Any  # [N, C, H, W] uint8, or a list of N policy samples (see _stack)
     instructions: list[str]  # [N]
     actions: list[Any]  # [N]
     behaviour_logprob: torch.Tensor  # [N]
     rewards: torch.Tensor  # [B, T]
     mask: torch.Tensor  # [B, T]
-    episode_return: torch.Tensor  # [B]
-    episode_ids: list[str] = field(default_factory=list)
-    truncated: torch.Tensor | None = None  # [B] bool
-    bootstrap_inputs: list[Any] = field(default_factory=list)  # [B] policy input of s_T, or None
+    episode_return: torch.Tensor  # [E]
+    episode_ids: list[str] = field(default_factory=list)  # [E]
+    truncated: torch.Tensor | None = None  # [B] bool: the row ends an episode the step budget or timeout cut
+    bootstrap_inputs: list[Any] = field(default_factory=list)  # [B] policy input of s_T (last chunks), or None
     ref_logprob: torch.Tensor | None = None  # [N] the reference policy's log-probs (reference_logprobs)
+    next_row: torch.Tensor | None = None  # [B] long: the row of the episode's next chunk, -1 after its last
+    episode_length: torch.Tensor | None = None  # [B] the whole episode's steps (length-adaptive lambda reads it)
 
 
 def make_optimizer(policy, lr: float, head_lr_mult: float = 1.0,
@@ -66,22 +71,30 @@ def make_optimizer(policy, lr: float, head_lr_mult: float = 1.0,
     return optimizer_class(policy.parameters(), lr=lr)
 
 
-def collate(episodes: list[EpisodeSample]) -> Batch:
-    T = max(len(e.actions) for e in episodes)
-    rewards = torch.zeros(len(episodes), T)
-    mask = torch.zeros(len(episodes), T)
-    for b, e in enumerate(episodes):
-        rewards[b, :len(e.rewards)] = torch.tensor(e.rewards, dtype=torch.float32)
-        mask[b, :len(e.actions)] = 1.0
+def collate(episodes: list[EpisodeSample], chunk_steps: int = 0) -> Batch:
+    """``episodes`` as one batch, each cut into rows of at most ``chunk_steps`` steps (0: one row
+    per episode). Only an episode's last row carries its truncation and s_T input."""
+    rows = [(b, s, t) for b, e in enumerate(episodes) for s, t in chunks.chunk_spans(len(e.actions), chunk_steps)]
+    T = max(t - s for _, s, t in rows)
+    rewards = torch.zeros(len(rows), T)
+    mask = torch.zeros(len(rows), T)
+    next_row, truncated, bootstrap_inputs = [], [], []
+    for r, (b, s, t) in enumerate(rows):
+        e, last = episodes[b], t == len(episodes[b].actions)
+        rewards[r, :t - s] = torch.tensor(e.rewards[s:t], dtype=torch.float32)
+        mask[r, :t - s] = 1.0
+        next_row.append(-1 if last else r + 1)
+        truncated.append(e.truncated and last)
+        bootstrap_inputs.append(e.bootstrap_input if last else None)
     return Batch(
         images=_stack([img for e in episodes for img in e.images]),
         instructions=[s for e in episodes for s in e.instructions],
         actions=[a for e in episodes for a in e.actions],
         behaviour_logprob=torch.tensor([lp for e in episodes for lp in e.logprobs], dtype=torch.float32),
-        rewards=rewards, mask=mask, episode_return=rewards.sum(dim=1),
+        rewards=rewards, mask=mask, episode_return=torch.tensor([float(sum(e.rewards)) for e in episodes]),
         episode_ids=[e.episode_id for e in episodes],
-        truncated=torch.tensor([e.truncated for e in episodes]),
-        bootstrap_inputs=[e.bootstrap_input for e in episodes],
+        truncated=torch.tensor(truncated), bootstrap_inputs=bootstrap_inputs,
+        next_row=torch.tensor(next_row), episode_length=torch.tensor([len(episodes[b].actions) for b, _, _ in rows]),
     )
 
 
@@ -121,6 +134,14 @@ def reference_logprobs(reference, batch: Batch) -> torch.Tensor:
     return _evaluate_all(reference, batch)[0]
 
 
+def _layout(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(next_row [B], episode_length [B]); a batch built without them has one row per episode."""
+    B = batch.mask.shape[0]
+    next_row = batch.next_row if batch.next_row is not None else torch.full((B,), -1)
+    length = batch.episode_length if batch.episode_length is not None else batch.mask.sum(1)
+    return next_row, length
+
+
 def _to_bt(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     out = torch.zeros_like(mask)
     out[mask.bool()] = flat
@@ -128,10 +149,10 @@ def _to_bt(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def bootstrap_values(policy, batch: Batch, values_bt: torch.Tensor) -> torch.Tensor:
-    """[B] value after each episode's last step: 0 when it ended in a terminal state; for a
+    """[B] value after each row's episode's last step (read on its last chunk): 0 when it ended in a terminal state; for a
     truncated one V(s_T) from the policy's ``values`` on its input for s_T, or, when the policy
     or the episode has none, V of the last state it acted in (the closest estimate we hold)."""
-    boot = torch.zeros(len(batch.episode_ids))
+    boot = torch.zeros(batch.mask.shape[0])
     if batch.truncated is None or not batch.truncated.any():
         return boot
     last = batch.mask.sum(1).long() - 1
@@ -191,8 +212,8 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     lam_critic = 1.0 if critic_only else cfg.lam_critic
     lam_policy = None if cfg.lam_policy < 0 else cfg.lam_policy  # None: length-adaptive from alpha
     boot = bootstrap_values(policy, batch, values_bt)
-    adv_bt, ret_bt = ppo.decoupled_gae(batch.rewards, values_bt, batch.mask, cfg.gamma, lam_critic, alpha=cfg.alpha,
-                                       lam_policy=lam_policy, bootstrap=boot)
+    adv_bt, ret_bt = chunks.chunked_decoupled_gae(batch.rewards, values_bt, batch.mask, cfg.gamma, lam_critic,
+                                                  *_layout(batch), boot, alpha=cfg.alpha, lam_policy=lam_policy)
     adv, ret = adv_bt[mask_b], ret_bt[mask_b]
     if cfg.norm_adv and adv.numel() > 1:
         adv = ppo.masked_whiten(adv)
@@ -231,13 +252,14 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     policy.eval()
     first = batch.mask.clone()
     first[:, 1:] = 0
+    first[~chunks.episode_starts(_layout(batch)[0])] = 0  # an episode's first step, not a later chunk's
     metrics = {k: v / max(n_mb, 1) for k, v in sums.items()}
     metrics.update({
         M.REWARD_MEAN: float(batch.episode_return.mean()),
         M.SUCCESS_RATE: float((batch.episode_return > 0).float().mean()),
         M.EPISODES: float(len(batch.episode_ids)),
         M.STEPS: float(N),
-        M.EPISODE_LENGTH: float(batch.mask.sum(1).mean()),
+        M.EPISODE_LENGTH: float(batch.mask.sum() / len(batch.episode_ids)),
         M.EXPLAINED_VARIANCE: ppo.explained_variance(values0, ret),
         M.REWARD_CORR: ppo.correlation(values_bt[first.bool()], batch.episode_return),
         M.CRITIC_ONLY: float(critic_only),
