@@ -119,6 +119,37 @@ class BlobStore:
             raise BlobCorrupt(f"blob {sha} does not match its content hash")
         return data
 
+    def _derived_path(self, key: str) -> str:
+        if not isinstance(key, str) or not _SHA.match(key):
+            raise ValueError(f"a derived-data key is a sha256 hex digest, not {key!r}")
+        return f"{self._base}/derived/{key[:2]}/{key}"
+
+    def put_derived(self, key: str, data: bytes) -> None:
+        """Store data computed from blobs (a policy's text-grounding maps of a screenshot) under
+        ``key``, a sha256 of what it was computed from and how. A cache: written atomically (a
+        reader never sees half of it) but not fsynced, since whoever reads it can compute it again."""
+        path = self._derived_path(key)
+        if not self.local:
+            self.fs.pipe_file(path, data)
+            return
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def get_derived(self, key: str) -> bytes | None:
+        """What ``put_derived`` stored under ``key``; None when nothing is."""
+        try:
+            return self.fs.cat_file(self._derived_path(key))
+        except FileNotFoundError:
+            return None
+
     def put_image(self, image, fmt: str = "PNG") -> BlobRef:
         """Store a PIL image; the ref records format (media type) and size."""
         buf = io.BytesIO()

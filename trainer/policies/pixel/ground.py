@@ -211,6 +211,42 @@ def match_maps(gray: np.ndarray, instruction: str, k: int, grid: int, family: st
     return out
 
 
+def maps_key(gray: np.ndarray, instruction: str, k: int, grid: int, family: str, sizes: list[int],
+             scale: float = 1.0) -> str:
+    """sha256 naming ``match_maps``'s result for these arguments: the image's pixels, the words,
+    the grid and the font file itself (its hash, not its family's name)."""
+    h = hashlib.sha256(b"flywheel-ground-maps-v1")
+    h.update(repr((instruction, k, grid, font_sha256(family), [float(x) for x in sizes], round(float(scale), 9),
+                   gray.shape, str(gray.dtype))).encode())
+    h.update(np.ascontiguousarray(gray).tobytes())
+    return h.hexdigest()
+
+
+def stored_match_maps(store: Any, gray: np.ndarray, instruction: str, k: int, grid: int, family: str,
+                      sizes: list[int], scale: float = 1.0) -> np.ndarray:
+    """``match_maps``, computed once per screenshot: read from ``store``'s derived data
+    (schemas.blobs.BlobStore.get_derived) when the acting policy stored them, else computed and
+    stored. The rollout computes each step's maps as it acts and the trainer reads them back
+    instead of matching the templates again. Best effort: without a store, with an entry of the
+    wrong size or when the store cannot be written, the maps are computed here as before."""
+    if not hasattr(store, "get_derived"):  # none, or a store of screenshots only
+        return match_maps(gray, instruction, k, grid, family, sizes, scale)
+    key = maps_key(gray, instruction, k, grid, family, sizes, scale)
+    try:
+        data = store.get_derived(key)
+    except OSError as exc:
+        log.warning("grounding maps not read from the blob store (%s): computing them", exc)
+        data = None
+    if data is not None and len(data) == k * grid * grid:
+        return np.frombuffer(data, dtype=np.uint8).reshape(k, grid * grid).copy()
+    found = match_maps(gray, instruction, k, grid, family, sizes, scale)
+    try:
+        store.put_derived(key, found.tobytes())
+    except OSError as exc:
+        log.warning("grounding maps not stored (%s): the trainer will compute them again", exc)
+    return found
+
+
 def map_features(maps: torch.Tensor, side: int) -> torch.Tensor:
     """Match maps [N, k, side*side] in [0, 1] -> [N, k, 3, side*side]: each word's map, its
     sharpened map (1 at the word's best cell, about 0 elsewhere) and that map's row maxima (the

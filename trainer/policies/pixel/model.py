@@ -43,7 +43,7 @@ from infra.runtime.policy import Decision, PolicyInput, past_steps
 from schemas import actions as A
 from schemas.blobs import BlobNotFound
 from trainer.policies.base import PolicyDefaults
-from trainer.policies.pixel.ground import PAGE_FONT, PAGE_SIZES, map_features, match_maps, pin_font, word_features
+from trainer.policies.pixel.ground import PAGE_FONT, PAGE_SIZES, map_features, pin_font, stored_match_maps, word_features
 from trainer.policies.pixel.inputs import (
     history_summary, pointer_planes, span_mask, span_text, summary_size, token_features, token_spans, tokenize,
 )
@@ -96,6 +96,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         if unknown or not cfg["action_types"]:
             raise ValueError(f"pixel policy cannot emit action types {unknown or '[]'}; choose from {sorted(known)}")
         self.cfg, self.name, self.version = cfg, name, version
+        self._maps_store: Any = None  # use_blob_store's: where each screenshot's grounding maps are kept
         self.grid, self.side = int(cfg["grid"]), 8 * int(cfg["grid"])
         self.types: list[str] = list(cfg["action_types"])
         self.pointers = [t for t in self.types if t in POINTER_TYPES]
@@ -164,11 +165,18 @@ class PixelPolicy(nn.Module, PolicyDefaults):
 
     # ------------------------------------------------------------ inputs
 
-    def preprocess(self, image: np.ndarray, history: Sequence[Any] = (), instruction: str = "") -> torch.Tensor:
+    def use_blob_store(self, store: Any) -> None:
+        """Where the text-grounding maps of each screenshot are kept (``stored_match_maps``): the
+        rollout's policy stores them as it acts, the trainer's reads them back."""
+        self._maps_store = store
+
+    def preprocess(self, image: np.ndarray, history: Sequence[Any] = (), instruction: str = "",
+                   store: Any = None) -> torch.Tensor:
         """H x W x 3 uint8 screenshot + earlier steps (+ the instruction, for ``ground``) ->
         [C + 3 (+ 1), 8G, 8G] uint8: the cropped screenshot, the pointer planes, the grounding
         plane, the counts. Without ``instruction`` the history's is used. Recorded steps are read
-        as a policy sees them (``past_steps``), so the trainer rebuilds exactly what ``act`` saw."""
+        as a policy sees them (``past_steps``), so the trainer rebuilds exactly what ``act`` saw.
+        The grounding maps come from ``store`` (default: ``use_blob_store``'s) when they are there."""
         history = past_steps(history)
         h, w = image.shape[:2]
         x0, y0, x1, y1 = self.cfg["crop"]
@@ -185,8 +193,9 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         if self.ground:
             maps = np.zeros((1, self.side * self.side), dtype=np.uint8)
             gray = arr[0] if arr.shape[0] == 1 else np.asarray(img.convert("L"), dtype=np.uint8)
-            found = match_maps(gray, instruction, self.n_words, self.grid, self.cfg["ground_font"],
-                               self.cfg["ground_sizes"], scale=self.side / max(box[3] - box[1], 1))
+            found = stored_match_maps(store if store is not None else self._maps_store, gray,
+                                      instruction, self.n_words, self.grid, self.cfg["ground_font"],
+                                      self.cfg["ground_sizes"], scale=self.side / max(box[3] - box[1], 1))
             maps[0, :found.size] = found.ravel()
             parts.append(maps.reshape(1, self.side, self.side))
         return torch.from_numpy(np.concatenate(parts + [strip.reshape(1, self.side, self.side)]))
@@ -201,7 +210,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
                 raise ValueError(f"step {step.step_index}: pixel policy cannot score action {step.action!r}")
             png = store.get(step.observation.screenshot.sha256)
             image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
-            out.append(self.preprocess(image, traj.steps[:i], step.observation.instruction))
+            out.append(self.preprocess(image, traj.steps[:i], step.observation.instruction, store))
         return out
 
     def bootstrap_input(self, traj: Any, store: Any) -> torch.Tensor | None:
@@ -215,7 +224,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         except BlobNotFound:
             return None
         return self.preprocess(np.asarray(Image.open(io.BytesIO(png)).convert("RGB")), traj.steps,
-                               last.observation.instruction)
+                               last.observation.instruction, store)
 
     def values(self, obs: torch.Tensor, instructions: list[str]) -> torch.Tensor:
         """V(s) [N] of preprocessed inputs."""
