@@ -1,5 +1,6 @@
 """`flywheel ui` in a real Chromium: the replay shows the stored screenshot with the marker at the
-recorded click; the Run view's numbers change while data arrives; hostile inputs get a clear 400.
+recorded click; the Run view's Plotly charts change in place while data arrives, and follow the
+run chosen; hostile inputs get a clear 400.
 
 Data goes into real chDB, reads go through the owner's read-only endpoint (started here, as the
 sink would), consumer lag through the real broker of the session fixture.
@@ -30,16 +31,16 @@ STEP_COLUMNS = ["event_id", "episode_id", "step_index", "ts", "started_at", "pol
                 "screen_width", "screen_height", "instruction"]
 
 
-def _insert_steps(client, store: BlobStore, episode_id: str, n: int) -> str:
+def _insert_steps(client, store: BlobStore, episode_id: str, n: int, policy: str = "pixel") -> str:
     buf = io.BytesIO()
     Image.new("RGB", (160, 210), (40, 120, 200)).save(buf, "PNG")
     ref = store.put(buf.getvalue(), "image/png", 160, 210)
     now = datetime.now(timezone.utc)
-    rows = [[f"{episode_id}:{i}", episode_id, i, now, now, "pixel", 2, "click",
+    rows = [[f"{episode_id}:{i}", episode_id, i, now, now, policy, 2, "click",
              '{"type":"click","x":0.25,"y":0.5}', "press the blue button", 0.0, ref.sha256, ref.uri, 160, 210,
              "click it"] for i in range(n)]
     client.insert("steps", rows, column_names=STEP_COLUMNS)
-    client.insert("trajectories", [[episode_id, episode_id, "t1", "click-button", "pixel", 2, 2, n, 0.0, False, now]],
+    client.insert("trajectories", [[episode_id, episode_id, "t1", "click-button", policy, 2, 2, n, 0.0, False, now]],
                   column_names=["event_id", "episode_id", "task_id", "task_name", "policy", "policy_version_min",
                                 "policy_version_max", "num_steps", "outcome_reward", "success", "started_at"])
     return ref.sha256
@@ -95,22 +96,37 @@ def test_replay_shows_the_screenshot_and_the_click_marker(ui, page):
     page.screenshot(path=str(settings.data_path / "replay.png"))
 
 
-def test_run_view_numbers_change_while_data_arrives(ui, page):
+CHARTS = ["chart-success", "chart-steps", "chart-losses", "chart-idle", "chart-lag", "chart-staleness"]
+STEPS_PER_S = "JSON.stringify((document.getElementById('chart-steps').data || []).map(t => t.y))"
+
+
+def test_run_view_charts_change_in_place_while_data_arrives(ui, page):
     settings, client, base = ui
     store = BlobStore(settings.blob_root)
     _insert_steps(client, store, "ep-first", 2)
+    _insert_steps(client, store, "ep-other-run", 1, policy="lm-r2")
     page.goto(base)
-    page.wait_for_function("document.getElementById('totals').innerText.includes('2')", timeout=20_000)
-    before = page.inner_text("#totals")
+    page.wait_for_function(f"{STEPS_PER_S} === '[[0.05]]'", timeout=20_000)  # 3 steps in minute 0
+    for chart in CHARTS:  # every chart is a Plotly graph; empty ones say so
+        assert page.evaluate(f"Array.isArray(document.getElementById('{chart}').data)"), chart
+    assert "no data yet" in page.inner_text("#chart-success")
+    page.evaluate("window.stepsSvg = document.querySelector('#chart-steps .main-svg')")
     _insert_steps(client, store, "ep-second", 5)
-    page.wait_for_function("document.getElementById('totals').innerText.includes('7')", timeout=20_000)
-    assert page.inner_text("#totals") != before
-    assert "lag" in page.inner_text("#lag") or "none yet" in page.inner_text("#lag")
+    page.wait_for_function(f"{STEPS_PER_S} === '[[0.133]]'", timeout=20_000)  # 8 steps
+    assert page.evaluate("document.querySelector('#chart-steps .main-svg') === window.stepsSvg")  # Plotly.react
+    page.select_option("#run", "pixel")  # the run filter: the other run's step is left out
+    page.wait_for_function(f"{STEPS_PER_S} === '[[0.117]]'", timeout=20_000)
+    assert "7" in page.inner_text("#totals")
+    page.click("#nav-episodes")
+    page.wait_for_function("document.getElementById('episodes').innerText.includes('ep-second')", timeout=20_000)
+    assert "ep-other-run" not in page.inner_text("#episodes")
+    assert sorted(page.eval_on_selector_all("#run option", "os => os.map(o => o.value)")) == ["", "lm-r2", "pixel"]
 
 
 @pytest.mark.parametrize("path", ["/api/episodes/x'%20OR%201=1", "/api/episodes/%3Cscript%3E",
                                   "/api/episodes?task=..%2F..%2Fetc", "/api/episodes?version=-1",
-                                  "/api/episodes?outcome=drop", "/api/episodes/" + "a" * 300])
+                                  "/api/episodes?outcome=drop", "/api/episodes/" + "a" * 300,
+                                  "/api/episodes?run=x'%20OR%201=1", "/api/run?run=%3Cscript%3E"])
 def test_hostile_inputs_get_a_clear_400(ui, path):
     _settings, _client, base = ui
     status, body = _get(base + path)

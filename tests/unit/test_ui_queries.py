@@ -15,7 +15,7 @@ HOSTILE = ["x' OR 1=1 --", "../../etc/passwd", "a" * 129, "<script>alert(1)</scr
 
 
 def test_every_ui_statement_passes_the_sql_policy():
-    statements = list(queries.RUN_QUERIES.values())
+    statements = [sql for run in ("", "pixel-run1") for sql, _params in queries.run_queries(run).values()]
     statements.append(queries.episodes_sql(EpisodeFilter("click-button", "human:alice", 3, "failure"))[0])
     statements.append(queries.episode_steps_sql("ep-1")[0])
     statements.append(queries.episode_pairs_sql("ep-1")[0])

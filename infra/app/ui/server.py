@@ -1,4 +1,6 @@
 """The `flywheel ui` web app (aiohttp): static page + JSON reads; loopback unless given a token.
+The page's charts are Plotly.js, served from the installed ``plotly`` package (nothing fetched
+from outside the machine).
 Its writes, the Annotate view's actions (annotate.py) and the corrections (corrections.py), are
 same-origin JSON (``cross_origin``) with bounded bodies (``MAX_BODY``).
 
@@ -12,6 +14,7 @@ trace. Kafka consumer lag comes from the admin client (infra.runtime.admin.consu
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import ipaddress
 import logging
 import secrets
@@ -36,7 +39,7 @@ STATIC = Path(__file__).parent / "static"
 TOKEN_HEADER = "X-Flywheel-Token"
 SETTINGS_KEY = web.AppKey("settings", Settings)
 TOKEN_KEY = web.AppKey("token", str)
-PAGE_FILES = frozenset({"/", "/app.js", "/annotate.js", "/correct.js"})
+PAGE_FILES = frozenset({"/", "/app.js", "/charts.js", "/annotate.js", "/correct.js", "/plotly.min.js"})
 MAX_BODY = 16 * 1024  # bytes of a request body: an action, a correction (typed text is bounded apart)
 
 
@@ -109,12 +112,31 @@ async def script(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC / f"{request.match_info['name']}.js")
 
 
+def plotly_js() -> Path | None:
+    """The minified Plotly.js the ``plotly`` package ships (found without importing it), or None."""
+    spec = importlib.util.find_spec("plotly")
+    path = Path(spec.origin).parent / "package_data" / "plotly.min.js" if spec and spec.origin else None
+    return path if path and path.is_file() else None
+
+
+async def plotly(_request: web.Request) -> web.StreamResponse:
+    path = plotly_js()
+    if path is None:
+        return web.Response(status=500, text="flywheel ui: the plotly package is not installed (pip install plotly)\n")
+    return web.FileResponse(path, headers={"Cache-Control": "max-age=86400"})
+
+
+async def runs(request: web.Request) -> web.Response:
+    rows = await asyncio.to_thread(run_sql, request.app[SETTINGS_KEY], queries.RUNS_SQL, {})
+    return _json(queries.runs_of(rows))
+
+
 async def run_view(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS_KEY]
     out: dict = {}
-    for name, sql in queries.RUN_QUERIES.items():
+    for name, (sql, params) in queries.run_queries(request.query.get("run", "")).items():
         try:
-            out[name] = await asyncio.to_thread(run_sql, settings, sql, {})
+            out[name] = await asyncio.to_thread(run_sql, settings, sql, params)
         except Exception as exc:  # one panel's failure (e.g. an empty table) must not blank the page
             out[name] = {"error": str(exc).splitlines()[0][:300]}
     try:
@@ -159,8 +181,10 @@ def make_app(settings: Settings, token: str = "", limits: SessionLimits | None =
     app[SETTINGS_KEY] = settings
     app[TOKEN_KEY] = token
     app.router.add_get("/", index)
-    app.router.add_get("/{name:app|annotate|correct}.js", script)  # PAGE_FILES
+    app.router.add_get("/{name:app|charts|annotate|correct}.js", script)  # PAGE_FILES
+    app.router.add_get("/plotly.min.js", plotly)
     app.router.add_get("/api/run", run_view)
+    app.router.add_get("/api/runs", runs)
     app.router.add_get("/api/episodes", episodes)
     app.router.add_get("/api/episodes/{episode_id}", episode)
     app.router.add_get("/blob/{sha}", blob)

@@ -1,9 +1,8 @@
-// Flywheel UI: plain DOM + SVG, no framework, nothing fetched but this server.
+// Flywheel UI: plain DOM, Plotly.js charts (charts.js), no framework, nothing fetched but this server.
 "use strict";
 const TOKEN = new URLSearchParams(location.search).get("token") || "";
 const REFRESH_MS = 3000;
 const NS = "http://www.w3.org/2000/svg";
-const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
 async function api(path, body) {
   const init = {headers: {"X-Flywheel-Token": TOKEN}};
@@ -36,49 +35,27 @@ function table(target, rows) {
   target.append(t);
 }
 
-// series: {name: [[x, y], ...]}; a line chart with axes and a legend
-function lineChart(svg, series, xLabel) {
-  svg.replaceChildren();
-  const W = +svg.getAttribute("width"), H = +svg.getAttribute("height"), L = 40, B = 30, R = 110, T = 10;
-  const pts = Object.values(series).flat();
-  if (!pts.length) { svg.append(el("svg:text", {x: 20, y: 40}, "no data yet")); return; }
-  const xs = pts.map(p => p[0]), ys = pts.map(p => p[1]);
-  const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1), y0 = Math.min(0, ...ys), y1 = Math.max(...ys, y0 + 1e-9);
-  const sx = x => L + (x - x0) / (x1 - x0) * (W - L - R), sy = y => H - B - (y - y0) / (y1 - y0) * (H - B - T);
-  svg.append(el("svg:line", {x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#888"}));
-  svg.append(el("svg:line", {x1: L, y1: T, x2: L, y2: H - B, stroke: "#888"}));
-  svg.append(el("svg:text", {x: L, y: H - 8, "font-size": 11}, `${xLabel}: ${x0} … ${x1}`));
-  svg.append(el("svg:text", {x: 2, y: T + 10, "font-size": 11}, y1.toPrecision(3)));
-  svg.append(el("svg:text", {x: 2, y: H - B, "font-size": 11}, y0.toPrecision(3)));
-  Object.entries(series).forEach(([name, data], i) => {
-    const c = COLOURS[i % COLOURS.length];
-    const d = data.map((p, j) => `${j ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
-    svg.append(el("svg:path", {d, fill: "none", stroke: c, "stroke-width": 2}));
-    data.forEach(p => svg.append(el("svg:circle", {cx: sx(p[0]), cy: sy(p[1]), r: 2.5, fill: c})));
-    svg.append(el("svg:text", {x: W - R + 6, y: T + 12 + 14 * i, fill: c, "font-size": 11}, name));
-  });
-}
+// the run chosen in the nav bar ("" for every run): the Run view and the episode list show its rows
+function chosenRun() { return document.getElementById("run").value; }
 
-function group(rows, key, x, y) {
-  const out = {};
-  if (!Array.isArray(rows)) return out;
-  rows.forEach(r => { (out[r[key]] = out[r[key]] || []).push([+r[x], +r[y]]); });
-  return out;
+// the runs the server knows, newest first; the list is rebuilt only when a run appears (an open
+// dropdown is left alone), keeping the choice
+async function refreshRuns() {
+  const select = document.getElementById("run"), runs = await api("/api/runs");
+  const names = runs.map(r => r.run);
+  if (names.join("\n") === [...select.options].slice(1).map(o => o.value).join("\n")) return;
+  const chosen = select.value;
+  select.replaceChildren(el("option", {value: ""}, "all runs"), ...runs.map(r =>
+    el("option", {value: r.run}, `${r.run} (from ${new Date(r.first_ms).toLocaleString()})`)));
+  select.value = names.includes(chosen) ? chosen : "";
 }
 
 async function refreshRun() {
   try {
-    const d = await api("/api/run");
+    await refreshRuns().catch(() => {});  // no list yet (no sink): the panels below say why
+    const d = await api("/api/run?" + new URLSearchParams({run: chosenRun()}));
     table(document.getElementById("totals"), d.totals);
-    lineChart(document.getElementById("chart-success"), group(d.success_by_task, "task_name", "minute", "success_rate"), "minute");
-    lineChart(document.getElementById("chart-steps"),
-      {"steps/s": Array.isArray(d.steps_per_s) ? d.steps_per_s.map(r => [+r.minute, +r.steps_per_s]) : []}, "minute");
-    lineChart(document.getElementById("chart-trainer"), group(d.trainer, "name", "minute", "value"), "minute");
-    const lag = d.consumer_lag && !d.consumer_lag.error
-      ? Object.entries(d.consumer_lag).flatMap(([g, t]) => Object.entries(t).map(([topic, n]) => ({group: g, topic, lag: n})))
-      : d.consumer_lag;
-    table(document.getElementById("lag"), lag);
-    table(document.getElementById("staleness"), d.staleness);
+    drawRunCharts(d);
     table(document.getElementById("versions"), d.policy_versions);
     table(document.getElementById("dead"), d.dead_letters);
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
@@ -92,6 +69,7 @@ let replay = {steps: [], i: 0};
 async function loadEpisodes(ev) {
   if (ev) ev.preventDefault();
   const q = new URLSearchParams(new FormData(document.getElementById("filter")));
+  q.set("run", chosenRun());
   const err = document.getElementById("episodes-error"), t = document.getElementById("episodes");
   err.textContent = "";
   try {
@@ -144,6 +122,7 @@ function show(view) {
 
 document.querySelectorAll("nav a").forEach(a => a.onclick = () => { location.hash = a.dataset.view; show(a.dataset.view); });
 document.getElementById("filter").onsubmit = loadEpisodes;
+document.getElementById("run").onchange = () => { refreshRun(); if (!document.getElementById("view-episodes").classList.contains("hidden")) loadEpisodes(); };
 document.getElementById("prev").onclick = () => { replay.i = Math.max(0, replay.i - 1); showStep(); };
 document.getElementById("next").onclick = () => { replay.i = Math.min(replay.steps.length - 1, replay.i + 1); showStep(); };
 show(["#episodes", "#annotate"].includes(location.hash) ? location.hash.slice(1) : "run");
