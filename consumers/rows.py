@@ -44,9 +44,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "policy_version", "num_steps", "outcome_reward", "success", "reason", "infra_failure"),
     "trajectories": (
         "event_id", "episode_id", "task_id", "task_name", "suite", "instruction", "sandbox", "worker_id", "policy",
-        "policy_version_min", "policy_version_max", "status", "num_steps", "outcome_reward", "success",
-        "end_reason", "infra_failure", "started_at", "ended_at", "duration_s", "duplicates_dropped",
-        "missing_steps"),
+        "policy_version_min", "policy_version_max", "status", "num_steps", "outcome_reward", "success", "score",
+        "normalised_score", "end_reason", "infra_failure", "started_at", "ended_at", "duration_s",
+        "duplicates_dropped", "missing_steps"),
     "scored": (
         "event_id", "episode_id", "scorer", "scorer_version", "task_id", "task_name", "policy",
         "policy_version_min", "policy_version_max", "status", "num_steps", "success", "infra_failure", "reward",
@@ -108,7 +108,8 @@ def trajectory_values(traj: Trajectory) -> Values:
         traj.event_id, traj.episode_id, task.task_id, task.name, task.suite,
         traj.steps[0].observation.instruction if traj.steps else "",
         traj.sandbox, traj.worker_id, traj.policy, lo, hi, traj.status, len(traj.steps), traj.outcome_reward,
-        traj.success, traj.end_reason, traj.infra_failure, ticks(traj.started_at), ticks(traj.ended_at),
+        traj.success, traj.score, traj.normalised_score, traj.end_reason, traj.infra_failure,
+        ticks(traj.started_at), ticks(traj.ended_at),
         max(0.0, traj.ended_at - traj.started_at), traj.duplicates_dropped, list(traj.missing_steps),
     )
 

@@ -125,6 +125,8 @@ def test_a_500_step_game_episode_flows_through_the_pipeline_whole(settings, grou
         assert count("SELECT uniqExact(step_index) FROM steps FINAL WHERE episode_id = 'ep-long'") == N_STEPS
         assert count("SELECT count() FROM trajectories FINAL") == 1
         assert count("SELECT num_steps FROM trajectories FINAL") == N_STEPS
+        assert count("SELECT episodes FROM v_game_scores WHERE game = 'games.snake'") == 1
+        assert count("SELECT mean_score FROM v_game_scores") == 20.0
         assert count("SELECT count() FROM scored FINAL") == 1
         assert count("SELECT count() FROM dead_letters FINAL") == 0
     finally:
