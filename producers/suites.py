@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from infra.runtime.errors import UserError
 from producers.games import GAMES
+from producers.games.registry import ARROWS
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Suite:
     max_steps: int  # a step budget every task's scripted solution fits in
     about: str
     family: str = "miniwob"  # the TaskSpec.suite its tasks are built with (the sandbox's family of pages)
+    keys: tuple[str, ...] = ()  # what the pixel policy's hotkey head presses on these tasks (its ``keys``)
 
 
 SUITES: dict[str, Suite] = {}
@@ -40,8 +42,15 @@ MINIWOB_VISION: dict = {**MINIWOB_READING, "coords": True}
 
 
 def pixel_config(action_types: tuple[str, ...] | list[str], overrides: dict | None = None) -> dict:
-    """The pixel policy's config for MiniWoB++ tasks needing ``action_types``; ``overrides`` last."""
-    return {"action_types": list(action_types), **MINIWOB_VISION, **(overrides or {})}
+    """The pixel policy's config for MiniWoB++ tasks needing ``action_types`` (with a hotkey
+    head: the keys the suites name, ``hotkeys``); ``overrides`` last."""
+    keys = {"keys": list(hotkeys())} if "hotkey" in action_types and hotkeys() else {}
+    return {"action_types": list(action_types), **MINIWOB_VISION, **keys, **(overrides or {})}
+
+
+def hotkeys() -> tuple[str, ...]:
+    """Every key a registered suite's tasks press, in registration order (the arrows of the games)."""
+    return tuple(dict.fromkeys(k for s in SUITES.values() for k in s.keys))
 
 
 def lm_config(overrides: dict | None = None) -> dict:
@@ -95,7 +104,7 @@ register(Suite(
 
 register(Suite(
     name="games", tasks=tuple(sorted(GAMES)), action_types=("click", "hotkey"),
-    max_steps=max(g.max_steps for g in GAMES.values()), family="games",
+    max_steps=max(g.max_steps for g in GAMES.values()), family="games", keys=ARROWS,
     about="browser games scored every step: 2048 and snake by arrow keys, a minesweeper-like by clicks"))
 
 
