@@ -140,7 +140,9 @@ async def run_view(request: web.Request) -> web.Response:
         except Exception as exc:  # one panel's failure (e.g. an empty table) must not blank the page
             out[name] = {"error": str(exc).splitlines()[0][:300]}
     try:
-        out["consumer_lag"] = await asyncio.to_thread(consumer_lag, settings)
+        lag = await asyncio.to_thread(consumer_lag, settings)  # topics without this platform's prefix
+        out["consumer_lag"] = {g: {t.removeprefix(settings.topic_prefix): n for t, n in per_topic.items()}
+                               for g, per_topic in lag.items()}
     except Exception as exc:
         out["consumer_lag"] = {"error": str(exc).splitlines()[0][:300]}
     return _json(out)

@@ -3,7 +3,7 @@
 // re-creates the plot (zoom and hidden legend entries survive a refresh).
 "use strict";
 
-const CHART_LAYOUT = {width: 480, height: 240, margin: {l: 50, r: 10, t: 10, b: 40}, font: {size: 11},
+const CHART_LAYOUT = {width: 460, height: 260, margin: {l: 50, r: 10, t: 10, b: 40}, font: {size: 11},
                       showlegend: true, legend: {font: {size: 10}}, uirevision: "keep"};
 const CHART_CONFIG = {displaylogo: false, responsive: false, modeBarButtonsToRemove: ["toImage"]};
 
@@ -33,6 +33,8 @@ function plot(id, rows, data, layout) {
 }
 
 const MINUTES = {title: {text: "minutes since start"}};
+const LEGEND_ABOVE = {legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: {size: 10}},
+                      margin: {l: 50, r: 10, t: 40, b: 40}};  // for long names (groups, policies)
 
 // the Run view's answer (/api/run) -> every chart
 function drawRunCharts(d) {
@@ -45,10 +47,10 @@ function drawRunCharts(d) {
   plot("chart-idle", d.trainer, traces(trainer.filter(idle), null, "minute", "value", LINE),
        {xaxis: MINUTES, yaxis: {title: {text: "idle fraction"}, range: [0, 1.05]}, showlegend: false});
   plot("chart-staleness", d.staleness, traces(d.staleness, "policy", "staleness", "trajectories", BAR),
-       {xaxis: {title: {text: "staleness (policy versions)"}, dtick: 1}, yaxis: {title: {text: "trajectories"}}});
+       {...LEGEND_ABOVE, xaxis: {title: {text: "staleness (policy versions)"}, dtick: 1}, yaxis: {title: {text: "trajectories"}}});
   const lag = lagRows(d.consumer_lag);
   plot("chart-lag", lag, traces(lag, "group", "lag", "topic", {...BAR, orientation: "h"}),
-       {xaxis: {title: {text: "messages behind"}, rangemode: "tozero"}, yaxis: {automargin: true}});
+       {...LEGEND_ABOVE, xaxis: {title: {text: "messages behind"}, rangemode: "tozero"}, yaxis: {automargin: true}});
 }
 
 // {group: {topic: lag}} -> [{group, topic, lag}] (an error passes through)
