@@ -37,6 +37,7 @@ function table(target, rows) {
 
 // the run chosen in the nav bar ("" for every run): the Run view and the episode list show its rows
 function chosenRun() { return document.getElementById("run").value; }
+let wantedRun = new URLSearchParams(location.search).get("run") || "";  // /?run=<run>: chosen once it has rows
 
 // the runs the server knows, newest first; the list is rebuilt only when a run appears (an open
 // dropdown is left alone), keeping the choice
@@ -44,7 +45,8 @@ async function refreshRuns() {
   const select = document.getElementById("run"), runs = await api("/api/runs");
   const names = runs.map(r => r.run);
   if (names.join("\n") === [...select.options].slice(1).map(o => o.value).join("\n")) return;
-  const chosen = select.value;
+  const chosen = select.value || wantedRun;
+  if (names.includes(wantedRun)) wantedRun = "";
   select.replaceChildren(el("option", {value: ""}, "all runs"), ...runs.map(r =>
     el("option", {value: r.run}, `${r.run} (from ${new Date(r.first_ms).toLocaleString()})`)));
   select.value = names.includes(chosen) ? chosen : "";
@@ -122,7 +124,7 @@ function show(view) {
 
 document.querySelectorAll("nav a").forEach(a => a.onclick = () => { location.hash = a.dataset.view; show(a.dataset.view); });
 document.getElementById("filter").onsubmit = loadEpisodes;
-document.getElementById("run").onchange = () => { refreshRun(); if (!document.getElementById("view-episodes").classList.contains("hidden")) loadEpisodes(); };
+document.getElementById("run").onchange = () => { wantedRun = ""; refreshRun(); if (!document.getElementById("view-episodes").classList.contains("hidden")) loadEpisodes(); };
 document.getElementById("prev").onclick = () => { replay.i = Math.max(0, replay.i - 1); showStep(); };
 document.getElementById("next").onclick = () => { replay.i = Math.min(replay.steps.length - 1, replay.i + 1); showStep(); };
 show(["#episodes", "#annotate"].includes(location.hash) ? location.hash.slice(1) : "run");
