@@ -69,6 +69,7 @@ class TrainConfig:
     minibatch_size: int = opt(64, "steps per minibatch")
     chunk_steps: int = opt(128, "a longer episode trains as chunks of at most this many steps, each bootstrapping from the critic at its cut (trainer.rl.chunks; 0: whole episodes)")
     min_batch: int = opt(32, "complete trajectories that trigger an update (partially-filled rollout pool)")
+    max_batch_steps: int = opt(4096, "... or this many pooled steps, whichever comes first: long episodes keep the pool's inputs bounded")
     max_wait_s: float = opt(20.0, "update with fewer trajectories once the oldest has waited this long")
     scorer: str = opt("rule-v1", "train only on trajectories scored by this scorer (a `flywheel rescore` run may route other scores to RL)")
     value_pretrain_max_batches: int = opt(0, "value pretraining: critic-only batches at most, before PPO starts (0: off)")
@@ -106,6 +107,8 @@ class TrainConfig:
                               "each update over gloo on the CPU; train on a GPU in one process (nproc_per_node 1)")
         if self.min_batch < 1 or self.epochs < 1 or self.minibatch_size < 1:
             raise ConfigError("min_batch, epochs and minibatch_size must be >= 1")
+        if self.max_batch_steps < 1:
+            raise ConfigError(f"max_batch_steps must be >= 1, got {self.max_batch_steps}")
         if self.chunk_steps < 0:
             raise ConfigError(f"chunk_steps must be >= 0 (0: whole episodes), got {self.chunk_steps}")
         if self.head_lr_mult <= 0:

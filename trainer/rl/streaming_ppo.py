@@ -1,7 +1,9 @@
 """The streaming PPO trainer: flywheel.rl.v1 in, policy versions and metrics out.
 
 UI-TARS-2's partially-filled rollout pool: scored trajectories accumulate until ``min_batch``
-complete ones are ready (or the oldest has waited ``max_wait_s``); trajectories more than
+complete ones are ready, or they hold ``max_batch_steps`` steps (a pool of long game episodes
+keeps its preprocessed inputs bounded), or the oldest has waited ``max_wait_s``; the update cuts
+episodes longer than ``chunk_steps`` into chunks (trainer.rl.chunks); trajectories more than
 ``max_staleness`` versions old are dropped and counted; one PPO update follows, then a new
 version is published that the rollout workers hot-reload while they keep running.
 
@@ -18,9 +20,9 @@ atomically; only then is the version announced (and the group's offsets committe
 monitoring). On start the consumer seeks to the checkpoint's offsets, not the group's, and
 announces a version the crash left unannounced. A crash before the checkpoint loses nothing (the
 batch is read again); a crash after it repeats nothing (the checkpoint's offsets are past it).
-A batch is ``min_batch`` pooled trajectories, or what the pool holds after ``max_wait_s`` (the
-loop's checkpoint interval), so no offset is ever committed past an untrained trajectory. A copy
-of an episode that arrives again (an at-least-once replay upstream, a rebalance) is skipped by
+A batch is ``min_batch`` pooled trajectories (or ``max_batch_steps`` steps), or what the pool
+holds after ``max_wait_s`` (the loop's checkpoint interval), so no offset is ever committed past
+an untrained trajectory. A copy of an episode that arrives again (an at-least-once replay upstream, a rebalance) is skipped by
 the checkpoint's trained ids (``infra.runtime.checkpoint.TrainedIds``, bounded by the staleness window);
 a record scored by another scorer than ``cfg.scorer`` (e.g. a `flywheel rescore` run) is skipped,
 and so is a trajectory with a step not sampled from the policy (``Step.sampled`` false: greedy or
@@ -261,7 +263,8 @@ class PPOLearner:
             dlq.send_record(exc, record)
 
     def ready(self) -> bool:
-        return len(self.pool) >= self.cfg.min_batch
+        steps = sum(len(e.actions) for e in self.pool)
+        return len(self.pool) >= self.cfg.min_batch or steps >= self.cfg.max_batch_steps
 
     def tick(self) -> None:
         """Once per poll: while rank 0 waits for data, the other ranks hear from it."""
