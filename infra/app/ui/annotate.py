@@ -100,8 +100,8 @@ async def json_body(request: web.Request):
     """The request's JSON body; UiInputError when it is not JSON (its size is bounded by the app)."""
     try:
         return await request.json()
-    except ValueError:
-        raise UiInputError("body: not JSON") from None
+    except (ValueError, RecursionError, LookupError) as exc:  # LookupError: a charset Python does not know
+        raise UiInputError(f"body: not JSON ({type(exc).__name__})") from None
 
 
 async def annotate_ctx(app: web.Application):

@@ -45,6 +45,11 @@ def text_field(body: dict, field: str, limit: int, required: bool = False) -> st
         raise UiInputError(f"{field}: {len(value)} characters, at most {limit}")
     if "\x00" in value:
         raise UiInputError(f"{field}: contains a NUL character")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:  # JSON's "\ud800": a lone surrogate no event can carry
+            raise UiInputError(f"{field}: not Unicode text (a lone surrogate)") from None
     return value
 
 

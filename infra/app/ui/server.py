@@ -52,6 +52,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_name(host: str) -> str:
+    """The name a Host header gives, without its port: ``[::1]:8765`` -> ``::1``."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return (host.rpartition(":")[0] if host.count(":") == 1 else host).lower()
+
+
 def run_sql(settings: Settings, sql: str, params: dict) -> list[dict]:
     """Rows of one policy-checked statement, as dicts (blocking: call it in a thread)."""
     checked = check(sql)
@@ -88,13 +95,16 @@ def cross_origin(request: web.Request) -> str | None:
 
 @web.middleware
 async def guard(request: web.Request, handler):
-    """Token (when the app has one), same origin for writes, then the handler; UiInputError
-    becomes a clear 400."""
+    """Token (when the app has one; without one, a loopback Host), same origin for writes, then
+    the handler; UiInputError becomes a clear 400."""
     token = request.app[TOKEN_KEY]
     if token and request.path not in PAGE_FILES:  # the page's own files hold no data; its requests carry the token
         given = request.headers.get(TOKEN_HEADER) or request.query.get("token") or ""
         if not secrets.compare_digest(given.encode(), token.encode()):
             return web.Response(status=401, text="flywheel ui: wrong or missing token\n")
+    if not token and not is_loopback(host_name(request.host)):  # another site's name bound to 127.0.0.1 (DNS rebinding)
+        return web.Response(status=403, text=f"flywheel ui: host {request.host[:80]!r} refused: without --token "
+                                             "only loopback names (127.0.0.1, localhost, [::1]) are served\n")
     refused = cross_origin(request)
     if refused:
         return web.Response(status=403, text=f"flywheel ui: {refused}\n")
