@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from confluent_kafka import KafkaException
+
+from infra.app.ui import corrections
 from infra.app.ui.corrections import correction_pair
 from infra.app.ui.queries import UiInputError
+from infra.app.ui.server import make_app
+from infra.runtime.settings import load_settings
 from schemas.actions import Click
 from schemas.events import BlobRef, Observation, Step, TaskSpec, Trajectory
 
@@ -52,3 +59,53 @@ def test_hostile_corrections_are_refused_naming_the_field(body, field):
 def test_a_succeeded_episode_is_not_corrected():
     with pytest.raises(UiInputError, match="^episode:.*succeeded"):
         correction_pair(failed(success=True), {"tau": 0, "action": {"type": "click", "x": 1, "y": 1}}, "human:a", 5.0)
+
+
+def _correct(monkeypatch, read, find=None, publish=None):
+    """(status, text) of a correction of ep-1 through the app, with ``read``, ``find``, ``publish`` in place of ClickHouse and the broker."""
+    if find is not None:
+        monkeypatch.setattr(corrections, "find_trajectory", find)
+    if publish is not None:
+        monkeypatch.setattr(corrections, "publish_pair", publish)
+
+    async def go():
+        app = make_app(load_settings({}))
+        app[corrections.READ_KEY] = read  # ClickHouse as the test says
+        async with TestClient(TestServer(app)) as client:
+            body = {"episode": "ep-1", "tau": 0, "name": "alice", "action": {"type": "click", "x": 1, "y": 1}}
+            resp = await client.post("/api/corrections", json=body, headers={
+                "Origin": f"http://{client.host}:{client.port}"})
+            return resp.status, await resp.text()
+
+    return asyncio.run(go())
+
+
+def _ended(*_a):
+    return [{"ended_ms": 2000, "success": 0}]
+
+
+def _broker_down(*_a, **_k):
+    raise KafkaException("Failed to get metadata: Local: Broker transport failure")
+
+
+def test_a_correction_with_the_broker_down_is_a_502_naming_it(monkeypatch):
+    status, text = _correct(monkeypatch, _ended, find=_broker_down)
+    assert status == 502 and "Broker transport failure" in text and "flywheel.trajectories" in text
+
+
+def test_a_correction_not_acknowledged_is_a_502(monkeypatch):
+    status, text = _correct(monkeypatch, _ended, find=lambda *_a, **_k: failed(), publish=_broker_down)
+    assert status == 502 and "flywheel.pairs" in text
+
+
+def test_a_correction_with_clickhouse_down_is_a_502(monkeypatch):
+    def down(*_a):
+        raise ConnectionRefusedError("[Errno 111] Connection refused")
+
+    status, text = _correct(monkeypatch, down)
+    assert status == 502 and "ClickHouse" in text and "Connection refused" in text
+
+
+def test_a_correction_of_an_episode_not_found_is_a_404(monkeypatch):
+    status, text = _correct(monkeypatch, lambda *_a: [])
+    assert status == 404 and "ep-1" in text

@@ -96,19 +96,33 @@ async def correct(request: web.Request) -> web.Response:
     body = body_dict(await json_body(request))
     episode_id = checked_id("episode", body.get("episode") if isinstance(body.get("episode"), str) else "")
     annotator = parse_name(body)
-    rows = await asyncio.to_thread(run_sql, settings, ENDED_SQL, {"episode_id": episode_id})
+    rows = await _io("reading ClickHouse", run_sql, settings, ENDED_SQL, {"episode_id": episode_id})
     if not rows:
         raise web.HTTPNotFound(text=f"flywheel ui: no episode {episode_id!r} in ClickHouse\n")
     if rows[0]["success"]:
         raise UiInputError(f"episode: {episode_id} succeeded; corrections are for failed episodes")
-    traj = await asyncio.to_thread(find_trajectory, settings, episode_id, int(rows[0]["ended_ms"]))
+    traj = await _io(f"reading {TOPICS.trajectories.name}", find_trajectory, settings, episode_id,
+                     int(rows[0]["ended_ms"]))
     if traj is None:
         raise web.HTTPNotFound(text=f"flywheel ui: episode {episode_id!r} is not on {TOPICS.trajectories.name} "
                                     "(past its retention?)\n")
     pair = correction_pair(traj, body, annotator, time.time())
-    await asyncio.to_thread(publish_pair, settings, pair)
+    await _io(f"publishing to {TOPICS.pairs.name}", publish_pair, settings, pair)
     return web.json_response({"pair": pair.event_id, "tau": pair.tau, "chosen": pair.chosen.action.model_dump(),
                               "rejected": pair.rejected.action.model_dump() if pair.rejected.action else None})
+
+
+async def _io(doing: str, fn, *args):
+    """``fn(*args)`` in a thread; a failure of ClickHouse or the broker is a 502 saying which (a
+    refused input stays a 400)."""
+    try:
+        return await asyncio.to_thread(fn, *args)
+    except UiInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the person gets one line; the pair was not saved
+        line = str(exc).splitlines()[0][:300] if str(exc) else ""
+        raise web.HTTPBadGateway(text=f"flywheel ui: correction not saved: {doing} failed: "
+                                      f"{type(exc).__name__}: {line}\n") from None
 
 
 def add_routes(app: web.Application, settings: Settings, read) -> None:
