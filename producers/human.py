@@ -47,6 +47,7 @@ BROWSER_FAMILIES = ("miniwob", "games")  # what the Annotate view's browser sand
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 MAX_SEED = 2**31 - 1
 SPARE_SANDBOXES = 1
+CLOSE_WAIT_S = 30.0  # a closed session's episode gets this long to end (aborted) before it is cancelled
 
 
 class HumanLeft(RuntimeError):
@@ -192,9 +193,12 @@ class HumanSession:
         if self._runner is not None and not self._runner.done():
             await self.client.actions.put((None, why))
             try:
-                await asyncio.wait_for(asyncio.shield(self._runner), 30)
+                await asyncio.wait_for(asyncio.shield(self._runner), CLOSE_WAIT_S)
             except Exception as exc:  # noqa: BLE001 - closing: the episode is aborted either way
-                log.warning("session %s closed with %s", self.id, exc)
+                log.warning("session %s closed with %r", self.id, exc)
+            if not self._runner.done():  # a hung sandbox: the episode must not outlive its sandbox
+                self._runner.cancel()
+                await asyncio.wait({self._runner}, timeout=CLOSE_WAIT_S)
         runner = self._runner
         if runner is None or not runner.done() or runner.cancelled() or runner.exception() is not None:
             return False

@@ -7,6 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from producers import human
 from producers.human import DemoPublisher, HumanSessions, SessionFull, SessionLimits, annotation_task, human_policy
 from producers.sandboxes.base import Obs, StepResult
 from schemas.actions import Click, Type
@@ -181,3 +182,33 @@ def test_two_sessions_opened_at_once_cannot_both_take_the_last_slot():
 
     results = asyncio.run(go())
     assert sum(isinstance(r, SessionFull) for r in results) == 1 and sum(isinstance(r, tuple) for r in results) == 1
+
+
+class StuckSandbox(Sandbox):
+    async def step(self, action):
+        await asyncio.sleep(3600)  # a page that never answers
+
+
+def test_closing_a_session_whose_sandbox_hangs_stops_its_episode(monkeypatch):
+    monkeypatch.setattr(human, "CLOSE_WAIT_S", 0.05)
+
+    async def go():
+        made = []
+
+        async def make_sandbox():
+            made.append(StuckSandbox())
+            return made[-1]
+
+        hs = HumanSessions(DemoPublisher(load_settings({}), Producer()), make_sandbox, SessionLimits())
+        session, _ = await hs.open(annotation_task("click-test", 1, 10, 600), human_policy("h"))
+        acting = asyncio.ensure_future(session.act(Click(x=0.1, y=0.1)))  # the runner is stuck in its step
+        await asyncio.sleep(0.01)
+        await hs.drop(session.id, "closed by the person")
+        stopped = session._runner.done()
+        for task in (acting, session._runner):  # without the fix: stop it here, not at the loop's end
+            task.cancel()
+        await asyncio.wait({acting, session._runner}, timeout=1)
+        return stopped, made
+
+    stopped, made = asyncio.run(go())
+    assert stopped and made[0].closed
