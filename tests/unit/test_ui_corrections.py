@@ -56,6 +56,20 @@ def test_hostile_corrections_are_refused_naming_the_field(body, field):
         correction_pair(failed(), body, "human:a", 5.0)
 
 
+@pytest.mark.parametrize("action", [
+    {"type": "click", "x": 16, "y": 189},  # step 0's own click, Click(x=0.1, y=0.9) on 160 x 210
+    {"type": "click", "x": 16.8, "y": 188.3},  # within a pixel of it
+])
+def test_a_correction_that_repeats_the_wrong_action_is_refused(action):
+    with pytest.raises(UiInputError, match="^action: the same"):
+        correction_pair(failed(), {"tau": 0, "action": action}, "human:a", 5.0)
+
+
+def test_a_correction_two_pixels_away_or_of_another_kind_is_kept():
+    for action in ({"type": "click", "x": 18, "y": 189}, {"type": "left_double", "x": 16, "y": 189}):
+        assert correction_pair(failed(), {"tau": 0, "action": action}, "human:a", 5.0).chosen.action.type
+
+
 def test_a_succeeded_episode_is_not_corrected():
     with pytest.raises(UiInputError, match="^episode:.*succeeded"):
         correction_pair(failed(success=True), {"tau": 0, "action": {"type": "click", "x": 1, "y": 1}}, "human:a", 5.0)

@@ -75,8 +75,20 @@ def correction_pair(traj: Trajectory, body: dict, annotator: str, now: float) ->
         raise UiInputError(f"tau: the episode's steps before {tau} are not all recorded (missing {traj.missing_steps})")
     screen = traj.steps[tau].observation
     action, _ = parse_action(body.get("action"), screen.screen_width, screen.screen_height)
+    if same_action(action, traj.steps[tau].action, screen.screen_width, screen.screen_height):
+        raise UiInputError(f"action: the same as step {tau}'s; a correction gives a different action")
     thought = text_field(body, "thought", 2000) or scripted.thought(action)
     return error_correction_pair(traj, tau, action, annotator, now, thought)
+
+
+def same_action(a, b, width: int, height: int) -> bool:
+    """Whether ``a`` and ``b`` are one action on a ``width`` x ``height`` screen (positions within a pixel)."""
+    if b is None or a.type != b.type:
+        return False
+    da, db = a.model_dump(), b.model_dump()
+    scale = {"x": width, "x1": width, "x2": width, "y": height, "y1": height, "y2": height}
+    return da.keys() == db.keys() and all(
+        abs(da[k] - db[k]) * scale[k] <= 1 if k in scale else da[k] == db[k] for k in da)
 
 
 def publish_pair(settings: Settings, pair: PreferencePair) -> None:
