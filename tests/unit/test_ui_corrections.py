@@ -14,6 +14,7 @@ from infra.app.ui.queries import UiInputError
 from infra.app.ui.server import make_app
 from infra.runtime.settings import load_settings
 from schemas.actions import Click
+from schemas.codec import encode
 from schemas.events import BlobRef, Observation, Step, TaskSpec, Trajectory
 
 
@@ -76,7 +77,8 @@ def test_a_succeeded_episode_is_not_corrected():
 
 
 def _correct(monkeypatch, read, find=None, publish=None):
-    """(status, text) of a correction of ep-1 through the app, with ``read``, ``find``, ``publish`` in place of ClickHouse and the broker."""
+    """(status, text) of a correction of ep-1 through the app; ``read``, ``find`` and ``publish``
+    stand in for ClickHouse and the broker."""
     if find is not None:
         monkeypatch.setattr(corrections, "find_trajectory", find)
     if publish is not None:
@@ -95,7 +97,7 @@ def _correct(monkeypatch, read, find=None, publish=None):
 
 
 def _ended(*_a):
-    return [{"ended_ms": 2000, "success": 0}]
+    return [{"ended_ms": 2000, "ingested_ms": 3000, "success": 0}]
 
 
 def _broker_down(*_a, **_k):
@@ -123,3 +125,64 @@ def test_a_correction_with_clickhouse_down_is_a_502(monkeypatch):
 def test_a_correction_of_an_episode_not_found_is_a_404(monkeypatch):
     status, text = _correct(monkeypatch, lambda *_a: [])
     assert status == 404 and "ep-1" in text
+
+
+class Message:
+    def __init__(self, offset: int, ts_ms: int, key: bytes, value: bytes = b"") -> None:
+        self._offset, self._ts, self._key, self._value = offset, ts_ms, key, value
+
+    def error(self):
+        return None
+
+    def key(self):
+        return self._key
+
+    def value(self):
+        return self._value
+
+    def offset(self):
+        return self._offset
+
+    def partition(self):
+        return 0
+
+    def timestamp(self):
+        return (1, self._ts)
+
+
+class BusyTopic:
+    """One partition: ep-1's trajectory at offset 0 (time 2500 ms), then a record a second of other
+    episodes, a million of them (an episode corrected long after it ran)."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def list_topics(self, topic, timeout):
+        return type("Meta", (), {"topics": {topic: type("T", (), {"partitions": {0: None}})()}})()
+
+    def offsets_for_times(self, tps, timeout):
+        return [type(tp)(tp.topic, tp.partition, 0) for tp in tps]
+
+    def get_watermark_offsets(self, tp, timeout):
+        return 0, 1_000_000
+
+    def assign(self, tps):
+        pass
+
+    def poll(self, _timeout):
+        self.polls += 1
+        n = self.polls - 1
+        if n == 0:
+            return Message(0, 2500, b"ep-1", encode(failed()))
+        return Message(n, 2500 + 1000 * n, b"ep-other")
+
+    def close(self):
+        pass
+
+
+def test_the_trajectory_read_stops_after_the_sink_ingested_it(monkeypatch):
+    topic = BusyTopic()
+    monkeypatch.setattr(corrections, "make_consumer", lambda *_a, **_k: topic)
+    traj = corrections.find_trajectory(load_settings({}), "ep-1", 2000, until_ms=3000 + 120_000, timeout_s=2)
+    assert traj is not None and traj.episode_id == "ep-1"
+    assert topic.polls < 200  # the records past the sink's ingestion time plus a margin are not read

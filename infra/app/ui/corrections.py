@@ -32,13 +32,17 @@ from schemas.codec import decode, encode
 from schemas.events import PreferencePair, Trajectory
 
 LOOKBACK_S = 120.0  # the trajectory is produced after its episode ended: read from a little before
-ENDED_SQL = ("SELECT toUnixTimestamp64Milli(ended_at) AS ended_ms, success FROM trajectories FINAL "
+ENDED_SQL = ("SELECT toUnixTimestamp64Milli(ended_at) AS ended_ms, toUnixTimestamp64Milli(ingested_at) AS ingested_ms, "
+             "success FROM trajectories FINAL "
              "WHERE episode_id = {episode_id:String} LIMIT 1")
 
 
-def find_trajectory(settings: Settings, episode_id: str, ended_ms: int, timeout_s: float = 20.0) -> Trajectory | None:
+def find_trajectory(settings: Settings, episode_id: str, ended_ms: int, until_ms: int | None = None,
+                    timeout_s: float = 20.0) -> Trajectory | None:
     """The trajectory ``episode_id`` from flywheel.trajectories.v1, reading every partition from
-    ``LOOKBACK_S`` before ``ended_ms`` to its end (a throw-away group that never commits)."""
+    ``LOOKBACK_S`` before ``ended_ms`` to its end or its first record after ``until_ms`` (the sink
+    ingested the trajectory before then: an old episode's read does not run through every record
+    since), with a throw-away group that never commits."""
     topic = topic_name(TOPICS.trajectories, settings)
     consumer = make_consumer(settings, f"flywheel-ui-{uuid.uuid4().hex[:12]}", **{"enable.auto.commit": False})
     key, found = episode_id.encode(), None
@@ -56,7 +60,7 @@ def find_trajectory(settings: Settings, episode_id: str, ended_ms: int, timeout_
                 continue
             if msg.key() == key:
                 found = decode(msg.value(), Trajectory)  # the last copy wins (a re-assembled episode)
-            if msg.offset() + 1 >= ends[msg.partition()]:
+            if msg.offset() + 1 >= ends[msg.partition()] or (until_ms is not None and msg.timestamp()[1] > until_ms):
                 left.discard(msg.partition())
     finally:
         consumer.close()
@@ -114,7 +118,7 @@ async def correct(request: web.Request) -> web.Response:
     if rows[0]["success"]:
         raise UiInputError(f"episode: {episode_id} succeeded; corrections are for failed episodes")
     traj = await _io(f"reading {TOPICS.trajectories.name}", find_trajectory, settings, episode_id,
-                     int(rows[0]["ended_ms"]))
+                     int(rows[0]["ended_ms"]), int(rows[0]["ingested_ms"]) + int(LOOKBACK_S * 1000))
     if traj is None:
         raise web.HTTPNotFound(text=f"flywheel ui: episode {episode_id!r} is not on {TOPICS.trajectories.name} "
                                     "(past its retention?)\n")
