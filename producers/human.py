@@ -146,7 +146,9 @@ class DemoPublisher:
         end = time.monotonic() + timeout_s
         while tracker.acked + len(tracker.failures) < expected:
             if time.monotonic() > end:
-                raise TimeoutError(f"the broker acknowledged {tracker.acked} of {expected} events in {timeout_s:.0f}s")
+                raise TimeoutError(f"the broker acknowledged {tracker.acked} of {expected} events in {timeout_s:.0f}s; "
+                                   "the producer retries for minutes, so the episode may still arrive: look for it "
+                                   "in the Episodes view before recording it again")
             await asyncio.to_thread(self.producer.poll, 0.05)
         tracker.raise_if_failed()
 

@@ -13,6 +13,7 @@ from producers.sandboxes.base import Obs, StepResult
 from schemas.actions import Click, Type
 from schemas.codec import decode
 from schemas.events import BlobRef, Observation
+from infra.runtime.kafka_clients import DeliveryTracker
 from infra.runtime.settings import load_settings
 
 
@@ -212,3 +213,16 @@ def test_closing_a_session_whose_sandbox_hangs_stops_its_episode(monkeypatch):
 
     stopped, made = asyncio.run(go())
     assert stopped and made[0].closed
+
+
+class Silent(Producer):
+    def produce(self, topic, key, value, on_delivery):
+        self.records.append((topic, key, value))  # queued; the broker never answers
+
+
+def test_a_demonstration_not_acknowledged_in_time_says_it_may_still_arrive():
+    """The producer keeps retrying after the page's wait: the person must not take the error for a
+    loss and record the episode twice."""
+    publisher = DemoPublisher(load_settings({}), Silent())
+    with pytest.raises(TimeoutError, match="0 of 3 events.*may still arrive.*Episodes view"):
+        asyncio.run(publisher.acked(DeliveryTracker(), 3, timeout_s=0.05))
