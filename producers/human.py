@@ -272,10 +272,11 @@ class HumanSessions:
         self.sessions: dict[str, HumanSession] = {}
         self.spare: list[Any] = []  # a sandbox whose session ended cleanly, kept warm for the next one
         self._opening = 0
+        self._closing = 0  # sessions taken out but whose sandbox is not closed yet: they still hold one
 
     async def open(self, task: TaskSpec, policy: str) -> tuple[HumanSession, View]:
         await self.reap()
-        if len(self.sessions) + self._opening >= self.limits.max_sessions:
+        if len(self.sessions) + self._opening + self._closing >= self.limits.max_sessions:
             raise SessionFull(f"all {self.limits.max_sessions} annotation sessions are in use; finish one first")
         self._opening += 1  # counted while its sandbox starts: two requests at once cannot both take the last slot
         try:
@@ -298,11 +299,16 @@ class HumanSessions:
 
     async def drop(self, session_id: str, why: str = "session closed") -> None:
         session = self.sessions.pop(session_id, None)
-        if session is not None:
+        if session is None:
+            return
+        self._closing += 1
+        try:
             if await session.close(why) and len(self.spare) < SPARE_SANDBOXES:
                 self.spare.append(session.sandbox)  # a new context costs ~1.5 s; a reset a tenth of it
             else:
                 await session.sandbox.close()
+        finally:
+            self._closing -= 1
 
     async def reap(self, now: float | None = None) -> None:
         """Close the sessions whose episode ended or whose person left."""

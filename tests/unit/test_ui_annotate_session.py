@@ -190,20 +190,26 @@ class StuckSandbox(Sandbox):
         await asyncio.sleep(3600)  # a page that never answers
 
 
+async def stuck_session(max_sessions: int = 4):
+    """(sessions, a session whose runner is stuck in its sandbox's step, the pending act, sandboxes made)."""
+    made = []
+
+    async def make_sandbox():
+        made.append(StuckSandbox())
+        return made[-1]
+
+    hs = HumanSessions(DemoPublisher(load_settings({}), Producer()), make_sandbox, SessionLimits(max_sessions))
+    session, _ = await hs.open(annotation_task("click-test", 1, 10, 600), human_policy("h"))
+    acting = asyncio.ensure_future(session.act(Click(x=0.1, y=0.1)))
+    await asyncio.sleep(0.01)
+    return hs, session, acting, made
+
+
 def test_closing_a_session_whose_sandbox_hangs_stops_its_episode(monkeypatch):
     monkeypatch.setattr(human, "CLOSE_WAIT_S", 0.05)
 
     async def go():
-        made = []
-
-        async def make_sandbox():
-            made.append(StuckSandbox())
-            return made[-1]
-
-        hs = HumanSessions(DemoPublisher(load_settings({}), Producer()), make_sandbox, SessionLimits())
-        session, _ = await hs.open(annotation_task("click-test", 1, 10, 600), human_policy("h"))
-        acting = asyncio.ensure_future(session.act(Click(x=0.1, y=0.1)))  # the runner is stuck in its step
-        await asyncio.sleep(0.01)
+        hs, session, acting, made = await stuck_session()
         await hs.drop(session.id, "closed by the person")
         stopped = session._runner.done()
         for task in (acting, session._runner):  # without the fix: stop it here, not at the loop's end
@@ -226,3 +232,22 @@ def test_a_demonstration_not_acknowledged_in_time_says_it_may_still_arrive():
     publisher = DemoPublisher(load_settings({}), Silent())
     with pytest.raises(TimeoutError, match="0 of 3 events.*may still arrive.*Episodes view"):
         asyncio.run(publisher.acked(DeliveryTracker(), 3, timeout_s=0.05))
+
+
+def test_a_session_still_closing_holds_its_slot(monkeypatch):
+    """Its sandbox is open until its episode stops: a new session meanwhile would be one sandbox past the bound."""
+    monkeypatch.setattr(human, "CLOSE_WAIT_S", 0.2)
+
+    async def go():
+        hs, session, acting, made = await stuck_session(max_sessions=1)
+        closing = asyncio.ensure_future(hs.drop(session.id, "closed by the person"))
+        await asyncio.sleep(0.01)
+        refused = await asyncio.gather(hs.open(annotation_task("click-test", 2, 10, 600), human_policy("h")),
+                                       return_exceptions=True)
+        await closing
+        acting.cancel()
+        await asyncio.wait({acting}, timeout=1)
+        return refused[0], made
+
+    refused, made = asyncio.run(go())
+    assert isinstance(refused, SessionFull) and len(made) == 1
