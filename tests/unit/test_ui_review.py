@@ -77,3 +77,42 @@ def test_a_token_app_takes_any_host_name_with_the_token():
         return resp.status
 
     assert _run(calls, token) == 200
+
+
+class HalfStarted:
+    """A browser sandbox whose context opened but whose clock could not be installed."""
+
+    made: list = []
+
+    def __init__(self, *_a, **_k) -> None:
+        self.closed = False
+        HalfStarted.made.append(self)
+
+    async def start(self):
+        raise RuntimeError("clock.install: Target closed")
+
+    async def close(self):
+        self.closed = True
+
+
+class Host:
+    async def close(self):
+        pass
+
+
+def test_a_sandbox_that_fails_to_start_is_closed(monkeypatch):
+    """Its browser context must not stay open: the person gets a 502, the machine nothing left over."""
+    from producers.sandboxes import browser, browser_host  # Playwright: imported here, as annotate does
+
+    monkeypatch.setattr(browser, "BrowserSandbox", HalfStarted)
+    monkeypatch.setattr(browser_host, "BrowserHost", Host)
+    HalfStarted.made = []
+
+    async def calls(client):
+        resp = await client.post("/api/annotate/sessions", json={"task": "click-test", "seed": 0, "name": "a"},
+                                 headers={"Origin": f"http://{client.host}:{client.port}"})
+        return resp.status, await resp.text()
+
+    status, text = _run(calls)
+    assert status == 502 and "Target closed" in text
+    assert [s.closed for s in HalfStarted.made] == [True]

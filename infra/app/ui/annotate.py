@@ -118,7 +118,11 @@ async def annotate_ctx(app: web.Application):
             hosts.append(BrowserHost())
         # a few task pages stay loaded: a person switching between tasks does not wait for a reload
         sandbox = BrowserSandbox(BlobStore(settings.blob_root), host=hosts[0], step_ms=STEP_MS, max_pages=3)
-        await sandbox.start()
+        try:
+            await sandbox.start()
+        except BaseException:
+            await sandbox.close()  # a context opened before the failure is not left behind
+            raise
         return sandbox
 
     publisher = DemoPublisher(settings)
