@@ -4,7 +4,7 @@
 // the benchmark and the person.
 "use strict";
 const SCALE = 3;  // the task area is 160 x 210: shown three times larger
-const ann = {session: null, view: null, busy: false};
+const ann = {session: null, view: null, busy: false, opening: false};
 window.annotateTimes = [];
 window.annotateOpens = [];  // ms from Start until the first screen is shown
 
@@ -74,6 +74,12 @@ function annotatePoint(ev) {  // a pointer event on the scaled screen -> the scr
 
 annEl("annotate-start").onsubmit = async ev => {
   ev.preventDefault();
+  if (ann.opening) return;  // a double click on Start: a second session would sit unreachable until the idle timeout
+  ann.opening = true;
+  try { await annotateStart(); } finally { ann.opening = false; }
+};
+
+async function annotateStart() {
   const form = new FormData(annEl("annotate-start"));
   annEl("annotate-error").textContent = "";
   if (ann.session) await api(`/api/annotate/sessions/${ann.session}/close`, {}).catch(() => {});
@@ -85,7 +91,7 @@ annEl("annotate-start").onsubmit = async ev => {
     await annotateShow(view);
     window.annotateOpens.push(performance.now() - t0);
   } catch (e) { annEl("annotate-error").textContent = e.message; }
-};
+}
 // a press and a release more than 3 screen pixels apart is a drag, not a click
 let pressed = null, dragged = false;
 annEl("annotate-shot").onmousedown = ev => { ev.preventDefault(); pressed = annotatePoint(ev); };
