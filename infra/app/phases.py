@@ -163,9 +163,10 @@ def cold_start_plan(tasks: list[str] | tuple[str, ...], asked: int, demonstrable
     demonstrator is then a UserError naming it and the choices."""
     missing = tuple(t for t in tasks if t not in demonstrable)
     have = tuple(t for t in tasks if t in demonstrable)
-    if asked == 0:
-        return ColdStart(0, (), tuple(tasks), ("no cold start (--cold-start-demos 0): every task from random weights",))
     named = ", ".join(missing)
+    if asked == 0:
+        return ColdStart(0, (), tuple(tasks), ("no cold start (--cold-start-demos 0): every task from random weights"
+                                               + (f"; no demonstrator for {named}" if missing else ""),))
     if asked > 0 and missing:
         raise UserError(
             f"--cold-start-demos {asked} asks for demonstrations of every task, and no demonstrator can play {named} "

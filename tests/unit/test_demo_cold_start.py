@@ -45,6 +45,7 @@ def test_demonstrations_asked_of_a_task_without_a_demonstrator_are_refused_with_
 def test_zero_starts_every_task_from_random_weights():
     cold = phases.cold_start_plan(["click-test", "click-link"], 0, SOLVED)
     assert (cold.per_task, cold.demonstrated, cold.rl_only) == (0, (), ("click-test", "click-link"))
+    assert "no demonstrator for click-link" in cold.lines[0]
 
 
 def test_from_random_weights_value_pretraining_is_off_unless_asked():
