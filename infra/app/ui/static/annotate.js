@@ -121,4 +121,10 @@ annEl("annotate-discard").onclick = async () => {
   ann.session = null;
   annEl("annotate-status").textContent = "discarded: recorded as an aborted episode, never used as a demonstration";
 };
+// a page left mid-episode (reloaded, closed): its session is closed now (aborted), not held until the idle timeout
+window.addEventListener("pagehide", () => {
+  if (!ann.session) return;
+  fetch(`/api/annotate/sessions/${ann.session}/close`, {method: "POST", keepalive: true, body: "{}",
+    headers: {"Content-Type": "application/json", "X-Flywheel-Token": TOKEN}}).catch(() => {});
+});
 annotateTasks();
