@@ -116,3 +116,10 @@ def test_a_sandbox_that_fails_to_start_is_closed(monkeypatch):
     status, text = _run(calls)
     assert status == 502 and "Target closed" in text
     assert [s.closed for s in HalfStarted.made] == [True]
+
+
+@pytest.mark.parametrize("seed", ["²", "٣", "1²"])
+def test_a_seed_of_digits_python_cannot_read_as_an_integer_is_refused_naming_the_field(seed):
+    """str.isdigit is true for "²", which int() refuses: that was a ValueError past the guard, a 500."""
+    with pytest.raises(UiInputError, match="^seed:"):
+        parse_session({"task": "click-test", "seed": seed, "name": "a"}, 10, 600)

@@ -55,7 +55,7 @@ def text_field(body: dict, field: str, limit: int, required: bool = False) -> st
 
 def int_field(body: dict, field: str, low: int, high: int) -> int:
     value = body.get(field)
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 12:
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) < 12:
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise UiInputError(f"{field}: {str(value)[:40]!r} is not an integer in [{low}, {high}]")
