@@ -318,7 +318,7 @@ class HumanSessions:
                 await self.drop(sid, f"no action for {self.limits.idle_timeout_s:.0f}s")
 
     async def close(self) -> None:
-        for sid in list(self.sessions):
-            await self.drop(sid, "ui stopped")
+        # at once: each may wait CLOSE_WAIT_S for its episode to stop
+        await asyncio.gather(*(self.drop(sid, "ui stopped") for sid in list(self.sessions)))
         while self.spare:
             await self.spare.pop().close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -251,3 +252,25 @@ def test_a_session_still_closing_holds_its_slot(monkeypatch):
 
     refused, made = asyncio.run(go())
     assert isinstance(refused, SessionFull) and len(made) == 1
+
+
+def test_the_ui_stopping_closes_its_sessions_at_once_not_one_after_another(monkeypatch):
+    """Each hung session may take CLOSE_WAIT_S to stop: four in a row held the UI's exit for minutes."""
+    monkeypatch.setattr(human, "CLOSE_WAIT_S", 0.5)
+
+    async def go():
+        hs, _session, first, made = await stuck_session()
+        second, _ = await hs.open(annotation_task("click-test", 2, 10, 600), human_policy("h"))
+        acting = [first, asyncio.ensure_future(second.act(Click(x=0.1, y=0.1)))]
+        await asyncio.sleep(0.01)
+        t0 = time.monotonic()
+        await hs.close()
+        took = time.monotonic() - t0
+        for task in acting:
+            task.cancel()
+        await asyncio.wait(acting, timeout=1)
+        return took, made
+
+    took, made = asyncio.run(go())
+    assert len(made) == 2 and all(s.closed for s in made)
+    assert took < 0.9  # one after another: 1 s
