@@ -145,6 +145,9 @@ class _StateCodec(Codec):
 STATE_CODEC = _StateCodec()
 
 
+RECORD_OVERHEAD = 1024  # bytes a record's batch, headers and framing add to its key and value, at most
+
+
 class FusedChain:
     """The stages after the assembler (scorer -> router), run in process on every trajectory the
     assembler or the abandoned-episode sweep closes. Every record still goes to its declared
@@ -173,13 +176,39 @@ class FusedChain:
                     emitted, failure = chained[id(rec)]
                     everything += emitted
                     failures += [failure] if failure is not None else []
-            for (spec, rec), (_, value) in zip(everything, encoded(everything)):
+            values = [value for _, value in encoded(everything)]
+            too_big = next(((spec, value) for (spec, _), value in zip(everything, values)
+                            if len(key) + len(value) + RECORD_OVERHEAD > spec.max_message_bytes), None)
+            if too_big is not None:  # the broker would refuse it, and the worker would stop on it for ever
+                sent.append(await self._too_big(*too_big, key, partition))
+                continue
+            for (spec, rec), value in zip(everything, values):
                 future = await self.send(spec, key, value, partition)
                 published.setdefault(id(rec), (future, value))
                 sent.append(future)
             for failure in failures:
                 sent.append(await self._dead_letter(failure, key, published[id(failure.record)]))
         return sent
+
+    async def _too_big(self, spec, value: bytes, key: bytes, partition: int):
+        """One dead letter for an episode whose record exceeds its topic's max.message.bytes: none
+        of the episode's records is published (its steps stay on the steps topic, for a replay
+        once the limit is raised); the letter names the stage that made the record and keeps its
+        first bytes."""
+        stage = self._maker_of(spec)
+        exc = ValueError(f"a {len(value)}-byte record for {spec.name} exceeds its max.message.bytes "
+                         f"({spec.max_message_bytes}): episode {key.decode(errors='replace')} not published")
+        letter = dead_letter(stage, exc, self.names.get(spec.name, spec.name), partition, -1, key, value)
+        self.metrics["flywheel_streams_dead_letters_total"].labels(stage=stage).inc()
+        log.warning("dead letter from %s: %s", stage, letter.message[:200])
+        return await self.send(TOPICS.dlq, key, encode(letter))
+
+    def _maker_of(self, spec) -> str:
+        """The stage whose output goes to ``spec``: the assembler for the first stage's input."""
+        for i, stage in enumerate(self.chain):
+            if stage.source.name == spec.name:
+                return self.chain[i - 1].step_id if i else "assembler"
+        return self.chain[-1].step_id
 
     async def _dead_letter(self, failure: StageFailed, key: bytes, published):
         """The failing stage's input, at the position it was published (its delivery awaited)."""

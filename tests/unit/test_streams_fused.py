@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from infra.runtime.metrics import process_metrics
 from infra.runtime.topics import TOPICS
@@ -155,3 +155,21 @@ def test_the_abandoned_episode_sweep_scores_and_routes_what_it_closes():
     assert len(send.on(TOPICS.trajectories)) == 1 and len(send.on(TOPICS.scored)) == 1
     assert send.on(TOPICS.ct) or send.on(TOPICS.sft)
     assert decode(send.on(TOPICS.scored)[0][2], ScoredTrajectory).episode_id == "ep-9"
+
+
+def test_an_episode_whose_record_exceeds_its_topic_limit_is_one_dead_letter_not_a_stopped_worker():
+    """The broker refuses a record over max.message.bytes and the worker would stop on it at every
+    restart: the episode's records are not sent, one dead letter names the stage that made it."""
+    _, [(spec, traj)] = assembled(3)
+    small = replace(spec, max_message_bytes=2000)  # this trajectory encodes to more than that
+    send = Sender()
+    fused = FusedChain(chain(), send, NAMES, blocking=False, metrics=METRICS)
+    acks = publish(fused, [(b"ep-big", 1, [(small, traj)]), (b"ep-ok", 2, assembled(2)[1])])
+    [(_, key, value, partition)] = send.on(TOPICS.dlq)
+    letter = decode(value, DeadLetter)
+    assert key == b"ep-big" and partition is None and letter.stage == "assembler"
+    assert "max.message.bytes" in letter.message and letter.original_size > 2000
+    assert letter.source_topic == NAMES[TOPICS.trajectories.name] and letter.source_partition == 1
+    assert {s[1] for s in send.sent if s[0] != NAMES[TOPICS.dlq.name]} == {b"ep-ok"}  # the other episode flows on
+    assert len(acks) == len(send.sent)
+    assert [fused._maker_of(t) for t in (TOPICS.trajectories, TOPICS.scored, TOPICS.rl)] == ["assembler", "scorer", "router"]
