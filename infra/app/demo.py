@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import signal
 import time
 import uuid
@@ -389,8 +390,9 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     env = child_env(settings, prefix)
     if cfg.ui:  # first to start, last to stop: the page shows the whole run
         ui_port = free_port_block(1)
-        children.insert(0, Child("ui", flywheel_argv("ui", "--port", str(ui_port)), logs / "ui.log", env))
-        print(f"ui: http://127.0.0.1:{ui_port}/", flush=True)
+        token = secrets.token_urlsafe(18)  # the UI writes training data: only who has the URL may
+        children.insert(0, Child("ui", flywheel_argv("ui", "--port", str(ui_port), "--token", token), logs / "ui.log", env))
+        print(f"ui: http://127.0.0.1:{ui_port}/?token={token}&run={policy}", flush=True)
     t0 = time.time()
     notes: list[str] = list(changed)
     clock = phases.PhaseClock()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+import logging
+
 import pytest
 
 from infra.app.ui import queries
-from infra.app.ui.cli import check_bind
+from infra.app.ui.cli import PathAccessLogger, check_bind, token_for
 from infra.app.ui.queries import EpisodeFilter, UiInputError
 from infra.app.ui.replay import marker
 from infra.clickhouse.sql_policy import check
@@ -63,3 +66,20 @@ def test_binding_beyond_loopback_needs_a_token():
     with pytest.raises(UserError, match="token"):
         check_bind("0.0.0.0", "")
     check_bind("0.0.0.0", "t" * 16)
+
+
+def test_the_cli_makes_a_token_unless_told_not_to_and_logs_no_query_string():
+    made = token_for(argparse.Namespace(token="", no_token=False))
+    assert len(made) >= 16 and made != token_for(argparse.Namespace(token="", no_token=False))
+    assert token_for(argparse.Namespace(token="given-token-0123456", no_token=False)) == "given-token-0123456"
+    assert token_for(argparse.Namespace(token="", no_token=True)) == ""
+    with pytest.raises(UserError):
+        token_for(argparse.Namespace(token="x" * 20, no_token=True))
+
+    records = []
+    logger = logging.getLogger("test-ui-access")
+    logger.addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: records.append(r.getMessage())})())
+    logger.setLevel(logging.INFO)
+    request = type("R", (), {"method": "GET", "path": "/blob/ab", "path_qs": "/blob/ab?token=secret"})()
+    PathAccessLogger(logger, "").log(request, type("S", (), {"status": 200})(), 0.01)
+    assert records and "secret" not in records[0] and "/blob/ab" in records[0]
