@@ -100,7 +100,7 @@ def main() -> None:
     from infra.runtime.settings import load_settings
     from infra.runtime.topics import STEP_PARTITIONS
     from schemas.codec import encode
-    from streams.synthetic import episode_events
+    from fakes import episode_events  # test fakes: benchmarks/fakes.py
 
     settings = load_settings({})
     topic = f"floor-{uuid.uuid4().hex[:8]}"

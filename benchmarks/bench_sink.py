@@ -32,7 +32,7 @@ from confluent_kafka import TopicPartition
 from own_broker import broker_for_benchmarks
 
 from consumers.rows import COLUMNS, row_for, ticks  # noqa: E402
-from consumers.sample import publish, synthetic_run  # noqa: E402
+from fakes import publish, synthetic_run  # noqa: E402 - test fakes: benchmarks/fakes.py
 from consumers.sink import Sink, SinkConfig, decode_record  # noqa: E402
 from infra.runtime.admin import delete_topics, ensure_topics  # noqa: E402
 from infra.clickhouse.client import make_client  # noqa: E402

@@ -51,7 +51,7 @@ from schemas.base import now
 from schemas.codec import decode, encode
 from streams.route import get_rule
 from streams.score import make_scorer
-from streams.synthetic import episode_events
+from fakes import episode_events  # test fakes: benchmarks/fakes.py
 from streams.topology import encoded, pipeline, run_chain, run_keyed
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -35,7 +35,7 @@ from infra.runtime.policy import build_policy
 from infra.runtime.policy import PolicyInput
 from infra.runtime.versions import scan as read_versions
 from trainer.rl.streaming_ppo import train
-from trainer.synthetic import make_episode, scored_trajectory
+from fakes import make_episode, scored_trajectory  # test fakes: benchmarks/fakes.py
 
 
 def feed(settings, policy_name: str, rate: float, stop: threading.Event) -> None:

@@ -1,7 +1,7 @@
 """How fast does the pixel policy learn "click the target" from random weights?
 
 Drives trainer.policies.pixel.model and trainer.rl.update (the same PPO code the streaming trainer runs)
-on the synthetic click-test / click-test-2 of trainer.synthetic, and prints episodes and
+on the synthetic click-test / click-test-2 of tests.fakes.clicks, and prints episodes and
 seconds until the success rate of the last 100 sampled episodes reaches the target.
 
     python benchmarks/learn_synthetic.py --task click-test-2 --target 0.9
@@ -18,7 +18,7 @@ import torch
 
 
 from trainer.rl.config import TrainConfig
-from trainer.synthetic import learn
+from fakes import learn  # test fakes: benchmarks/fakes.py
 
 
 def main() -> int:

@@ -16,8 +16,10 @@ import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
-from consumers.sample import publish, synthetic_run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/fakes: test support, not installed
+from tests.fakes.run import publish, synthetic_run  # noqa: E402
 from infra.runtime.admin import delete_topics, ensure_topics
 from infra.clickhouse.endpoint import endpoint_file
 from infra.runtime.kafka_clients import make_producer

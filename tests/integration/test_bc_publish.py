@@ -15,7 +15,7 @@ from schemas.blobs import BlobStore
 from schemas.codec import encode
 from trainer.sft.bc import run_bc
 from trainer.sft.bc_config import BCConfig
-from trainer.synthetic import make_episode, scored_trajectory
+from tests.fakes.clicks import make_episode, scored_trajectory
 
 
 def centre(e):

@@ -29,7 +29,7 @@ from schemas.events import Observation, ScoredTrajectory, Step
 from infra.runtime.checkpoint import TrainedIds
 from tests.unit.lm_samples import scored_episode
 from trainer.rl.streaming_ppo import checkpoint_path, load_checkpoint
-from trainer.synthetic import make_episode, scored_trajectory
+from tests.fakes.clicks import make_episode, scored_trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = "pixel-dist"

@@ -9,7 +9,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 
 from consumers.rows import rows_for
-from consumers.sample import T0, synthetic_run
+from tests.fakes.run import T0, synthetic_run
 from infra.clickhouse import client as clickhouse
 from infra.clickhouse.client import make_client, migrate
 from infra.runtime.settings import load_settings

@@ -25,7 +25,7 @@ from infra.kafka.tls import make_security
 from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import decode, encode
 from schemas.events import Trajectory
-from streams.synthetic import episode_events
+from tests.fakes.steps import episode_events
 
 ROOT = Path(__file__).resolve().parents[2]
 

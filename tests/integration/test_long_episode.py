@@ -24,7 +24,7 @@ from schemas.actions import Hotkey
 from schemas.blobs import BlobStore
 from schemas.codec import decode
 from schemas.events import EpisodeEnded, EpisodeStarted, Observation, ScoredTrajectory, Step, TaskSpec, Trajectory
-from streams.synthetic import fake_sha
+from tests.fakes.steps import fake_sha
 from tests.integration.test_streams_app import (  # noqa: F401 - the autouse fixture cleans Faust's topics
     STARTUP_S, Collector, _delete_faust_internal_topics, produce, start_worker, stop)
 from trainer.rl.config import TrainConfig

@@ -10,12 +10,12 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.sample import publish, synthetic_run
+from tests.fakes.run import publish, synthetic_run
 from consumers.sink import Sink, SinkConfig
 from infra.runtime.metrics import serve_metrics
 from infra.runtime.topics import TOPICS
 from schemas.events import ScoredTrajectory
-from streams.synthetic import episode_events
+from tests.fakes.steps import episode_events
 from infra.runtime.procs import free_port
 from tests.integration.test_streams_app import (  # noqa: F401 - the autouse fixture deletes Faust's topics
     STARTUP_S, Collector, _delete_faust_internal_topics, produce, start_worker, stop)

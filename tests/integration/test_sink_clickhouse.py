@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from confluent_kafka import Consumer
 
-from consumers.sample import publish, synthetic_run
+from tests.fakes.run import publish, synthetic_run
 from consumers.sink import Sink, SinkConfig
 from infra.clickhouse.client import make_client, migrate
 from infra.runtime.kafka_clients import consumer_config, make_producer

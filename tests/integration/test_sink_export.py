@@ -8,7 +8,7 @@ import orjson
 import pyarrow.parquet as pq
 
 from consumers.export import ExportConfig, Exporter
-from consumers.sample import scored, synthetic_run
+from tests.fakes.run import scored, synthetic_run
 from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
 from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import encode

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from consumers.sample import publish, synthetic_run
+from tests.fakes.run import publish, synthetic_run
 from infra.clickhouse.endpoint import endpoint_file
 
 

@@ -21,7 +21,7 @@ from schemas.codec import decode, encode
 from schemas.events import DeadLetter, ScoredTrajectory, Trajectory
 from streams.config import RescoreConfig
 from streams.rescore import rescore
-from streams.synthetic import episode_events
+from tests.fakes.steps import episode_events
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_S = 60.0

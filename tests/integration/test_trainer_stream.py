@@ -27,7 +27,7 @@ from infra.runtime.policy import PolicyInput
 from infra.runtime.versions import scan as read_versions
 from infra.runtime.checkpoint import TrainedIds
 from trainer.rl.streaming_ppo import checkpoint_path, load_checkpoint, train
-from trainer.synthetic import make_episode, scored_trajectory
+from tests.fakes.clicks import make_episode, scored_trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = "pixel-test"

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from infra.runtime.policy import PolicyInput, build_policy
-from trainer.synthetic import make_episode
+from tests.fakes.clicks import make_episode
 from trainer.rl.update import EpisodeSample
 
 

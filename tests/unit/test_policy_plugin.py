@@ -23,7 +23,7 @@ from trainer.rl.config import TrainConfig, check_device
 from trainer.rl.streaming_ppo import to_episode
 from trainer.rl.update import collate, make_optimizer, ppo_update
 from trainer.sft.bc_config import BCConfig
-from trainer.synthetic import make_episode, scored_trajectory
+from tests.fakes.clicks import make_episode, scored_trajectory
 
 SIDE, GRID = 16, 4  # a 16 x 16 grey screenshot; clicks on a 4 x 4 grid of cells
 

@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from infra.runtime.metrics import process_metrics
 from producers.rollout_metrics import observe
 from schemas.events import EpisodeAborted
-from streams.synthetic import episode_events
+from tests.fakes.steps import episode_events
 
 
 def samples(metrics) -> dict:

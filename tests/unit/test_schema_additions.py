@@ -11,7 +11,7 @@ from schemas.codec import decode, encode
 from schemas.events import EpisodeEvent, ScoredTrajectory, Trajectory
 from streams.route import get_rule
 from streams.score import make_scorer
-from streams.synthetic import episode_events
+from tests.fakes.steps import episode_events
 from streams.topology import pipeline, run_chain, run_keyed
 
 ADDED = {"score", "normalised_score"}

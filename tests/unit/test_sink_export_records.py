@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 
 from consumers.dataset import jsonl_line, to_record
 from consumers.export import exported_upto, shard_stem, write_shard
-from consumers.sample import synthetic_run
+from tests.fakes.run import synthetic_run
 
 
 def records(n=6):

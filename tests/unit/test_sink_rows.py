@@ -7,7 +7,7 @@ import re
 import pytest
 
 from consumers.rows import SINK_KINDS, rows_for
-from consumers.sample import synthetic_run
+from tests.fakes.run import synthetic_run
 from infra.clickhouse.client import load_migrations
 from schemas.base import now
 from schemas.actions import Click

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from schemas.codec import decode, encode
 from schemas.events import Trajectory
 from streams.assemble import EpisodeState, add_event, can_forget, close_abandoned
-from streams.synthetic import episode_events
+from tests.fakes.steps import episode_events
 
 
 def run(events, now=1000.0):

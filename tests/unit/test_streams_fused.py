@@ -21,7 +21,7 @@ from streams.app import FusedChain, _apply_sweep
 from streams.assemble import sweep
 from streams.route import get_rule
 from streams.score import make_scorer
-from streams.synthetic import episode_events
+from tests.fakes.steps import episode_events
 from streams.topology import Stage, pipeline, run_keyed
 from tests.unit.test_streams_topology import assembled
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from infra.runtime.topics import TOPICS
 from streams.route import get_rule
 from streams.score import make_scorer
-from streams.synthetic import episode_events
+from tests.fakes.steps import episode_events
 from streams.topology import pipeline, run_chain, run_keyed
 
 

@@ -12,7 +12,7 @@ from schemas.actions import Click, Wait
 from streams.assemble import add_event, close_abandoned
 from streams.route import route, staleness
 from streams.score import SCORERS, find_anomalies, make_scorer
-from streams.synthetic import episode_events, fake_sha, step
+from tests.fakes.steps import episode_events, fake_sha, step
 
 
 def assemble(events):

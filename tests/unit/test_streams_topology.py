@@ -9,7 +9,7 @@ from schemas.events import ScoredTrajectory
 from streams.assemble import EpisodeState, add_event, sweep
 from streams.route import get_rule
 from streams.score import make_scorer
-from streams.synthetic import episode_events
+from tests.fakes.steps import episode_events
 from streams.topology import encoded, pipeline, run, run_chain, run_keyed
 
 

@@ -186,7 +186,7 @@ def test_flywheel_bc_takes_a_device_for_the_language_policy_only(monkeypatch):
 def test_behaviour_cloning_on_the_device_raises_the_demonstrations_log_probs(device, tmp_path):
     from trainer.sft.bc_config import BCConfig
     from trainer.policies.lm.bc import clone_lm, lm_examples
-    from trainer.synthetic import make_episode, scored_trajectory
+    from tests.fakes.clicks import make_episode, scored_trajectory
     from schemas.actions import Click
 
     store, rng = BlobStore(str(tmp_path / "blobs")), np.random.default_rng(0)

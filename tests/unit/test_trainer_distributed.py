@@ -30,7 +30,7 @@ import torch
 from infra.runtime.policy import PolicyInput, build_policy
 from schemas.actions import Click
 from trainer.rl.config import TrainConfig
-from trainer.synthetic import make_episode
+from tests.fakes.clicks import make_episode
 from trainer.rl.update import EpisodeSample, collate, ppo_update
 from infra.runtime.procs import free_port
 

@@ -5,7 +5,7 @@ driven through the same policy and PPO update code as the streaming trainer
 import torch
 
 from trainer.rl.config import TrainConfig
-from trainer.synthetic import learn
+from tests.fakes.clicks import learn
 
 
 def test_few_hundred_episodes_clearly_improve_click_success():

@@ -10,7 +10,7 @@ from schemas.blobs import BlobStore
 from infra.runtime.policy import PolicyIntegrityError, build_policy, load_policy_version
 from infra.runtime.policy import PolicyInput
 from trainer.core.publish import make_version, save_weights
-from trainer.synthetic import make_episode
+from tests.fakes.clicks import make_episode
 
 
 def _inputs(n, task="click-test-2", seed=0):

@@ -11,7 +11,7 @@ from schemas.actions import Click
 from schemas.blobs import BlobStore
 from trainer.rl.config import TrainConfig
 from trainer.sft.rft import annotator_of, select_rft
-from trainer.synthetic import make_episode, scored_trajectory
+from tests.fakes.clicks import make_episode, scored_trajectory
 
 
 def centre(e):

@@ -13,7 +13,7 @@ from infra.runtime.settings import load_settings
 from schemas.codec import encode
 from streams.assemble import add_event
 from streams.score import make_scorer
-from streams.synthetic import episode_events
+from tests.fakes.steps import episode_events
 from trainer.rl import streaming_ppo as stream
 from trainer.rl.config import TrainConfig
 from trainer.core.learner import LearnerState
