@@ -91,6 +91,7 @@ class BrowserReplay:
     def __init__(self, blobs: BlobStore, step_ms: int, executable: str = "", sandbox: Any = None) -> None:
         """``sandbox``: replay in this started browser sandbox (its owner closes it), else in a
         sandbox of this stage's own Chromium, which ``close`` ends."""
+        # local: loads Pillow, needed only on this path
         from producers.sandboxes.browser import BrowserSandbox
         from producers.sandboxes.browser_host import BrowserHost
 

@@ -41,6 +41,8 @@ from producers.tasks import SUITE_SANDBOX, check_task
 from schemas.blobs import BlobStore
 from schemas.codec import DecodeError, decode, encode
 from schemas.events import TaskSpec
+from producers.policy_watch import PolicyWatcher
+from producers.sandboxes.browser_host import BrowserHost
 
 log = logging.getLogger("flywheel.rollout")
 JOIN_GRACE_S = 60.0  # how much longer an idle-exiting worker waits for its first assignment
@@ -133,7 +135,6 @@ class RolloutWorker:
                               refresh=self._refresh_counters)
         background: list[asyncio.Task] = [asyncio.create_task(status.run(self.stop))]
         if self.cfg.reload:
-            from producers.policy_watch import PolicyWatcher
 
             self.watcher = PolicyWatcher(self.settings, self.client, self.blobs, self._producer)
             await self.watcher.catch_up()
@@ -292,7 +293,6 @@ class RolloutWorker:
                 importlib.import_module(f"producers.sandboxes.{kind}")
             options = dict(self.sandbox_options.get(kind, {}))
             if kind == "browser":  # this worker's sandboxes are pages of one Chromium
-                from producers.sandboxes.browser_host import BrowserHost
 
                 if "browser" not in self._shared:
                     self._shared["browser"] = BrowserHost(options.pop("executable", ""))

@@ -38,6 +38,10 @@ from infra.runtime.procs import Child, flywheel_argv, wait_until
 from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
 from producers.suites import RunPlan, plan as suite_plan
+from infra.app.commands import local_cluster, running_cluster
+from infra.runtime.admin import consumer_lag, ensure_topics
+from infra.kafka.jars import fetch_jars
+from infra.runtime import versions
 
 log = logging.getLogger("flywheel.demo")
 
@@ -200,17 +204,14 @@ def broker_to_start(settings: Settings):
     already running: known before it starts, so an exit while it is starting still stops it."""
     if settings.kafka_bootstrap:
         return None
-    from infra.app.commands import local_cluster, running_cluster
 
     return local_cluster(settings, 1) if running_cluster(settings) is None else None
 
 
 def ensure_platform(settings: Settings, broker) -> None:
     """Start ``broker`` (``broker_to_start``'s) if there is one, then create the run's topics."""
-    from infra.runtime.admin import ensure_topics
 
     if broker is not None:
-        from infra.kafka.jars import fetch_jars
 
         fetch_jars(broker.libs)
         took = broker.start()
@@ -245,6 +246,7 @@ def stop_children(children: list[Child]) -> str:
 
 def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
     """One progress reading; every part is best effort (the sink may be starting)."""
+    # local: loads clickhouse-connect, needed only on this path
     from infra.clickhouse.query import execute
 
     snap: dict = {"rates": {}, "episodes": 0}
@@ -259,7 +261,6 @@ def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
     except Exception as exc:  # noqa: BLE001 - progress must never stop the run
         snap["error"] = str(exc)[:120]
     try:
-        from infra.runtime.admin import consumer_lag
 
         lag = consumer_lag(settings)
         snap["lag"] = {g.removeprefix(prefix): sum(t.values()) for g, t in lag.items() if g.startswith(prefix)}
@@ -462,6 +463,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
         clock.close(ended)
         print("stopping: rollout workers, then the stream processors, trainer and sink", flush=True)
         print(stop_children(children) or "no child was running", flush=True)
+    # local: loads Pillow, clickhouse-connect, needed only on this path
     from infra.app.report import RunInfo, write_report
 
     run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
@@ -501,8 +503,6 @@ def _dpo_phase(cfg: DemoConfig, settings: Settings, env: dict[str, str], childre
 
 
 def _published(settings: Settings, policy: str) -> bool:
-    from infra.runtime import versions
-
     try:
         return versions.latest(settings, policy) is not None
     except Exception:  # noqa: BLE001 - not yet readable
@@ -510,13 +510,12 @@ def _published(settings: Settings, policy: str) -> bool:
 
 
 def _latest_version(settings: Settings, policy: str) -> int:
-    from infra.runtime import versions
-
     latest = versions.latest(settings, policy)
     return latest.version if latest is not None else 0
 
 
 def _endpoint_up(settings: Settings) -> bool:
+    # local: loads chdb, clickhouse-connect, needed only on this path
     from infra.clickhouse.endpoint import find_endpoint
 
     return settings.clickhouse_url != "" or find_endpoint(settings) is not None

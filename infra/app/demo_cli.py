@@ -9,6 +9,7 @@ from infra.runtime.settings import Settings, load_settings, log_settings
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    # local: loads confluent-kafka, numpy, needed only on this path
     from infra.app.demo import DemoConfig, run_demo
 
     settings = load_settings(vars(args))
@@ -18,6 +19,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
+    # local: loads confluent-kafka, numpy, needed only on this path
     from infra.app.demo import DemoConfig
 
     p = subparsers.add_parser("demo", help="the whole closed learning loop, with live progress and a report")

@@ -43,6 +43,16 @@ from trainer.core import metric_names as M
 from infra.runtime.errors import UserError
 from infra.runtime.procs import Child, flywheel_argv
 from infra.runtime.policy import policy_kind
+from trainer.sft.rft import annotator_of
+from producers.scripted import SOLVERS
+from infra.runtime.topics import TOPICS, topic_name
+from infra.runtime.probe import probe_brokers
+from schemas.events import ScoredTrajectory
+from schemas.codec import encode
+from infra.runtime import versions
+from infra.runtime.dlq import read_snapshot
+from infra.runtime.kafka_clients import DeliveryTracker, client_config, flush_or_raise, high_watermarks, make_consumer, make_producer
+from producers.human import HUMAN
 
 COLD_START, SFT, VALUE_PRETRAIN, PPO, DPO = "cold start", "SFT", "value pretraining", "PPO", "DPO"
 DEMO_SEED_BASE = 10_000_000  # demonstrations use seeds the RL tasks (seed * 100_000 + k) never reach
@@ -50,7 +60,6 @@ DEMO_SEED_BASE = 10_000_000  # demonstrations use seeds the RL tasks (seed * 100
 
 def scripted_policy(policy: str) -> str:
     """The annotator's policy name (the trainer's RFT rounds read its demonstrations by it)."""
-    from trainer.sft.rft import annotator_of
 
     return annotator_of(policy)
 
@@ -150,7 +159,6 @@ class ColdStart:
 
 def demonstrators() -> frozenset[str]:
     """The tasks a demonstrator can play for the cold start: the scripted solvers'."""
-    from producers.scripted import SOLVERS
 
     return frozenset(SOLVERS)
 
@@ -186,6 +194,7 @@ def cold_start_plan(tasks: list[str] | tuple[str, ...], asked: int, demonstrable
 
 
 def count_scored(settings, policy: str) -> int:
+    # local: loads clickhouse-connect, needed only on this path
     from infra.clickhouse.query import execute
 
     _, rows, _ = execute(settings, f"SELECT count() FROM scored FINAL WHERE policy = {Q.q(policy)}")
@@ -196,9 +205,8 @@ def wait_for_sft(settings, scripted: str, timeout_s: float = 60.0) -> int:
     """Wait until flywheel.sft.v1 holds a record per successful demonstration ClickHouse has
     scored (the router writes it beside the scored record; nothing else writes there yet);
     -> records on the topic."""
+    # local: loads clickhouse-connect, needed only on this path
     from infra.clickhouse.query import execute
-    from infra.runtime.kafka_clients import high_watermarks, make_consumer
-    from infra.runtime.topics import TOPICS, topic_name
 
     _, rows, _ = execute(settings, f"SELECT countIf(success) FROM scored FINAL WHERE policy = {Q.q(scripted)}")
     want = int(rows[0][0]) if rows else 0
@@ -253,13 +261,6 @@ def human_demonstrations(settings, timeout_s: float = 60.0) -> list:
     """``--demos-from human``: the successful ``human:<name>`` demonstrations on ``settings``'
     flywheel.sft.v1 (the platform's topics, where `flywheel ui`'s Annotate view records them);
     UserError when no broker answers (they can only have been recorded on a running platform)."""
-    from infra.runtime.dlq import read_snapshot
-    from infra.runtime.kafka_clients import client_config
-    from infra.runtime.probe import probe_brokers
-    from infra.runtime.topics import TOPICS
-    from producers.human import HUMAN
-    from schemas.events import ScoredTrajectory
-
     if probe_brokers(client_config(settings), timeout=5.0) is None:
         raise UserError(f"--demos-from human reads the demonstrations recorded in `flywheel ui` from the running "
                         f"platform's Kafka ({settings.bootstrap}), which does not answer: `flywheel up` first")
@@ -271,10 +272,6 @@ def import_demonstrations(settings, demos: list, tasks: list[str], clock: PhaseC
     """The cold start of ``--demos-from human``: the people's demonstrations of ``tasks`` copied
     onto this run's flywheel.sft.v1 (acknowledged), where `flywheel bc` and RFT read the scripted
     ones; -> how many."""
-    from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer
-    from infra.runtime.topics import TOPICS, topic_name
-    from schemas.codec import encode
-
     chosen = [s for s in demos if s.trajectory.task.name in tasks]
     clock.enter(COLD_START, f"{len(chosen)} human demonstrations recorded in flywheel ui")
     producer, tracker, topic = make_producer(settings), DeliveryTracker(), topic_name(TOPICS.sft, settings)
@@ -290,9 +287,6 @@ def skip_leftover_tasks(settings, group: str) -> dict[int, int]:
     reach the RL workers, which join the same group. Called with the annotator stopped (the
     group empty); -> the committed offset per partition."""
     from confluent_kafka import TopicPartition
-
-    from infra.runtime.kafka_clients import high_watermarks, make_consumer
-    from infra.runtime.topics import TOPICS, topic_name
 
     topic = topic_name(TOPICS.tasks, settings)
     consumer = make_consumer(settings, group, **{"enable.auto.commit": False})
@@ -389,9 +383,6 @@ def reflection_annotator(env: dict[str, str], prefix: str, logs: Path, rollout_a
 
 
 def count_pairs(settings) -> int:
-    from infra.runtime.kafka_clients import high_watermarks, make_consumer
-    from infra.runtime.topics import TOPICS, topic_name
-
     consumer = make_consumer(settings, "probe-pairs")
     try:
         return sum(high_watermarks(consumer, topic_name(TOPICS.pairs, settings)).values())
@@ -403,8 +394,6 @@ def dpo(cfg, settings, env: dict[str, str], policy: str, reference: int, logs: P
         timeout_s: float = 3600, tick=None) -> int | None:
     """``flywheel dpo`` from pi_sft (``reference``) on the pairs annotated so far; -> the version
     it published (None when there was no pair: the PPO policy keeps acting)."""
-    from infra.runtime import versions
-
     pairs = count_pairs(settings)
     clock.enter(DPO, f"DPO of pi_sft (v{reference}) on {pairs} reflection pairs")
     if pairs == 0:
@@ -458,6 +447,7 @@ def corr_verdict(corr: float | None) -> str:
 def report_section(settings, policy: str, base_version: int, cold_start: bool, value_pretrain: bool,
                    clock: PhaseClock, dpo_version: int | None = None) -> tuple[list[str], dict]:
     """Markdown of the phases (time, success per task and phase, value pretraining) and its data."""
+    # local: loads clickhouse-connect, needed only on this path
     from infra.clickhouse.query import execute, render
 
     sql = phase_sql(policy, base_version, cold_start, value_pretrain, dpo_version)

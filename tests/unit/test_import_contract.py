@@ -41,3 +41,49 @@ def test_import_contract_holds():
     proc = subprocess.run([exe, "--config", str(ROOT / ".importlinter")], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+PACKAGES = ("infra", "trainer", "producers", "streams", "consumers", "schemas")
+
+
+def local_imports_without_reason(path: Path) -> list[int]:
+    """Lines of in-house imports inside a function whose group of import lines has no comment.
+
+    A group is the run of consecutive import lines the import belongs to; a comment on one of
+    its lines or on the line just above covers the whole group (STYLE: explicit imports at the
+    top, function-local only where an import is heavy and optional or breaks a cycle, saying so).
+    """
+    import ast
+
+    lines = path.read_text().split("\n")
+    bad = []
+    for fn in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or getattr(node, "level", 0):
+                continue
+            module = node.names[0].name if isinstance(node, ast.Import) else node.module
+            if module.split(".")[0] not in PACKAGES:
+                continue
+            first = node.lineno
+            while lines[first - 2].strip().startswith(("from ", "import ")):
+                first -= 1
+            last = node.end_lineno
+            while last < len(lines) and lines[last].strip().startswith(("from ", "import ")):
+                last += 1
+            group = lines[first - 2:last]
+            if not any("#" in line for line in group):
+                bad.append(node.lineno)
+    return sorted(set(bad))
+
+
+def test_local_imports_say_why(tmp_path):
+    """Every function-local in-house import carries a comment saying why it is local."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("import os\n\ndef f():\n    from infra.runtime import errors\n\n"
+                      "def g():\n    # local: loads torch\n    from trainer.rl import ppo\n    import schemas.codec\n")
+    assert local_imports_without_reason(sample) == [4]  # the check can fail
+    offenders = [f"{p.relative_to(ROOT)}:{line}" for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))
+                 for line in local_imports_without_reason(p)]
+    assert not offenders, "function-local imports with no comment saying why: " + ", ".join(offenders)

@@ -41,7 +41,6 @@ def test_the_demo_cold_start_from_human_demonstrations(monkeypatch, tmp_path):
     """--demos-from human: the people's demonstrations of the planned tasks are copied onto the
     run's sft topic (acknowledged) and `flywheel bc` is asked for human ones only."""
     from infra.app import demo, phases
-    from infra.runtime import kafka_clients
     from infra.runtime.settings import load_settings
 
     produced, argvs = [], []
@@ -54,7 +53,7 @@ def test_the_demo_cold_start_from_human_demonstrations(monkeypatch, tmp_path):
         def flush(self, _timeout=None):
             return 0
 
-    monkeypatch.setattr(kafka_clients, "make_producer", lambda _s: Producer())
+    monkeypatch.setattr(phases, "make_producer", lambda _s: Producer())  # phases imports it by name
     monkeypatch.setattr(phases, "_run_step", lambda name, argv, env, logs, **kw: argvs.append(argv) or "published")
     demos = [demonstration("e1", "human:alice", "click-dialog"), demonstration("e2", "human:bob", "enter-text")]
     cfg, cold, _ = demo.effective(demo.DemoConfig(tasks=["click-dialog", "click-test"], demos_from="human"),

@@ -68,6 +68,7 @@ from infra.runtime.policy import build_policy, load_policy_version
 from infra.runtime import versions
 from trainer.core.publish import make_version, publish_metrics, save_weights
 from trainer.rl.update import EpisodeSample, collate, make_optimizer, ppo_update, reference_logprobs
+from trainer.sft.rft import rft_round
 
 log = logging.getLogger("flywheel.trainer")
 STAGE = "trainer"
@@ -350,7 +351,6 @@ class PPOLearner:
         """Every ``rft_every``-th PPO update is followed by a rejection-sampling fine-tuning round
         (trainer.sft.rft) before its version is published; -> the round's metrics. A round that fails
         is logged and counted; the update is published without it."""
-        from trainer.sft.rft import rft_round
 
         extra["ppo_updates"] = extra.get("ppo_updates", 0) + 1
         if extra["ppo_updates"] % self.cfg.rft_every:
