@@ -34,7 +34,7 @@ CONFIGS: dict[str, list[str]] = {
     "no-value-pretrain": ["--value-pretrain-batches", "0"],
     "coupled-gae": ["--trainer-args", "--lam-policy 0.95 --lam-critic 0.95"],
     "fixed-lambda": ["--trainer-args", "--lam-policy 0.95"],
-    "no-cold-start": ["--cold-start-demos", "0"],
+    "no-cold-start": ["--cold-start-demos", "0", "--value-pretrain-batches", "20"],  # only the cold start differs (the demo skips value pretraining from random weights by default)
     "sync": ["--sync", "--value-pretrain-batches", "0"],  # the demo turns it off under --sync anyway
     "rft": ["--rft-every", "4"],  # an addition, not an ablation: the full recipe plus RFT rounds (the demo's default)
 }
