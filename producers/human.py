@@ -313,9 +313,9 @@ class HumanSessions:
     async def reap(self, now: float | None = None) -> None:
         """Close the sessions whose episode ended or whose person left."""
         now = time.monotonic() if now is None else now
-        for sid, s in list(self.sessions.items()):
-            if s.done or now - s.last_used > self.limits.idle_timeout_s:
-                await self.drop(sid, f"no action for {self.limits.idle_timeout_s:.0f}s")
+        idle = [sid for sid, s in list(self.sessions.items()) if s.done or now - s.last_used > self.limits.idle_timeout_s]
+        # at once, as in close(): each may wait CLOSE_WAIT_S, and an open() waits for the reaping
+        await asyncio.gather(*(self.drop(sid, f"no action for {self.limits.idle_timeout_s:.0f}s") for sid in idle))
 
     async def close(self) -> None:
         # at once: each may wait CLOSE_WAIT_S for its episode to stop

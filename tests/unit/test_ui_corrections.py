@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from confluent_kafka import KafkaException
 
@@ -186,3 +188,17 @@ def test_the_trajectory_read_stops_after_the_sink_ingested_it(monkeypatch):
     traj = corrections.find_trajectory(load_settings({}), "ep-1", 2000, until_ms=3000 + 120_000, timeout_s=2)
     assert traj is not None and traj.episode_id == "ep-1"
     assert topic.polls < 200  # the records past the sink's ingestion time plus a margin are not read
+
+
+def test_corrections_run_in_their_own_bounded_threads_not_the_views():
+    """A slow correction (reading the trajectories topic, up to ~40 s) takes one of the
+    corrections' AT_ONCE threads, never the default pool the Run and Episodes views read with."""
+    app = web.Application()
+    corrections.add_routes(app, None, None)
+    pool = app[corrections.POOL_KEY]
+    try:
+        assert pool._max_workers == corrections.AT_ONCE
+        name = asyncio.run(corrections._io(pool, "testing", lambda: threading.current_thread().name))
+        assert name.startswith("ui-corrections")
+    finally:
+        pool.shutdown()

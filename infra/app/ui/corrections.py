@@ -15,8 +15,11 @@ Delivery: the answer comes after the broker acknowledged the pair (acks=all). A 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+
 from aiohttp import web
 from confluent_kafka import TopicPartition
 
@@ -105,34 +108,36 @@ def publish_pair(settings: Settings, pair: PreferencePair) -> None:
 
 SETTINGS_KEY = web.AppKey("corrections_settings", Settings)
 READ_KEY = web.AppKey("corrections_read", object)  # (settings, sql, params) -> rows: the server's checked reader
+POOL_KEY = web.AppKey("corrections_pool", ThreadPoolExecutor)
+AT_ONCE = 2  # corrections reading or publishing at a time: a slow one (up to ~40 s) must not take the views' threads
 
 
 async def correct(request: web.Request) -> web.Response:
-    settings, run_sql = request.app[SETTINGS_KEY], request.app[READ_KEY]
+    settings, run_sql, pool = request.app[SETTINGS_KEY], request.app[READ_KEY], request.app[POOL_KEY]
     body = body_dict(await json_body(request))
     episode_id = checked_id("episode", body.get("episode") if isinstance(body.get("episode"), str) else "")
     annotator = parse_name(body)
-    rows = await _io("reading ClickHouse", run_sql, settings, ENDED_SQL, {"episode_id": episode_id})
+    rows = await _io(pool, "reading ClickHouse", run_sql, settings, ENDED_SQL, {"episode_id": episode_id})
     if not rows:
         raise web.HTTPNotFound(text=f"flywheel ui: no episode {episode_id!r} in ClickHouse\n")
     if rows[0]["success"]:
         raise UiInputError(f"episode: {episode_id} succeeded; corrections are for failed episodes")
-    traj = await _io(f"reading {TOPICS.trajectories.name}", find_trajectory, settings, episode_id,
+    traj = await _io(pool, f"reading {TOPICS.trajectories.name}", find_trajectory, settings, episode_id,
                      int(rows[0]["ended_ms"]), int(rows[0]["ingested_ms"]) + int(LOOKBACK_S * 1000))
     if traj is None:
         raise web.HTTPNotFound(text=f"flywheel ui: episode {episode_id!r} is not on {TOPICS.trajectories.name} "
                                     "(past its retention?)\n")
     pair = correction_pair(traj, body, annotator, time.time())
-    await _io(f"publishing to {TOPICS.pairs.name}", publish_pair, settings, pair)
+    await _io(pool, f"publishing to {TOPICS.pairs.name}", publish_pair, settings, pair)
     return web.json_response({"pair": pair.event_id, "tau": pair.tau, "chosen": pair.chosen.action.model_dump(),
                               "rejected": pair.rejected.action.model_dump() if pair.rejected.action else None})
 
 
-async def _io(doing: str, fn, *args):
-    """``fn(*args)`` in a thread; a failure of ClickHouse or the broker is a 502 saying which (a
-    refused input stays a 400)."""
+async def _io(pool: ThreadPoolExecutor, doing: str, fn, *args):
+    """``fn(*args)`` in one of the corrections' own threads (``pool``); a failure of ClickHouse or
+    the broker is a 502 saying which (a refused input stays a 400)."""
     try:
-        return await asyncio.to_thread(fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
     except UiInputError:
         raise
     except Exception as exc:  # noqa: BLE001 - the person gets one line; the pair was not saved
@@ -144,4 +149,10 @@ async def _io(doing: str, fn, *args):
 def add_routes(app: web.Application, settings: Settings, read) -> None:
     """``read``: the server's policy-checked SQL reader (server.run_sql)."""
     app[SETTINGS_KEY], app[READ_KEY] = settings, read
+    app[POOL_KEY] = ThreadPoolExecutor(AT_ONCE, thread_name_prefix="ui-corrections")
+    app.on_cleanup.append(_stop_pool)
     app.router.add_post("/api/corrections", correct)
+
+
+async def _stop_pool(app: web.Application) -> None:
+    app[POOL_KEY].shutdown(wait=False, cancel_futures=True)
