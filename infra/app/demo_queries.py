@@ -101,6 +101,18 @@ FROM (
 GROUP BY at_s ORDER BY at_s"""
 
 
+def game_scores_over_time(policy: str, bucket_s: int = 30, t0: float = 0.0) -> str:
+    """Per game (producers.games) and ``bucket_s`` bucket of end time, keyed by minutes since
+    ``t0``: episodes, mean final score and mean normalised score (0 = the random policy's mean,
+    1 = the scripted heuristic's), as the analysts' view v_game_scores counts them; no rows for a
+    run without games."""
+    return f"""SELECT task_name AS game, {_minute("ended_at", bucket_s, t0)} AS minute, count() AS episodes,
+    round(avg(score), 2) AS mean_score, round(avg(normalised_score), 4) AS mean_normalised_score
+FROM trajectories FINAL
+WHERE policy = {q(policy)} AND suite = 'games' AND score IS NOT NULL AND NOT infra_failure
+GROUP BY game, minute ORDER BY game, minute"""
+
+
 def throughput(policy: str, bucket_s: int = 30, t0: float = 0.0) -> str:
     """Steps and episodes per ``bucket_s`` bucket, keyed by minutes since ``t0``."""
     return f"""SELECT {_minute("ts", bucket_s, t0)} AS minute,

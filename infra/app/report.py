@@ -75,6 +75,22 @@ def plot_learning_curve(rows, path: Path, bucket_s: int) -> str:
     return _save(fig, path)
 
 
+def plot_game_scores(rows, path: Path, bucket_s: int) -> str:
+    """Normalised score per game over minutes since start (rows: game, minute, episodes, mean
+    score, mean normalised score); the random policy is 0, the scripted heuristic 1."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for game, (minutes, scores) in sorted(_series(rows, 0, 1, 4).items()):
+        ax.plot(minutes, scores, marker=".", label=game)
+    for level, what in ((0.0, "random"), (1.0, "heuristic")):
+        ax.axhline(level, ls=":", lw=0.8, color="grey")
+        ax.annotate(what, (0, level), fontsize=7, color="grey", va="bottom")
+    ax.set(xlabel="minutes since start", ylabel=f"normalised score ({bucket_s} s buckets)",
+           title="Games: normalised score")
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
 def plot_by_version(rows, path: Path) -> str:
     fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(11, 3.3))
     for task, (vs, rates) in sorted(_series(rows, 0, 1, 3).items()):
@@ -217,6 +233,9 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     bucket_s = bucket_seconds(run.ended_at - run.started_at)
     figure("Learning curve: success over wall-clock", Q.success_over_time(p, bucket_s, t0),
            plot_learning_curve, out_dir / "learning_curve.png", bucket_s)
+    if query(settings, Q.game_scores_over_time(p, bucket_s, t0))[1]:  # a run with games
+        figure("Games: normalised score over wall-clock", Q.game_scores_over_time(p, bucket_s, t0),
+               plot_game_scores, out_dir / "game_scores.png", bucket_s)
     points = max(1, int((run.ended_at - run.started_at) // bucket_s))
     _, suite_rows = figure("Suite mean over time: each task's last 100 episodes as of that moment",
                            Q.suite_mean_over_time(p, t0, bucket_s, points), plot_suite_mean, out_dir / "suite_mean.png",

@@ -60,3 +60,31 @@ def test_the_reports_time_axes_are_minutes_since_the_start(tmp_path):
     assert [(r[1], r[2], r[3]) for r in got.result_rows] == [(0.0, 1, 1.0), (1.0, 1, 0.0), (2.0, 1, 1.0), (3.0, 1, 0.0)]
     cols, shown = as_minutes(["at_s", "suite_mean"], [(90, 0.5), (150, 0.7)], 0)
     assert cols == ["minute", "suite_mean"] and shown == [(1.5, 0.5), (2.5, 0.7)]
+
+
+def test_a_games_run_reports_normalised_score_per_game_over_minutes(tmp_path):
+    """Issue 31: the report's games section, from trajectories' score columns on chDB: per game and
+    minute since the start, mean score and normalised score; a replayed row counted once, other
+    policies, other suites and infrastructure failures left out."""
+    from infra.app.demo_queries import game_scores_over_time
+    from infra.app.report import plot_game_scores
+
+    def game(k, name, minute, score, normalised, policy="pixel-r", suite="games", infra=False):
+        t = trajectory(k, name, T0 + 60 * minute + 5, normalised >= 1.0, policy)
+        return t.model_copy(update={"task": TaskSpec(task_id=f"{name}-{k}", suite=suite, name=name), "score": score,
+                                    "normalised_score": normalised, "infra_failure": infra})
+
+    trajs = [game(0, "games.snake", 0, 2.0, 0.1), game(1, "games.snake", 0, 4.0, 0.3), game(2, "games.snake", 1, 9.0, 0.8),
+             game(3, "games.mines", 1, 40.0, 0.9), game(4, "games.mines", 1, 0.0, -0.1, infra=True),
+             game(5, "games.snake", 1, 50.0, 5.0, policy="pixel-other"), game(6, "click-test", 0, 1.0, 1.0, suite="miniwob")]
+    rows = [r for t in trajs for r in rows_for("trajectories", t)["trajectories"]]
+    client = make_client(load_settings({"data_dir": str(tmp_path)}))
+    try:
+        client.insert("trajectories", [list(r.values()) for r in rows], column_names=list(rows[0]))
+        client.insert("trajectories", [list(r.values()) for r in rows[:1]], column_names=list(rows[0]))  # a replay
+        got = client.query(game_scores_over_time("pixel-r", 60, T0)).result_rows
+    finally:
+        client.close()
+    assert [tuple(r) for r in got] == [("games.mines", 1.0, 1, 40.0, 0.9), ("games.snake", 0.0, 2, 3.0, 0.2),
+                                        ("games.snake", 1.0, 1, 9.0, 0.8)]
+    assert (tmp_path / plot_game_scores(got, tmp_path / "games.png", 60)).stat().st_size > 0
