@@ -83,7 +83,7 @@ def plot_game_scores(rows, path: Path, bucket_s: int) -> str:
         ax.plot(minutes, scores, marker=".", label=game)
     for level, what in ((0.0, "random"), (1.0, "heuristic")):
         ax.axhline(level, ls=":", lw=0.8, color="grey")
-        ax.annotate(what, (0, level), fontsize=7, color="grey", va="bottom")
+        ax.text(0.01, level, what, transform=ax.get_yaxis_transform(), fontsize=7, color="grey", va="bottom")
     ax.set(xlabel="minutes since start", ylabel=f"normalised score ({bucket_s} s buckets)",
            title="Games: normalised score")
     ax.legend(loc="lower right")
