@@ -62,7 +62,8 @@ class DemoConfig:
     ppo_lr: float = opt(0.0, "PPO learning rate (0: 3e-4 after a cold start, the trainer's default from random weights; 3e-3 undid pi_sft's typing within minutes)")
     value_pretrain_batches: int = opt(-1, "value pretraining: critic-only batches at most on the starting policy's rollouts "
                                           "before PPO (-1: 20 after a cold start, off from random weights, whose rollouts "
-                                          "give the critic nothing to learn that PPO keeps; 0: off)")
+                                          "give the critic nothing to learn that PPO keeps; 0: off), and in "
+                                          "any case for a fifth of --minutes at most")
     rft_every: int = opt(-1, "rejection-sampling fine-tuning: after every this many PPO updates the trainer fine-tunes "
                              "the policy on its own successful episodes and the demonstrations (0: off; -1: 4 for the "
                              "pixel policy after a cold start, +0.03 and +0.06 over 2 seeds in 15 minutes; off otherwise)")
@@ -156,6 +157,7 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
             "train", "--policy-kind", cfg.policy_kind, "--policy-name", policy,
             "--min-batch", str(cfg.batch_episodes), "--group-id", f"{prefix}trainer", "--seed", str(cfg.seed),
             "--value-pretrain-max-batches", str(cfg.value_pretrain_batches),
+            "--value-pretrain-max-s", f"{VALUE_PRETRAIN_SHARE * cfg.minutes * 60:g}",
             *(["--lr", str(ppo_lr(cfg))] if ppo_lr(cfg) else []),
             *(["--rft-every", str(rft_every(cfg))] if rft_every(cfg) else []),
             # the kind's own (the language policy: a few small minibatches per update)
@@ -253,6 +255,8 @@ def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
     try:
         _, rows, _ = execute(settings, Q.last_n_success(policy))
         snap["rates"] = {r[0]: (r[2], r[1]) for r in rows}
+        _, rows, _ = execute(settings, Q.last_n_scores(policy))
+        snap["scores"] = {r[0]: (r[2], r[1]) for r in rows}  # games: normalised score, shown instead of success
         _, rows, _ = execute(settings, Q.totals(policy))
         snap["episodes"] = sum(r[1] for r in rows)
         _, rows, _ = execute(settings, Q.latest_versions(policy, settings.topic_prefix))
@@ -270,7 +274,9 @@ def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
 
 
 def format_progress(elapsed_s: float, snap: dict, phase: str = "") -> str:
-    rates = " ".join(f"{t} {r:.2f}({n})" for t, (r, n) in sorted(snap.get("rates", {}).items())) or "-"
+    scores = snap.get("scores", {})  # a game's figure is its normalised score, not its success
+    rates = " ".join(f"{t} {'score ' if t in scores else ''}{r:.2f}({n})"
+                     for t, (r, n) in sorted({**snap.get("rates", {}), **scores}.items())) or "-"
     lags = dict(snap.get("lag", {}))
     queued = lags.pop("rollout", None)  # the rollout group's lag is the task queue (submitted up front), not a backlog
     lag = " ".join(f"{g}={v}" for g, v in sorted(lags.items())) or "-"
@@ -292,6 +298,9 @@ def reached_targets(snap: dict, tasks: list[str]) -> bool:
 
 
 VALUE_PRETRAIN_BATCHES = 20  # critic-only batches at most after a cold start, when left on auto
+# ... and at most this share of the run's minutes: a game's batch of 200-step episodes takes ~25 s to
+# gather on 2 cores, so 20 of them filled an 8-minute run and PPO never started
+VALUE_PRETRAIN_SHARE = 0.2
 
 
 def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tuple[DemoConfig, phases.ColdStart, list[str]]:

@@ -66,7 +66,7 @@ def test_a_games_run_reports_normalised_score_per_game_over_minutes(tmp_path):
     """Issue 31: the report's games section, from trajectories' score columns on chDB: per game and
     minute since the start, mean score and normalised score; a replayed row counted once, other
     policies, other suites and infrastructure failures left out."""
-    from infra.app.demo_queries import game_scores_over_time
+    from infra.app.demo_queries import game_scores_over_time, last_n_scores
     from infra.app.report import plot_game_scores
 
     def game(k, name, minute, score, normalised, policy="pixel-r", suite="games", infra=False):
@@ -83,8 +83,10 @@ def test_a_games_run_reports_normalised_score_per_game_over_minutes(tmp_path):
         client.insert("trajectories", [list(r.values()) for r in rows], column_names=list(rows[0]))
         client.insert("trajectories", [list(r.values()) for r in rows[:1]], column_names=list(rows[0]))  # a replay
         got = client.query(game_scores_over_time("pixel-r", 60, T0)).result_rows
+        progress = {r[0]: tuple(r[1:]) for r in client.query(last_n_scores("pixel-r")).result_rows}
     finally:
         client.close()
     assert [tuple(r) for r in got] == [("games.mines", 1.0, 1, 40.0, 0.9), ("games.snake", 0.0, 2, 3.0, 0.2),
                                         ("games.snake", 1.0, 1, 9.0, 0.8)]
+    assert progress["games.snake"] == (3, 0.4)  # the demo's progress figure for a game: replay counted once
     assert (tmp_path / plot_game_scores(got, tmp_path / "games.png", 60)).stat().st_size > 0

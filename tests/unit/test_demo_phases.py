@@ -187,6 +187,9 @@ def test_progress_line_shows_the_task_queue_apart_from_consumer_lag():
     assert line.startswith("[01:15] PPO episodes 12 | last-100 success click-test 0.50(10) | policy v2 acting v1")
     assert "tasks queued 59941 | lag sink=0 trainer=52 | dlq 1" in line and "rollout=" not in line
     assert "tasks queued" not in format_progress(0, {"lag": {"sink": 0}})
+    game = format_progress(5, {"rates": {"games.snake": (0.0, 40), "click-test": (1.0, 9)},
+                               "scores": {"games.snake": (0.31, 40)}})
+    assert "last-100 success click-test 1.00(9) games.snake score 0.31(40) |" in game  # a game: its normalised score
 
 
 def test_the_dpo_phase_stops_ppo_and_pauses_the_workers_while_dpo_runs(monkeypatch, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.app.demo_queries import last_n_success, latest_versions, success_over_time, suite_mean_over_time, totals
+from infra.app.demo_queries import last_n_scores, last_n_success, latest_versions, success_over_time, suite_mean_over_time, totals
 from infra.clickhouse.sql_policy import SqlRefused, check, check_database
 from tests.unit.sql_attacks import ALLOWED, ATTACKS, documented_queries
 
@@ -20,7 +20,7 @@ def test_every_attack_is_refused_with_a_reason(sql):
     assert str(err.value)
 
 
-@pytest.mark.parametrize("sql", ALLOWED + documented_queries() + [last_n_success("p"), totals("p"),
+@pytest.mark.parametrize("sql", ALLOWED + documented_queries() + [last_n_success("p"), last_n_scores("p"), totals("p"),
                                                                  latest_versions("p"), latest_versions("p", "demo-r1."),
                                                                  success_over_time("p", 10),
                                                                  suite_mean_over_time("p", 1.7e9, 30, 4)])

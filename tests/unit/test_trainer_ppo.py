@@ -118,6 +118,11 @@ def test_value_pretrain_criterion():
     assert not ppo.value_pretrain_done([1.0, 0.50, 0.49, 0.30], [0.1] * 4, crit)
     assert ppo.value_pretrain_done([1.0, 0.5] * 5, [0.0] * 10, crit)  # the cap
     assert ppo.value_pretrain_done([], [], ppo.ValuePretrainCriterion(max_batches=0))  # disabled
+    timed = ppo.ValuePretrainCriterion(min_explained_variance=0.8, rel_tol=0.05, patience=2, max_batches=10, max_seconds=60)
+    assert not ppo.value_pretrain_done([1.0, 0.5], [0.1, 0.3], timed, elapsed_s=59.0)
+    assert ppo.value_pretrain_done([1.0, 0.5], [0.1, 0.3], timed, elapsed_s=60.0)  # long episodes: the time bound
+    assert not ppo.value_pretrain_done([], [], timed, elapsed_s=600.0)  # at least one critic-only batch first
+    assert not ppo.value_pretrain_done([1.0, 0.5], [0.1, 0.3], crit, elapsed_s=1e6)  # 0: no time bound
 
 
 def test_far_off_policy_steps_give_finite_losses_and_gradients():

@@ -73,6 +73,7 @@ class TrainConfig:
     max_wait_s: float = opt(20.0, "update with fewer trajectories once the oldest has waited this long")
     scorer: str = opt("rule-v1", "train only on trajectories scored by this scorer (a `flywheel rescore` run may route other scores to RL)")
     value_pretrain_max_batches: int = opt(0, "value pretraining: critic-only batches at most, before PPO starts (0: off)")
+    value_pretrain_max_s: float = opt(0.0, "... and at most this many seconds from its first batch (0: no time bound)")
     value_pretrain_min_ev: float = opt(0.5, "value pretraining ends once explained variance reaches this")
     value_pretrain_rel_tol: float = opt(0.05, "... or once the loss changes by less than this fraction ...")
     value_pretrain_patience: int = opt(3, "... for this many batches in a row")

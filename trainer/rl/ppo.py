@@ -220,17 +220,23 @@ def filter_stale(trajs: Sequence[T], current_version: int, max_staleness: int,
 class ValuePretrainCriterion:
     """Stop value pretraining when the critic explains the returns (``ev >= min_explained_variance``)
     or its loss has stopped moving (relative change < ``rel_tol`` for ``patience`` batches in a
-    row), and in any case after ``max_batches`` (0 disables the phase)."""
+    row), and in any case after ``max_batches`` (0 disables the phase) or, when ``max_seconds`` > 0,
+    once the phase has lasted that long (long episodes make each batch slow to gather)."""
 
     min_explained_variance: float = 0.5
     rel_tol: float = 0.05
     patience: int = 3
     max_batches: int = 20
+    max_seconds: float = 0.0
 
 
-def value_pretrain_done(losses: Sequence[float], evs: Sequence[float], crit: ValuePretrainCriterion) -> bool:
-    """True once the critic-only phase should end, given per-batch losses and explained variances."""
+def value_pretrain_done(losses: Sequence[float], evs: Sequence[float], crit: ValuePretrainCriterion,
+                        elapsed_s: float = 0.0) -> bool:
+    """True once the critic-only phase should end, given per-batch losses and explained variances
+    and the seconds since its first batch."""
     if len(losses) >= crit.max_batches:
+        return True
+    if losses and crit.max_seconds > 0 and elapsed_s >= crit.max_seconds:
         return True
     if evs and not math.isnan(evs[-1]) and evs[-1] >= crit.min_explained_variance:
         return True

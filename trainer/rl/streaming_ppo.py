@@ -61,6 +61,7 @@ from schemas.codec import DecodeError, decode
 from schemas.events import PolicyVersion, ScoredTrajectory, TrainerMetrics
 from trainer.rl import distributed
 from trainer.rl import ppo
+from trainer.rl.rewards import step_rewards
 from trainer.core import metric_names as M
 from trainer.rl.config import TrainConfig, place
 from trainer.core.learner import LearnerState, checkpoint_file, drop_other_weights, read_weights, write_weights
@@ -105,8 +106,7 @@ def to_episode(scored: ScoredTrajectory, policy, store: BlobStore) -> EpisodeSam
             raise ValueError(f"step {step.step_index}: action {step.action!r} is outside this policy's action space")
     images = policy.step_inputs(traj, store)  # each step as the policy saw it (the LM: its whole context)
     actions = [step.action for step in traj.steps]
-    rewards = [0.0] * len(traj.steps)
-    rewards[-1] = scored.reward  # the scored (outcome + shaping) reward arrives at the end
+    rewards = step_rewards(scored)  # at the end; a game's score changes on the steps that made them
     return EpisodeSample(
         episode_id=traj.episode_id, images=images, instructions=[s.observation.instruction for s in traj.steps],
         actions=actions, logprobs=[s.logprob for s in traj.steps], rewards=rewards,
@@ -203,7 +203,8 @@ class PPOLearner:
         self.policy, self.optimizer, self.stop, self.group, self.run_id = policy, optimizer, stop, group, run_id
         self.producer, self.tracker = make_producer(settings), DeliveryTracker()
         self.criterion = ppo.ValuePretrainCriterion(cfg.value_pretrain_min_ev, cfg.value_pretrain_rel_tol,
-                                                    cfg.value_pretrain_patience, cfg.value_pretrain_max_batches)
+                                                    cfg.value_pretrain_patience, cfg.value_pretrain_max_batches,
+                                                    cfg.value_pretrain_max_s)
         self.reference = None  # the KL anchor, loaded at the first update (v0 of a fresh start is announced by then)
         self.rft_inputs: dict = {}  # RFT rounds' step inputs by episode id: preprocessed once, not every round
         self.pool: list[EpisodeSample] = []
@@ -291,8 +292,10 @@ class PPOLearner:
         if not kept:
             return
         extra = state.extra
+        # wall-clock seconds since the phase's first batch, kept in the checkpoint so a restart goes on counting
+        vp_elapsed = time.time() - extra.setdefault("vp_started", time.time())
         critic_only = not ppo.value_pretrain_done(extra.setdefault("vp_losses", []), extra.setdefault("vp_evs", []),
-                                                  self.criterion)
+                                                  self.criterion, vp_elapsed)
         staleness = [policy.version - e.policy_version for e in kept]
         started = time.monotonic()
         batch = collate(kept, cfg.chunk_steps)

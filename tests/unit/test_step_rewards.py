@@ -1,0 +1,42 @@
+"""trainer.rl.rewards: a MiniWoB++ episode's scored reward sits on its last step; a game's steps
+carry their score changes on the normalised scale, and every episode's rewards sum to its scored
+reward."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from producers.games import GAMES
+from tests.fakes.run import episode, scored, trajectory
+from trainer.rl.rewards import score_scale, step_rewards
+
+
+def scored_episode(task: str, step_rewards_env: list[float], suite: str = "miniwob"):
+    traj = trajectory(episode("e1", task, 0, len(step_rewards_env), True, 1.0e9, random.Random(0)))
+    steps = [s.model_copy(update={"reward": r}) for s, r in zip(traj.steps, step_rewards_env)]
+    return scored(traj.model_copy(update={"steps": steps, "task": traj.task.model_copy(update={"suite": suite})}))
+
+
+def test_miniwob_reward_arrives_at_the_end():
+    s = scored_episode("click-button-sequence", [0.0, 0.0, 1.0])
+    assert step_rewards(s) == [0.0, 0.0, s.reward]
+
+
+@pytest.mark.parametrize("game", sorted(GAMES))
+def test_game_steps_carry_their_score_changes(game):
+    changes = [0.0, 4.0, 0.0, 8.0, 1.0, 0.0]
+    s = scored_episode(game, changes, suite="games")
+    rewards = step_rewards(s)
+    g = GAMES[game]
+    scale = 1.0 / (g.reference_mean - g.random_mean)
+    assert score_scale(game) == pytest.approx(scale)
+    assert rewards[:-1] == pytest.approx([c * scale for c in changes[:-1]])  # each where it was scored
+    assert math.fsum(rewards) == pytest.approx(s.reward, abs=1e-12)  # nothing added or lost
+    assert rewards[-1] != pytest.approx(changes[-1] * scale)  # the rest of the scored reward: at the end
+
+
+def test_unknown_task_has_no_scale():
+    assert score_scale("click-button") is None
