@@ -190,8 +190,10 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     t0 = run.started_at
     sections: list[str] = []
 
-    def figure(title: str, sql: str, plot=None, *args, seconds_col: int | None = None) -> tuple[list[str], list[tuple]]:
-        cols, rows = query(settings, sql)
+    def figure(title: str, sql: str, plot=None, *args, seconds_col: int | None = None,
+               result: tuple[list[str], list[tuple]] | None = None) -> tuple[list[str], list[tuple]]:
+        """A section of ``sql``'s table and plot; ``result`` is its answer when the caller already has it."""
+        cols, rows = result if result is not None else query(settings, sql)
         block = [f"## {title}", ""]
         if plot and rows:
             name = plot(rows, *args)
@@ -233,9 +235,11 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     bucket_s = bucket_seconds(run.ended_at - run.started_at)
     figure("Learning curve: success over wall-clock", Q.success_over_time(p, bucket_s, t0),
            plot_learning_curve, out_dir / "learning_curve.png", bucket_s)
-    if query(settings, Q.game_scores_over_time(p, bucket_s, t0))[1]:  # a run with games
-        figure("Games: normalised score over wall-clock", Q.game_scores_over_time(p, bucket_s, t0),
-               plot_game_scores, out_dir / "game_scores.png", bucket_s)
+    games_sql = Q.game_scores_over_time(p, bucket_s, t0)
+    games = query(settings, games_sql)
+    if games[1]:  # a run with games
+        figure("Games: normalised score over wall-clock", games_sql,
+               plot_game_scores, out_dir / "game_scores.png", bucket_s, result=games)
     points = max(1, int((run.ended_at - run.started_at) // bucket_s))
     _, suite_rows = figure("Suite mean over time: each task's last 100 episodes as of that moment",
                            Q.suite_mean_over_time(p, t0, bucket_s, points), plot_suite_mean, out_dir / "suite_mean.png",

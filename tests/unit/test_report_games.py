@@ -1,0 +1,36 @@
+"""The report's games section: asked of ClickHouse once, and only a run with games has one."""
+
+from __future__ import annotations
+
+from infra.app import demo_queries as Q
+from infra.app import report
+from infra.app.report import RunInfo, bucket_seconds, write_report
+
+RUN = RunInfo(run_id="r1", policy="pixel-r", mode="async", started_at=0.0, ended_at=600.0)
+GAMES_SQL = Q.game_scores_over_time(RUN.policy, bucket_seconds(600.0), 0.0)
+
+
+def write(monkeypatch, tmp_path, game_rows: list[tuple]) -> tuple[str, list[str]]:
+    asked: list[str] = []
+
+    def query(settings, sql):
+        asked.append(sql)
+        return (["game", "minute", "episodes", "mean_score", "mean_normalised_score"],
+                game_rows if sql == GAMES_SQL else [])
+
+    monkeypatch.setattr(report, "query", query)
+    monkeypatch.setattr(report, "plot_game_scores", lambda rows, path, bucket_s: path.name)
+    return write_report(None, RUN, tmp_path).read_text(), asked
+
+
+def test_a_games_run_asks_for_its_scores_once_and_shows_them(monkeypatch, tmp_path):
+    text, asked = write(monkeypatch, tmp_path, [("2048", 1.0, 3, 512.0, 0.8)])
+    assert asked.count(GAMES_SQL) == 1
+    assert "## Games: normalised score over wall-clock" in text and "game_scores.png" in text
+    assert "0.8" in text
+
+
+def test_a_run_without_games_has_no_games_section(monkeypatch, tmp_path):
+    text, asked = write(monkeypatch, tmp_path, [])
+    assert asked.count(GAMES_SQL) == 1
+    assert "Games" not in text
