@@ -53,6 +53,27 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _write_local(path: str, data: bytes, fsync: bool) -> None:
+    """Write ``data`` to a temporary file and rename it to ``path``, so a reader never sees half of
+    it; ``fsync`` also makes the bytes and the rename survive a power loss."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if fsync:
+        _fsync_dir(folder)
+
+
 class BlobStore:
     def __init__(self, root: str) -> None:
         self.root = root.rstrip("/")
@@ -85,28 +106,11 @@ class BlobStore:
         path = self._path(sha)
         if not self.fs.exists(path):
             if self.local:
-                self._write_local(path, data)
+                _write_local(path, data, fsync=True)
             else:  # object stores write whole objects atomically
                 self.fs.pipe_file(path, data)
         return BlobRef(sha256=sha, uri=self.uri(sha), media_type=media_type, width=width, height=height,
                        size_bytes=len(data))
-
-    @staticmethod
-    def _write_local(path: str, data: bytes) -> None:
-        folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(folder)  # the rename itself survives a power loss
 
     def get(self, ref: BlobRef | str, verify: bool = False) -> bytes:
         """The blob's bytes; ``verify`` re-hashes them (BlobCorrupt when they do not match)."""
@@ -129,19 +133,10 @@ class BlobStore:
         ``key``, a sha256 of what it was computed from and how. A cache: written atomically (a
         reader never sees half of it) but not fsynced, since whoever reads it can compute it again."""
         path = self._derived_path(key)
-        if not self.local:
+        if self.local:
+            _write_local(path, data, fsync=False)
+        else:
             self.fs.pipe_file(path, data)
-            return
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
 
     def get_derived(self, key: str) -> bytes | None:
         """What ``put_derived`` stored under ``key``; None when nothing is."""
