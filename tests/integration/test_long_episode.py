@@ -22,14 +22,13 @@ from producers.games import GAMES
 from producers.games.registry import ARROWS
 from schemas.actions import Hotkey
 from schemas.blobs import BlobStore
-from schemas.codec import decode
 from schemas.events import EpisodeEnded, EpisodeStarted, Observation, ScoredTrajectory, Step, TaskSpec, Trajectory
-from tests.fakes.steps import fake_sha
-from tests.integration.test_streams_app import (  # noqa: F401 - the autouse fixture cleans Faust's topics
-    STARTUP_S, Collector, _delete_faust_internal_topics, produce, start_worker, stop)
+from tests.integration.streams_support import STARTUP_S, Collector, produce, start_worker, stop
 from trainer.rl.config import TrainConfig
 from trainer.rl.streaming_ppo import to_episode
 from trainer.rl.update import collate, ppo_update
+
+pytestmark = pytest.mark.usefixtures("delete_faust_internal_topics")
 
 N_STEPS = 500  # Game.max_steps' bound; the games declare up to max(g.max_steps for g in GAMES.values())
 GAME = "games.snake"

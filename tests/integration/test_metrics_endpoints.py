@@ -8,6 +8,7 @@ import threading
 import time
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes.run import publish, synthetic_run
@@ -17,8 +18,9 @@ from infra.runtime.topics import TOPICS
 from schemas.events import ScoredTrajectory
 from tests.fakes.steps import episode_events
 from infra.runtime.procs import free_port
-from tests.integration.test_streams_app import (  # noqa: F401 - the autouse fixture deletes Faust's topics
-    STARTUP_S, Collector, _delete_faust_internal_topics, produce, start_worker, stop)
+from tests.integration.streams_support import STARTUP_S, Collector, produce, start_worker, stop
+
+pytestmark = pytest.mark.usefixtures("delete_faust_internal_topics")
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
