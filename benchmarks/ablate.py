@@ -61,13 +61,27 @@ def policy_of(config: str, seed: int, tag: str = "") -> str:
     return f"pixel-{run_of(config, seed, tag)}"
 
 
-def curve_sql(policy: str) -> str:
-    """Success per window of WINDOW ended episodes of the run (RL only: the annotator's
+# what a run is measured by: success, or on the games (issue 31) the normalised score (0 = the random
+# policy's mean, 1 = the scripted heuristic's); the curve's column of each is named after it
+MEASURES = {"success": "toFloat64(success)", "normalised_score": "normalised_score"}
+
+
+def default_measure(tasks: str) -> str:
+    """normalised_score when every task is a game (``games`` or ``games.<name>``), else success."""
+    return "normalised_score" if all(t == "games" or t.startswith("games.") for t in tasks.split(",")) else "success"
+
+
+def curve_key(measure: str) -> str:
+    return "success_rate" if measure == "success" else measure
+
+
+def curve_sql(policy: str, measure: str = "success") -> str:
+    """The measure's mean per window of WINDOW ended episodes of the run (RL only: the annotator's
     demonstrations are under another policy name), with the episodes and seconds at its end."""
-    return f"""SELECT intDiv(k - 1, {WINDOW}) AS window, max(k) AS episodes, round(avg(success), 4) AS success_rate,
+    return f"""SELECT intDiv(k - 1, {WINDOW}) AS window, max(k) AS episodes, round(avg(m), 4) AS {curve_key(measure)},
     round(max(t) - (SELECT toUnixTimestamp64Milli(min(started_at)) / 1000 FROM trajectories FINAL
                     WHERE policy IN ('{policy}', 'scripted-{policy}')), 1) AS seconds
-FROM (SELECT toFloat64(success) AS success, toUnixTimestamp64Milli(ended_at) / 1000 AS t,
+FROM (SELECT {MEASURES[measure]} AS m, toUnixTimestamp64Milli(ended_at) / 1000 AS t,
              row_number() OVER (ORDER BY ended_at) AS k
       FROM trajectories FINAL WHERE policy = '{policy}' AND status = 'ended')
 GROUP BY window HAVING count() = {WINDOW} ORDER BY window"""
@@ -103,17 +117,17 @@ def run_one(config: str, seed: int, args, out: Path) -> Path:
     return report_dir
 
 
-def measure(config: str, seed: int, out: Path, target: float, tag: str = "") -> dict:
+def measure(config: str, seed: int, out: Path, target: float, tag: str = "", measured: str = "success") -> dict:
     p = policy_of(config, seed, tag)
     summary_path = out / "runs" / run_of(config, seed, tag) / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    curve = sql(curve_sql(p))
-    reached = next((r for r in curve if r["success_rate"] >= target), None)
+    curve, key = sql(curve_sql(p, measured)), curve_key(measured)
+    reached = next((r for r in curve if r[key] >= target), None)
     vp = summary.get("value_pretraining", {})
     ent = sql(entropy_sql(p))
     after = summary.get("after", {})
     return {"config": config, "seed": seed, "curve": curve, "episodes": curve[-1]["episodes"] if curve else 0,
-            "final_success": curve[-1]["success_rate"] if curve else None,
+            "final_success": curve[-1][key] if curve else None,  # of the measure: success or normalised score
             "mean_task_success_last_100": statistics.mean(after.values()) if after else None,
             "seconds_to_target": reached["seconds"] if reached else None,
             "episodes_to_target": reached["episodes"] if reached else None,
@@ -132,7 +146,7 @@ def spread(values: list) -> str:
     return s + ("" if len(xs) == len(values) else f" ({len(values) - len(xs)} none)")
 
 
-def plot(results: list[dict], path: Path) -> None:
+def plot(results: list[dict], path: Path, measured: str = "success") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,23 +158,25 @@ def plot(results: list[dict], path: Path) -> None:
         for i, r in enumerate(runs):
             xs_e = [c["episodes"] for c in r["curve"]]
             xs_t = [c["seconds"] / 60 for c in r["curve"]]
-            ys = [c["success_rate"] for c in r["curve"]]
+            ys = [c[curve_key(measured)] for c in r["curve"]]
             label = config if i == 0 else None
             color = f"C{list(CONFIGS).index(config) % 10}"
             axes[0].plot(xs_e, ys, color=color, alpha=0.8, lw=1.2, label=label)
             axes[1].plot(xs_t, ys, color=color, alpha=0.8, lw=1.2, label=label)
-    axes[0].set(xlabel="RL episodes", ylabel=f"success (windows of {WINDOW})", title="success against episodes")
-    axes[1].set(xlabel="minutes since the first demonstration", title="success against wall-clock")
+    name = measured.replace("_", " ")
+    axes[0].set(xlabel="RL episodes", ylabel=f"{name} (windows of {WINDOW})", title=f"{name} against episodes")
+    axes[1].set(xlabel="minutes since the first demonstration", title=f"{name} against wall-clock")
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.set_ylim(0, 1)
+        if measured == "success":
+            ax.set_ylim(0, 1)
     axes[1].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-SETTINGS = ("tasks", "minutes", "target", "demo_args")  # what makes two runs comparable
+SETTINGS = ("tasks", "minutes", "target", "demo_args", "measure")  # what makes two runs comparable
 
 
 def merge_kept(results: list[dict], kept: list[dict], configs: list[str], settings: dict) -> list[dict]:
@@ -172,7 +188,7 @@ def merge_kept(results: list[dict], kept: list[dict], configs: list[str], settin
     for r in kept:
         if r["config"] not in configs or (r["config"], r["seed"]) in have:
             continue
-        other = {k: r[k] for k in SETTINGS if k in r and r[k] != settings[k]}
+        other = {k: r[k] for k in SETTINGS if k in r and r[k] != settings.get(k)}
         if other:
             raise ValueError(f"kept run {r['config']} seed {r['seed']} was measured with {other}, "
                              f"not {({k: settings[k] for k in other})}")
@@ -181,16 +197,17 @@ def merge_kept(results: list[dict], kept: list[dict], configs: list[str], settin
 
 
 def write_report(results: list[dict], out: Path, args) -> Path:
-    plot(results, out / "ablations.png")
+    plot(results, out / "ablations.png", args.measure)
     seeds = ",".join(str(s) for s in sorted({r["seed"] for r in results}))
     kept = sum(bool(r.get("kept")) for r in results)
     lines = [f"# Ablations: {args.tasks}, {args.minutes:g} min per run, seeds {seeds}", "",
              f"Each run is `flywheel demo --tasks {args.tasks} --minutes {args.minutes:g} --seed S` plus its "
-             f"configuration's options; one run at a time on this machine. Success is over windows of {WINDOW} "
-             f"ended RL episodes of all tasks together; the target is {args.target}. Mean ± standard deviation "
+             f"configuration's options; one run at a time on this machine. {args.measure.replace('_', ' ').capitalize()} "
+             f"is over windows of {WINDOW} ended RL episodes of all tasks together (the final column: the last "
+             f"window); the target is {args.target}. Mean ± standard deviation "
              "across seeds." + (f" {kept} of the {len(results)} runs were measured by an earlier invocation "
                                 "(`--keep`); their rows are marked `kept` in results.json." if kept else ""), "",
-             "| configuration | options | seeds | RL episodes | final success | mean last-100 per task | "
+             f"| configuration | options | seeds | RL episodes | final {args.measure.replace('_', ' ')} | mean last-100 per task | "
              "minutes to target | critic EV at PPO start | value-return corr at PPO start | entropy (last 5 updates) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for config in dict.fromkeys(r["config"] for r in results):
@@ -205,7 +222,7 @@ def write_report(results: list[dict], out: Path, args) -> Path:
               "Each run's own report (phases, success per task and phase, trainer metrics) is written under "
               "`runs/` of the output folder (`--out`; about 0.8 MB a run, not kept beside a committed table).", "",
               "<details><summary>SQL (for run <code>P</code>)</summary>", "", "```sql",
-              curve_sql("P"), "", entropy_sql("P"), "```", "</details>", ""]
+              curve_sql("P", args.measure), "", entropy_sql("P"), "```", "</details>", ""]
     path = out / "README.md"
     path.write_text("\n".join(lines))
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
@@ -218,7 +235,9 @@ def main() -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock per run")
     ap.add_argument("--tasks", default="default", help="suite or tasks (as flywheel demo --tasks)")
-    ap.add_argument("--target", type=float, default=0.8, help="success the 'to target' columns wait for")
+    ap.add_argument("--target", type=float, default=0.8, help="the measure the 'to target' columns wait for")
+    ap.add_argument("--measure", choices=list(MEASURES), default=None,
+                    help="success, or normalised_score (the default when every task is a game)")
     ap.add_argument("--demo-args", default="", help="more flywheel demo options for every run")
     ap.add_argument("--out", default=str(ROOT / "var" / "ablations"))
     ap.add_argument("--tag", default="", help="part of every run id and policy name (abl-TAG-CONFIG-sSEED): a data dir "
@@ -227,6 +246,7 @@ def main() -> int:
     ap.add_argument("--keep", default="", help="results.json of runs measured before (another data dir): their "
                     "rows join the report where this invocation has no run of that configuration and seed")
     args = ap.parse_args()
+    args.measure = args.measure or default_measure(args.tasks)
     configs = [c for c in args.configs.split(",") if c]
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
@@ -249,10 +269,11 @@ def main() -> int:
                 print(f"{config} seed {seed}: no finished run under {out / 'runs'}", file=sys.stderr)
                 continue
             try:
-                results.append(measure(config, seed, out, args.target, args.tag))
+                results.append(measure(config, seed, out, args.target, args.tag, args.measure))
             except RuntimeError as exc:
                 print(f"{config} seed {seed}: not measured: {exc}", file=sys.stderr)
-    settings = {"tasks": args.tasks, "minutes": args.minutes, "target": args.target, "demo_args": args.demo_args}
+    settings = {"tasks": args.tasks, "minutes": args.minutes, "target": args.target, "demo_args": args.demo_args,
+                "measure": args.measure}
     for r in results:
         r.update(settings)
     if args.keep:

@@ -34,3 +34,13 @@ def test_kept_rows_of_other_settings_or_other_configurations_are_not_mixed_in():
         ablate.merge_kept([], kept, ["full"], SETTINGS)
     kept = [_row("sync", 0, 0.5), _row("renamed-config", 0, 0.1)]
     assert ablate.merge_kept([], kept, ["full"], SETTINGS) == []  # outside --configs: left out, no error
+
+
+def test_games_are_measured_by_normalised_score_and_runs_of_another_measure_are_not_mixed_in():
+    assert ablate.default_measure("games") == ablate.default_measure("games.snake,games.2048") == "normalised_score"
+    assert ablate.default_measure("default") == ablate.default_measure("games.snake,click-test") == "success"
+    assert "avg(m), 4) AS normalised_score" in ablate.curve_sql("p", "normalised_score")
+    assert "toFloat64(success) AS m" in ablate.curve_sql("p") and "AS success_rate" in ablate.curve_sql("p")
+    kept = [{**_row("full", 0, 0.4), **SETTINGS, "measure": "success"}]
+    with pytest.raises(ValueError, match="measure"):
+        ablate.merge_kept([], kept, ["full"], {**SETTINGS, "measure": "normalised_score"})
