@@ -38,6 +38,7 @@ from infra.runtime.procs import Child, flywheel_argv, wait_until
 from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
 from producers.suites import RunPlan, plan as suite_plan
+from infra.app.curriculum import TaskFeed
 from infra.app.commands import local_cluster, running_cluster
 from infra.runtime.admin import consumer_lag, ensure_topics
 from infra.kafka.jars import fetch_jars
@@ -51,7 +52,10 @@ class DemoConfig:
     minutes: float = opt(15.0, "stop after this many minutes of wall-clock")
     until_target: bool = opt(False, "stop early once every task's last-100 success reached its target")
     tasks: list[str] = opt(["default"], "MiniWoB++ tasks or suites to train on (producers.suites: default, quick)")
-    episodes: int = opt(20000, "episodes submitted per task (the run stops before it uses them all)")
+    episodes: int = opt(20000, "episodes submitted per task at most (the run stops before it uses them all)")
+    curriculum: bool = opt(True, "feed RL episodes to the tasks by their failure rate over the last 100 (infra.app.curriculum; "
+                                 "a solved task keeps a tenth of an unsolved one's share); --no-curriculum: every task "
+                                 "the same share, all submitted up front")
     max_steps: int = opt(0, "step budget per episode (0: the suite's; 1 means the first click must succeed)")
     cold_start_demos: int = opt(-1, "cold start: scripted demonstrations per task cloned into pi_sft before RL (-1: 20 of "
                                     "each task with a demonstrator, PPO alone on the others, random weights if no task has one; "
@@ -290,6 +294,14 @@ def format_progress(elapsed_s: float, snap: dict, phase: str = "") -> str:
     return line
 
 
+def task_feed(cfg: DemoConfig, settings: Settings, run_id: str, tasks: list[str], max_steps: int) -> TaskFeed:
+    """The RL task feed of a run (``tasks``: the plan's, suites expanded): a queue of 8 tasks per
+    sandbox, 64 at least."""
+    sandboxes = (cfg.sandboxes or machine_sandboxes(cfg.workers)) * cfg.workers
+    return TaskFeed(list(tasks), max(64, 8 * sandboxes), phases.rl_seed(cfg.seed), max_steps, f"{run_id}.rl",
+                    lambda specs: phases.send_tasks(settings, specs), cfg.episodes)
+
+
 def reached_targets(snap: dict, tasks: list[str]) -> bool:
     from infra.app.report import TARGETS  # matplotlib: imported when the demo runs, not for --help
 
@@ -437,8 +449,15 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
                             f"the trainer starts from v{base_version}")
         if dpo_s and not stop["flag"]:  # failed episodes -> reflection pairs, while PPO runs
             children.append(phases.reflection_annotator(env, prefix, logs, cfg.rollout_args).start())
+        feed = None
         if not stop["flag"]:
-            phases.submit(env, logs, tasks, cfg.episodes, plan.max_steps, phases.rl_seed(cfg.seed))
+            if cfg.curriculum:
+                feed = task_feed(cfg, settings, run_id, tasks, plan.max_steps)
+                feed.refill(0, {}, {})
+                notes.append(f"RL tasks fed by failure rate over the last 100 (infra.app.curriculum), {feed.queue} queued; "
+                             "--no-curriculum gives every task the same share")
+            else:
+                phases.submit(env, logs, tasks, cfg.episodes, plan.max_steps, phases.rl_seed(cfg.seed))
             cpu = CpuShare()
             cpu.sample(_roots(children), own="demo")
         deadline = t0 + cfg.minutes * 60
@@ -460,6 +479,11 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
                 clock.enter(phases.current_phase(snap["published"], base_version, cfg.value_pretrain_batches > 0))
             if clock.current == phases.PPO and "published" in snap:
                 clock.note(f"{snap['updates']} trainer updates (critic-only ones included), newest version v{snap['published']}")
+            if feed is not None:
+                try:
+                    feed.refill(snap.get("lag", {}).get("rollout"), snap.get("rates", {}), snap.get("scores", {}))
+                except Exception as exc:  # noqa: BLE001 - the next tick tops the queue up again
+                    log.warning("task feed: refill failed (%s); retrying at the next progress tick", exc)
             print(format_progress(time.time() - t0, snap, clock.current), flush=True)
             if cfg.until_target and reached_targets(snap, tasks):
                 notes.append(f"every task reached its target after {(time.time() - t0) / 60:.1f} min")

@@ -418,6 +418,14 @@ def submit(env: dict[str, str], logs: Path, tasks: list[str], episodes: int, max
         raise UserError(f"task submission failed (exit {rc}); see {logs / 'tasks.log'}")
 
 
+def send_tasks(settings, specs: list) -> int:
+    """Produce TaskSpecs to the run's task topic and wait for the acknowledgements (the curriculum's refills)."""
+    # local: loads confluent-kafka, needed only on this path
+    from producers.tasks import submit as produce_tasks
+
+    return produce_tasks(settings, specs)
+
+
 # ---------------------------------------------------------------- the report's section
 
 

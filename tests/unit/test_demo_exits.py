@@ -50,6 +50,7 @@ class Run:
         monkeypatch.setattr(phases, "skip_leftover_tasks", lambda *a, **k: {})
         monkeypatch.setattr(phases, "clone", lambda *a, **k: "published v1")
         monkeypatch.setattr(phases, "submit", lambda *a, **k: None)
+        monkeypatch.setattr(phases, "send_tasks", lambda settings, specs: len(specs))
         monkeypatch.setattr(phases, "report_section", lambda *a, **k: ([], {}))
         monkeypatch.setattr("infra.app.report.write_report", self.write_report)
         self.exiting = exiting  # the name of a child that exits with code 3 soon after it starts

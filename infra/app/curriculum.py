@@ -1,0 +1,90 @@
+"""The demo's task feed: RL episodes go where the policy still fails.
+
+Submitting every task's 20,000 episodes up front, interleaved, gave each task the same share of
+the rollouts, so a 15-minute run spent most of its episodes on tasks π_sft had already solved
+(the five at >= 0.97 success were half the trained steps) while the two it failed most saw
+about ten episodes a minute each. The feed keeps a short queue instead and refills it every
+progress tick, each task's share in proportion to how far it is from solved:
+
+- a task's weight is its failure rate over its last 100 episodes (for a game: 1 - its normalised
+  score, clipped to 0..1), at least ``floor`` so a solved task keeps being played and measured;
+  a task with fewer than ``min_episodes`` ended episodes counts as unsolved (weight 1);
+- a refill of n tasks gives each task one, then the rest by weight (largest remainder);
+- episode k of a task gets seed ``base + k`` and task id ``<run>.<task>.<seed>``, as
+  ``producers.tasks.build_tasks`` numbers them, so no seed repeats within a task, not even after a
+  refill the broker refused part of (its seeds are skipped, the queue is topped up at the next).
+
+``weights`` and ``apportion`` are pure; ``TaskFeed`` is the thin loop's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from itertools import zip_longest
+
+from producers.tasks import build_tasks
+from schemas.events import TaskSpec
+
+FLOOR = 0.1  # a solved task's weight relative to an unsolved one's: it keeps being played and measured
+MIN_EPISODES = 20  # below this many ended episodes a task's rate says too little: weight 1
+
+
+def weights(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: Mapping[str, tuple[float, int]],
+            floor: float = FLOOR, min_episodes: int = MIN_EPISODES) -> dict[str, float]:
+    """Each task's weight from its recent (success rate, episodes) and, for a game, its
+    (normalised score, episodes): how far from solved, at least ``floor``."""
+    out = {}
+    for task in tasks:
+        value, n = scores.get(task) or rates.get(task) or (0.0, 0)
+        unsolved = 1.0 if n < min_episodes else 1.0 - min(max(float(value), 0.0), 1.0)
+        out[task] = max(unsolved, floor)
+    return out
+
+
+def apportion(w: Mapping[str, float], n: int) -> dict[str, int]:
+    """``n`` episodes over the tasks of ``w``: one each (while n lasts, in the order of ``w``),
+    the rest in proportion to the weights by largest remainder; the counts sum to ``n``."""
+    tasks = list(w)
+    counts = {t: 0 for t in tasks}
+    for t in tasks[:n]:
+        counts[t] = 1
+    rest = n - sum(counts.values())
+    total = sum(w.values())
+    if rest <= 0 or total <= 0:
+        return counts
+    shares = {t: rest * w[t] / total for t in tasks}
+    for t in tasks:
+        counts[t] += int(shares[t])
+    left = n - sum(counts.values())
+    for t in sorted(tasks, key=lambda t: shares[t] - int(shares[t]), reverse=True)[:left]:
+        counts[t] += 1
+    return counts
+
+
+class TaskFeed:
+    """Keeps about ``queue`` RL tasks waiting for the rollout workers, refilled by weight.
+    ``send`` produces a list of TaskSpecs and returns how many the broker acknowledged."""
+
+    def __init__(self, tasks: list[str], queue: int, seed: int, max_steps: int, run: str,
+                 send: Callable[[list[TaskSpec]], int], max_per_task: int) -> None:
+        self.tasks, self.queue, self.seed, self.max_steps, self.run = tasks, queue, seed, max_steps, run
+        self.send, self.max_per_task = send, max_per_task
+        self.submitted = {t: 0 for t in tasks}
+
+    def refill(self, queued: int | None, rates: Mapping[str, tuple[float, int]],
+               scores: Mapping[str, tuple[float, int]]) -> dict[str, int]:
+        """Top the queue up to ``queue`` (nothing when ``queued`` is unknown); -> what was sent."""
+        if queued is None or queued >= self.queue:
+            return {}
+        open_tasks = [t for t in self.tasks if self.submitted[t] < self.max_per_task]
+        counts = apportion(weights(open_tasks, rates, scores), self.queue - queued)
+        counts = {t: min(k, self.max_per_task - self.submitted[t]) for t, k in counts.items() if k > 0}
+        per_task = [build_tasks("miniwob", [t], k, self.seed + self.submitted[t], max_steps=self.max_steps,
+                                prefix=self.run) for t, k in counts.items()]
+        # interleaved, as build_tasks does: no task waits behind a burst of another
+        specs = [spec for row in zip_longest(*per_task) for spec in row if spec is not None]
+        for t, k in counts.items():  # counted before sending: a send that fails part-way reuses no task id
+            self.submitted[t] += k
+        if specs:
+            self.send(specs)  # raises when the broker did not take them all; the next refill tops up with new seeds
+        return counts
