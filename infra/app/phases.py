@@ -139,6 +139,23 @@ def pivot(rows: list[tuple]) -> tuple[list[str], list[list[str]]]:
     return ["task", *phases], [[t, *(cells.get(p, "-") for p in phases)] for t, cells in sorted(by_task.items())]
 
 
+def phase_gain(rows: list[tuple], before: str, after: str) -> tuple[float, float, int] | None:
+    """The suite's gain from phase ``before`` to phase ``after`` (``phase_sql``'s rows): the mean over
+    the tasks played in both of each task's success difference, with its standard error (each
+    phase's rate a binomial proportion, tasks independent), and the number of tasks; None when no
+    task was played in both. Per task, so a phase's task mix (the curriculum's) does not enter it."""
+    rate = {(r[0], r[1]): (float(r[3]), int(r[2])) for r in rows}
+    tasks = sorted(t for t, ph in rate if ph == before and (t, after) in rate)
+    if not tasks:
+        return None
+    diffs, var = [], 0.0
+    for t in tasks:
+        (p0, n0), (p1, n1) = rate[(t, before)], rate[(t, after)]
+        diffs.append(p1 - p0)
+        var += p0 * (1 - p0) / max(n0, 1) + p1 * (1 - p1) / max(n1, 1)
+    return sum(diffs) / len(tasks), var ** 0.5 / len(tasks), len(tasks)
+
+
 # ---------------------------------------------------------------- the cold start and SFT phases
 
 DEMOS_PER_TASK = 20  # the cold start's demonstrations per task when --cold-start-demos is left on auto
@@ -474,5 +491,12 @@ def report_section(settings, policy: str, base_version: int, cold_start: bool, v
               f"variance was {fmt(vp['explained_variance_at_ppo_start'])} and the value-return correlation "
               f"{fmt(vp['value_return_corr_at_ppo_start'])}{corr_verdict(vp['value_return_corr_at_ppo_start'])}.", "",
               "<details><summary>SQL</summary>", "", "```sql", sql, "```", "</details>", ""]
+    start = next((c for c in cols[1:] if c.startswith("2 ")), None)
+    gain = phase_gain(rows, start, "3 PPO") if start else None
+    if gain is not None:
+        lines[lines.index("<details><summary>SQL</summary>"):lines.index("<details><summary>SQL</summary>")] = [
+            f"PPO's gain over the starting policy's episodes: {gain[0]:+.3f} ± {gain[1]:.3f} (standard error; the mean "
+            f"over the {gain[2]} tasks played in both phases of each task's difference in success)", ""]
     by_phase = {t[0]: dict(zip(cols[1:], t[1:])) for t in table}
-    return lines, {"phases": clock.rows(), "success_by_task_and_phase": by_phase, "value_pretraining": vp}
+    return lines, {"phases": clock.rows(), "success_by_task_and_phase": by_phase, "value_pretraining": vp,
+                   "ppo_gain": None if gain is None else {"gain": gain[0], "standard_error": gain[1], "tasks": gain[2]}}

@@ -257,3 +257,13 @@ def test_both_kinds_read_the_pages_and_the_users_config_comes_last():
     assert lm["ground"] and "action_types" not in lm and "coords" not in lm
     off = phases.kind_config(DemoConfig(policy_kind="lm", policy_config='{"ground": false}').validate(), ("click",))
     assert off["ground"] is False
+
+
+def test_ppo_gain_is_the_mean_of_per_task_differences_with_its_standard_error():
+    rows = [("a", "2 pi_sft", 100, 0.5, 2.0), ("a", "3 PPO", 100, 0.7, 2.0),
+            ("b", "2 pi_sft", 25, 1.0, 1.0), ("b", "3 PPO", 400, 1.0, 1.0),  # the curriculum plays b less: no matter
+            ("c", "3 PPO", 50, 0.2, 3.0), ("a", "1 demonstrations (scripted)", 20, 1.0, 2.0)]  # c: PPO only, left out
+    gain, se, n = phases.phase_gain(rows, "2 pi_sft", "3 PPO")
+    assert n == 2 and gain == pytest.approx(0.1)
+    assert se == pytest.approx((0.25 / 100 + 0.21 / 100) ** 0.5 / 2)
+    assert phases.phase_gain(rows, "2 random init", "3 PPO") is None
