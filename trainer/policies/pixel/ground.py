@@ -35,6 +35,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from infra.runtime.config import ConfigError
+from schemas.blobs import BlobStore
 
 log = logging.getLogger(__name__)
 _WORD = re.compile(r"-?\w+")  # "-3": use-spinner's negative targets keep their sign
@@ -222,14 +223,14 @@ def maps_key(gray: np.ndarray, instruction: str, k: int, grid: int, family: str,
     return h.hexdigest()
 
 
-def stored_match_maps(store: Any, gray: np.ndarray, instruction: str, k: int, grid: int, family: str,
+def stored_match_maps(store: BlobStore | None, gray: np.ndarray, instruction: str, k: int, grid: int, family: str,
                       sizes: list[int], scale: float = 1.0) -> np.ndarray:
     """``match_maps``, computed once per screenshot: read from ``store``'s derived data
     (schemas.blobs.BlobStore.get_derived) when the acting policy stored them, else computed and
     stored. The rollout computes each step's maps as it acts and the trainer reads them back
     instead of matching the templates again. Best effort: without a store, with an entry of the
     wrong size or when the store cannot be written, the maps are computed here as before."""
-    if not hasattr(store, "get_derived"):  # none, or a store of screenshots only
+    if store is None:
         return match_maps(gray, instruction, k, grid, family, sizes, scale)
     key = maps_key(gray, instruction, k, grid, family, sizes, scale)
     try:

@@ -41,7 +41,7 @@ from torch import nn
 
 from infra.runtime.policy import Decision, PolicyInput, past_steps
 from schemas import actions as A
-from schemas.blobs import BlobNotFound
+from schemas.blobs import BlobNotFound, BlobStore
 from trainer.policies.base import PolicyDefaults
 from trainer.policies.pixel.ground import PAGE_FONT, PAGE_SIZES, map_features, pin_font, stored_match_maps, word_features
 from trainer.policies.pixel.inputs import (
@@ -96,7 +96,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         if unknown or not cfg["action_types"]:
             raise ValueError(f"pixel policy cannot emit action types {unknown or '[]'}; choose from {sorted(known)}")
         self.cfg, self.name, self.version = cfg, name, version
-        self._maps_store: Any = None  # use_blob_store's: where each screenshot's grounding maps are kept
+        self._maps_store: BlobStore | None = None  # use_blob_store's: where each screenshot's grounding maps are kept
         self.grid, self.side = int(cfg["grid"]), 8 * int(cfg["grid"])
         self.types: list[str] = list(cfg["action_types"])
         self.pointers = [t for t in self.types if t in POINTER_TYPES]
@@ -165,13 +165,13 @@ class PixelPolicy(nn.Module, PolicyDefaults):
 
     # ------------------------------------------------------------ inputs
 
-    def use_blob_store(self, store: Any) -> None:
+    def use_blob_store(self, store: BlobStore) -> None:
         """Where the text-grounding maps of each screenshot are kept (``stored_match_maps``): the
         rollout's policy stores them as it acts, the trainer's reads them back."""
         self._maps_store = store
 
     def preprocess(self, image: np.ndarray, history: Sequence[Any] = (), instruction: str = "",
-                   store: Any = None) -> torch.Tensor:
+                   store: BlobStore | None = None) -> torch.Tensor:
         """H x W x 3 uint8 screenshot + earlier steps (+ the instruction, for ``ground``) ->
         [C + 3 (+ 1), 8G, 8G] uint8: the cropped screenshot, the pointer planes, the grounding
         plane, the counts. Without ``instruction`` the history's is used. Recorded steps are read
@@ -200,7 +200,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
             parts.append(maps.reshape(1, self.side, self.side))
         return torch.from_numpy(np.concatenate(parts + [strip.reshape(1, self.side, self.side)]))
 
-    def step_inputs(self, traj: Any, store: Any) -> list[torch.Tensor]:
+    def step_inputs(self, traj: Any, store: BlobStore) -> list[torch.Tensor]:
         """Each step of ``traj`` as ``act`` saw it (screenshot from ``store`` + earlier steps).
         ValueError for a step whose action ``evaluate`` cannot score (e.g. a text not in the
         instruction)."""
@@ -213,7 +213,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
             out.append(self.preprocess(image, traj.steps[:i], step.observation.instruction, store))
         return out
 
-    def bootstrap_input(self, traj: Any, store: Any) -> torch.Tensor | None:
+    def bootstrap_input(self, traj: Any, store: BlobStore) -> torch.Tensor | None:
         """The state after the last step (its screenshot + every step as history), for the
         value a truncated episode bootstraps from; None when that screenshot is not stored."""
         last = traj.steps[-1] if traj.steps else None
