@@ -66,6 +66,9 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = tmp_path / "reports" / run_id / "report.md"
     assert report.exists() and "Before and after" in report.read_text() and "## Phases" in report.read_text()
+    text = report.read_text()
+    assert "RL tasks fed by failure rate" in text, "the curriculum fed the RL tasks (infra.app.curriculum)"
+    assert "PPO's gain over the starting policy's episodes" in text, "the phase section states PPO's gain"
     summary = json.loads((report.parent / "summary.json").read_text())
     assert [p["phase"] for p in summary["phases"]] == ["cold start", "SFT", "value pretraining", "PPO"], summary
     # at most 2 critic-only batches; the stopping rule may end them after 1 (explained variance >= 0.5)
