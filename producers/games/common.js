@@ -5,6 +5,7 @@
 //   flywheelGame.start(seed) -> the instruction   (a new episode, determined by the seed alone)
 //   flywheelGame.state()     -> {score, over}
 //   flywheelGame.board()     -> what the screen shows, as data (for the scripted players and tests)
+// Every game is shown by the one page, index.html?game=<its folder>, which loads <folder>/game.js.
 "use strict";
 
 (function () {
@@ -32,13 +33,24 @@
     return next;
   }
 
-  // spec: {instruction, init(rng) -> state, draw(ctx, state), board(state),
+  // The page's game: a script inserted before the page's load event delays that event, so the game
+  // has registered by the time the sandbox's page.goto(..., wait_until="load") returns.
+  function loadGame() {
+    const folder = new URLSearchParams(location.search).get("game") || "";
+    if (!/^[a-z0-9_]+$/.test(folder)) throw new Error("no game named: open index.html?game=<folder>");
+    const script = document.createElement("script");
+    script.src = folder + "/game.js";
+    document.body.appendChild(script);
+  }
+
+  // spec: {title, instruction, init(rng) -> state, draw(ctx, state), board(state),
   //        key?(state, key) -> handled, click?(state, x, y), tickMs?, tick?(state)}
   // A state holds at least {score, over}; key/click/tick change it, the harness redraws.
   function register(spec) {
     const canvas = document.getElementById("board");
     const ctx = canvas.getContext("2d");
     const scoreEl = document.getElementById("score");
+    document.title = spec.title;
     document.getElementById("instruction").textContent = spec.instruction;
     let state = null;
     let timer = null;
@@ -108,5 +120,5 @@
     };
   }
 
-  window.Flywheel = {register: register, makeRng: makeRng};
+  window.Flywheel = {register: register, loadGame: loadGame, makeRng: makeRng};
 })();

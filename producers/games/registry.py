@@ -1,8 +1,9 @@
 """The games suite's registry, keyed by task name: what the sandbox, the demonstrators, the
 benchmark and the normalisation need to know of each game.
 
-A game is one package under ``producers.games`` holding its page (``index.html`` + ``game.js`` on
-the shared harness ``common.js``) and a ``Game`` registered here. Its score is read from the page
+A game is one package under ``producers.games`` holding its ``game.js`` (on the shared harness
+``common.js``) and a ``Game`` registered here; every game is shown by the one shared page,
+``index.html?game=<folder>``. Its score is read from the page
 after every step (``flywheelGame.state()``); a step's reward is the change of the score and an
 episode ends at game over or after ``max_steps`` steps. Scores are normalised per game:
 0 = the mean final score of the uniform random policy over the game's actions (``random_action``),
@@ -28,7 +29,7 @@ Board = dict[str, Any]  # flywheelGame.board(): what the screen shows, as data
 @dataclass(frozen=True)
 class Game:
     name: str  # the task name, "games.<short name>"
-    folder: str  # its package folder under producers/games, holding index.html and game.js
+    folder: str  # its package folder under producers/games, holding game.js
     instruction: str  # the line the page shows above the board (the page is its source)
     controls: str  # "arrow keys" | "clicks on the grid"
     max_steps: int  # the episode's step limit (50..500); game over may come first
@@ -45,16 +46,16 @@ class Game:
 
     @property
     def page(self) -> str:
-        """The page's path under the games' server."""
-        return f"{self.folder}/index.html"
+        """The page's path under the games' server: the shared page, told which game to load."""
+        return f"index.html?game={self.folder}"
 
 
 GAMES: dict[str, Game] = {}
 
 
 def register_game(game: Game) -> Game:
-    if not (HERE / game.page).is_file():
-        raise ValueError(f"{game.name}: no page at {game.page}")
+    if not (HERE / game.folder / "game.js").is_file():
+        raise ValueError(f"{game.name}: no game.js in {HERE / game.folder}")
     GAMES[game.name] = game
     return game
 

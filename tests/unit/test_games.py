@@ -35,9 +35,10 @@ def code(path) -> str:
 def test_three_games_of_two_kinds_with_pages_and_stated_references():
     assert len(GAMES) >= 3
     assert {g.controls for g in GAMES.values()} == {"arrow keys", "clicks on the grid"}
+    assert (HERE / "index.html").is_file()  # the one page every game is shown by
     for game in GAMES.values():
         assert game.name.startswith("games.") and 50 <= game.max_steps <= 500
-        assert (HERE / game.folder / "game.js").is_file() and (HERE / game.page).is_file()
+        assert (HERE / game.folder / "game.js").is_file() and game.page == f"index.html?game={game.folder}"
         assert game.reference_mean > game.random_mean
         js = code(HERE / game.folder / "game.js")
         assert game.instruction in js  # the page shows the line the registry states

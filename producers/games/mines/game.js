@@ -32,6 +32,7 @@
   }
 
   Flywheel.register({
+    title: "Mines",
     instruction: "Click the hidden cells that hold no mine. The numbers count the mines around a cell.",
     init: function (rng) {
       const cells = [];

@@ -18,6 +18,7 @@
   }
 
   Flywheel.register({
+    title: "Snake",
     instruction: "Steer the snake with the arrow keys to eat the red apples. Do not hit a wall or the snake.",
     tickMs: 100,
     init: function (rng) {

@@ -62,6 +62,7 @@
   }
 
   Flywheel.register({
+    title: "2048",
     instruction: "Slide the tiles with the arrow keys. Equal tiles merge and add to your score.",
     init: function (rng) {
       const state = {grid: new Array(N * N).fill(0), rng: rng};
