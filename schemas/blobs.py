@@ -155,8 +155,10 @@ class BlobStore:
         """Remove temporary files left by crashed writers (local stores); returns how many."""
         if not self.local:
             return 0
-        removed, cutoff = 0, time.time() - older_than_s
-        for tmp in Path(self._base).glob(f"??/*{TMP_MARK}*"):
+        removed, cutoff, base = 0, time.time() - older_than_s, Path(self._base)
+        # put writes under the blob shards (??/), put_derived under derived/??/
+        leftovers = [*base.glob(f"??/*{TMP_MARK}*"), *base.glob(f"derived/??/*{TMP_MARK}*")]
+        for tmp in leftovers:
             try:
                 if tmp.stat().st_mtime < cutoff:
                     tmp.unlink()

@@ -164,3 +164,18 @@ def test_sweep_keeps_fresh_temporaries(tmp_path):
     (tmp_path / "ab" / f"{'ab' * 32}{TMP_MARK}x").write_bytes(b"partial")
     assert store.sweep_temporaries(older_than_s=3600) == 0
     assert store.sweep_temporaries(older_than_s=0) == 1
+
+
+def test_sweep_removes_stale_temporaries_of_blobs_and_of_derived_data(tmp_path):
+    store = BlobStore(str(tmp_path))
+    key = "cd" * 32
+    store.put_derived(key, b"maps")
+    (tmp_path / "ab").mkdir()
+    leftovers = [tmp_path / "ab" / f"{'ab' * 32}{TMP_MARK}x", tmp_path / "derived" / "cd" / f"{key}{TMP_MARK}y"]
+    an_hour_ago = time.time() - 3600
+    for path in leftovers:
+        path.write_bytes(b"partial")
+        os.utime(path, (an_hour_ago, an_hour_ago))
+    assert store.sweep_temporaries(older_than_s=60) == 2
+    assert not any(path.exists() for path in leftovers)
+    assert store.get_derived(key) == b"maps"  # the finished file stays
