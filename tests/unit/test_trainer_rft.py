@@ -10,7 +10,7 @@ from infra.runtime.config import ConfigError
 from schemas.actions import Click
 from schemas.blobs import BlobStore
 from trainer.rl.config import TrainConfig
-from trainer.sft.rft import annotator_of, select_rft
+from trainer.sft.rft import annotator_of, select_rft, solved_tasks
 from tests.fakes.clicks import make_episode, scored_trajectory
 
 
@@ -40,6 +40,15 @@ def test_a_round_takes_every_demonstration_and_the_newest_own_successes_per_task
     assert [s.episode_id for s in select_rft(demos + own, me, per_task=2)] == ["d0", "d1", "o3", "o4"]  # demos capped too
     assert [s.episode_id for s in select_rft(demos + own, me, per_task=0)] == ["d0"]
     assert select_rft(noise[:2] + [rescored], me, per_task=10) == []
+    # a task the policy already solves: its demonstrations only, none of its own successes
+    solved = select_rft(demos + own + other_task, me, per_task=3, solved=frozenset({"click-test"}))
+    assert [s.episode_id for s in solved] == ["t0", "d0", "d1", "d2"]
+
+
+def test_solved_tasks_need_enough_recent_episodes_at_the_rate():
+    outcomes = {"a": [1] * 19 + [0], "b": [1] * 19, "c": [1] * 18 + [0, 0], "d": [1] * 100}
+    assert solved_tasks(outcomes, 0.95) == frozenset({"a", "d"})  # b: too few to say; c: 0.90
+    assert solved_tasks(outcomes, 1.01) == frozenset()  # above 1: off
 
 
 def test_fine_tuning_on_the_rounds_successes_raises_their_likelihood(tmp_path):

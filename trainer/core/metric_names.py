@@ -60,6 +60,7 @@ PAIRS = "batch/pairs"
 RFT_TRAJECTORIES = "batch/rft_trajectories"  # successful trajectories of an RFT round (demonstrations included)
 RFT_OWN = "batch/rft_own"  # ... of which the policy's own
 RFT_STEPS = "batch/rft_steps"
+RFT_SOLVED_TASKS = "batch/rft_solved_tasks"  # tasks a round took no own successes of (solved: trainer.sft.rft.solved_tasks)
 RFT_SKIPPED = "batch/rft_skipped"  # chosen trajectories the policy could not learn from (screenshot gone, another action space)
 
 # train/

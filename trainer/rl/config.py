@@ -81,6 +81,9 @@ class TrainConfig:
                             "on the policy's successful trajectories on flywheel.sft.v1 (0: off; pixel policy only)")
     rft_per_task: int = opt(64, "RFT: per task, the newest this many of the policy's own successes and at most this many demonstrations "
                                    "(0: demonstrations only, one per task)")
+    rft_solved: float = opt(0.95, "RFT: a task whose last 100 trained episodes succeeded at least this often (and "
+                                  "that has 20) gets none of its own successes in a round, only its demonstrations "
+                                  "(>1: off); its rounds stay short, on what is still failing")
     rft_epochs: int = opt(2, "RFT: passes over the round's steps")
     rft_lr: float = opt(1e-3, "RFT: Adam learning rate (an optimiser of its own; PPO's is left as it is)")
     seed: int = opt(0, "seed of the initial weights and of sampling")

@@ -69,7 +69,7 @@ from infra.runtime.policy import build_policy, load_policy_version
 from infra.runtime import versions
 from trainer.core.publish import make_version, publish_metrics, save_weights
 from trainer.rl.update import EpisodeSample, collate, make_optimizer, ppo_update, reference_logprobs
-from trainer.sft.rft import rft_round
+from trainer.sft.rft import RFT_WINDOW, rft_round, solved_tasks
 
 log = logging.getLogger("flywheel.trainer")
 STAGE = "trainer"
@@ -111,7 +111,7 @@ def to_episode(scored: ScoredTrajectory, policy, store: BlobStore) -> EpisodeSam
         episode_id=traj.episode_id, images=images, instructions=[s.observation.instruction for s in traj.steps],
         actions=actions, logprobs=[s.logprob for s in traj.steps], rewards=rewards,
         policy_version=traj.policy_versions[0],
-        thought_chars=float(np.mean([len(s.thought) for s in traj.steps])),
+        thought_chars=float(np.mean([len(s.thought) for s in traj.steps])), task=traj.task.name, success=traj.success,
         # the step budget or timeout cut it short: not a terminal state, GAE bootstraps there
         truncated=traj.end_reason in ("step_budget", "timeout"),
         bootstrap_input=policy.bootstrap_input(traj, store) if traj.end_reason in ("step_budget", "timeout") else None,
@@ -314,8 +314,10 @@ class PPOLearner:
         else:
             policy.version = versions.next_version(self.settings, cfg.policy_name, policy.version)
         trained = self.ckpt.checkpoint.trained
+        outcomes = extra.setdefault("task_outcomes", {})  # per task, the last RFT_WINDOW trained episodes' success
         for e in kept:
             trained.add(e.episode_id, e.policy_version)
+            outcomes[e.task] = (outcomes.get(e.task, []) + [int(e.success)])[-RFT_WINDOW:]
         trained.prune(policy.version, self.settings.max_staleness)
         updates = state.updates + 1
         dropped = self.counts["stale_dropped"] - self.stale_before  # since the last update, on arrival or here
@@ -362,7 +364,7 @@ class PPOLearner:
         try:
             return rft_round(self.policy, self.settings, self.store, cfg.policy_name, cfg.rft_per_task, cfg.rft_epochs,
                              cfg.rft_lr, seed=cfg.seed + extra["ppo_updates"], scorer=cfg.scorer,
-                             cache=self.rft_inputs)
+                             cache=self.rft_inputs, solved=solved_tasks(extra.get("task_outcomes", {}), cfg.rft_solved))
         except Exception as exc:  # noqa: BLE001 - a failed round must not stop PPO (it would fail again on restart)
             self._count("rft_failed")
             log.warning("RFT round after PPO update %d failed, PPO goes on without it: %s", extra["ppo_updates"], exc)

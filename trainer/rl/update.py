@@ -38,6 +38,8 @@ class EpisodeSample:
     # the step budget or the timeout ended it (not the task): GAE bootstraps from V(s_T) there
     truncated: bool = False
     bootstrap_input: Any = None  # the policy's input for s_T, the state after the last step (if it has one)
+    task: str = ""  # the task's name and whether the episode succeeded: RFT's per-task success window
+    success: bool = False
 
 
 @dataclass

@@ -43,12 +43,23 @@ def annotator_of(policy: str) -> str:
     return f"scripted-{policy}"
 
 
+RFT_WINDOW = 100  # trained episodes per task that say whether the policy has solved it
+RFT_MIN_EPISODES = 20  # ... and how many it takes to say so
+
+
+def solved_tasks(outcomes: dict[str, list[int]], rate: float, min_episodes: int = RFT_MIN_EPISODES) -> frozenset[str]:
+    """The tasks whose recent trained episodes (``outcomes``: task -> 0/1 per episode, newest last)
+    number at least ``min_episodes`` and succeeded at least ``rate`` of the time."""
+    return frozenset(t for t, xs in outcomes.items() if len(xs) >= min_episodes and sum(xs) / len(xs) >= rate)
+
+
 def select_rft(records: Iterable[ScoredTrajectory], policy: str, per_task: int,
-               scorer: str = "rule-v1") -> list[ScoredTrajectory]:
+               scorer: str = "rule-v1", solved: frozenset[str] = frozenset()) -> list[ScoredTrajectory]:
     """Successful trajectories for a round: per task, the demonstrations of ``policy``'s
-    annotator and the newest ``per_task`` of ``policy``'s own (each capped at ``per_task``), one
-    per episode, as ``scorer`` judged them (a `flywheel rescore` copy by another scorer is left
-    out); in a fixed order (task, then episode id) so a round does not depend on partition order."""
+    annotator and the newest ``per_task`` of ``policy``'s own (each capped at ``per_task``; none
+    of its own for a task in ``solved``, which PPO keeps where it is), one per episode, as
+    ``scorer`` judged them (a `flywheel rescore` copy by another scorer is left out); in a fixed
+    order (task, then episode id) so a round does not depend on partition order."""
     demos: dict[str, dict[str, ScoredTrajectory]] = defaultdict(dict)
     own: dict[str, dict[str, ScoredTrajectory]] = defaultdict(dict)
     for s in records:
@@ -61,7 +72,8 @@ def select_rft(records: Iterable[ScoredTrajectory], policy: str, per_task: int,
             own[t.task.name].setdefault(t.episode_id, s)
     out = []
     for task in sorted(set(demos) | set(own)):
-        newest = sorted(own[task].values(), key=lambda s: (s.trajectory.ended_at, s.episode_id))[-per_task:] if per_task else []
+        newest = sorted(own[task].values(), key=lambda s: (s.trajectory.ended_at, s.episode_id))[-per_task:] \
+            if per_task and task not in solved else []
         first = [demos[task][eid] for eid in sorted(demos[task])[:max(per_task, 1)]]
         out += sorted([*first, *newest], key=lambda s: s.episode_id)
     return out
@@ -82,8 +94,8 @@ def fine_tune(policy, data, epochs: int, lr: float, minibatch_size: int, seed: i
 
 
 def rft_round(policy, settings, store: BlobStore, policy_name: str, per_task: int, epochs: int, lr: float,
-              seed: int, scorer: str = "rule-v1", read_timeout_s: float = 120.0, cache: dict | None = None
-              ) -> dict[str, float]:
+              seed: int, scorer: str = "rule-v1", read_timeout_s: float = 120.0, cache: dict | None = None,
+              solved: frozenset[str] = frozenset()) -> dict[str, float]:
     """One round on the current snapshot of flywheel.sft.v1; -> its metrics (empty when there
     was nothing to learn from). Raises what reading the topic raises (the caller decides).
     ``cache`` carries the chosen trajectories' step inputs from one round to the next."""
@@ -92,7 +104,7 @@ def rft_round(policy, settings, store: BlobStore, policy_name: str, per_task: in
     from infra.runtime.policy import policy_kind
 
     t0 = time.monotonic()
-    chosen = select_rft(read_sft(settings, STAGE, read_timeout_s), policy_name, per_task, scorer)
+    chosen = select_rft(read_sft(settings, STAGE, read_timeout_s), policy_name, per_task, scorer, solved)
     if not chosen:
         log.info("RFT: no successful trajectory of %s on the sft topic yet", policy_name)
         return {}
@@ -108,5 +120,6 @@ def rft_round(policy, settings, store: BlobStore, policy_name: str, per_task: in
              len(chosen), own, len(chosen) - own, skipped, dict(data.skipped), len(data.actions), losses[0], losses[-1],
              time.monotonic() - t0)
     return {M.RFT_LOSS: losses[-1], M.RFT_TRAJECTORIES: float(len(chosen)), M.RFT_OWN: float(own),
-            M.RFT_SKIPPED: float(skipped), M.RFT_STEPS: float(len(data.actions)), M.RFT_TIME_S: time.monotonic() - t0}
+            M.RFT_SKIPPED: float(skipped), M.RFT_STEPS: float(len(data.actions)), M.RFT_TIME_S: time.monotonic() - t0,
+            M.RFT_SOLVED_TASKS: float(len(solved))}
 
