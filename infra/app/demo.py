@@ -282,7 +282,7 @@ def format_progress(elapsed_s: float, snap: dict, phase: str = "") -> str:
     rates = " ".join(f"{t} {'score ' if t in scores else ''}{r:.2f}({n})"
                      for t, (r, n) in sorted({**snap.get("rates", {}), **scores}.items())) or "-"
     lags = dict(snap.get("lag", {}))
-    queued = lags.pop("rollout", None)  # the rollout group's lag is the task queue (submitted up front), not a backlog
+    queued = lags.pop("rollout", None)  # the rollout group's lag is the task queue (the curriculum keeps it short), not a backlog
     lag = " ".join(f"{g}={v}" for g, v in sorted(lags.items())) or "-"
     m, s = divmod(int(elapsed_s), 60)
     line = (f"[{m:02d}:{s:02d}]{' ' + phase if phase else ''} episodes {snap.get('episodes', 0)} | last-100 success {rates} | "
