@@ -10,6 +10,11 @@ progress tick, each task's share in proportion to how far it is from solved:
   score, clipped to 0..1), at least ``floor`` so a solved task keeps being played and measured;
   a task with fewer than ``min_episodes`` ended episodes counts as unsolved (weight 1);
 - a refill of n tasks gives each task one, then the rest by weight (largest remainder);
+- the queue is sized to the trainer: the trajectories the trainer has not yet read (its
+  consumer group's lag on flywheel.rl.v1) count against it, so episodes wait as tasks, not as
+  trajectories that go stale. Without this bound a 15-minute default run left the trainer ~250
+  episodes behind: every batch it trained was 4 versions old (the most it keeps) and a quarter of
+  the episodes were dropped as staler still;
 - episode k of a task gets seed ``base + k`` and task id ``<run>.<task>.<seed>``, as
   ``producers.tasks.build_tasks`` numbers them, so no seed repeats within a task, not even after a
   refill the broker refused part of (its seeds are skipped, the queue is topped up at the next).
@@ -72,12 +77,14 @@ class TaskFeed:
         self.submitted = {t: 0 for t in tasks}
 
     def refill(self, queued: int | None, rates: Mapping[str, tuple[float, int]],
-               scores: Mapping[str, tuple[float, int]]) -> dict[str, int]:
-        """Top the queue up to ``queue`` (nothing when ``queued`` is unknown); -> what was sent."""
-        if queued is None or queued >= self.queue:
+               scores: Mapping[str, tuple[float, int]], backlog: int | None = 0) -> dict[str, int]:
+        """Top the queue up to ``queue`` less the trainer's ``backlog`` (trajectories it has not
+        read yet; None: unknown, taken as none); nothing when ``queued`` is unknown; -> what was sent."""
+        room = self.room(queued, backlog)
+        if room <= 0:
             return {}
         open_tasks = [t for t in self.tasks if self.submitted[t] < self.max_per_task]
-        counts = apportion(weights(open_tasks, rates, scores), self.queue - queued)
+        counts = apportion(weights(open_tasks, rates, scores), room)
         counts = {t: min(k, self.max_per_task - self.submitted[t]) for t, k in counts.items() if k > 0}
         per_task = [build_tasks("miniwob", [t], k, self.seed + self.submitted[t], max_steps=self.max_steps,
                                 prefix=self.run) for t, k in counts.items()]
@@ -88,3 +95,9 @@ class TaskFeed:
         if specs:
             self.send(specs)  # raises when the broker did not take them all; the next refill tops up with new seeds
         return counts
+
+    def room(self, queued: int | None, backlog: int | None) -> int:
+        """Tasks a refill may send: the queue less what waits as tasks and as untrained trajectories."""
+        if queued is None:
+            return 0
+        return self.queue - max(queued, 0) - max(backlog or 0, 0)

@@ -454,7 +454,8 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
             if cfg.curriculum:
                 feed = task_feed(cfg, settings, run_id, tasks, plan.max_steps)
                 feed.refill(0, {}, {})
-                notes.append(f"RL tasks fed by failure rate over the last 100 (infra.app.curriculum), {feed.queue} queued; "
+                notes.append(f"RL tasks fed by failure rate over the last 100 (infra.app.curriculum), {feed.queue} queued "
+                             "less the trajectories the trainer has not read; "
                              "--no-curriculum gives every task the same share")
             else:
                 phases.submit(env, logs, tasks, cfg.episodes, plan.max_steps, phases.rl_seed(cfg.seed))
@@ -481,7 +482,8 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
                 clock.note(f"{snap['updates']} trainer updates (critic-only ones included), newest version v{snap['published']}")
             if feed is not None:
                 try:
-                    feed.refill(snap.get("lag", {}).get("rollout"), snap.get("rates", {}), snap.get("scores", {}))
+                    lags = snap.get("lag", {})
+                    feed.refill(lags.get("rollout"), snap.get("rates", {}), snap.get("scores", {}), lags.get("trainer"))
                 except Exception as exc:  # noqa: BLE001 - the next tick tops the queue up again
                     log.warning("task feed: refill failed (%s); retrying at the next progress tick", exc)
             print(format_progress(time.time() - t0, snap, clock.current), flush=True)

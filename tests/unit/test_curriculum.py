@@ -65,3 +65,13 @@ def test_a_refused_send_reuses_no_task_id():
     refuse.append(False)
     feed.refill(0, {}, {})
     assert [s.seed for s in sent] == [4, 5, 6, 7]  # the refused refill's seeds are not used again
+
+
+def test_the_trainers_backlog_counts_against_the_queue():
+    sent: list = []
+    feed = TaskFeed(["click-button", "use-spinner"], queue=10, seed=0, max_steps=5, run="r",
+                    send=lambda specs: sent.extend(specs) or len(specs), max_per_task=1000)
+    assert feed.refill(2, {}, {}, backlog=6) == {"click-button": 1, "use-spinner": 1}  # 10 - 2 queued - 6 untrained
+    assert feed.refill(0, {}, {}, backlog=10) == {} and feed.refill(0, {}, {}, backlog=25) == {}  # trainer behind: wait
+    assert feed.refill(4, {}, {}, backlog=None) == {"click-button": 3, "use-spinner": 3}  # backlog unknown: the queue alone
+    assert len(sent) == 8
