@@ -10,10 +10,11 @@ is computed in ClickHouse by the query printed under it.
     python benchmarks/ablate.py --report-only --out docs/ablations             # re-read finished runs
     python benchmarks/ablate.py --seeds 2 --keep docs/ablations/results.json   # add a seed to a table
 
-Configurations (CONFIGS): the full recipe; no value pretraining; coupled GAE (lambda_policy =
-lambda_critic = 0.95); no length-adaptive lambda (lambda_policy fixed at 0.95, lambda_critic 1);
-no cold start (random weights); synchronous rollout and training; and one addition, the full recipe
-with a rejection-sampling fine-tuning round every 4 PPO updates (trainer.sft.rft).
+Configurations (CONFIGS), on today's recipe (the demo's defaults: curriculum, RFT rounds every 4
+PPO updates): the full recipe; no value pretraining; coupled GAE (lambda_policy = lambda_critic =
+0.95); no length-adaptive lambda (lambda_policy fixed at 0.95, lambda_critic 1); no cold start
+(random weights); synchronous rollout and training; no RFT rounds; no curriculum (every task the
+same share of the RL episodes).
 """
 
 from __future__ import annotations
@@ -36,17 +37,17 @@ CONFIGS: dict[str, list[str]] = {
     "fixed-lambda": ["--trainer-args", "--lam-policy 0.95"],
     "no-cold-start": ["--cold-start-demos", "0", "--value-pretrain-batches", "20"],  # only the cold start differs (the demo skips value pretraining from random weights by default)
     "sync": ["--sync", "--value-pretrain-batches", "0"],  # the demo turns it off under --sync anyway
-    "rft": ["--rft-every", "4"],  # an addition, not an ablation: the full recipe plus RFT rounds (the demo's default)
+    "no-rft": ["--rft-every", "0"],
+    "no-curriculum": ["--no-curriculum"],
 }
-# every run starts from the recipe the ablation table was measured with: no RFT rounds (the demo's
-# default since, measured as the "rft" configuration); a configuration's own options come after
-BASE = ["--rft-every", "0"]
+# the recipe "full" stands for; a table keeps no run measured on another (the first table's runs
+# had no curriculum and no RFT rounds: docs/performance.md keeps it beside the new one)
+RECIPE = "curriculum+rft4"
 
 
 def options(config: str) -> list[str]:
-    """The demo options of a configuration: BASE unless it sets the same option itself."""
-    own = CONFIGS[config]
-    return [*(a for i in range(0, len(BASE), 2) if BASE[i] not in own for a in BASE[i:i + 2]), *own]
+    """The demo options of a configuration."""
+    return list(CONFIGS[config])
 
 
 WINDOW = 100  # episodes per point of the curves (all tasks together: they are interleaved)
@@ -133,6 +134,9 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
             "episodes_to_target": reached["episodes"] if reached else None,
             "ev_at_ppo_start": vp.get("explained_variance_at_ppo_start"),
             "corr_at_ppo_start": vp.get("value_return_corr_at_ppo_start"),
+            # the mean over tasks of PPO's episodes' success less pi_sft's (infra.app.phases.phase_gain)
+            "ppo_gain": (summary.get("ppo_gain") or {}).get("gain"),
+            "ppo_gain_se": (summary.get("ppo_gain") or {}).get("standard_error"),
             "entropy_last": ent[0]["entropy_last_5"] if ent else None}
 
 
@@ -176,7 +180,7 @@ def plot(results: list[dict], path: Path, measured: str = "success") -> None:
     plt.close(fig)
 
 
-SETTINGS = ("tasks", "minutes", "target", "demo_args", "measure")  # what makes two runs comparable
+SETTINGS = ("tasks", "minutes", "target", "demo_args", "measure", "recipe")  # what makes two runs comparable
 
 
 def merge_kept(results: list[dict], kept: list[dict], configs: list[str], settings: dict) -> list[dict]:
@@ -188,7 +192,7 @@ def merge_kept(results: list[dict], kept: list[dict], configs: list[str], settin
     for r in kept:
         if r["config"] not in configs or (r["config"], r["seed"]) in have:
             continue
-        other = {k: r[k] for k in SETTINGS if k in r and r[k] != settings.get(k)}
+        other = {k: r.get(k) for k in SETTINGS if (k in r or k == "recipe") and r.get(k) != settings.get(k)}
         if other:
             raise ValueError(f"kept run {r['config']} seed {r['seed']} was measured with {other}, "
                              f"not {({k: settings[k] for k in other})}")
@@ -208,14 +212,16 @@ def write_report(results: list[dict], out: Path, args) -> Path:
              "across seeds." + (f" {kept} of the {len(results)} runs were measured by an earlier invocation "
                                 "(`--keep`); their rows are marked `kept` in results.json." if kept else ""), "",
              f"| configuration | options | seeds | RL episodes | final {args.measure.replace('_', ' ')} | mean last-100 per task | "
-             "minutes to target | critic EV at PPO start | value-return corr at PPO start | entropy (last 5 updates) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "PPO's gain over pi_sft | minutes to target | critic EV at PPO start | value-return corr at PPO start | "
+             "entropy (last 5 updates) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for config in dict.fromkeys(r["config"] for r in results):
         rs = [r for r in results if r["config"] == config]
         minutes = [r["seconds_to_target"] / 60 if r["seconds_to_target"] is not None else None for r in rs]
         lines.append(f"| {config} | `{' '.join(options(config))}` | {len(rs)} | "
                      f"{spread([r['episodes'] for r in rs])} | {spread([r['final_success'] for r in rs])} | "
-                     f"{spread([r['mean_task_success_last_100'] for r in rs])} | {spread(minutes)} | "
+                     f"{spread([r['mean_task_success_last_100'] for r in rs])} | "
+                     f"{spread([r.get('ppo_gain') for r in rs])} | {spread(minutes)} | "
                      f"{spread([r['ev_at_ppo_start'] for r in rs])} | {spread([r['corr_at_ppo_start'] for r in rs])} | "
                      f"{spread([r['entropy_last'] for r in rs])} |")
     lines += ["", "![success against episodes and wall-clock](ablations.png)", "",
@@ -273,7 +279,7 @@ def main() -> int:
             except RuntimeError as exc:
                 print(f"{config} seed {seed}: not measured: {exc}", file=sys.stderr)
     settings = {"tasks": args.tasks, "minutes": args.minutes, "target": args.target, "demo_args": args.demo_args,
-                "measure": args.measure}
+                "measure": args.measure, "recipe": RECIPE}
     for r in results:
         r.update(settings)
     if args.keep:

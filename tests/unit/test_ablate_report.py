@@ -11,11 +11,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import ablate  # noqa: E402
 
 
-SETTINGS = {"tasks": "default", "minutes": 7.0, "target": 0.8, "demo_args": ""}
+SETTINGS = {"tasks": "default", "minutes": 7.0, "target": 0.8, "demo_args": "", "recipe": ablate.RECIPE}
 
 
 def _row(config: str, seed: int, success: float) -> dict:
-    return {"config": config, "seed": seed, "final_success": success}
+    return {"config": config, "seed": seed, "final_success": success, "recipe": ablate.RECIPE}
 
 
 def test_kept_rows_fill_only_the_runs_this_invocation_lacks():
@@ -32,6 +32,9 @@ def test_kept_rows_of_other_settings_or_other_configurations_are_not_mixed_in():
     kept = [{**_row("full", 0, 0.6), **SETTINGS, "minutes": 30.0}]
     with pytest.raises(ValueError, match="minutes"):
         ablate.merge_kept([], kept, ["full"], SETTINGS)
+    old = {"config": "full", "seed": 0, "final_success": 0.6}  # a table from before the recipe was recorded
+    with pytest.raises(ValueError, match="recipe"):
+        ablate.merge_kept([], [old], ["full"], SETTINGS)
     kept = [_row("sync", 0, 0.5), _row("renamed-config", 0, 0.1)]
     assert ablate.merge_kept([], kept, ["full"], SETTINGS) == []  # outside --configs: left out, no error
 
