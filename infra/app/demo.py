@@ -38,7 +38,7 @@ from infra.runtime.procs import Child, flywheel_argv, wait_until
 from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
 from producers.suites import RunPlan, plan as suite_plan
-from infra.app.curriculum import TaskFeed
+from infra.app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
 from infra.app.commands import local_cluster, running_cluster
 from infra.runtime.admin import consumer_lag, ensure_topics
 from infra.kafka.jars import fetch_jars
@@ -53,8 +53,8 @@ class DemoConfig:
     until_target: bool = opt(False, "stop early once every task's last-100 success reached its target")
     tasks: list[str] = opt(["default"], "MiniWoB++ tasks or suites to train on (producers.suites: default, quick)")
     episodes: int = opt(20000, "episodes submitted per task at most (the run stops before it uses them all)")
-    curriculum: bool = opt(True, "feed RL episodes to the tasks by their failure rate over the last 100 (infra.app.curriculum; "
-                                 "a solved task keeps a tenth of an unsolved one's share); --no-curriculum: every task "
+    curriculum: bool = opt(True, "feed RL episodes to the tasks by their failure rate over the last 30 (infra.app.curriculum; "
+                                 "a solved task keeps a fifth of an unsolved one's share); --no-curriculum: every task "
                                  "the same share, all submitted up front")
     max_steps: int = opt(0, "step budget per episode (0: the suite's; 1 means the first click must succeed)")
     cold_start_demos: int = opt(-1, "cold start: scripted demonstrations per task cloned into pi_sft before RL (-1: 20 of "
@@ -261,6 +261,11 @@ def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
         snap["rates"] = {r[0]: (r[2], r[1]) for r in rows}
         _, rows, _ = execute(settings, Q.last_n_scores(policy))
         snap["scores"] = {r[0]: (r[2], r[1]) for r in rows}  # games: normalised score, shown instead of success
+        # the curriculum's reading: a shorter window, so a solved task's forgetting shows sooner
+        _, rows, _ = execute(settings, Q.last_n_success(policy, CURRICULUM_WINDOW))
+        snap["recent_rates"] = {r[0]: (r[2], r[1]) for r in rows}
+        _, rows, _ = execute(settings, Q.last_n_scores(policy, CURRICULUM_WINDOW))
+        snap["recent_scores"] = {r[0]: (r[2], r[1]) for r in rows}
         _, rows, _ = execute(settings, Q.totals(policy))
         snap["episodes"] = sum(r[1] for r in rows)
         _, rows, _ = execute(settings, Q.latest_versions(policy, settings.topic_prefix))
@@ -454,7 +459,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
             if cfg.curriculum:
                 feed = task_feed(cfg, settings, run_id, tasks, plan.max_steps)
                 feed.refill(0, {}, {})
-                notes.append(f"RL tasks fed by failure rate over the last 100 (infra.app.curriculum), {feed.queue} queued "
+                notes.append(f"RL tasks fed by failure rate over the last {CURRICULUM_WINDOW} (infra.app.curriculum), {feed.queue} queued "
                              "less the trajectories the trainer has not read; "
                              "--no-curriculum gives every task the same share")
             else:
@@ -483,7 +488,8 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
             if feed is not None:
                 try:
                     lags = snap.get("lag", {})
-                    feed.refill(lags.get("rollout"), snap.get("rates", {}), snap.get("scores", {}), lags.get("trainer"))
+                    feed.refill(lags.get("rollout"), snap.get("recent_rates", {}), snap.get("recent_scores", {}),
+                                lags.get("trainer"))
                 except Exception as exc:  # noqa: BLE001 - the next tick tops the queue up again
                     log.warning("task feed: refill failed (%s); retrying at the next progress tick", exc)
             print(format_progress(time.time() - t0, snap, clock.current), flush=True)

@@ -37,7 +37,7 @@ def test_the_feed_tops_up_the_queue_interleaved_with_fresh_seeds():
     assert [s.name for s in sent[:4]] == ["click-button", "use-spinner"] * 2  # interleaved
     assert feed.refill(None, {}, {}) == {} and feed.refill(10, {}, {}) == {}  # lag unknown, or queue full
     rates = {"click-button": (1.0, 100), "use-spinner": (0.0, 100)}
-    assert feed.refill(1, rates, {}) == {"click-button": 2, "use-spinner": 7}  # 7 left: 0.64, 6.36
+    assert feed.refill(1, rates, {}) == {"click-button": 2, "use-spinner": 7}  # 7 left: 1.17, 5.83
     seeds = [s.seed for s in sent if s.name == "use-spinner"]
     assert seeds == list(range(500, 512)) and len({s.task_id for s in sent}) == len(sent)
     assert all(s.max_steps == 12 and s.task_id.startswith("r1.rl.") for s in sent)
