@@ -14,10 +14,12 @@ progress tick, each task's share in proportion to how far it is from solved:
   a task with fewer than ``min_episodes`` ended episodes counts as unsolved (weight 1);
 - a refill of n tasks gives each task one, then the rest by weight (largest remainder);
 - the queue is sized to the trainer: the trajectories the trainer has not yet read (its
-  consumer group's lag on flywheel.rl.v1) count against it, so episodes wait as tasks, not as
+  consumer group's lag on flywheel.rl.v1) beyond ``allowance`` (one batch: the next update's
+  input while the current one runs) count against it, so episodes wait as tasks, not as
   trajectories that go stale. Without this bound a 15-minute default run left the trainer ~250
   episodes behind: every batch it trained was 4 versions old (the most it keeps) and a quarter of
-  the episodes were dropped as staler still;
+  the episodes were dropped as staler still. Counting every unread trajectory (no allowance)
+  dropped none, but left the trainer waiting for data a third of its time and the machine 75% busy;
 - episode k of a task gets seed ``base + k`` and task id ``<run>.<task>.<seed>``, as
   ``producers.tasks.build_tasks`` numbers them, so no seed repeats within a task, not even after a
   refill the broker refused part of (its seeds are skipped, the queue is topped up at the next).
@@ -75,15 +77,16 @@ class TaskFeed:
     ``send`` produces a list of TaskSpecs and returns how many the broker acknowledged."""
 
     def __init__(self, tasks: list[str], queue: int, seed: int, max_steps: int, run: str,
-                 send: Callable[[list[TaskSpec]], int], max_per_task: int) -> None:
+                 send: Callable[[list[TaskSpec]], int], max_per_task: int, allowance: int = 0) -> None:
         self.tasks, self.queue, self.seed, self.max_steps, self.run = tasks, queue, seed, max_steps, run
-        self.send, self.max_per_task = send, max_per_task
+        self.send, self.max_per_task, self.allowance = send, max_per_task, allowance
         self.submitted = {t: 0 for t in tasks}
 
     def refill(self, queued: int | None, rates: Mapping[str, tuple[float, int]],
                scores: Mapping[str, tuple[float, int]], backlog: int | None = 0) -> dict[str, int]:
-        """Top the queue up to ``queue`` less the trainer's ``backlog`` (trajectories it has not
-        read yet; None: unknown, taken as none); nothing when ``queued`` is unknown; -> what was sent."""
+        """Top the queue up to ``queue`` less the trainer's ``backlog`` beyond ``allowance``
+        (trajectories it has not read yet; None: unknown, taken as none); nothing when ``queued`` is
+        unknown; -> what was sent."""
         room = self.room(queued, backlog)
         if room <= 0:
             return {}
@@ -101,7 +104,8 @@ class TaskFeed:
         return counts
 
     def room(self, queued: int | None, backlog: int | None) -> int:
-        """Tasks a refill may send: the queue less what waits as tasks and as untrained trajectories."""
+        """Tasks a refill may send: the queue less what waits as tasks and as untrained
+        trajectories beyond the allowance."""
         if queued is None:
             return 0
-        return self.queue - max(queued, 0) - max(backlog or 0, 0)
+        return max(self.queue - max(queued, 0) - max((backlog or 0) - self.allowance, 0), 0)

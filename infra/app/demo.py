@@ -274,12 +274,26 @@ def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
     except Exception as exc:  # noqa: BLE001 - progress must never stop the run
         snap["error"] = str(exc)[:120]
     try:
-
-        lag = consumer_lag(settings)
-        snap["lag"] = {g.removeprefix(prefix): sum(t.values()) for g, t in lag.items() if g.startswith(prefix)}
+        snap["lag"] = run_lags(settings, prefix)
     except Exception:  # noqa: BLE001
         pass
     return snap
+
+
+def run_lags(settings: Settings, prefix: str) -> dict[str, int]:
+    """The run's consumer groups (named ``<prefix><role>``) -> messages they have not committed."""
+    lag = consumer_lag(settings)
+    return {g.removeprefix(prefix): sum(t.values()) for g, t in lag.items() if g.startswith(prefix)}
+
+
+def feed_tick(feed: TaskFeed, settings: Settings, prefix: str, snap: dict) -> None:
+    """One refill of the curriculum's queue, from the groups' lag now (the rollout group's is the
+    task queue, the trainer's its unread trajectories) and the last progress reading's rates."""
+    try:
+        lags = run_lags(settings, prefix)
+        feed.refill(lags.get("rollout"), snap.get("recent_rates", {}), snap.get("recent_scores", {}), lags.get("trainer"))
+    except Exception as exc:  # noqa: BLE001 - the next tick tops the queue up again
+        log.warning("task feed: refill failed (%s); retrying at the next tick", exc)
 
 
 def format_progress(elapsed_s: float, snap: dict, phase: str = "") -> str:
@@ -299,12 +313,15 @@ def format_progress(elapsed_s: float, snap: dict, phase: str = "") -> str:
     return line
 
 
+FEED_TICK_S = 1.0  # how often the task queue is topped up (progress lines come every progress_s)
+
+
 def task_feed(cfg: DemoConfig, settings: Settings, run_id: str, tasks: list[str], max_steps: int) -> TaskFeed:
     """The RL task feed of a run (``tasks``: the plan's, suites expanded): a queue of 8 tasks per
-    sandbox, 64 at least."""
+    sandbox, 64 at least, less the trainer's unread trajectories beyond one batch."""
     sandboxes = (cfg.sandboxes or machine_sandboxes(cfg.workers)) * cfg.workers
     return TaskFeed(list(tasks), max(64, 8 * sandboxes), phases.rl_seed(cfg.seed), max_steps, f"{run_id}.rl",
-                    lambda specs: phases.send_tasks(settings, specs), cfg.episodes)
+                    lambda specs: phases.send_tasks(settings, specs), cfg.episodes, allowance=cfg.batch_episodes)
 
 
 def reached_targets(snap: dict, tasks: list[str]) -> bool:
@@ -468,8 +485,15 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
             cpu.sample(_roots(children), own="demo")
         deadline = t0 + cfg.minutes * 60
         dpo_at = deadline - dpo_s if dpo_s else None
+        snap: dict = {}
+        next_line = time.time() + cfg.progress_s
         while not stop["flag"] and time.time() < deadline:
-            time.sleep(cfg.progress_s)
+            time.sleep(min(FEED_TICK_S, cfg.progress_s))
+            if feed is not None:  # every second: a trainer that caught up gets the next episodes at once
+                feed_tick(feed, settings, prefix, snap)
+            if time.time() < next_line:
+                continue
+            next_line = time.time() + cfg.progress_s
             cpu.sample(_roots(children), own="demo")
             if dpo_at is not None and time.time() >= dpo_at and clock.current != phases.DPO:
                 def tick() -> None:  # progress while DPO runs
@@ -485,13 +509,6 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
                 clock.enter(phases.current_phase(snap["published"], base_version, cfg.value_pretrain_batches > 0))
             if clock.current == phases.PPO and "published" in snap:
                 clock.note(f"{snap['updates']} trainer updates (critic-only ones included), newest version v{snap['published']}")
-            if feed is not None:
-                try:
-                    lags = snap.get("lag", {})
-                    feed.refill(lags.get("rollout"), snap.get("recent_rates", {}), snap.get("recent_scores", {}),
-                                lags.get("trainer"))
-                except Exception as exc:  # noqa: BLE001 - the next tick tops the queue up again
-                    log.warning("task feed: refill failed (%s); retrying at the next progress tick", exc)
             print(format_progress(time.time() - t0, snap, clock.current), flush=True)
             if cfg.until_target and reached_targets(snap, tasks):
                 notes.append(f"every task reached its target after {(time.time() - t0) / 60:.1f} min")

@@ -75,3 +75,10 @@ def test_the_trainers_backlog_counts_against_the_queue():
     assert feed.refill(0, {}, {}, backlog=10) == {} and feed.refill(0, {}, {}, backlog=25) == {}  # trainer behind: wait
     assert feed.refill(4, {}, {}, backlog=None) == {"click-button": 3, "use-spinner": 3}  # backlog unknown: the queue alone
     assert len(sent) == 8
+
+
+def test_one_batch_of_unread_trajectories_is_allowed_beside_a_full_queue():
+    feed = TaskFeed(["click-button"], queue=10, seed=0, max_steps=5, run="r",
+                    send=lambda specs: len(specs), max_per_task=1000, allowance=4)
+    assert feed.room(0, 4) == 10 and feed.room(0, 6) == 8 and feed.room(3, 20) == 0  # 10 - 0, 10 - 2, below 0
+    assert feed.refill(5, {}, {}, backlog=4) == {"click-button": 5}  # the next batch waiting: the queue is topped up

@@ -45,6 +45,7 @@ class Run:
         monkeypatch.setattr(demo, "_endpoint_up", lambda settings: True)
         monkeypatch.setattr(demo, "_latest_version", lambda settings, policy: 1)
         monkeypatch.setattr(demo, "snapshot", lambda settings, policy, prefix: {})
+        monkeypatch.setattr(demo, "run_lags", lambda settings, prefix: {"rollout": 0, "trainer": 0})
         monkeypatch.setattr(demo, "plan_children", self.plan)
         monkeypatch.setattr(phases, "demonstrate", lambda *a, **k: 4)
         monkeypatch.setattr(phases, "skip_leftover_tasks", lambda *a, **k: {})
@@ -170,3 +171,13 @@ def test_tasks_without_a_demonstrator_are_named_before_anything_starts(monkeypat
     assert cloned == [["click-test"]]
     with pytest.raises(UserError, match="click-link"):  # asked for every task's: refused, nothing started
         run_demo(run.config(tasks=["click-test", "click-link"], cold_start_demos=5), run.settings())
+
+
+def test_the_task_queue_is_topped_up_between_progress_lines(monkeypatch, tmp_path, capsys):
+    run = Run(monkeypatch, tmp_path)
+    sent: list[int] = []
+    monkeypatch.setattr(phases, "send_tasks", lambda settings, specs: sent.append(len(specs)) or len(specs))
+    monkeypatch.setattr(demo, "FEED_TICK_S", 0.05)
+    run_demo(run.config(minutes=0.03, progress_s=30.0), run.settings())
+    assert "episodes 0 |" not in capsys.readouterr().out, "no progress line within the run"
+    assert len(sent) >= 3 and set(sent) == {64}, sent  # the first fill, then refills at the ticks (nothing consumed them)
