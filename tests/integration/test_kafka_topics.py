@@ -76,3 +76,28 @@ def test_consumer_lag_counts_uncommitted_messages(settings, group_id):
 
     assert read == 4
     assert consumer_lag(settings)[group_id] == {topic: 6}
+
+
+def test_consumer_lag_counts_a_partition_the_group_never_committed_on(settings, group_id):
+    from confluent_kafka import TopicPartition
+
+    topic = topic_name(TOPICS.tasks, settings)  # 4 partitions
+    producer, tracker = make_producer(settings), DeliveryTracker()
+    for i in range(5):
+        producer.produce(topic, value=str(i).encode(), partition=0, on_delivery=tracker)
+    for i in range(3):
+        producer.produce(topic, value=str(i).encode(), partition=2, on_delivery=tracker)
+    flush_or_raise(producer, tracker)
+
+    consumer = make_consumer(settings, group_id)
+    consumer.assign([TopicPartition(topic, 0, 0)])  # the group reads and commits on partition 0 only
+    read, deadline = 0, time.monotonic() + 30
+    while read < 2 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            read += 1
+            consumer.commit(message=msg, asynchronous=False)
+    consumer.close()
+
+    assert read == 2
+    assert consumer_lag(settings)[group_id] == {topic: 3 + 3}  # 3 left on partition 0, all 3 of partition 2
