@@ -281,17 +281,23 @@ def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
 
 
 def run_lags(settings: Settings, prefix: str) -> dict[str, int]:
-    """The run's consumer groups (named ``<prefix><role>``) -> messages they have not committed."""
-    lag = consumer_lag(settings)
-    return {g.removeprefix(prefix): sum(t.values()) for g, t in lag.items() if g.startswith(prefix)}
+    """The run's consumer groups (named ``<prefix><role>``) -> messages they have not committed.
+    A group with no commit yet is left out (its lag is unknown, not 0): the rollout group before
+    its first finished episode would otherwise read as an empty task queue, and every feed tick
+    would send another full queue."""
+    lag = consumer_lag(settings, group_prefix=prefix)  # the run's groups only: this is read every second
+    return {g.removeprefix(prefix): sum(t.values()) for g, t in lag.items() if g.startswith(prefix) and t}
 
 
-def feed_tick(feed: TaskFeed, settings: Settings, prefix: str, snap: dict) -> None:
+def feed_tick(feed: TaskFeed, settings: Settings, prefix: str, snap: dict, trainer: bool = True) -> None:
     """One refill of the curriculum's queue, from the groups' lag now (the rollout group's is the
-    task queue, the trainer's its unread trajectories) and the last progress reading's rates."""
+    task queue, the trainer's its unread trajectories) and the last progress reading's rates.
+    ``trainer``: whether a trainer still runs; after the DPO phase stopped it, its group's lag only
+    grows and would stop the feed for good, so the queue alone bounds it."""
     try:
         lags = run_lags(settings, prefix)
-        feed.refill(lags.get("rollout"), snap.get("recent_rates", {}), snap.get("recent_scores", {}), lags.get("trainer"))
+        feed.refill(lags.get("rollout"), snap.get("recent_rates", {}), snap.get("recent_scores", {}),
+                    lags.get("trainer") if trainer else None)
     except Exception as exc:  # noqa: BLE001 - the next tick tops the queue up again
         log.warning("task feed: refill failed (%s); retrying at the next tick", exc)
 
@@ -490,7 +496,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
         while not stop["flag"] and time.time() < deadline:
             time.sleep(min(FEED_TICK_S, cfg.progress_s))
             if feed is not None:  # every second: a trainer that caught up gets the next episodes at once
-                feed_tick(feed, settings, prefix, snap)
+                feed_tick(feed, settings, prefix, snap, trainer=any(c.name == "trainer" for c in children))
             if time.time() < next_line:
                 continue
             next_line = time.time() + cfg.progress_s

@@ -208,8 +208,9 @@ def delete_topics(settings: Settings, names: list[str]) -> None:
                 pass
 
 
-def consumer_lag(settings: Settings) -> dict[str, dict[str, int]]:
-    """group -> topic -> messages not yet committed by that group (summed over partitions).
+def consumer_lag(settings: Settings, group_prefix: str = "") -> dict[str, dict[str, int]]:
+    """group -> topic -> messages not yet committed by that group (summed over partitions); only
+    the groups whose id starts with ``group_prefix`` are asked (one request each).
 
     Only topics starting with ``settings.topic_prefix`` are counted. A partition of a topic the
     group has committed on, but not on that partition, counts in full (high watermark minus log
@@ -222,7 +223,7 @@ def consumer_lag(settings: Settings) -> dict[str, dict[str, int]]:
     admin, md = require_kafka(settings)
     groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=10).result(timeout=15).valid]
     committed: dict[str, dict[tuple[str, int], int]] = {}
-    for group in sorted(groups):
+    for group in sorted(g for g in groups if g.startswith(group_prefix)):
         fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=10)[group]
         parts = fut.result(timeout=15).topic_partitions or []
         offsets = {(tp.topic, tp.partition): tp.offset for tp in parts

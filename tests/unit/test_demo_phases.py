@@ -267,3 +267,25 @@ def test_ppo_gain_is_the_mean_of_per_task_differences_with_its_standard_error():
     assert n == 2 and gain == pytest.approx(0.1)
     assert se == pytest.approx((0.25 / 100 + 0.21 / 100) ** 0.5 / 2)
     assert phases.phase_gain(rows, "2 random init", "3 PPO") is None
+
+
+def test_the_feed_reads_no_queue_from_a_group_without_commits_and_no_backlog_once_the_trainer_stopped(monkeypatch):
+    from infra.app import demo
+    from infra.app.curriculum import TaskFeed
+
+    lag = {"demo-r.rollout": {}, "demo-r.trainer": {"demo-r.flywheel.rl.v1": 500}, "demo-q.rollout": {"t": 3}}
+    asked: list[str] = []
+    monkeypatch.setattr(demo, "consumer_lag", lambda settings, group_prefix="": asked.append(group_prefix) or
+                        {g: t for g, t in lag.items() if g.startswith(group_prefix)})
+    assert demo.run_lags(None, "demo-r.") == {"trainer": 500}  # the rollout group's queue: unknown, not 0
+    assert asked == ["demo-r."]  # only the run's groups are asked for
+    sent: list = []
+    feed = TaskFeed(["click-button"], queue=10, seed=0, max_steps=5, run="r",
+                    send=lambda specs: sent.extend(specs) or len(specs), max_per_task=1000, allowance=4)
+    demo.feed_tick(feed, None, "demo-r.", {})
+    assert sent == []  # no commit yet: the tasks sent may all still be queued
+    lag["demo-r.rollout"] = {"demo-r.flywheel.tasks.v1": 2}
+    demo.feed_tick(feed, None, "demo-r.", {})
+    assert sent == []  # the trainer is 496 trajectories behind beyond its batch: the feed waits
+    demo.feed_tick(feed, None, "demo-r.", {}, trainer=False)
+    assert len(sent) == 8  # DPO stopped the trainer: its group's lag no longer holds the queue back
