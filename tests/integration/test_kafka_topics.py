@@ -57,6 +57,18 @@ def test_drift_in_partitions_and_config_is_reported_and_only_config_is_fixed(bar
     assert [d.what for d in after.drift] == ["partitions"]
 
 
+def _read_and_commit(consumer, n: int) -> int:
+    """Read up to ``n`` messages, committing each; close the consumer; -> how many were read."""
+    read, deadline = 0, time.monotonic() + 30
+    while read < n and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            read += 1
+            consumer.commit(message=msg, asynchronous=False)
+    consumer.close()
+    return read
+
+
 def test_consumer_lag_counts_uncommitted_messages(settings, group_id):
     topic = topic_name(TOPICS.tasks, settings)
     producer, tracker = make_producer(settings), DeliveryTracker()
@@ -66,15 +78,7 @@ def test_consumer_lag_counts_uncommitted_messages(settings, group_id):
 
     consumer = make_consumer(settings, group_id)
     consumer.subscribe([topic])
-    read, deadline = 0, time.monotonic() + 30
-    while read < 4 and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and not msg.error():
-            read += 1
-            consumer.commit(message=msg, asynchronous=False)
-    consumer.close()
-
-    assert read == 4
+    assert _read_and_commit(consumer, 4) == 4
     assert consumer_lag(settings)[group_id] == {topic: 6}
 
 
@@ -91,13 +95,5 @@ def test_consumer_lag_counts_a_partition_the_group_never_committed_on(settings, 
 
     consumer = make_consumer(settings, group_id)
     consumer.assign([TopicPartition(topic, 0, 0)])  # the group reads and commits on partition 0 only
-    read, deadline = 0, time.monotonic() + 30
-    while read < 2 and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and not msg.error():
-            read += 1
-            consumer.commit(message=msg, asynchronous=False)
-    consumer.close()
-
-    assert read == 2
+    assert _read_and_commit(consumer, 2) == 2
     assert consumer_lag(settings)[group_id] == {topic: 3 + 3}  # 3 left on partition 0, all 3 of partition 2
