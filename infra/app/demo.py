@@ -81,9 +81,6 @@ class DemoConfig:
                                    "(0: no DPO phase; -1: a quarter of --minutes for the language policy, 0 for the pixel policy)")
     dpo_args: str = opt("", "extra arguments for `flywheel dpo`, space separated")
     progress_s: float = opt(5.0, "seconds between progress lines")
-    rollout_nice: int = opt(10, "niceness added to the rollout workers and their browsers (0: none): on a small machine "
-                                "the browsers' many processes otherwise take the trainer's core (a 30-minute games run "
-                                "gave the trainer 0.27 of a core while each update took 35-48 s)")
     run_id: str = opt("", "name of this run (default: a fresh id); prefixes its topics and policy name")
     report_dir: str = opt("", "where the report goes (default <data_dir>/reports/<run_id>)")
     policy_config: str = opt("", "JSON object merged into the pixel policy's config, e.g. '{\"ground\": false}' "
@@ -97,8 +94,6 @@ class DemoConfig:
     def validate(self) -> "DemoConfig":
         if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
             raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
-        if not 0 <= self.rollout_nice <= 19:
-            raise UserError(f"rollout_nice={self.rollout_nice}: must be within 0..19")
         if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:
             raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
         if self.rft_every > 0 and not policy_kind(self.policy_kind).rft:
@@ -184,7 +179,7 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
             "--policy-kind", cfg.policy_kind, "--policy-name", policy, "--worker-id", f"worker-{i}",
             "--group-id", f"{prefix}rollout", *(["--sync-episodes", sync_batch] if cfg.sync else []),
             *cfg.rollout_args.split(),
-        ), logs / f"rollout-{i}.log", env, nice=cfg.rollout_nice))
+        ), logs / f"rollout-{i}.log", env))
     return children
 
 

@@ -25,18 +25,14 @@ class Child:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
-    nice: int = 0  # added to the child's niceness (its own children inherit it): it yields the CPU to the others
 
     def start(self) -> "Child":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env}
-        nice = self.nice
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                         preexec_fn=(lambda: os.nice(nice)) if nice else None)
-        log.info("started %s (pid %d%s): %s", self.name, self.proc.pid, f", nice +{nice}" if nice else "",
-                 " ".join(self.argv[1:]))
+                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        log.info("started %s (pid %d): %s", self.name, self.proc.pid, " ".join(self.argv[1:]))
         return self
 
     @property
