@@ -183,6 +183,12 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
     return children
 
 
+def ui_child(port: int, token: str, logs: Path, env: dict[str, str]) -> Child:
+    """`flywheel ui` for the run. The token is passed as ``--token=<token>``: a random one may begin
+    with "-", which argparse would read as an option (the ui exited with code 2 and failed the run)."""
+    return Child("ui", flywheel_argv("ui", "--port", str(port), f"--token={token}"), logs / "ui.log", env)
+
+
 def ppo_lr(cfg: DemoConfig) -> float:
     """PPO's learning rate: fine-tuning a cloned policy takes smaller steps than learning from
     random weights (default suite, seed 0: at 3e-3 the typing tasks fell from 0.9-1.0 under pi_sft
@@ -441,7 +447,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     if cfg.ui:  # first to start, last to stop: the page shows the whole run
         ui_port = free_port_block(1)
         token = secrets.token_urlsafe(18)  # the UI writes training data: only who has the URL may
-        children.insert(0, Child("ui", flywheel_argv("ui", "--port", str(ui_port), "--token", token), logs / "ui.log", env))
+        children.insert(0, ui_child(ui_port, token, logs, env))
         print(f"ui: http://127.0.0.1:{ui_port}/?token={token}&run={policy}", flush=True)
     t0 = time.time()
     notes: list[str] = list(changed)

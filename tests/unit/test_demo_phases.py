@@ -3,6 +3,8 @@ value-pretraining summary the report prints."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from infra.app import phases
@@ -289,3 +291,18 @@ def test_the_feed_reads_no_queue_from_a_group_without_commits_and_no_backlog_onc
     assert sent == []  # the trainer is 496 trajectories behind beyond its batch: the feed waits
     demo.feed_tick(feed, None, "demo-r.", {}, trainer=False)
     assert len(sent) == 8  # DPO stopped the trainer: its group's lag no longer holds the queue back
+
+
+def test_the_ui_child_takes_a_token_that_starts_with_a_dash():
+    """secrets.token_urlsafe may begin with "-": passed as "--token", "-x..." read as an option and
+    the ui exited with code 2, failing the demo (a 15-minute ablation run, 1 in ~64 runs)."""
+    import argparse
+
+    from infra.app.demo import ui_child
+    from infra.app.ui.cli import register
+
+    child = ui_child(1234, "-Ab3_x", Path("logs"), {})
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(child.argv[child.argv.index("ui"):])
+    assert args.token == "-Ab3_x" and args.port == 1234
