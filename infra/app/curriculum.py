@@ -4,7 +4,7 @@ Submitting every task's 20,000 episodes up front, interleaved, gave each task th
 the rollouts, so a 15-minute run spent most of its episodes on tasks π_sft had already solved
 (the five at >= 0.97 success were half the trained steps) while the two it failed most saw
 about ten episodes a minute each. The feed keeps a short queue instead and refills it every
-progress tick, each task's share in proportion to how far it is from solved:
+second (the demo's feed tick), each task's share in proportion to how far it is from solved:
 
 - a task's weight is its failure rate over its last ``WINDOW`` (30) episodes (for a game: 1 - its
   normalised score, clipped to 0..1), at least ``floor`` so a solved task keeps being played and
