@@ -162,6 +162,14 @@ class Trajectory(OmitsAbsentOptionals, Event):
         return self.episode_id
 
     @property
+    def ran_out(self) -> bool:
+        """Ended by the step budget or the time limit, not by the environment. A game stopped so is
+        cut short (its score so far counts; GAE bootstraps from its last state); a task judged at
+        its end (MiniWoB++, desktop) that ran out failed it: the scorer gives it the failed
+        outcome and it is terminal."""
+        return self.status == "ended" and self.end_reason in ("step_budget", "timeout")
+
+    @property
     def policy_versions(self) -> tuple[int, int]:
         versions = [s.policy_version for s in self.steps] or [0]
         return min(versions), max(versions)

@@ -154,3 +154,21 @@ def test_a_ppo_update_moves_log_probs_in_the_advantages_direction(tiny, tmp_path
     rewarded = batch.rewards[:, 0] > 0
     assert float(moved[rewarded].mean()) > 0.05 > -0.05 > float(moved[~rewarded].mean())
     assert metrics[M.EPISODES] == 24.0
+
+
+@pytest.mark.parametrize("suite,cut_short", [("miniwob", False), ("games", True)])
+def test_only_a_game_that_ran_out_is_bootstrapped(tiny, tmp_path, suite, cut_short):
+    """A task judged at its end that ran out of steps failed it (terminal); a game the budget
+    stopped is cut short and GAE bootstraps from its last state."""
+    store, rng = BlobStore(str(tmp_path)), np.random.default_rng(2)
+    policy = build_policy("tiny", "t", {"seed": 0})
+    e = make_episode("click-test", rng)
+    scored = scored_trajectory(e, target_click(e), -1.0, "e0", "t", 0, store)
+    traj = scored.trajectory
+    update = {"end_reason": "step_budget", "task": traj.task.model_copy(update={"suite": suite})}
+    if suite == "games":
+        update |= {"score": 3.0, "normalised_score": 0.3}
+    scored = scored.model_copy(update={"trajectory": traj.model_copy(update=update)})
+    sample = to_episode(scored, policy, store)
+    assert sample.truncated is cut_short
+    assert to_episode(scored.model_copy(update={"trajectory": traj}), policy, store).truncated is False  # ended by done

@@ -126,6 +126,31 @@ def test_infra_abort_and_abandoned_never_reach_rl():
     assert TOPICS.rl.name not in routed_topics(route(scored, {}, 2))
 
 
+@pytest.mark.parametrize("suite,reason,expected", [
+    ("miniwob", "step_budget", -1.0),  # MiniWoB++'s failed outcome: running out is no better than a wrong answer
+    ("miniwob", "timeout", -1.0),
+    ("desktop", "step_budget", 0.0),  # a desktop verifier's failure is 0
+    ("miniwob", "done", 0.25),  # the environment's verdict is kept
+])
+def test_a_task_judged_at_its_end_that_ran_out_scores_its_failed_outcome(suite, reason, expected):
+    traj = assemble(episode_events("ep-1", 3, success=False))
+    traj = traj.model_copy(update={"end_reason": reason, "outcome_reward": 0.25 if reason == "done" else 0.0,
+                                   "task": traj.task.model_copy(update={"suite": suite})})
+    scored = make_scorer("rule-v1").score(traj, 0.0)
+    assert scored.components["outcome"] == expected
+    wrong = make_scorer("rule-v1").score(traj.model_copy(update={"end_reason": "done", "outcome_reward": -1.0}), 0.0)
+    if suite == "miniwob" and reason != "done":  # waiting the budget out never pays better than trying
+        assert scored.reward <= wrong.reward
+
+
+def test_a_game_that_ran_out_keeps_its_score():
+    traj = assemble(episode_events("ep-1", 3, success=False))
+    traj = traj.model_copy(update={"end_reason": "step_budget", "outcome_reward": 0.4, "score": 12.0,
+                                   "normalised_score": 0.4,
+                                   "task": traj.task.model_copy(update={"suite": "games", "name": "games.2048"})})
+    assert make_scorer("rule-v1").score(traj, 0.0).components["outcome"] == 0.4
+
+
 def test_policy_error_abort_is_rl_eligible():
     scored = make_scorer("rule-v1").score(assemble(episode_events("ep-1", 2, aborted=True)), 0.0)
     assert scored.verdict == 0 and routed_topics(route(scored, {}, 2)) == [TOPICS.ct.name, TOPICS.rl.name]
