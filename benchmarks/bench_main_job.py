@@ -1,0 +1,93 @@
+"""The whole main job's environment steps/s against the bare capacity of the same sandboxes.
+
+    python benchmarks/bench_main_job.py [--minutes 15] [--seed 0] [--tasks default] [--bare-steps 60] [--run-id R]
+
+All in one run, on one machine, one after the other (one heavy job at a time):
+1. bare capacity: as many browser sandboxes as the demo sizes to this machine
+   (producers.capacity), stepping random clicks on the suite's tasks and nothing else
+   (bench_main_loop.bare_capacity);
+2. the main job: ``flywheel demo --minutes M`` as a user runs it, the trainer, the streams, the
+   sink and the broker sharing the machine with the rollout worker;
+3. bare capacity again; the ratio uses the mean of the two.
+The main job's steps/s are read back from ClickHouse: the run policy's steps from the first PPO
+step (acting version >= 1) to its last, and over all its acting (pi_sft's episodes included).
+The issue's target is a ratio >= 0.5 during PPO.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from ablate import ROOT, sql  # sibling scripts: this folder is on sys.path
+from bench_main_loop import bare_capacity
+
+from producers.capacity import machine_sandboxes
+from producers.suites import plan
+from producers.tasks import build_tasks
+
+
+def rate_sql(policy: str, min_version: int) -> str:
+    """Steps, seconds and steps/s of ``policy``'s acting from its first step of ``min_version`` on."""
+    return (f"SELECT count() AS steps, dateDiff('millisecond', min(ts), max(ts)) / 1000 AS seconds, "
+            f"steps / seconds AS steps_per_s FROM steps FINAL "
+            f"WHERE policy = '{policy}' AND policy_version >= {int(min_version)}")
+
+
+def bare(n: int, suite: str, steps: int) -> float:
+    runplan = plan(suite.split(","), 0)
+    tasks = build_tasks("miniwob", list(runplan.tasks), 4, max_steps=runplan.max_steps,
+                        prefix=f"bench{uuid.uuid4().hex[:6]}.")
+    return asyncio.run(bare_capacity(n, tasks, steps))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--minutes", type=float, default=15.0, help="the demo's --minutes")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tasks", default="default", help="the demo's --tasks (MiniWoB++ suites or tasks)")
+    p.add_argument("--bare-steps", type=int, default=60, help="steps per sandbox of each bare loop")
+    p.add_argument("--run-id", default="", help="the demo's run id (default: mainjob-<time>)")
+    p.add_argument("--out", default=str(ROOT / "var" / "bench_main_job"), help="folder of the report and results")
+    p.add_argument("--demo-args", default="", help="more demo options, one string")
+    args = p.parse_args()
+    run_id = args.run_id or f"mainjob-{time.strftime('%m%d%H%M')}"
+    n, out = machine_sandboxes(1), Path(args.out) / run_id
+    out.mkdir(parents=True, exist_ok=True)
+
+    before = bare(n, args.tasks, args.bare_steps)
+    print(f"bare capacity: {n} sandboxes, random clicks: {before:.1f} env steps/s", flush=True)
+    argv = [sys.executable, "-m", "infra.app.cli", "demo", "--run-id", run_id, "--minutes", str(args.minutes),
+            "--seed", str(args.seed), "--tasks", args.tasks, "--report-dir", str(out / "report"),
+            "--progress-s", "30", *args.demo_args.split()]
+    print(f"main job: {' '.join(argv[3:])}", flush=True)
+    rc = subprocess.run(argv, cwd=ROOT).returncode
+    if rc != 0:
+        print(f"the demo exited with {rc}: no ratio", file=sys.stderr)
+        return rc
+    after = bare(n, args.tasks, args.bare_steps)
+    capacity = statistics.mean([before, after])
+    print(f"bare capacity again: {after:.1f} env steps/s; the ratios use the mean, {capacity:.1f}", flush=True)
+
+    policy = f"pixel-{run_id}"
+    rows = {"ppo": sql(rate_sql(policy, 1))[0], "all acting": sql(rate_sql(policy, 0))[0]}
+    result = {"run_id": run_id, "sandboxes": n, "bare_steps_per_s": [before, after], "capacity": capacity,
+              "main_job": {k: {**r, "ratio": r["steps_per_s"] / capacity} for k, r in rows.items()},
+              "sql": {"ppo": rate_sql(policy, 1), "all acting": rate_sql(policy, 0)}}
+    (out / "result.json").write_text(json.dumps(result, indent=1))
+    print(f"\n| phase | steps | seconds | env steps/s | / bare ({capacity:.1f}) |\n|---|---|---|---|---|")
+    for k, r in result["main_job"].items():
+        print(f"| {k} | {r['steps']} | {r['seconds']:.0f} | {r['steps_per_s']:.1f} | {r['ratio']:.2f} |")
+    print(f"\nresults: {out / 'result.json'}; the demo's report (each process's CPU, step latency): {out / 'report'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
