@@ -172,3 +172,16 @@ def test_only_a_game_that_ran_out_is_bootstrapped(tiny, tmp_path, suite, cut_sho
     sample = to_episode(scored, policy, store)
     assert sample.truncated is cut_short
     assert to_episode(scored.model_copy(update={"trajectory": traj}), policy, store).truncated is False  # ended by done
+
+
+def test_approx_kl_measures_the_update_not_the_behaviour_policys_lag(tiny, tmp_path):
+    """One epoch over one minibatch evaluates the policy before it steps: it has not moved, so the
+    KL is 0 however far the behaviour policy that acted was (log-probs of -12 against a uniform -2.8)."""
+    store, rng = BlobStore(str(tmp_path)), np.random.default_rng(3)
+    policy = build_policy("tiny", "t", {"seed": 0})
+    episodes = [to_episode(scored_trajectory(e, target_click(e), -12.0, f"e{k}", "t", 0, store), policy, store)
+                for k, e in enumerate(make_episode("click-test", rng) for _ in range(8))]
+    cfg = TrainConfig(policy_kind="tiny", lr=0.005, epochs=1, minibatch_size=64).validate()
+    assert cfg.tis_cap > 0  # decoupled: PPO clips around the proximal policy
+    metrics = ppo_update(policy, make_optimizer(policy, cfg.lr, cfg.head_lr_mult), collate(episodes), cfg)
+    assert metrics[M.APPROX_KL] == pytest.approx(0.0, abs=1e-6)

@@ -190,8 +190,12 @@ def _minibatch_loss(policy, batch: Batch, idx: torch.Tensor, adv: torch.Tensor, 
                 raise ValueError("kl_coef > 0 needs the reference policy's log-probs (update.reference_logprobs)")
             loss = loss + cfg.kl_coef * ppo.kl_penalty(logprob, batch.ref_logprob[idx])
     with torch.no_grad():
+        # how far this update moved the policy: from the proximal policy PPO clips around (the
+        # behaviour policy's log-probs also carry the versions it lagged by: in a run from random
+        # weights, whose entropy falls fast, that read as a "KL" of 1e6)
+        moved_from = proximal[idx] if proximal is not None else old_logprob
         parts = {M.PG_LOSS: float(pg), M.VALUE_LOSS: float(vloss), M.ENTROPY: float(entropy.mean()),
-                 M.CLIP_FRAC: float(clip_frac), M.APPROX_KL: float(ppo.kl_penalty(logprob, old_logprob))}
+                 M.CLIP_FRAC: float(clip_frac), M.APPROX_KL: float(ppo.kl_penalty(logprob, moved_from))}
         if batch.ref_logprob is not None:
             parts[M.KL_REF] = float(ppo.kl_penalty(logprob, batch.ref_logprob[idx]))
     return loss, parts
