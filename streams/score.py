@@ -173,6 +173,11 @@ class Scorer:
         )
 
 
+# The rules' version, in every ScoredTrajectory (and its event_id): 1.1 scores a task judged at its
+# end that ran out of steps or time as failed (1.0 scored it 0). A re-scoring run under 1.1 adds
+# rows beside the 1.0 ones instead of replacing them.
+SCORING_VERSION = "1.1"
+
 SCORERS: dict[str, Callable[[OutcomeJudge | None], Scorer]] = {}
 
 
@@ -186,7 +191,7 @@ def register_scorer(name: str):
 @register_scorer("rule-v1")
 def _rule_v1(judge: OutcomeJudge | None = None) -> Scorer:
     """Verifier outcome, mild format and length penalties; anomalies only gate SFT."""
-    return Scorer("rule-v1", "1.0", RewardWeights(judge=1.0 if judge else 0.0), judge)
+    return Scorer("rule-v1", SCORING_VERSION, RewardWeights(judge=1.0 if judge else 0.0), judge)
 
 
 @register_scorer("strict-v1")
@@ -194,7 +199,7 @@ def _strict_v1(judge: OutcomeJudge | None = None) -> Scorer:
     """Penalises anomalies in the reward too; SFT only for spotless trajectories."""
     w = RewardWeights(format_penalty=0.2, length_penalty=0.1, anomaly_penalty=0.2, judge=1.0 if judge else 0.0,
                       repeat_limit=2, sft_max_anomaly_fraction=0.0, sft_allow_parse_errors=False)
-    return Scorer("strict-v1", "1.0", w, judge)
+    return Scorer("strict-v1", SCORING_VERSION, w, judge)
 
 
 def make_scorer(name: str, judge: OutcomeJudge | None = None) -> Scorer:
