@@ -3,8 +3,9 @@
     reward = outcome + format + length + shaping + anomaly [+ judge]
 
 - outcome: the environment verifier's ``outcome_reward`` (0 for an aborted episode); a task judged
-  at its end that ran out of steps or time (``Trajectory.ran_out``) failed: its suite's
-  ``FAILED_OUTCOME`` (a game keeps its score so far);
+  at its end that ran out of steps or time (``Trajectory.ran_out``), or that the agent gave up on
+  (``finished`` / ``call_user`` without a success), failed: its suite's ``FAILED_OUTCOME`` (a
+  game keeps its score so far);
 - format: ``-format_penalty`` times the fraction of steps whose model output did not parse;
 - length: ``-length_penalty`` times steps used / the task's step budget;
 - shaping: ``shaping`` times the sum of the per-step environment rewards (0 by default);
@@ -102,12 +103,23 @@ def find_anomalies(steps: list[Step], repeat_limit: int) -> tuple[list[str], set
     return messages, flagged
 
 
+def gave_up(traj: Trajectory) -> bool:
+    """Ended by the agent's own ``finished`` / ``call_user`` without a success. On MiniWoB++ that
+    step never reaches the page (the browser sandbox ends the episode without a verdict: reward
+    0, where a wrong answer pays -1): scored as the verifier's answer, giving up would pay better
+    than trying, the very loophole running out had."""
+    last = traj.steps[-1].action if traj.steps else None
+    return (traj.status == "ended" and traj.end_reason == "done" and not traj.success
+            and last is not None and last.type in TERMINAL_ACTIONS)
+
+
 def outcome(traj: Trajectory) -> float:
     """The outcome component: the verifier's reward; 0 for an aborted episode; the suite's failed
-    outcome for a task judged at its end that ran out of steps or time."""
+    outcome for a task judged at its end that ran out of steps or time, or that the agent gave up
+    on (``finished`` / ``call_user`` without a success)."""
     if traj.status != "ended":
         return 0.0
-    if traj.ran_out and traj.normalised_score is None:
+    if traj.normalised_score is None and (traj.ran_out or gave_up(traj)):
         return FAILED_OUTCOME.get(traj.task.suite, 0.0)
     return traj.outcome_reward
 
@@ -174,9 +186,10 @@ class Scorer:
 
 
 # The rules' version, in every ScoredTrajectory (and its event_id): 1.1 scores a task judged at its
-# end that ran out of steps or time as failed (1.0 scored it 0). A re-scoring run under 1.1 adds
-# rows beside the 1.0 ones instead of replacing them.
-SCORING_VERSION = "1.1"
+# end that ran out of steps or time as failed (1.0 scored it 0); 1.2 also one the agent gave up on
+# with ``finished`` / ``call_user`` (1.1 scored a MiniWoB++ one 0). A re-scoring run under a new
+# version adds rows beside the older ones instead of replacing them.
+SCORING_VERSION = "1.2"
 
 SCORERS: dict[str, Callable[[OutcomeJudge | None], Scorer]] = {}
 

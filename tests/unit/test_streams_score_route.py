@@ -8,7 +8,7 @@ import pytest
 
 from infra.runtime.errors import UserError
 from infra.runtime.topics import TOPICS
-from schemas.actions import Click, Wait
+from schemas.actions import CallUser, Click, Finished, Wait
 from streams.assemble import add_event, close_abandoned
 from streams.route import route, staleness
 from streams.score import SCORERS, find_anomalies, make_scorer
@@ -35,8 +35,8 @@ def test_components_sum_to_reward_and_success_is_sft():
     assert math.isclose(sum(scored.components.values()), scored.reward)
     assert scored.components["outcome"] == 1.0 and scored.components["length"] == pytest.approx(-0.05 * 0.4)
     assert scored.verdict == 1 and scored.rl_eligible and scored.anomalies == []
-    assert (scored.scorer, scored.scorer_version) == ("rule-v1", "1.1")
-    assert scored.event_id == "ep-1:rule-v1:1.1"
+    assert (scored.scorer, scored.scorer_version) == ("rule-v1", "1.2")
+    assert scored.event_id == "ep-1:rule-v1:1.2"
 
 
 def test_parse_errors_are_penalised_and_strict_refuses_sft():
@@ -141,6 +141,25 @@ def test_a_task_judged_at_its_end_that_ran_out_scores_its_failed_outcome(suite, 
     wrong = make_scorer("rule-v1").score(traj.model_copy(update={"end_reason": "done", "outcome_reward": -1.0}), 0.0)
     if suite == "miniwob" and reason != "done":  # waiting the budget out never pays better than trying
         assert scored.reward <= wrong.reward
+
+
+@pytest.mark.parametrize("suite,last,success,expected", [
+    ("miniwob", Finished(), False, -1.0),  # the page never judged it: giving up pays no better than a wrong answer
+    ("miniwob", CallUser(), False, -1.0),
+    ("desktop", Finished(), False, 0.0),  # the desktop verifier's failure is 0
+    ("miniwob", Click(x=0.5, y=0.5), False, 0.0),  # the page's own verdict is kept
+    ("desktop", Finished(), True, 1.0),  # a finished that the verifier judged a success
+])
+def test_a_task_judged_at_its_end_that_the_agent_gave_up_on_scores_its_failed_outcome(suite, last, success, expected):
+    traj = assemble(episode_events("ep-1", 3, success=success))
+    steps = traj.steps[:-1] + [traj.steps[-1].model_copy(update={"action": last})]
+    traj = traj.model_copy(update={"steps": steps, "task": traj.task.model_copy(update={"suite": suite})})
+    scored = make_scorer("rule-v1").score(traj, 0.0)
+    assert scored.components["outcome"] == expected
+    ran_out = make_scorer("rule-v1").score(traj.model_copy(update={"end_reason": "step_budget", "success": False,
+                                                                    "outcome_reward": 0.0}), 0.0)
+    if last.type != "click" and not success:  # giving up never pays better than running out
+        assert scored.components["outcome"] <= ran_out.components["outcome"]
 
 
 def test_a_game_that_ran_out_keeps_its_score():
