@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
+import typing
 
 import pytest
 
 from infra.runtime.errors import UserError
 from infra.runtime.topics import TOPICS
 from schemas.actions import CallUser, Click, Finished, Wait
+from schemas.events import TaskSpec
 from streams.assemble import add_event, close_abandoned
 from streams.route import route, staleness
-from streams.score import SCORERS, find_anomalies, make_scorer
+from streams.score import FAILED_OUTCOME, SCORERS, find_anomalies, make_scorer
 from tests.fakes.steps import episode_events, fake_sha, step
 
 
@@ -160,6 +162,13 @@ def test_a_task_judged_at_its_end_that_the_agent_gave_up_on_scores_its_failed_ou
                                                                     "outcome_reward": 0.0}), 0.0)
     if last.type != "click" and not success:  # giving up never pays better than running out
         assert scored.components["outcome"] <= ran_out.components["outcome"]
+
+
+def test_every_suite_judged_at_its_end_has_a_failed_outcome():
+    """A new suite in TaskSpec.suite must say what failing it is worth: FAILED_OUTCOME.get's
+    default of 0 would bring back the loophole (running out paying better than a wrong answer)."""
+    suites = set(typing.get_args(TaskSpec.model_fields["suite"].annotation))
+    assert suites - {"games"} == set(FAILED_OUTCOME)  # games carry their score wherever they stop
 
 
 def test_a_game_that_ran_out_keeps_its_score():
