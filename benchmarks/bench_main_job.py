@@ -37,7 +37,7 @@ from producers.tasks import build_tasks
 def rate_sql(policy: str, min_version: int) -> str:
     """Steps, seconds and steps/s of ``policy``'s acting from its first step of ``min_version`` on."""
     return (f"SELECT count() AS steps, dateDiff('millisecond', min(ts), max(ts)) / 1000 AS seconds, "
-            f"steps / seconds AS steps_per_s FROM steps FINAL "
+            f"steps / nullIf(seconds, 0) AS steps_per_s FROM steps FINAL "
             f"WHERE policy = '{policy}' AND policy_version >= {int(min_version)}")
 
 
@@ -78,6 +78,9 @@ def main() -> int:
 
     policy = f"pixel-{run_id}"
     rows = {"ppo": sql(rate_sql(policy, 1))[0], "all acting": sql(rate_sql(policy, 0))[0]}
+    if any(r["steps_per_s"] is None for r in rows.values()):  # no step, or all in one millisecond
+        print(f"the demo left too few steps of {policy} in ClickHouse to time: {rows}", file=sys.stderr)
+        return 1
     result = {"run_id": run_id, "sandboxes": n, "bare_steps_per_s": [before, after], "capacity": capacity,
               "main_job": {k: {**r, "ratio": r["steps_per_s"] / capacity} for k, r in rows.items()},
               "sql": {"ppo": rate_sql(policy, 1), "all acting": rate_sql(policy, 0)}}
