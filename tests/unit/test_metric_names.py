@@ -39,7 +39,7 @@ def test_ppo_update_reports_its_metrics_under_their_groups():
         "losses/pg_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clip_frac",
         "value/explained_variance", "value/reward_corr",
         "batch/reward_mean", "batch/success_rate", "batch/episodes", "batch/steps", "batch/episode_length",
-        "train/critic_only", "train/nonfinite_skipped", "perf/update_time_s",
+        "train/critic_only", "train/nonfinite_skipped", "train/epochs", "perf/update_time_s",
     }
 
 

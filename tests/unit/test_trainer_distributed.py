@@ -39,7 +39,8 @@ PIXEL = ("pixel", "p-dist", {"grid": 4, "channels": [4, 8, 8], "action_types": [
 LM = ("lm", "lm-dist", {"max_new_tokens": 12, "seed": 0})
 # 11 pixel steps / 7 LM steps in minibatches of 5 / 3: the last minibatch has one step, so rank
 # 1's part of it is empty (it still joins the all-reduce with zeros)
-CFG = {"pixel": TrainConfig(epochs=2, minibatch_size=5, lr=3e-3),
+# the pixel one stops after its first epoch (target_kl): every rank must reach that answer
+CFG = {"pixel": TrainConfig(epochs=2, minibatch_size=5, lr=3e-3, target_kl=1e-9),
        "lm": TrainConfig(policy_kind="lm", pretrained="", epochs=2, minibatch_size=3, lr=1e-3)}
 
 
@@ -154,11 +155,12 @@ def test_two_ranks_update_equals_one_process(kind, opt, tmp_path):
     print(f"{kind} {opt}: weights moved up to {moved:.2e}; 2 ranks vs 1 process max |diff| {diff:.2e}; "
           f"rank 0 vs rank 1 {between:.2e}")
     assert moved > 1e-3, "the update did not move the weights: the comparison would prove nothing"
+    assert ref_metrics[1]["train/epochs"] == (1 if kind == "pixel" else 2)
     assert between == 0.0, "the ranks' weights diverged"
     assert diff < 1e-5
     for got, ref_m in zip(ranks[0]["metrics"], ref_metrics):
         for k in ("losses/pg_loss", "losses/value_loss", "losses/entropy", "losses/clip_frac", "losses/approx_kl",
-                  "value/explained_variance"):
+                  "value/explained_variance", "train/epochs"):
             assert got[k] == pytest.approx(ref_m[k], rel=1e-4, abs=1e-6), k
 
 

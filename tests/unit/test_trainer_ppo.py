@@ -150,3 +150,37 @@ def test_a_non_finite_gradient_takes_no_step_and_spoils_no_metric():
     assert m[M.NONFINITE_SKIPPED] == 2  # both minibatches saw the NaN return
     assert all(torch.equal(before[k], v) for k, v in policy.state_dict().items())
     assert m[M.PG_LOSS] == 0.0 and m[M.VALUE_LOSS] == 0.0  # no NaN averaged in
+
+
+def test_approx_kl_estimates_kl_from_the_old_policy_to_the_new_on_the_old_ones_samples():
+    old = torch.distributions.Categorical(logits=torch.tensor([2.0, 0.0, -1.0, 0.5]))
+    new = torch.distributions.Categorical(logits=torch.tensor([0.0, 1.0, -3.0, 0.5]))
+    torch.manual_seed(0)
+    a = old.sample((200_000,))
+    exact = float(torch.distributions.kl_divergence(old, new))  # about 0.90
+    got = float(ppo.approx_kl(new.log_prob(a), old.log_prob(a)))
+    assert got == pytest.approx(exact, rel=0.03)
+    # kl_penalty's direction (samples from the new policy, as the KL penalty has them) is off here
+    assert abs(float(ppo.kl_penalty(new.log_prob(a), old.log_prob(a))) - exact) > 0.2
+    # an update that all but drops a sampled action (log-ratio -14) reads about 13, not e^14
+    assert float(ppo.approx_kl(torch.tensor([-16.0]), torch.tensor([-2.0]))) == pytest.approx(13.0, abs=1e-3)
+
+
+def test_target_kl_stops_the_epochs_once_the_policy_moved_that_far():
+    from tests.unit.ppo_samples import tiny_policy_and_samples
+    from trainer.core import metric_names as M
+    from trainer.rl.config import TrainConfig
+    from trainer.rl.update import collate, ppo_update
+
+    def epochs(target_kl: float) -> tuple[float, float]:
+        policy, samples = tiny_policy_and_samples([1.0, 0.0, 1.0, 0.0])
+        cfg = TrainConfig(epochs=6, minibatch_size=4, lr=0.05, target_kl=target_kl).validate()
+        m = ppo_update(policy, torch.optim.Adam(policy.parameters(), lr=cfg.lr), collate(samples), cfg)
+        return m[M.EPOCHS], m[M.APPROX_KL]
+
+    # one minibatch an epoch, evaluated before it steps: epoch 1 reads KL 0, epoch 2 what step 1 moved
+    assert epochs(1e-6)[0] == 2
+    assert epochs(0.0)[0] == 6  # off
+    assert epochs(1e6)[0] == 6  # never reached
+    with pytest.raises(Exception, match="target_kl"):
+        TrainConfig(target_kl=-0.1).validate()

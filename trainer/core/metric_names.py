@@ -29,7 +29,7 @@ GROUPS: dict[str, str] = {
 PG_LOSS = "losses/pg_loss"
 VALUE_LOSS = "losses/value_loss"
 ENTROPY = "losses/entropy"
-APPROX_KL = "losses/approx_kl"  # k3 KL to the policy the update started from (the behaviour policy's when tis_cap is 0): how far it moved
+APPROX_KL = "losses/approx_kl"  # k3 KL(start || new), the start being the policy the update began from (the behaviour policy when tis_cap is 0): how far it moved
 KL_REF = "losses/kl_ref"  # k3 KL to the reference policy (e.g. pi_sft) that kl_coef penalises
 CLIP_FRAC = "losses/clip_frac"
 SFT_LOSS = "losses/sft_loss"  # token-mean NLL of the annotated steps
@@ -66,6 +66,7 @@ RFT_SKIPPED = "batch/rft_skipped"  # chosen trajectories the policy could not le
 # train/
 CRITIC_ONLY = "train/critic_only"  # 1 during value pretraining
 NONFINITE_SKIPPED = "train/nonfinite_skipped"  # minibatches whose gradient was NaN/inf: no step
+EPOCHS = "train/epochs"  # PPO epochs an update ran (fewer than asked: target_kl stopped it)
 GRAD_NORM = "train/grad_norm"
 
 # perf/

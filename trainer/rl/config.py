@@ -60,6 +60,8 @@ class TrainConfig:
     # 3864 episodes instead of 836 (benchmarks/learn_miniwob.py --lag 2)
     tis_cap: float = opt(2.0, "truncated importance weight cap against the behaviour policy (0: off; then the behaviour log-prob is PPO's old log-prob)")
     ent_coef: float = opt(0.003, "entropy bonus coefficient")
+    target_kl: float = opt(0.0, "stop an update's epochs once an epoch's approx_kl (KL from the policy the update started "
+                                "from) passes 1.5 times this (0: every epoch runs)")
     vf_coef: float = opt(0.5, "value loss coefficient")
     kl_coef: float = opt(0.0, "KL penalty (k3) coefficient against the reference policy (0: off); keeps PPO near pi_sft after a cold start")
     kl_ref_version: int = opt(-1, "published version of the KL reference policy (-1: the version the trainer started from, pi_sft after a cold start)")
@@ -111,6 +113,8 @@ class TrainConfig:
                               "each update over gloo on the CPU; train on a GPU in one process (nproc_per_node 1)")
         if self.min_batch < 1 or self.epochs < 1 or self.minibatch_size < 1:
             raise ConfigError("min_batch, epochs and minibatch_size must be >= 1")
+        if self.target_kl < 0:
+            raise ConfigError(f"target_kl must be >= 0 (0: off), got {self.target_kl}")
         if self.max_batch_steps < 1:
             raise ConfigError(f"max_batch_steps must be >= 1, got {self.max_batch_steps}")
         if self.chunk_steps < 0:

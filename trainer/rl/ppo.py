@@ -170,6 +170,15 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, mask: torch.Ten
     return masked_mean(torch.expm1(d) - d, mask)  # expm1: exp(d) - 1 - d cancels to 0 in float32 for |d| < ~1e-3
 
 
+def approx_kl(logprob: torch.Tensor, old_logprob: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """How far an update moved the policy: k3's estimate of KL(old || new) from actions the old
+    policy sampled, E[r - 1 - log r] with r = exp(logprob - old_logprob) (CleanRL's and SB3's
+    ``approx_kl``). Unbiased under the old policy's samples, which the batch's are; ``kl_penalty``'s
+    direction, E[1/r - 1 + log r], is not, and grows as e^|log r| where an update all but drops a
+    sampled action (1e6 in runs from random weights)."""
+    return kl_penalty(old_logprob, logprob, mask)
+
+
 # ---------------------------------------------------------------- metrics
 
 

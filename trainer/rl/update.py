@@ -195,10 +195,22 @@ def _minibatch_loss(policy, batch: Batch, idx: torch.Tensor, adv: torch.Tensor, 
         # weights, whose entropy falls fast, that read as a "KL" of 1e6)
         moved_from = proximal[idx] if proximal is not None else old_logprob
         parts = {M.PG_LOSS: float(pg), M.VALUE_LOSS: float(vloss), M.ENTROPY: float(entropy.mean()),
-                 M.CLIP_FRAC: float(clip_frac), M.APPROX_KL: float(ppo.kl_penalty(logprob, moved_from))}
+                 M.CLIP_FRAC: float(clip_frac), M.APPROX_KL: float(ppo.approx_kl(logprob, moved_from))}
         if batch.ref_logprob is not None:
             parts[M.KL_REF] = float(ppo.kl_penalty(logprob, batch.ref_logprob[idx]))
     return loss, parts
+
+
+def _moved_enough(epoch_kl: float, epoch_n: float, cfg, critic_only: bool, me: Rank | None) -> bool:
+    """Whether PPO's epochs stop after this one (``target_kl``, as in Spinning Up and SB3): its
+    minibatches' mean ``approx_kl`` from the policy the update started from passed 1.5 times the
+    target. ``epoch_kl`` sums them (this rank's shares) and ``epoch_n`` counts them; with ``me``
+    every rank sums the shares and so reaches the same answer."""
+    if not cfg.target_kl or critic_only:
+        return False
+    if me is not None:
+        epoch_kl = all_reduce_sums({"kl": epoch_kl})["kl"]
+    return epoch_n > 0 and epoch_kl / epoch_n > 1.5 * cfg.target_kl
 
 
 def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, critic_only: bool = False,
@@ -229,8 +241,9 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     N = len(batch.actions)
     sums: dict[str, float] = dict.fromkeys((M.PG_LOSS, M.VALUE_LOSS, M.ENTROPY, M.CLIP_FRAC, M.APPROX_KL)
                                            + ((M.KL_REF,) if batch.ref_logprob is not None else ()), 0.0)
-    n_mb = skipped = 0
-    for _ in range(cfg.epochs):
+    n_mb = skipped = epochs = 0
+    for epochs in range(1, cfg.epochs + 1):
+        kl_before, n_before = sums[M.APPROX_KL], n_mb
         for idx in torch.randperm(N, generator=generator).split(cfg.minibatch_size):
             mine = idx if me is None else part(idx, me)
             share = len(mine) / len(idx)  # this rank's weight in the minibatch's mean
@@ -253,6 +266,8 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
                         p.grad = None
             optimizer.step()
             n_mb += 1
+        if _moved_enough(sums[M.APPROX_KL] - kl_before, n_mb - n_before, cfg, critic_only, me):
+            break
     if me is not None:
         sums = all_reduce_sums(sums)
     policy.eval()
@@ -270,6 +285,7 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
         M.REWARD_CORR: ppo.correlation(values_bt[first.bool()], batch.episode_return),
         M.CRITIC_ONLY: float(critic_only),
         M.NONFINITE_SKIPPED: float(skipped),
+        M.EPOCHS: float(epochs),
         M.UPDATE_TIME_S: time.perf_counter() - t0,
     })
     return metrics
