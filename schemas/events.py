@@ -170,6 +170,18 @@ class Trajectory(OmitsAbsentOptionals, Event):
         return self.status == "ended" and self.end_reason in ("step_budget", "timeout")
 
     @property
+    def judged_at_end(self) -> bool:
+        """A task whose environment gives one verdict at its end (MiniWoB++, the desktop), not a
+        game that scores as it goes (one with a normalised score)."""
+        return self.normalised_score is None
+
+    @property
+    def cut_short(self) -> bool:
+        """A game stopped by the step budget or the time limit: not a terminal state (GAE
+        bootstraps from its last one). One home for the scorer's and the trainer's reading."""
+        return self.ran_out and not self.judged_at_end
+
+    @property
     def policy_versions(self) -> tuple[int, int]:
         versions = [s.policy_version for s in self.steps] or [0]
         return min(versions), max(versions)

@@ -119,7 +119,7 @@ def outcome(traj: Trajectory) -> float:
     on (``finished`` / ``call_user`` without a success)."""
     if traj.status != "ended":
         return 0.0
-    if traj.normalised_score is None and (traj.ran_out or gave_up(traj)):
+    if traj.judged_at_end and (traj.ran_out or gave_up(traj)):
         return FAILED_OUTCOME.get(traj.task.suite, 0.0)
     return traj.outcome_reward
 
@@ -155,7 +155,7 @@ def rl_eligible(traj: Trajectory) -> tuple[bool, str]:
 def verdict(traj: Trajectory, w: RewardWeights, flagged: set[int]) -> int:
     """V(s): 1 for a successful, clean trajectory (SFT), else 0 (CT). A game's success is its
     normalised score reaching ``w.sft_min_normalised_score``."""
-    succeeded = traj.success if traj.normalised_score is None else traj.normalised_score >= w.sft_min_normalised_score
+    succeeded = traj.success if traj.judged_at_end else traj.normalised_score >= w.sft_min_normalised_score
     if traj.status != "ended" or not succeeded or not traj.steps or traj.missing_steps:
         return 0
     if len(flagged) / len(traj.steps) > w.sft_max_anomaly_fraction:

@@ -107,16 +107,13 @@ def to_episode(scored: ScoredTrajectory, policy, store: BlobStore) -> EpisodeSam
     images = policy.step_inputs(traj, store)  # each step as the policy saw it (the LM: its whole context)
     actions = [step.action for step in traj.steps]
     rewards = step_rewards(scored)  # at the end; a game's score changes on the steps that made them
-    # a game the step budget or time limit stopped is cut short: not a terminal state, GAE
-    # bootstraps there; a task judged at its end that ran out failed (scored so): terminal
-    cut_short = traj.ran_out and traj.normalised_score is not None
     return EpisodeSample(
         episode_id=traj.episode_id, images=images, instructions=[s.observation.instruction for s in traj.steps],
         actions=actions, logprobs=[s.logprob for s in traj.steps], rewards=rewards,
         policy_version=traj.policy_versions[0],
         thought_chars=float(np.mean([len(s.thought) for s in traj.steps])), task=traj.task.name, success=traj.success,
-        truncated=cut_short,
-        bootstrap_input=policy.bootstrap_input(traj, store) if cut_short else None,
+        truncated=traj.cut_short,  # a task judged at its end that ran out failed (scored so): terminal
+        bootstrap_input=policy.bootstrap_input(traj, store) if traj.cut_short else None,
     )
 
 
