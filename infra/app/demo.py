@@ -64,6 +64,8 @@ class DemoConfig:
                                       "(the human:<name> ones recorded beforehand in `flywheel ui`'s Annotate view on this "
                                       "platform's topics; only their tasks get a cold start)", choices=("scripted", "human"))
     ppo_lr: float = opt(0.0, "PPO learning rate (0: 3e-4 after a cold start, the trainer's default from random weights; 3e-3 undid pi_sft's typing within minutes)")
+    target_kl: float = opt(-1.0, "PPO stops an update's epochs once it moved the policy this far (KL; `flywheel train "
+                                 "--target-kl`): -1: 0.02 for the pixel policy from random weights, off otherwise; 0: off")
     value_pretrain_batches: int = opt(-1, "value pretraining: critic-only batches at most on the starting policy's rollouts "
                                           "before PPO (-1: 20 after a cold start, off from random weights, whose rollouts "
                                           "give the critic nothing to learn that PPO keeps; 0: off), and in "
@@ -94,8 +96,10 @@ class DemoConfig:
     def validate(self) -> "DemoConfig":
         if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
             raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
-        if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:
-            raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
+        if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1,
+               self.target_kl + 1) < 0:
+            raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches, rft_every "
+                            "and target_kl >= -1")
         if self.rft_every > 0 and not policy_kind(self.policy_kind).rft:
             raise UserError(f"--rft-every fine-tunes a kind with RFT rounds (the pixel policy); the {self.policy_kind} "
                             "policy's is another job (the language policy's: `flywheel sft`)")
@@ -164,6 +168,7 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
             "--value-pretrain-max-s", f"{VALUE_PRETRAIN_SHARE * cfg.minutes * 60:g}",
             *(["--lr", str(ppo_lr(cfg))] if ppo_lr(cfg) else []),
             *(["--rft-every", str(rft_every(cfg))] if rft_every(cfg) else []),
+            *(["--target-kl", f"{target_kl(cfg):g}"] if target_kl(cfg) else []),
             # the kind's own (the language policy: a few small minibatches per update)
             *policy_kind(cfg.policy_kind).demo_ppo_args,
             # how it reads the pages, and the heads the tasks need (used when the trainer builds
@@ -209,6 +214,16 @@ def rft_every(cfg: DemoConfig) -> int:
     if cfg.rft_every >= 0:
         return cfg.rft_every
     return 4 if policy_kind(cfg.policy_kind).rft and cfg.cold_start else 0
+
+
+def target_kl(cfg: DemoConfig) -> float:
+    """The KL at which PPO stops an update's epochs (0: every epoch runs). Auto (-1): the kind's
+    (``PolicyKind.demo_target_kl``): 0.02 for the pixel policy from random weights, where the
+    starter suite's tasks had collapsed onto one wrong click without it (docs/tasks.md); off after
+    a cold start and for the language policy."""
+    if cfg.target_kl >= 0:
+        return cfg.target_kl
+    return policy_kind(cfg.policy_kind).demo_target_kl(cfg.cold_start)
 
 
 def broker_to_start(settings: Settings):

@@ -60,10 +60,15 @@ def test_from_random_weights_value_pretraining_is_off_unless_asked():
 
 
 def test_the_run_from_random_weights_takes_the_trainers_defaults():
-    from infra.app.demo import ppo_lr, rft_every
+    from infra.app.demo import ppo_lr, rft_every, target_kl
 
     cfg, _, _ = effective(DemoConfig(tasks=["click-link"]), SOLVED)
     assert ppo_lr(cfg) == 0.0 and rft_every(cfg) == 0
+    assert target_kl(cfg) == 0.02  # bounded updates: from random weights tasks collapsed without
+    cfg, _, _ = effective(DemoConfig(tasks=["click-test"]), SOLVED)
+    assert target_kl(cfg) == 0.0  # after a cold start: every epoch
+    assert target_kl(DemoConfig(policy_kind="lm", cold_start_demos=0)) == 0.0
+    assert target_kl(DemoConfig(target_kl=0.05)) == 0.05
     with pytest.raises(UserError):  # DPO needs pi_sft as its reference
         effective(DemoConfig(tasks=["click-link"], minutes=10, dpo_minutes=2), SOLVED)
 
@@ -73,3 +78,20 @@ def test_the_scripted_solvers_are_the_demonstrators():
 
     assert set(get_suite("default").tasks) <= phases.demonstrators()
     assert "click-link" not in phases.demonstrators()
+
+
+def test_the_trainer_of_a_run_from_random_weights_is_told_its_target_kl(tmp_path):
+    from infra.app.demo import plan_children
+    from infra.runtime.settings import load_settings
+    from producers.suites import plan as suite_plan
+
+    settings = load_settings({"data_dir": str(tmp_path), "kafka_bootstrap": "127.0.0.1:1"}, env={})
+
+    def trainer_argv(cfg: DemoConfig) -> list[str]:
+        cfg, _, _ = effective(cfg, SOLVED)
+        kids = plan_children(cfg, settings, "demo-x.", "pixel-x", tmp_path, suite_plan(cfg.tasks, cfg.max_steps))
+        return next(c.argv for c in kids if c.name == "trainer")
+
+    argv = trainer_argv(DemoConfig(tasks=["click-link"]))  # no demonstrator: random weights
+    assert argv[argv.index("--target-kl") + 1] == "0.02"
+    assert "--target-kl" not in trainer_argv(DemoConfig(tasks=["click-test"]))  # cloned pi_sft first

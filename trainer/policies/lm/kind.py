@@ -73,6 +73,9 @@ class LMKind(KindDefaults):
         # 1 nat; at 3e-5, 16 minutes of PPO took click-test from 0.55 under pi_sft to 0.23
         return 1e-6
 
+    def demo_target_kl(self, cold_start: bool) -> float:
+        return 0.0  # its few epochs at 1e-6 are small steps already (demo_ppo_lr)
+
     def demo_dpo_share(self, cold_start: bool) -> float:
         return 0.25 if cold_start else 0.0  # DPO needs pi_sft as its reference
 
