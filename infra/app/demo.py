@@ -65,7 +65,8 @@ class DemoConfig:
                                       "platform's topics; only their tasks get a cold start)", choices=("scripted", "human"))
     ppo_lr: float = opt(0.0, "PPO learning rate (0: 3e-4 after a cold start, the trainer's default from random weights; 3e-3 undid pi_sft's typing within minutes)")
     target_kl: float = opt(-1.0, "PPO stops an update's epochs once it moved the policy this far (KL; `flywheel train "
-                                 "--target-kl`): -1: 0.02 for the pixel policy from random weights, off otherwise; 0: off")
+                                 "--target-kl`): -1: the policy kind's, 0.02 for the pixel policy from random weights, off "
+                                 "after a cold start and for the language policy; 0: off")
     value_pretrain_batches: int = opt(-1, "value pretraining: critic-only batches at most on the starting policy's rollouts "
                                           "before PPO (-1: 20 after a cold start, off from random weights, whose rollouts "
                                           "give the critic nothing to learn that PPO keeps; 0: off), and in "
@@ -100,6 +101,8 @@ class DemoConfig:
                self.target_kl + 1) < 0:
             raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches, rft_every "
                             "and target_kl >= -1")
+        if not (self.target_kl == -1 or self.target_kl >= 0):  # NaN included
+            raise UserError(f"target_kl must be -1 (the kind's), 0 (off) or a KL > 0, got {self.target_kl}")
         if self.rft_every > 0 and not policy_kind(self.policy_kind).rft:
             raise UserError(f"--rft-every fine-tunes a kind with RFT rounds (the pixel policy); the {self.policy_kind} "
                             "policy's is another job (the language policy's: `flywheel sft`)")
@@ -451,6 +454,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
           f"({', '.join(tasks)}), step budget {plan.max_steps}, phases: "
           f"{'cold start -> SFT -> ' if cold_start else ''}{'value pretraining -> ' if cfg.value_pretrain_batches else ''}"
           f"PPO{f' (RFT every {rft_every(cfg)} updates)' if rft_every(cfg) else ''}"
+          f"{f' (epochs stop at KL {target_kl(cfg):g})' if target_kl(cfg) else ''}"
           f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min; logs in {logs}", flush=True)
     log.info("demo config %s", describe(cfg))
     ensure_platform(settings, broker)

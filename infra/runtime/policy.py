@@ -213,6 +213,9 @@ class PolicyKind(Protocol):
     def demo_ppo_lr(self, cold_start: bool) -> float:
         """The main job's PPO learning rate (0: the trainer's default), after a cold start or not."""
 
+    def demo_target_kl(self, cold_start: bool) -> float:
+        """The KL at which the main job's PPO stops an update's epochs (0: every epoch runs)."""
+
     def demo_dpo_share(self, cold_start: bool) -> float:
         """The share of the main job's minutes given to DPO at its end (0: none)."""
 

@@ -64,7 +64,8 @@ def test_value_pretraining_summary_reads_the_first_ppo_batch():
 
 
 def test_demo_config_refuses_negative_phases():
-    for bad in (dict(cold_start_demos=-2), dict(value_pretrain_batches=-2), dict(rft_every=-2), dict(target_kl=-2)):
+    for bad in (dict(cold_start_demos=-2), dict(value_pretrain_batches=-2), dict(rft_every=-2), dict(target_kl=-2),
+                dict(target_kl=-0.5), dict(target_kl=float("nan"))):
         with pytest.raises(UserError):
             DemoConfig(**bad).validate()
     with pytest.raises(UserError):

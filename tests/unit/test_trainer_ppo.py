@@ -182,5 +182,6 @@ def test_target_kl_stops_the_epochs_once_the_policy_moved_that_far():
     assert epochs(1e-6)[0] == 2
     assert epochs(0.0)[0] == 6  # off
     assert epochs(1e6)[0] == 6  # never reached
-    with pytest.raises(Exception, match="target_kl"):
-        TrainConfig(target_kl=-0.1).validate()
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(Exception, match="target_kl"):
+            TrainConfig(target_kl=bad).validate()

@@ -113,7 +113,7 @@ class TrainConfig:
                               "each update over gloo on the CPU; train on a GPU in one process (nproc_per_node 1)")
         if self.min_batch < 1 or self.epochs < 1 or self.minibatch_size < 1:
             raise ConfigError("min_batch, epochs and minibatch_size must be >= 1")
-        if self.target_kl < 0:
+        if not self.target_kl >= 0:  # NaN included
             raise ConfigError(f"target_kl must be >= 0 (0: off), got {self.target_kl}")
         if self.max_batch_steps < 1:
             raise ConfigError(f"max_batch_steps must be >= 1, got {self.max_batch_steps}")

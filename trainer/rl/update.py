@@ -202,10 +202,15 @@ def _minibatch_loss(policy, batch: Batch, idx: torch.Tensor, adv: torch.Tensor, 
 
 
 def _moved_enough(epoch_kl: float, epoch_n: float, cfg, critic_only: bool, me: Rank | None) -> bool:
-    """Whether PPO's epochs stop after this one (``target_kl``, as in Spinning Up and SB3): its
-    minibatches' mean ``approx_kl`` from the policy the update started from passed 1.5 times the
-    target. ``epoch_kl`` sums them (this rank's shares) and ``epoch_n`` counts them; with ``me``
-    every rank sums the shares and so reaches the same answer."""
+    """Whether PPO's epochs stop after this one (``target_kl``, after Spinning Up's early stop):
+    its minibatches' mean ``approx_kl`` from the policy the update started from passed 1.5 times
+    the target. ``epoch_kl`` sums them (this rank's shares) and ``epoch_n`` counts them; with
+    ``me`` every rank sums the shares and so reaches the same answer.
+
+    A looser bound than a check before each step: a minibatch's KL is read before it steps and
+    the epoch's mean weighs its minibatches alike, so the first epoch of a batch that fits one
+    minibatch reads 0 (two epochs run at least) and the last step taken is not measured. With
+    ``tis_cap`` 0 the KL is from the behaviour policy and carries the versions it lagged by."""
     if not cfg.target_kl or critic_only:
         return False
     if me is not None:
