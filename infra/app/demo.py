@@ -97,10 +97,8 @@ class DemoConfig:
     def validate(self) -> "DemoConfig":
         if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
             raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
-        if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1,
-               self.target_kl + 1) < 0:
-            raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches, rft_every "
-                            "and target_kl >= -1")
+        if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:
+            raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
         if not (self.target_kl == -1 or self.target_kl >= 0):  # NaN included
             raise UserError(f"target_kl must be -1 (the kind's), 0 (off) or a KL > 0, got {self.target_kl}")
         if self.rft_every > 0 and not policy_kind(self.policy_kind).rft:
