@@ -231,6 +231,13 @@ def target_kl(cfg: DemoConfig) -> float:
     return policy_kind(cfg.policy_kind).demo_target_kl(cfg.cold_start)
 
 
+def resolved(cfg: DemoConfig) -> dict[str, float]:
+    """What the run's automatic settings (-1 or 0 in the config) came to, for its report (ppo_lr 0:
+    the trainer's own default)."""
+    return {"ppo_lr": ppo_lr(cfg), "rft_every": rft_every(cfg), "target_kl": target_kl(cfg),
+            "sandboxes_per_worker": cfg.sandboxes or machine_sandboxes(cfg.workers)}
+
+
 def broker_to_start(settings: Settings):
     """The local broker this run must start (not started yet), or None when one is named or
     already running: known before it starts, so an exit while it is starting still stops it."""
@@ -558,7 +565,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     from infra.app.report import RunInfo, write_report
 
     run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
-                  {"demo": asdict(cfg), "settings": describe(settings)}, notes)
+                  {"demo": asdict(cfg), "resolved": resolved(cfg), "settings": describe(settings)}, notes)
     extra, data = [], {}
     try:
         extra, data = phases.report_section(settings, policy, base_version, cold_start,

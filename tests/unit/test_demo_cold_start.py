@@ -123,3 +123,13 @@ def test_a_child_starts_at_its_niceness_and_its_later_threads_inherit_it(tmp_pat
     child = Child("probe", [sys.executable, "-c", probe], tmp_path / "probe.log", nice=7).start()
     assert child.proc.wait(timeout=30) == 0
     assert child.log_path.read_text().split() == [str(min(base + 7, 19))] * 2
+
+
+def test_the_report_names_what_the_automatic_settings_came_to():
+    from infra.app.demo import resolved
+
+    scratch, _, _ = effective(DemoConfig(tasks=["click-link"], sandboxes=3), SOLVED)  # no demonstrator
+    assert resolved(scratch) == {"ppo_lr": 0, "rft_every": 0, "target_kl": 0.02, "sandboxes_per_worker": 3}
+    cloned, _, _ = effective(DemoConfig(tasks=["click-test"], target_kl=0.05), SOLVED)
+    got = resolved(cloned)
+    assert (got["ppo_lr"], got["rft_every"], got["target_kl"]) == (3e-4, 4, 0.05) and got["sandboxes_per_worker"] >= 1
