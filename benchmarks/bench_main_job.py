@@ -1,6 +1,7 @@
 """The whole main job's environment steps/s against the bare capacity of the same sandboxes.
 
     python benchmarks/bench_main_job.py [--minutes 15] [--seed 0] [--tasks default] [--bare-steps 60] [--run-id R]
+        [--sandboxes N]
 
 All in one run, on one machine, one after the other (one heavy job at a time):
 1. bare capacity: as many browser sandboxes as the demo sizes to this machine
@@ -56,17 +57,22 @@ def main() -> int:
     p.add_argument("--bare-steps", type=int, default=60, help="steps per sandbox of each bare loop")
     p.add_argument("--run-id", default="", help="the demo's run id (default: mainjob-<time>)")
     p.add_argument("--out", default=str(ROOT / "var" / "bench_main_job"), help="folder of the report and results")
+    p.add_argument("--sandboxes", type=int, default=0,
+                   help="browser sandboxes of both the bare loop and the demo's one rollout worker (0: what the demo sizes "
+                        "to this machine, producers.capacity)")
     p.add_argument("--demo-args", default="", help="more demo options, one string")
     args = p.parse_args()
+    if args.sandboxes < 0:
+        p.error("--sandboxes must be >= 0")
     run_id = args.run_id or f"mainjob-{time.strftime('%m%d%H%M')}"
-    n, out = machine_sandboxes(1), Path(args.out) / run_id
+    n, out = args.sandboxes or machine_sandboxes(1), Path(args.out) / run_id
     out.mkdir(parents=True, exist_ok=True)
 
     before = bare(n, args.tasks, args.bare_steps)
     print(f"bare capacity: {n} sandboxes, random clicks: {before:.1f} env steps/s", flush=True)
     argv = [sys.executable, "-m", "infra.app.cli", "demo", "--run-id", run_id, "--minutes", str(args.minutes),
             "--seed", str(args.seed), "--tasks", args.tasks, "--report-dir", str(out / "report"),
-            "--progress-s", "30", *args.demo_args.split()]
+            "--progress-s", "30", "--sandboxes", str(n), *args.demo_args.split()]
     print(f"main job: {' '.join(argv[3:])}", flush=True)
     rc = subprocess.run(argv, cwd=ROOT).returncode
     if rc != 0:
