@@ -77,8 +77,6 @@ class DemoConfig:
     seed: int = opt(0, "seed of the initial weights, the cloning and the task layouts")
     sandboxes: int = opt(0, "browser sandboxes per rollout worker (0: the machine's share of each worker, producers.capacity)")
     workers: int = opt(1, "rollout worker processes")
-    trainer_nice: int = opt(0, "niceness of the trainer process (0-19): above 0 the rollouts' sandboxes come first and "
-                               "PPO takes the CPU they leave")
     sync: bool = opt(False, "alternate rollout and training without overlap (for the async/sync comparison)")
     batch_episodes: int = opt(32, "complete trajectories per PPO update")
     policy_kind: str = opt("pixel", "policy model the trainer learns (a registered kind: pixel, lm)")
@@ -101,8 +99,6 @@ class DemoConfig:
             raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
         if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:
             raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
-        if not 0 <= self.trainer_nice <= 19:
-            raise UserError(f"trainer_nice must be 0-19 (a niceness added to the trainer's), got {self.trainer_nice}")
         if not (self.target_kl == -1 or self.target_kl >= 0):  # NaN included
             raise UserError(f"target_kl must be -1 (the kind's), 0 (off) or a KL > 0, got {self.target_kl}")
         if self.rft_every > 0 and not policy_kind(self.policy_kind).rft:
@@ -181,7 +177,7 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
             "--policy-config", json.dumps(phases.kind_config(cfg, plan.action_types)),
             # sync: update on a full batch (a partial one only if trajectories were lost to aborts)
             *(["--max-wait-s", "120"] if cfg.sync else []), *cfg.trainer_args.split(),
-        ), logs / "trainer.log", env, nice=cfg.trainer_nice),
+        ), logs / "trainer.log", env),
     ]
     for i in range(cfg.workers):
         children.append(Child(f"rollout-{i}", flywheel_argv(

@@ -24,7 +24,6 @@ class Child:
     argv: list[str]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
-    nice: int = 0  # added to the process's niceness at start (a lower CPU priority), 0..19
     proc: subprocess.Popen | None = None
 
     def start(self) -> "Child":
@@ -33,10 +32,6 @@ class Child:
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        if self.nice:
-            # Set on the main thread right after exec, before the interpreter has started any other
-            # thread: the threads it starts later inherit it (on Linux niceness is per thread).
-            os.setpriority(os.PRIO_PROCESS, self.proc.pid, self.nice)
         log.info("started %s (pid %d): %s", self.name, self.proc.pid, " ".join(self.argv[1:]))
         return self
 

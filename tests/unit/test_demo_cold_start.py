@@ -97,34 +97,6 @@ def test_the_trainer_of_a_run_from_random_weights_is_told_its_target_kl(tmp_path
     assert "--target-kl" not in trainer_argv(DemoConfig(tasks=["click-test"]))  # cloned pi_sft first
 
 
-def test_the_trainer_alone_runs_at_the_configured_niceness(tmp_path):
-    from infra.app.demo import plan_children
-    from infra.runtime.settings import load_settings
-    from producers.suites import plan as suite_plan
-
-    settings = load_settings({"data_dir": str(tmp_path), "kafka_bootstrap": "127.0.0.1:1"}, env={})
-    cfg, _, _ = effective(DemoConfig(tasks=["click-test"], trainer_nice=10).validate(), SOLVED)
-    kids = plan_children(cfg, settings, "demo-x.", "pixel-x", tmp_path, suite_plan(cfg.tasks, cfg.max_steps))
-    assert {c.name: c.nice for c in kids} == {"sink": 0, "streams": 0, "trainer": 10, "rollout-0": 0}
-    for bad in (-1, 20):
-        with pytest.raises(UserError, match="trainer_nice"):
-            DemoConfig(trainer_nice=bad).validate()
-
-
-def test_a_child_starts_at_its_niceness_and_its_later_threads_inherit_it(tmp_path):
-    import os
-    import sys
-
-    from infra.runtime.procs import Child
-
-    probe = ("import os, threading; out = []; t = threading.Thread(target=lambda: out.append(os.nice(0))); "
-             "t.start(); t.join(); print(os.nice(0), out[0])")
-    base = os.nice(0)
-    child = Child("probe", [sys.executable, "-c", probe], tmp_path / "probe.log", nice=7).start()
-    assert child.proc.wait(timeout=30) == 0
-    assert child.log_path.read_text().split() == [str(min(base + 7, 19))] * 2
-
-
 def test_the_report_names_what_the_automatic_settings_came_to():
     from infra.app.demo import resolved
 
