@@ -1,7 +1,7 @@
 """The whole main job's environment steps/s against the bare capacity of the same sandboxes.
 
     python benchmarks/bench_main_job.py [--minutes 15] [--seed 0] [--tasks default] [--bare-steps 60] [--run-id R]
-        [--sandboxes N]
+        [--sandboxes N] [--bare-only L]
 
 All in one run, on one machine, one after the other (one heavy job at a time):
 1. bare capacity: as many browser sandboxes as the demo sizes to this machine
@@ -9,7 +9,10 @@ All in one run, on one machine, one after the other (one heavy job at a time):
    (bench_main_loop.bare_capacity);
 2. the main job: ``flywheel demo --minutes M`` as a user runs it, the trainer, the streams, the
    sink and the broker sharing the machine with the rollout worker;
-3. bare capacity again; the ratio uses the mean of the two.
+3. bare capacity again; the ratio uses the mean of the two;
+4. bare capacity doing the main job's work: the same random clicks, but a new task page every L
+   steps, L the main job's mean episode length during PPO (a solved task ends in 1-3 steps; random
+   clicks play longer episodes, and a page reset costs the browser more than a click).
 The main job's steps/s are read back from ClickHouse: the run policy's steps from the first PPO
 step (acting version >= 1) to its last, and over all its acting (pi_sft's episodes included).
 The issue's target is a ratio >= 0.5 during PPO.
@@ -28,7 +31,7 @@ import uuid
 from pathlib import Path
 
 from ablate import ROOT, sql  # sibling scripts: this folder is on sys.path
-from bench_main_loop import bare_capacity
+from bench_main_loop import Bare, bare_capacity
 
 from producers.capacity import machine_sandboxes
 from producers.suites import plan
@@ -42,11 +45,17 @@ def rate_sql(policy: str, min_version: int) -> str:
             f"WHERE policy = '{policy}' AND policy_version >= {int(min_version)}")
 
 
-def bare(n: int, suite: str, steps: int) -> float:
+def episode_sql(policy: str) -> str:
+    """Mean steps per ended episode of ``policy``'s PPO phase (acting version >= 1)."""
+    return (f"SELECT avg(num_steps) AS steps_per_episode FROM trajectories FINAL "
+            f"WHERE policy = '{policy}' AND status = 'ended' AND policy_version_max >= 1")
+
+
+def bare(n: int, suite: str, steps: int, episode_steps: int = 0) -> Bare:
     runplan = plan(suite.split(","), 0)
     tasks = build_tasks("miniwob", list(runplan.tasks), 4, max_steps=runplan.max_steps,
                         prefix=f"bench{uuid.uuid4().hex[:6]}.")
-    return asyncio.run(bare_capacity(n, tasks, steps))
+    return asyncio.run(bare_capacity(n, tasks, steps, episode_steps))
 
 
 def main() -> int:
@@ -61,15 +70,24 @@ def main() -> int:
                    help="browser sandboxes of both the bare loop and the demo's one rollout worker (0: what the demo sizes "
                         "to this machine, producers.capacity)")
     p.add_argument("--demo-args", default="", help="more demo options, one string")
+    p.add_argument("--bare-only", type=int, default=0, metavar="L",
+                   help="no demo: the bare loop as it is and with a new task page every L steps (a main job's episode length)")
     args = p.parse_args()
-    if args.sandboxes < 0:
-        p.error("--sandboxes must be >= 0")
+    if args.sandboxes < 0 or args.bare_only < 0:
+        p.error("--sandboxes and --bare-only must be >= 0")
     run_id = args.run_id or f"mainjob-{time.strftime('%m%d%H%M')}"
     n, out = args.sandboxes or machine_sandboxes(1), Path(args.out) / run_id
     out.mkdir(parents=True, exist_ok=True)
+    if args.bare_only:
+        for episode_steps in (0, args.bare_only):
+            b = bare(n, args.tasks, args.bare_steps, episode_steps)
+            print(f"bare capacity, {n} sandboxes, a new page {f'every {episode_steps} steps or ' if episode_steps else ''}"
+                  f"when the task ends: {b.steps_per_s:.1f} env steps/s ({b.steps_per_episode:.1f} steps per episode)")
+        return 0
 
     before = bare(n, args.tasks, args.bare_steps)
-    print(f"bare capacity: {n} sandboxes, random clicks: {before:.1f} env steps/s", flush=True)
+    print(f"bare capacity: {n} sandboxes, random clicks: {before.steps_per_s:.1f} env steps/s "
+          f"({before.steps_per_episode:.1f} steps per episode)", flush=True)
     argv = [sys.executable, "-m", "infra.app.cli", "demo", "--run-id", run_id, "--minutes", str(args.minutes),
             "--seed", str(args.seed), "--tasks", args.tasks, "--report-dir", str(out / "report"),
             "--progress-s", "30", "--sandboxes", str(n), *args.demo_args.split()]
@@ -79,21 +97,31 @@ def main() -> int:
         print(f"the demo exited with {rc}: no ratio", file=sys.stderr)
         return rc
     after = bare(n, args.tasks, args.bare_steps)
-    capacity = statistics.mean([before, after])
-    print(f"bare capacity again: {after:.1f} env steps/s; the ratios use the mean, {capacity:.1f}", flush=True)
+    capacity = statistics.mean([before.steps_per_s, after.steps_per_s])
+    print(f"bare capacity again: {after.steps_per_s:.1f} env steps/s; the ratios use the mean, {capacity:.1f}", flush=True)
 
     policy = f"pixel-{run_id}"
     rows = {"ppo": sql(rate_sql(policy, 1))[0], "all acting": sql(rate_sql(policy, 0))[0]}
     if any(r["steps_per_s"] is None for r in rows.values()):  # no step, or all in one millisecond
         print(f"the demo left too few steps of {policy} in ClickHouse to time: {rows}", file=sys.stderr)
         return 1
-    result = {"run_id": run_id, "sandboxes": n, "bare_steps_per_s": [before, after], "capacity": capacity,
-              "main_job": {k: {**r, "ratio": r["steps_per_s"] / capacity} for k, r in rows.items()},
-              "sql": {"ppo": rate_sql(policy, 1), "all acting": rate_sql(policy, 0)}}
+    # the same work as the main job's: random clicks, but a new page as often as its episodes end
+    main_episode = float(sql(episode_sql(policy))[0]["steps_per_episode"] or 0)
+    same = bare(n, args.tasks, args.bare_steps, max(1, round(main_episode)))
+    print(f"bare capacity with the main job's episode length ({main_episode:.1f} steps, a new page every "
+          f"{max(1, round(main_episode))}): {same.steps_per_s:.1f} env steps/s", flush=True)
+    result = {"run_id": run_id, "sandboxes": n, "bare_steps_per_s": [before.steps_per_s, after.steps_per_s],
+              "bare_steps_per_episode": [before.steps_per_episode, after.steps_per_episode], "capacity": capacity,
+              "main_job_steps_per_episode": main_episode, "capacity_same_episodes": same.steps_per_s,
+              "main_job": {k: {**r, "ratio": r["steps_per_s"] / capacity,
+                               "ratio_same_episodes": r["steps_per_s"] / same.steps_per_s} for k, r in rows.items()},
+              "sql": {"ppo": rate_sql(policy, 1), "all acting": rate_sql(policy, 0), "episodes": episode_sql(policy)}}
     (out / "result.json").write_text(json.dumps(result, indent=1))
-    print(f"\n| phase | steps | seconds | env steps/s | / bare ({capacity:.1f}) |\n|---|---|---|---|---|")
+    print(f"\n| phase | steps | seconds | env steps/s | / bare ({capacity:.1f}) | / bare, same episodes ({same.steps_per_s:.1f}) |"
+          f"\n|---|---|---|---|---|---|")
     for k, r in result["main_job"].items():
-        print(f"| {k} | {r['steps']} | {r['seconds']:.0f} | {r['steps_per_s']:.1f} | {r['ratio']:.2f} |")
+        print(f"| {k} | {r['steps']} | {r['seconds']:.0f} | {r['steps_per_s']:.1f} | {r['ratio']:.2f} | "
+              f"{r['ratio_same_episodes']:.2f} |")
     print(f"\nresults: {out / 'result.json'}; the demo's report (each process's CPU, step latency): {out / 'report'}")
     return 0
 

@@ -27,6 +27,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 
 import psutil
 
@@ -51,19 +52,31 @@ from schemas.events import EpisodeEvent, EpisodeStarted, Step
 # ---------------------------------------------------------------- 1. bare capacity
 
 
-async def bare_sandbox(sb: BrowserSandbox, tasks: list, steps: int, rng: random.Random) -> int:
-    k = rng.randrange(len(tasks))
+async def bare_sandbox(sb: BrowserSandbox, tasks: list, steps: int, rng: random.Random,
+                       episode_steps: int = 0) -> tuple[int, int]:
+    """``steps`` random clicks, a new task page after each ended episode, and after every
+    ``episode_steps`` steps of one (0: only when the task ends): the main job's policy ends its
+    episodes sooner than random clicks do, and a page reset costs the browser more than a click.
+    Returns the steps and the episodes started."""
+    k, episodes, in_episode = rng.randrange(len(tasks)), 1, 0
     await sb.reset(tasks[k])
-    for _ in range(steps):
+    for i in range(steps):
         _, result = await asyncio.gather(sb.flush(), sb.step(Click(x=rng.random(), y=0.25 + 0.75 * rng.random())))
-        if result.done:
-            k += 1
+        in_episode += 1
+        if (result.done or in_episode == episode_steps) and i < steps - 1:
+            k, episodes, in_episode = k + 1, episodes + 1, 0
             await sb.reset(tasks[k % len(tasks)])
     await sb.flush()
-    return steps
+    return steps, episodes
 
 
-async def bare_capacity(n: int, tasks: list, steps: int) -> float:
+@dataclass
+class Bare:
+    steps_per_s: float
+    steps_per_episode: float
+
+
+async def bare_capacity(n: int, tasks: list, steps: int, episode_steps: int = 0) -> Bare:
     host = BrowserHost()
     blobs = BlobStore(tempfile.mkdtemp(prefix="bench-bare-blobs-"))
     boxes = [BrowserSandbox(blobs, host=host, defer_writes=True) for _ in range(n)]
@@ -72,8 +85,10 @@ async def bare_capacity(n: int, tasks: list, steps: int) -> float:
             await sb.start()
         await asyncio.gather(*(bare_sandbox(sb, tasks, 5, random.Random(100 + i)) for i, sb in enumerate(boxes)))
         t0 = time.perf_counter()
-        done = await asyncio.gather(*(bare_sandbox(sb, tasks, steps, random.Random(i)) for i, sb in enumerate(boxes)))
-        return sum(done) / (time.perf_counter() - t0)
+        done = await asyncio.gather(*(bare_sandbox(sb, tasks, steps, random.Random(i), episode_steps)
+                                      for i, sb in enumerate(boxes)))
+        seconds = time.perf_counter() - t0
+        return Bare(sum(s for s, _ in done) / seconds, sum(s for s, _ in done) / sum(e for _, e in done))
     finally:
         for sb in boxes:
             await sb.close()
@@ -227,7 +242,7 @@ async def run(args) -> None:
     tasks = build_tasks("miniwob", list(runplan.tasks), max(1, args.episodes // len(runplan.tasks) + 1),
                         max_steps=runplan.max_steps, prefix=f"bench{uuid.uuid4().hex[:6]}.")[:args.episodes]
     n = args.sandboxes
-    bare = [await bare_capacity(n, tasks, args.bare_steps)]
+    bare = [(await bare_capacity(n, tasks, args.bare_steps)).steps_per_s]
     print(f"bare capacity: {n} sandboxes, random clicks on {len(runplan.tasks)} tasks: {bare[0]:6.1f} env steps/s", flush=True)
     results = {}
     with broker_for_benchmarks() as bootstrap:
@@ -239,7 +254,7 @@ async def run(args) -> None:
                 results[name] = await main_loop(settings, n, tasks, runplan.action_types, **VARIANTS[name])
             finally:
                 delete_topics(settings, created)
-    bare.append(await bare_capacity(n, tasks, args.bare_steps))
+    bare.append((await bare_capacity(n, tasks, args.bare_steps)).steps_per_s)
     capacity = statistics.mean(bare)
     print(f"bare capacity again: {bare[1]:6.1f} env steps/s; the ratios below use the mean, {capacity:.1f}")
     for name, got in results.items():

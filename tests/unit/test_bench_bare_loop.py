@@ -1,0 +1,51 @@
+"""The bare loop of the throughput benchmarks (benchmarks/bench_main_loop.py) can play the main
+job's episode lengths: a new task page when the task ends and after every ``episode_steps``."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from bench_main_loop import bare_sandbox  # noqa: E402
+
+
+class CountingSandbox:
+    """Ends its task on every ``done_every``-th step of an episode (0: never)."""
+
+    def __init__(self, done_every: int = 0) -> None:
+        self.done_every, self.resets, self.steps, self.in_episode = done_every, [], 0, 0
+
+    async def reset(self, task):
+        self.resets.append(task)
+        self.in_episode = 0
+
+    async def step(self, action):
+        self.steps += 1
+        self.in_episode += 1
+        return SimpleNamespace(done=bool(self.done_every) and self.in_episode % self.done_every == 0)
+
+    async def flush(self):
+        return None
+
+
+def play(sb: CountingSandbox, steps: int, episode_steps: int = 0) -> tuple[int, int]:
+    return asyncio.run(bare_sandbox(sb, ["a", "b", "c"], steps, random.Random(0), episode_steps))
+
+
+def test_random_clicks_start_a_new_page_only_when_the_task_ends():
+    sb = CountingSandbox(done_every=4)
+    assert play(sb, 12) == (12, 3) and sb.steps == 12 and len(sb.resets) == 3  # no page after the last step
+
+
+def test_the_main_jobs_episode_length_resets_the_page_every_l_steps():
+    sb = CountingSandbox(done_every=0)
+    assert play(sb, 9, episode_steps=3) == (9, 3) and len(sb.resets) == 3
+    assert play(CountingSandbox(done_every=2), 9, episode_steps=3) == (9, 5)  # the task's end comes first
+    tasks = CountingSandbox()
+    play(tasks, 6, episode_steps=2)
+    assert len(set(tasks.resets)) == 3  # each new page is the next task
