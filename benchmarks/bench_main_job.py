@@ -107,9 +107,10 @@ def main() -> int:
         return 1
     # the same work as the main job's: random clicks, but a new page as often as its episodes end
     main_episode = float(sql(episode_sql(policy))[0]["steps_per_episode"] or 0)
-    same = bare(n, args.tasks, args.bare_steps, max(1, round(main_episode)))
+    every = max(1, round(main_episode))
+    same = bare(n, args.tasks, args.bare_steps, every)
     print(f"bare capacity with the main job's episode length ({main_episode:.1f} steps, a new page every "
-          f"{max(1, round(main_episode))}): {same.steps_per_s:.1f} env steps/s", flush=True)
+          f"{every}): {same.steps_per_s:.1f} env steps/s", flush=True)
     result = {"run_id": run_id, "sandboxes": n, "bare_steps_per_s": [before.steps_per_s, after.steps_per_s],
               "bare_steps_per_episode": [before.steps_per_episode, after.steps_per_episode], "capacity": capacity,
               "main_job_steps_per_episode": main_episode, "capacity_same_episodes": same.steps_per_s,
