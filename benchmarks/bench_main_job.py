@@ -77,7 +77,6 @@ def main() -> int:
         p.error("--sandboxes and --bare-only must be >= 0")
     run_id = args.run_id or f"mainjob-{time.strftime('%m%d%H%M')}"
     n, out = args.sandboxes or machine_sandboxes(1), Path(args.out) / run_id
-    out.mkdir(parents=True, exist_ok=True)
     if args.bare_only:
         for episode_steps in (0, args.bare_only):
             b = bare(n, args.tasks, args.bare_steps, episode_steps)
@@ -85,6 +84,7 @@ def main() -> int:
                   f"when the task ends: {b.steps_per_s:.1f} env steps/s ({b.steps_per_episode:.1f} steps per episode)")
         return 0
 
+    out.mkdir(parents=True, exist_ok=True)
     before = bare(n, args.tasks, args.bare_steps)
     print(f"bare capacity: {n} sandboxes, random clicks: {before.steps_per_s:.1f} env steps/s "
           f"({before.steps_per_episode:.1f} steps per episode)", flush=True)

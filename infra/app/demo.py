@@ -33,7 +33,7 @@ from infra.kafka.broker import free_port_block
 from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
 from infra.runtime.cpu_share import CpuShare
 from infra.runtime.errors import UserError
-from infra.runtime.policy import policy_kind
+from infra.runtime.policy import DemoPPO, policy_kind
 from infra.runtime.procs import Child, flywheel_argv, wait_until
 from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
@@ -122,7 +122,11 @@ class DemoConfig:
         """Seconds of DPO at the end of the run (0: none)."""
         if self.dpo_minutes >= 0:
             return self.dpo_minutes * 60
-        return self.minutes * 60 * policy_kind(self.policy_kind).demo_dpo_share(self.cold_start)
+        return self.minutes * 60 * self.kind_ppo().dpo_share
+
+    def kind_ppo(self) -> DemoPPO:
+        """The kind's automatic PPO settings for this run (``PolicyKind.demo_ppo``)."""
+        return policy_kind(self.policy_kind).demo_ppo(self.cold_start)
 
     @property
     def cold_start(self) -> bool:
@@ -201,10 +205,8 @@ def ppo_lr(cfg: DemoConfig) -> float:
     to 0.0 within 6 minutes of PPO; at 3e-4 they held). The pretrained language policy takes
     1e-6, as docs/language-policy.md measured (one update of 2 epochs moves a step's log-prob by
     about 1 nat); at 3e-5, 16 minutes of PPO took click-test from 0.55 under pi_sft to 0.23
-    (demo lm40-s1); the kind says (``PolicyKind.demo_ppo_lr``). 0: the trainer's own default."""
-    if cfg.ppo_lr:
-        return cfg.ppo_lr
-    return policy_kind(cfg.policy_kind).demo_ppo_lr(cfg.cold_start)
+    (demo lm40-s1); the kind says (``PolicyKind.demo_ppo``). 0: the trainer's own default."""
+    return cfg.ppo_lr or cfg.kind_ppo().lr
 
 
 def rft_every(cfg: DemoConfig) -> int:
@@ -212,19 +214,15 @@ def rft_every(cfg: DemoConfig) -> int:
     start (default suite, 15 minutes: suite mean 0.682 vs 0.623 on seed 0, 0.68 vs 0.658 on seed 1,
     docs/performance.md); none from random weights (few successes to learn from) or for the
     language policy (its fine-tuning is `flywheel sft`)."""
-    if cfg.rft_every >= 0:
-        return cfg.rft_every
-    return 4 if policy_kind(cfg.policy_kind).rft and cfg.cold_start else 0
+    return cfg.rft_every if cfg.rft_every >= 0 else cfg.kind_ppo().rft_every
 
 
 def target_kl(cfg: DemoConfig) -> float:
     """The KL at which PPO stops an update's epochs (0: every epoch runs). Auto (-1): the kind's
-    (``PolicyKind.demo_target_kl``): 0.02 for the pixel policy from random weights, where the
+    (``PolicyKind.demo_ppo``): 0.02 for the pixel policy from random weights, where the
     starter suite's tasks had collapsed onto one wrong click without it (docs/tasks.md); off after
     a cold start and for the language policy."""
-    if cfg.target_kl >= 0:
-        return cfg.target_kl
-    return policy_kind(cfg.policy_kind).demo_target_kl(cfg.cold_start)
+    return cfg.target_kl if cfg.target_kl >= 0 else cfg.kind_ppo().target_kl
 
 
 def resolved(cfg: DemoConfig) -> dict[str, float]:

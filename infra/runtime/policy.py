@@ -168,6 +168,18 @@ class ChatPolicy(Policy, Protocol):
         """The reply as the agent's text (the model's own coordinate tokens written out)."""
 
 
+@dataclass(frozen=True)
+class DemoPPO:
+    """The main job's automatic PPO settings for one kind, after a cold start or from random
+    weights (``PolicyKind.demo_ppo``); a user's --ppo-lr, --target-kl, --rft-every and
+    --dpo-minutes override them."""
+
+    lr: float  # PPO's learning rate (0: the trainer's default)
+    target_kl: float  # the KL at which PPO stops an update's epochs (0: every epoch runs)
+    rft_every: int  # PPO updates between rejection-sampling rounds (0: none)
+    dpo_share: float  # the share of the run's minutes given to DPO at its end (0: none)
+
+
 class PolicyKind(Protocol):
     """A policy kind as a plug-in: how to build its policies and every fact or job step the
     trainers, the server, the rollout and the app would otherwise branch on its name for.
@@ -210,14 +222,8 @@ class PolicyKind(Protocol):
     def dpo_pairs(self, policy: Policy, pairs: list[Any], store: BlobStore) -> tuple[Any, Any]:
         """Preference pairs as this kind scores them (trainer.dpo.inputs) and the skipped by reason."""
 
-    def demo_ppo_lr(self, cold_start: bool) -> float:
-        """The main job's PPO learning rate (0: the trainer's default), after a cold start or not."""
-
-    def demo_target_kl(self, cold_start: bool) -> float:
-        """The KL at which the main job's PPO stops an update's epochs (0: every epoch runs)."""
-
-    def demo_dpo_share(self, cold_start: bool) -> float:
-        """The share of the main job's minutes given to DPO at its end (0: none)."""
+    def demo_ppo(self, cold_start: bool) -> DemoPPO:
+        """The main job's automatic PPO settings, after a cold start or from random weights."""
 
     def prompt_spec(self, config: dict[str, Any]) -> Any | None:
         """The schemas.prompt.PromptSpec a version with ``config`` is asked in (None: it reads no prompt)."""

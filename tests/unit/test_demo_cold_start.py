@@ -105,3 +105,15 @@ def test_the_report_names_what_the_automatic_settings_came_to():
     cloned, _, _ = effective(DemoConfig(tasks=["click-test"], target_kl=0.05), SOLVED)
     got = resolved(cloned)
     assert (got["ppo_lr"], got["rft_every"], got["target_kl"]) == (3e-4, 4, 0.05) and got["sandboxes_per_worker"] >= 1
+
+
+def test_each_kind_says_its_automatic_ppo_settings_in_one_record_and_the_user_overrides_them():
+    from infra.app.demo import ppo_lr, rft_every
+
+    lm = DemoConfig(policy_kind="lm", minutes=20)  # auto cold start counts as one
+    assert (ppo_lr(lm), rft_every(lm), lm.dpo_span_s()) == (1e-6, 0, 20 * 60 * 0.25)
+    scratch = DemoConfig(policy_kind="lm", cold_start_demos=0, minutes=20)
+    assert scratch.dpo_span_s() == 0.0  # DPO needs pi_sft as its reference
+    pixel = DemoConfig(minutes=20, ppo_lr=1e-3, rft_every=2, dpo_minutes=3)
+    assert (ppo_lr(pixel), rft_every(pixel), pixel.dpo_span_s()) == (1e-3, 2, 180.0)
+    assert DemoConfig(minutes=20).dpo_span_s() == 0.0  # the pixel policy has no DPO phase by default

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.runtime.errors import UserError
+from infra.runtime.policy import DemoPPO
 
 
 class PolicyDefaults:
@@ -81,18 +82,15 @@ class KindDefaults:
     def dpo_pairs(self, policy: Any, pairs: list[Any], store: Any) -> tuple[Any, Any]:
         raise UserError(f"the {self.name} policy has no preference-pair inputs: DPO trains the pixel and language policies")
 
-    def demo_ppo_lr(self, cold_start: bool) -> float:
-        # fine-tuning a cloned policy takes smaller steps than learning from random weights
-        return 3e-4 if cold_start else 0.0
-
-    def demo_target_kl(self, cold_start: bool) -> float:
+    def demo_ppo(self, cold_start: bool) -> DemoPPO:
+        if cold_start:
+            # fine-tuning a cloned policy takes smaller steps than learning from random weights
+            # (infra.app.demo.ppo_lr); RFT rounds every 4 updates (infra.app.demo.rft_every)
+            return DemoPPO(lr=3e-4, target_kl=0.0, rft_every=4 if self.rft else 0, dpo_share=0.0)
         # from random weights, 8 epochs at 3e-3 on a 90-step batch moved the policy so far per
-        # update that tasks collapsed onto one wrong click (docs/tasks.md, starter suite); after a
-        # cold start the updates are small (lr 3e-4) and the stop was not measured there
-        return 0.0 if cold_start else 0.02
-
-    def demo_dpo_share(self, cold_start: bool) -> float:
-        return 0.0
+        # update that tasks collapsed onto one wrong click (docs/tasks.md, starter suite): stop at
+        # a KL of 0.02; few successes to fine-tune on, so no RFT
+        return DemoPPO(lr=0.0, target_kl=0.02, rft_every=0, dpo_share=0.0)
 
     def prompt_spec(self, config: dict[str, Any]) -> Any | None:
         return None

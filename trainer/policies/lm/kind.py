@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from infra.runtime.policy import DemoPPO
 from producers.suites import lm_config
 from schemas.prompt import PromptSpec
 from trainer.core import metric_names as M
@@ -68,16 +69,12 @@ class LMKind(KindDefaults):
 
         return lm_pairs(policy, pairs, store)
 
-    def demo_ppo_lr(self, cold_start: bool) -> float:
+    def demo_ppo(self, cold_start: bool) -> DemoPPO:
         # docs/language-policy.md: one update of 2 epochs at 1e-6 moves a step's log-prob by about
-        # 1 nat; at 3e-5, 16 minutes of PPO took click-test from 0.55 under pi_sft to 0.23
-        return 1e-6
-
-    def demo_target_kl(self, cold_start: bool) -> float:
-        return 0.0  # its few epochs at 1e-6 are small steps already (demo_ppo_lr)
-
-    def demo_dpo_share(self, cold_start: bool) -> float:
-        return 0.25 if cold_start else 0.0  # DPO needs pi_sft as its reference
+        # 1 nat; at 3e-5, 16 minutes of PPO took click-test from 0.55 under pi_sft to 0.23. Its
+        # few epochs at 1e-6 are small steps already (no KL stop); its fine-tuning on successes
+        # is `flywheel sft` (no RFT); DPO needs pi_sft as its reference.
+        return DemoPPO(lr=1e-6, target_kl=0.0, rft_every=0, dpo_share=0.25 if cold_start else 0.0)
 
     def prompt_spec(self, config: dict[str, Any]) -> PromptSpec:
         return PromptSpec.from_config(config)
