@@ -70,11 +70,26 @@ def latest_versions(policy: str, topic_prefix: str = "") -> str:
     (SELECT count() FROM dead_letters FINAL{dead}) AS dead_letters"""
 
 
+def first_scorer(where: str) -> str:
+    """A condition on ``scored``: each policy's rows from the scorer that scored it first (a run's
+    own stream processors), among the policies ``where`` selects. A later `flywheel rescore` by
+    another scorer or version adds a row per episode beside them; this leaves those out, so no
+    episode counts twice. First by ``scored_at``, which a replayed record keeps (``ingested_at``
+    moves on)."""
+    return ("(policy, scorer, scorer_version) IN (SELECT policy, s.1, s.2 FROM (SELECT policy, "
+            f"argMin((scorer, scorer_version), scored_at) AS s FROM scored WHERE {where} GROUP BY policy))")
+
+
+def own_scorer(*policies: str) -> str:
+    """``first_scorer`` of the named policies."""
+    return first_scorer(f"policy IN ({', '.join(q(p) for p in policies)})")
+
+
 def success_by_version(policy: str) -> str:
     return f"""SELECT task_name, policy_version_min AS policy_version, count() AS episodes,
     round(avg(success), 4) AS success_rate, round(avg(reward), 4) AS mean_reward,
     round(avg(num_steps), 3) AS mean_steps
-FROM scored FINAL WHERE policy = {q(policy)} AND NOT infra_failure
+FROM scored FINAL WHERE policy = {q(policy)} AND NOT infra_failure AND {own_scorer(policy)}
 GROUP BY task_name, policy_version ORDER BY task_name, policy_version"""
 
 
@@ -144,7 +159,7 @@ FROM trainer_metrics FINAL WHERE policy = {q(policy)} ORDER BY update"""
 
 def steps_per_episode(policy: str) -> str:
     return f"""SELECT task_name, policy_version_min AS policy_version, round(avg(num_steps), 3) AS mean_steps
-FROM scored FINAL WHERE policy = {q(policy)} GROUP BY task_name, policy_version
+FROM scored FINAL WHERE policy = {q(policy)} AND {own_scorer(policy)} GROUP BY task_name, policy_version
 ORDER BY task_name, policy_version"""
 
 

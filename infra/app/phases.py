@@ -126,6 +126,7 @@ FROM (
                 policy_version_min <= {int(base_version)}, '{start}', {dpo}'3 PPO') AS phase
     FROM scored FINAL
     WHERE policy IN ({Q.q(policy)}, {Q.q(scripted_policy(policy))}) AND NOT infra_failure
+        AND {Q.own_scorer(policy, scripted_policy(policy))}
 )
 GROUP BY task_name, phase ORDER BY task_name, phase"""
 
@@ -214,7 +215,7 @@ def count_scored(settings, policy: str) -> int:
     # local: loads clickhouse-connect, needed only on this path
     from infra.clickhouse.query import execute
 
-    _, rows, _ = execute(settings, f"SELECT count() FROM scored FINAL WHERE policy = {Q.q(policy)}")
+    _, rows, _ = execute(settings, f"SELECT count() FROM scored FINAL WHERE policy = {Q.q(policy)} AND {Q.own_scorer(policy)}")
     return int(rows[0][0]) if rows else 0
 
 
@@ -225,7 +226,8 @@ def wait_for_sft(settings, scripted: str, timeout_s: float = 60.0) -> int:
     # local: loads clickhouse-connect, needed only on this path
     from infra.clickhouse.query import execute
 
-    _, rows, _ = execute(settings, f"SELECT countIf(success) FROM scored FINAL WHERE policy = {Q.q(scripted)}")
+    _, rows, _ = execute(settings, f"SELECT countIf(success) FROM scored FINAL WHERE policy = {Q.q(scripted)} "
+                             f"AND {Q.own_scorer(scripted)}")
     want = int(rows[0][0]) if rows else 0
     consumer = make_consumer(settings, f"probe-{scripted}")
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from infra.app.demo_queries import first_scorer
 from trainer.sft.rft import annotator_of
 
 # ids and names the pipeline writes: uuids, task names like "click-button", "human:alice"
@@ -125,7 +126,8 @@ _RUN_QUERIES: dict[str, str] = {
     "success_by_task": (
         f"SELECT task_name, intDiv(toUnixTimestamp(scored_at) - toUnixTimestamp({_START}), 60) AS minute, "
         "count() AS episodes, round(avg(success), 4) AS success_rate "
-        "FROM scored FINAL WHERE {where} GROUP BY task_name, minute ORDER BY task_name, minute"),
+        f"FROM scored FINAL WHERE ({{where}}) AND {first_scorer('{where}')} GROUP BY task_name, minute "
+        "ORDER BY task_name, minute"),
     "steps_per_s": (
         f"SELECT intDiv(toUnixTimestamp(ts) - toUnixTimestamp({_START}), 60) AS minute, "
         "round(count() / 60, 3) AS steps_per_s FROM steps FINAL WHERE {where} GROUP BY minute ORDER BY minute"),
