@@ -184,3 +184,17 @@ def test_target_kl_stops_the_epochs_once_the_policy_moved_that_far():
     for bad in (-0.1, float("nan")):
         with pytest.raises(Exception, match="target_kl"):
             TrainConfig(target_kl=bad).validate()
+
+
+def test_target_kl_on_several_ranks_stops_on_every_ranks_share(monkeypatch):
+    """Each rank holds its share of an epoch's KL; the stop must read their sum, or ranks that
+    disagree about stopping wait forever in the next epoch's all-reduce."""
+    from trainer.rl import update
+    from trainer.rl.collectives import Rank
+    from trainer.rl.config import TrainConfig
+
+    cfg = TrainConfig(target_kl=0.01).validate()
+    monkeypatch.setattr(update, "all_reduce_sums", lambda sums: {"kl": sums["kl"] + 0.02})  # the other rank's 0.02
+    assert update._moved_enough(0.005, 1, cfg, False, None) is False  # one process: its own 0.005 < 1.5 x 0.01
+    assert update._moved_enough(0.005, 1, cfg, False, Rank(0, 2)) is True  # 0.025 over both ranks
+    assert update._moved_enough(0.005, 1, cfg, True, Rank(0, 2)) is False  # value pretraining never stops early
