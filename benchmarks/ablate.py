@@ -9,11 +9,14 @@ is computed in ClickHouse by the query printed under it.
     python benchmarks/ablate.py --minutes 6 --seeds 0 --configs full,no-cold-start
     python benchmarks/ablate.py --report-only --out docs/ablations             # re-read finished runs
     python benchmarks/ablate.py --seeds 2 --keep docs/ablations/results.json   # add a seed to a table
+    python benchmarks/ablate.py --tasks starter --demo-args "--cold-start-demos 0" \
+        --configs full,coupled-gae,value-pretrain --tag st                     # from random weights
 
 Configurations (CONFIGS), on today's recipe (the demo's defaults: curriculum, RFT rounds every 4
 PPO updates): the full recipe; no value pretraining; coupled GAE (lambda_policy = lambda_critic =
 0.95); no length-adaptive lambda (lambda_policy fixed at 0.95, lambda_critic 1); no cold start
-(random weights); synchronous rollout and training; no RFT rounds; no curriculum (every task the
+(random weights); value pretraining where the demo would skip it (a run from random weights);
+synchronous rollout and training; no RFT rounds; no curriculum (every task the
 same share of the RL episodes).
 """
 
@@ -36,6 +39,9 @@ CONFIGS: dict[str, list[str]] = {
     "coupled-gae": ["--trainer-args", "--lam-policy 0.95 --lam-critic 0.95"],
     "fixed-lambda": ["--trainer-args", "--lam-policy 0.95"],
     "no-cold-start": ["--cold-start-demos", "0", "--value-pretrain-batches", "20"],  # only the cold start differs (the demo skips value pretraining from random weights by default)
+    # from random weights the demo skips value pretraining, so there "full" has none and this
+    # is the ablation that adds it (the starter suite: --demo-args "--cold-start-demos 0")
+    "value-pretrain": ["--value-pretrain-batches", "20"],
     "sync": ["--sync", "--value-pretrain-batches", "0"],  # the demo turns it off under --sync anyway
     "no-rft": ["--rft-every", "0"],
     "no-curriculum": ["--no-curriculum"],
