@@ -71,13 +71,14 @@ def latest_versions(policy: str, topic_prefix: str = "") -> str:
 
 
 def first_scorer(where: str) -> str:
-    """A condition on ``scored``: each policy's rows from the scorer that scored it first (a run's
-    own stream processors), among the policies ``where`` selects. A later `flywheel rescore` by
-    another scorer or version adds a row per episode beside them; this leaves those out, so no
-    episode counts twice. First by ``scored_at``, which a replayed record keeps (``ingested_at``
-    moves on)."""
-    return ("(policy, scorer, scorer_version) IN (SELECT policy, s.1, s.2 FROM (SELECT policy, "
-            f"argMin((scorer, scorer_version), scored_at) AS s FROM scored WHERE {where} GROUP BY policy))")
+    """A condition on ``scored``: each episode's row from the scorer that scored it first (a run's
+    own stream processors), among the rows ``where`` selects. A `flywheel rescore` by another
+    scorer or version adds a row per episode beside it; this leaves those out, so no episode
+    counts twice, while an episode only a newer scorer saw (streams upgraded mid-run) stays. First
+    by ``scored_at``, which a replayed record keeps (``ingested_at`` moves on). The view
+    ``v_staleness_histogram`` keeps the same row per episode."""
+    return ("(episode_id, scorer, scorer_version) IN (SELECT episode_id, s.1, s.2 FROM (SELECT episode_id, "
+            f"argMin((scorer, scorer_version), scored_at) AS s FROM scored WHERE {where} GROUP BY episode_id))")
 
 
 def own_scorer(*policies: str) -> str:
@@ -155,12 +156,6 @@ WHERE policy = {q(policy)} ORDER BY staleness"""
 def trainer_metrics(policy: str) -> str:
     return f"""SELECT update, policy_version, toUnixTimestamp(ts) AS t, metrics
 FROM trainer_metrics FINAL WHERE policy = {q(policy)} ORDER BY update"""
-
-
-def steps_per_episode(policy: str) -> str:
-    return f"""SELECT task_name, policy_version_min AS policy_version, round(avg(num_steps), 3) AS mean_steps
-FROM scored FINAL WHERE policy = {q(policy)} AND {own_scorer(policy)} GROUP BY task_name, policy_version
-ORDER BY task_name, policy_version"""
 
 
 def first_success_time(policy: str, task: str, target: float, n: int = 100) -> str:

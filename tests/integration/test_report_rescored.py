@@ -1,11 +1,11 @@
 """A run rescored by another scorer (`flywheel rescore`) has two `scored` rows per episode; the
-report's, the demo's and the UI's queries count each episode once, from the scorer that scored
-the run first (its own stream processors), in real embedded chDB."""
+report's, the demo's and the UI's queries and the staleness view count each episode once, from the
+scorer that scored it first (its run's stream processors), in real embedded chDB."""
 
 from __future__ import annotations
 
 from consumers.rows import rows_for
-from infra.app.demo_queries import success_by_version
+from infra.app.demo_queries import staleness, success_by_version
 from infra.app.phases import count_scored, phase_sql
 from infra.app.ui.queries import run_queries
 from infra.clickhouse.client import make_client
@@ -30,27 +30,31 @@ def insert(client, records: list[ScoredTrajectory]) -> None:
 
 def test_a_rescore_by_another_scorer_counts_no_episode_twice(tmp_path):
     settings = load_settings({"data_dir": str(tmp_path)})
-    # the run's own scorer: 10 episodes, 4 successes; a strict rescore an hour later fails them
-    # all; the scripted annotator's 5 demonstrations, all successes, rescored too; another run
-    # scored only by the strict scorer keeps its rows in the every-run view
+    # the run's own scorer: 10 episodes, 4 successes; a rescore an hour later, by a scorer whose
+    # name sorts first, fails them all; the scripted annotator's 5 demonstrations, all successes,
+    # rescored too; 2 more episodes only the newer scorer saw (the streams upgraded mid-run); another
+    # run scored only by the rescorer keeps its rows in the every-run view
     own = [scored(k, "pixel-r", k < 4, "rule-v1", T0 + 10) for k in range(10)]
     demos = [scored(k, "scripted-pixel-r", True, "rule-v1", T0) for k in range(5)]
-    rescore = [scored(k, p, False, "strict-v1", T0 + 3600) for p in ("pixel-r", "scripted-pixel-r") for k in range(10 if p == "pixel-r" else 5)]
-    other = [scored(k, "pixel-other", True, "strict-v1", T0 + 20) for k in range(3)]
+    rescore = [scored(k, p, False, "judge-v1", T0 + 3600) for p in ("pixel-r", "scripted-pixel-r")
+               for k in range(10 if p == "pixel-r" else 5)]
+    upgraded = [scored(k, "pixel-r", True, "judge-v1", T0 + 20) for k in (10, 11)]
+    other = [scored(k, "pixel-other", True, "judge-v1", T0 + 20) for k in range(3)]
     client = make_client(settings)
     try:
-        insert(client, own + demos + other)
-        insert(client, rescore)
+        insert(client, rescore)  # inserted first: "first" is by scored_at, not by arrival
+        insert(client, own + demos + upgraded + other)
         insert(client, own[:3])  # a replay of the run's own records after the rescore
         by_version = client.query(success_by_version("pixel-r")).result_rows
         phases = client.query(phase_sql("pixel-r", -1, True, False)).result_rows  # no steps: version 0, PPO's
-        ui = {name: client.query(sql, parameters=params).result_rows
-              for name, (sql, params) in run_queries("pixel-r").items() if name == "success_by_task"}
+        ui = client.query(*run_queries("pixel-r")["success_by_task"]).result_rows
         every_run = client.query(*run_queries("")["success_by_task"]).result_rows
+        stale = client.query(staleness("pixel-r")).result_rows
     finally:
         client.close()
-    assert [(r[0], r[1], r[2], r[3]) for r in by_version] == [("a", 0, 10, 0.4)]
-    assert {r[1]: (r[2], r[3]) for r in phases} == {"1 demonstrations (scripted)": (5, 1.0), "3 PPO": (10, 0.4)}
-    assert sum(r[2] for r in ui["success_by_task"]) == 15  # the run's 10 episodes and its 5 demonstrations
-    assert sum(r[2] for r in every_run) == 18  # and the other run's 3, from the scorer that scored it
-    assert count_scored(settings, "pixel-r") == 10
+    assert [(r[0], r[1], r[2], r[3]) for r in by_version] == [("a", 0, 12, 0.5)]
+    assert {r[1]: (r[2], r[3]) for r in phases} == {"1 demonstrations (scripted)": (5, 1.0), "3 PPO": (12, 0.5)}
+    assert sum(r[2] for r in ui) == 17  # the run's 12 episodes and its 5 demonstrations
+    assert sum(r[2] for r in every_run) == 20  # and the other run's 3, from the scorer that scored it
+    assert [(r[0], r[1]) for r in stale] == [(0, 12)]
+    assert count_scored(settings, "pixel-r") == 12

@@ -198,3 +198,21 @@ def test_target_kl_on_several_ranks_stops_on_every_ranks_share(monkeypatch):
     assert update._moved_enough(0.005, 1, cfg, False, None) is False  # one process: its own 0.005 < 1.5 x 0.01
     assert update._moved_enough(0.005, 1, cfg, False, Rank(0, 2)) is True  # 0.025 over both ranks
     assert update._moved_enough(0.005, 1, cfg, True, Rank(0, 2)) is False  # value pretraining never stops early
+
+    # and the update itself asks the other ranks: one process standing in for rank 0 of a group
+    # whose other rank moved far (its share 1e7), against a target this rank alone never reaches
+    from tests.unit.ppo_samples import tiny_policy_and_samples
+    from trainer.core import metric_names as M
+
+    monkeypatch.setattr(update, "all_reduce_sums", lambda sums: {k: v + (1e7 if k == "kl" else 0.0) for k, v in sums.items()})
+    monkeypatch.setattr(update, "all_reduce_grads", lambda params: None)
+    monkeypatch.setattr(update, "gather_parts", lambda local, n, me: local)
+
+    def epochs(me) -> float:
+        policy, samples = tiny_policy_and_samples([1.0, 0.0, 1.0, 0.0])
+        cfg = TrainConfig(epochs=6, minibatch_size=4, lr=0.05, target_kl=1e6).validate()
+        opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+        return update.ppo_update(policy, opt, update.collate(samples), cfg, me=me)[M.EPOCHS]
+
+    assert epochs(None) == 6
+    assert epochs(Rank(0, 1)) == 1
