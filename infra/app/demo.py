@@ -89,6 +89,8 @@ class DemoConfig:
     policy_config: str = opt("", "JSON object merged into the pixel policy's config, e.g. '{\"ground\": false}' "
                                  "(default: the suite's heads, text grounding and coordinates)")
     trainer_args: str = opt("", "extra arguments for `flywheel train`, space separated")
+    bc_args: str = opt("", "extra arguments for `flywheel bc` (the cold start's cloning), space separated, "
+                            "e.g. '--epochs 12' for many demonstrations")
     rollout_args: str = opt("", "extra arguments for `flywheel rollout`, space separated")
     streams_args: str = opt("", "extra arguments for `flywheel streams`, space separated")
     keep_broker: bool = opt(False, "leave the Kafka broker this demo started running at exit")

@@ -333,7 +333,7 @@ def clone(cfg, env: dict[str, str], policy: str, tasks: list[str], action_types:
     argv = flywheel_argv("bc", "--policy-kind", cfg.policy_kind, "--policy-name", policy, "--tasks", ",".join(tasks),
                          "--demos-per-task", str(cfg.cold_start_demos), "--seed", str(cfg.seed), *heads,
                          *(["--demos-from", cfg.demos_from] if cfg.demos_from == "human" else []),
-                         "--torch-threads", str(idle_cores()))
+                         "--torch-threads", str(idle_cores()), *cfg.bc_args.split())
     line = _run_step("bc", argv, env, logs)
     clock.note(line)
     print(f"[{SFT}] {line}", flush=True)

@@ -307,3 +307,20 @@ def test_the_ui_child_takes_a_token_that_starts_with_a_dash():
     register(parser.add_subparsers())
     args = parser.parse_args(child.argv[child.argv.index("ui"):])
     assert args.token == "-Ab3_x" and args.port == 1234
+
+
+def test_bc_args_reach_the_cold_starts_cloning_last(monkeypatch, tmp_path):
+    from infra.app import phases
+    from infra.app.demo import DemoConfig
+
+    seen = []
+    monkeypatch.setattr(phases, "_run_step", lambda name, argv, env, logs: seen.append(argv) or "published pi_sft")
+
+    class Clock:
+        def enter(self, *a): ...
+        def note(self, *a): ...
+
+    cfg = DemoConfig(cold_start_demos=16, bc_args="--epochs 12 --lr 0.003")
+    assert phases.clone(cfg, {}, "pixel-r", ["click-test"], ("click",), tmp_path, Clock()) == "published pi_sft"
+    argv = seen[0]
+    assert argv[argv.index("--demos-per-task") + 1] == "16" and argv[-4:] == ["--epochs", "12", "--lr", "0.003"]
