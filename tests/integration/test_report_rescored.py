@@ -58,3 +58,22 @@ def test_a_rescore_by_another_scorer_counts_no_episode_twice(tmp_path):
     assert sum(r[2] for r in every_run) == 20  # and the other run's 3, from the scorer that scored it
     assert [(r[0], r[1]) for r in stale] == [(0, 12)]
     assert count_scored(settings, "pixel-r") == 12
+
+
+def test_a_database_from_before_gets_the_staleness_view_that_counts_an_episode_once(tmp_path, monkeypatch):
+    from infra.clickhouse import client as clickhouse
+
+    every = clickhouse.load_migrations()
+    monkeypatch.setattr(clickhouse, "load_migrations", lambda: [m for m in every if m.version < 7])
+    client = make_client(load_settings({"data_dir": str(tmp_path)}))
+    try:
+        insert(client, [scored(k, "pixel-r", True, s, T0 + 60 * i) for i, s in enumerate(("rule-v1", "judge-v1"))
+                        for k in range(4)])
+        before = client.query(staleness("pixel-r")).result_rows
+        monkeypatch.setattr(clickhouse, "load_migrations", lambda: every)
+        assert clickhouse.migrate(client) == ["007_staleness_once.sql"]
+        after = client.query(staleness("pixel-r")).result_rows
+    finally:
+        client.close()
+    assert sum(r[1] for r in before) == 8  # 002's view: the rescored copies too
+    assert [(r[0], r[1]) for r in after] == [(0, 4)]

@@ -70,16 +70,14 @@ ORDER BY policy, policy_version, steps DESC, action;
 
 -- Staleness of a trajectory: the trainer-side policy version when it was scored (the latest
 -- PolicyVersion published before scored_at; never below the versions the trajectory itself
--- used) minus the oldest behaviour policy version among its steps. One row per episode: the
--- first scorer's (by scored_at); a `flywheel rescore` adds rows scored later, which would count
--- the episode twice and at the newer version.
+-- used) minus the oldest behaviour policy version among its steps.
 CREATE OR REPLACE VIEW v_staleness_histogram AS
 SELECT
     s.policy AS policy,
     greatest(p.version, s.policy_version_max) - s.policy_version_min AS staleness,
     count() AS trajectories,
     countIf(s.rl_eligible) AS rl_eligible
-FROM (SELECT * FROM scored FINAL ORDER BY scored_at LIMIT 1 BY episode_id) AS s
+FROM (SELECT * FROM scored FINAL) AS s
 ASOF LEFT JOIN (SELECT policy, version, created_at FROM policy_versions FINAL) AS p
     ON s.policy = p.policy AND s.scored_at >= p.created_at
 GROUP BY policy, staleness
