@@ -12,6 +12,11 @@ is computed in ClickHouse by the query printed under it.
     python benchmarks/ablate.py --tasks starter --demo-args "--cold-start-demos 0" \
         --configs full,coupled-gae,value-pretrain --tag st                     # from random weights
 
+Ctrl-C or SIGTERM stops the benchmark between two steps of a run: the running demo stops as it
+does on its own (its processes stopped, its report written), no further run starts, the broker it
+started stops, and the runs that finished are measured; the cut-short run is marked
+(`runs/<run>/stopped-early.txt`) and left out of the table.
+
 Configurations (CONFIGS), on today's recipe (the demo's defaults: curriculum, RFT rounds every 4
 PPO updates): the full recipe; no value pretraining; coupled GAE (lambda_policy = lambda_critic =
 0.95); no length-adaptive lambda (lambda_policy fixed at 0.95, lambda_critic 1); no cold start
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -110,9 +116,46 @@ def sql(statement: str) -> list[dict]:
     return data if isinstance(data, list) else data.get("rows", data.get("data", []))
 
 
+STOPPED = "stopped-early.txt"  # in a run's report folder: the run was cut short by a stop, not measured
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM to the benchmark: it stops as on Ctrl-C."""
+
+
+def _stopped(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop: a second signal lets the stopping finish
+    raise Stopped()
+
+
+def run_child(argv: list[str], grace_s: float = 3.0, stop_s: float = 300.0) -> int:
+    """Run one demo to its end. On Ctrl-C or SIGTERM here, the demo stops as it does on its own
+    (its children and its processes stopped, its report written): Ctrl-C in a terminal reaches it
+    too; otherwise, after ``grace_s``, it gets a SIGTERM. This waits for that (at most ``stop_s``,
+    then kills it) and raises again, so no run starts after a stop and no child is left behind."""
+    child = subprocess.Popen(argv, cwd=ROOT)
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        try:
+            child.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=stop_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        raise
+
+
 def run_one(config: str, seed: int, args, out: Path) -> Path:
     run_id = run_of(config, seed, args.tag)
     report_dir = out / "runs" / run_id
+    if (report_dir / STOPPED).exists():
+        print(f"== {run_id}: cut short by a stop before, not measured (a data dir takes a run id once: "
+              "run it again under a new --tag)")
+        return report_dir
     if (report_dir / "summary.json").exists():  # a finished run is kept: rerunning resumes the table
         print(f"== {run_id}: finished before, kept (delete {report_dir} to run it again in a fresh data dir)")
         return report_dir
@@ -121,9 +164,27 @@ def run_one(config: str, seed: int, args, out: Path) -> Path:
             "--progress-s", "30", *options(config), *args.demo_args.split()]
     print(f"== {run_id}: {' '.join(argv[3:])}", flush=True)
     t0 = time.time()
-    rc = subprocess.run(argv, cwd=ROOT).returncode
+    try:
+        rc = run_child(argv)
+    except KeyboardInterrupt:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        (report_dir / STOPPED).write_text(f"stopped after {(time.time() - t0) / 60:.1f} of {args.minutes:g} min\n")
+        print(f"== {run_id}: stopped after {(time.time() - t0) / 60:.1f} min; not measured, no further run", flush=True)
+        raise
     print(f"== {run_id}: exit {rc} after {(time.time() - t0) / 60:.1f} min", flush=True)
     return report_dir
+
+
+def finished(config: str, seed: int, out: Path, tag: str) -> bool:
+    """A run to measure: it wrote its summary and was not cut short by a stop (say why not)."""
+    report_dir = out / "runs" / run_of(config, seed, tag)
+    if (report_dir / STOPPED).exists():
+        print(f"{config} seed {seed}: cut short by a stop, not measured", file=sys.stderr)
+        return False
+    if not (report_dir / "summary.json").exists():
+        print(f"{config} seed {seed}: no finished run under {out / 'runs'}", file=sys.stderr)
+        return False
+    return True
 
 
 def measure(config: str, seed: int, out: Path, target: float, tag: str = "", measured: str = "success") -> dict:
@@ -272,15 +333,18 @@ def main() -> int:
     if not args.report_only:
         from own_broker import broker_for_benchmarks
 
-        with broker_for_benchmarks():
-            for seed in seeds:  # seed-major: a cut-short run still has every configuration once
-                for config in configs:
-                    run_one(config, seed, args, out)
+        signal.signal(signal.SIGTERM, _stopped)
+        try:
+            with broker_for_benchmarks():  # stopped on the way out, a stop included
+                for seed in seeds:  # seed-major: a cut-short run still has every configuration once
+                    for config in configs:
+                        run_one(config, seed, args, out)
+        except KeyboardInterrupt:
+            print("stopped: the runs that finished are measured below", file=sys.stderr)
     results = []
     for seed in seeds:
         for config in configs:
-            if not (out / "runs" / run_of(config, seed, args.tag) / "summary.json").exists():
-                print(f"{config} seed {seed}: no finished run under {out / 'runs'}", file=sys.stderr)
+            if not finished(config, seed, out, args.tag):
                 continue
             try:
                 results.append(measure(config, seed, out, args.target, args.tag, args.measure))
