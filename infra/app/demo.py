@@ -30,6 +30,7 @@ from pathlib import Path
 from infra.app import demo_queries as Q
 from infra.app import phases
 from infra.kafka.broker import free_port_block
+from infra.runtime.command import check_argv
 from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
 from infra.runtime.cpu_share import CpuShare
 from infra.runtime.errors import UserError
@@ -173,11 +174,7 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
             "--min-batch", str(cfg.batch_episodes), "--group-id", f"{prefix}trainer", "--seed", str(cfg.seed),
             "--value-pretrain-max-batches", str(cfg.value_pretrain_batches),
             "--value-pretrain-max-s", f"{VALUE_PRETRAIN_SHARE * cfg.minutes * 60:g}",
-            *(["--lr", str(ppo_lr(cfg))] if ppo_lr(cfg) else []),
-            *(["--rft-every", str(rft_every(cfg))] if rft_every(cfg) else []),
-            *(["--target-kl", f"{target_kl(cfg):g}"] if target_kl(cfg) else []),
-            # the kind's own (the language policy: a few small minibatches per update)
-            *policy_kind(cfg.policy_kind).demo_ppo_args,
+            *ppo_options(cfg),
             # how it reads the pages, and the heads the tasks need (used when the trainer builds
             # the policy: no cold start)
             "--policy-config", json.dumps(phases.kind_config(cfg, plan.action_types)),
@@ -209,6 +206,36 @@ def ppo_lr(cfg: DemoConfig) -> float:
     about 1 nat); at 3e-5, 16 minutes of PPO took click-test from 0.55 under pi_sft to 0.23
     (demo lm40-s1); the kind says (``PolicyKind.demo_ppo``). 0: the trainer's own default."""
     return cfg.ppo_lr or cfg.kind_ppo().lr
+
+
+def ppo_options(cfg: DemoConfig) -> list[str]:
+    """The trainer's PPO options the demo sets (before the user's --trainer-args, which win)."""
+    return [*(["--lr", str(ppo_lr(cfg))] if ppo_lr(cfg) else []),
+            *(["--rft-every", str(rft_every(cfg))] if rft_every(cfg) else []),
+            *(["--target-kl", f"{target_kl(cfg):g}"] if target_kl(cfg) else []),
+            # the kind's own (the language policy: a few small minibatches per update)
+            *policy_kind(cfg.policy_kind).demo_ppo_args]
+
+
+def check_child_options(cfg: DemoConfig) -> None:
+    """UserError unless the trainer and, with a cold start, `flywheel bc` accept what the demo will
+    pass them: its automatic settings with --trainer-args and --bc-args (a misspelt option, a bad
+    value, or RFT rounds with --nproc-per-node 2 failed the run only when the phase started, after
+    minutes of cold start). Checked before anything starts."""
+    # local: loads numpy, needed only on this path
+    from trainer.rl.config import TrainConfig
+    from trainer.sft.bc_config import BCConfig
+
+    checks = [("train", "--trainer-args", TrainConfig, ["--policy-kind", cfg.policy_kind, *ppo_options(cfg)],
+               cfg.trainer_args)]
+    if cfg.cold_start_demos:
+        checks.append(("bc", "--bc-args", BCConfig, ["--policy-kind", cfg.policy_kind], cfg.bc_args))
+    for name, option, config, ours, theirs in checks:
+        try:
+            check_argv(name, [*ours, *theirs.split()], config)
+        except ConfigError as exc:
+            raise UserError(f"{option} {theirs!r}: flywheel {name} would refuse "
+                            f"`{' '.join([*ours, *theirs.split()])}` (the demo's settings, then {option}): {exc}") from None
 
 
 def rft_every(cfg: DemoConfig) -> int:
@@ -423,6 +450,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     human = phases.human_demonstrations(settings) if cfg.demos_from == "human" else None
     cfg, cold, changed = effective(cfg.validate(), None if human is None else
                                    frozenset(s.trajectory.task.name for s in human))
+    check_child_options(cfg)
     for line in (*cold.lines, *changed):
         print(line, flush=True)
     run_id, prefix, policy = run_names(cfg)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from infra.runtime.config import add_arguments
+from infra.runtime.config import ConfigError, add_arguments, resolve
 from infra.runtime.settings import Settings, load_settings, log_settings
 
 
@@ -27,3 +27,22 @@ def command_settings(args: argparse.Namespace) -> Settings:
     settings = load_settings(vars(args))
     log_settings(settings)
     return settings
+
+
+class _Refusing(argparse.ArgumentParser):
+    """A parser that raises ConfigError where argparse would print and exit."""
+
+    def error(self, message: str):
+        raise ConfigError(message)
+
+
+def check_argv(name: str, argv: list[str], config: type) -> None:
+    """ConfigError unless ``flywheel <name> <argv>`` would parse and its ``config`` validate: for a
+    command another one starts later (the demo's trainer and cloning), so that a wrong option fails
+    before anything runs rather than minutes in."""
+    parser = _Refusing(prog=f"flywheel {name}", add_help=False)
+    add_arguments(parser, config)
+    add_arguments(parser.add_argument_group("platform settings"), Settings)
+    cfg = resolve(config, vars(parser.parse_args(argv)))
+    if hasattr(cfg, "validate"):
+        cfg.validate()

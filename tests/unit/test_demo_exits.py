@@ -181,3 +181,20 @@ def test_the_task_queue_is_topped_up_between_progress_lines(monkeypatch, tmp_pat
     run_demo(run.config(minutes=0.03, progress_s=30.0), run.settings())
     assert "episodes 0 |" not in capsys.readouterr().out, "no progress line within the run"
     assert len(sent) >= 3 and set(sent) == {64}, sent  # the first fill, then refills at the ticks (nothing consumed them)
+
+
+def test_options_the_trainer_or_cloning_would_refuse_fail_before_anything_starts(monkeypatch, tmp_path):
+    run = Run(monkeypatch, tmp_path)
+    refused = {  # each failed only when its phase began, minutes into the run
+        "RFT rounds": (dict(trainer_args="--nproc-per-node 2"), "rft_every works for a kind with RFT rounds"),
+        "misspelt": (dict(trainer_args="--lam-polcy 0.9"), "unrecognized arguments: --lam-polcy"),
+        "bad value": (dict(trainer_args="--epochs x"), "epochs"),
+        "cloning": (dict(bc_args="--epochs -1"), "epochs, minibatch_size and lr >= 0"),
+    }
+    for name, (options, message) in refused.items():
+        with pytest.raises(UserError, match=message):
+            run_demo(run.config(**options), run.settings())
+        assert not run.children and not run.broker.stopped, name  # nothing was started
+    # from random weights the demo sets no RFT rounds, and does not clone: both are accepted
+    run_demo(run.config(trainer_args="--nproc-per-node 2", bc_args="--epochs -1", cold_start_demos=0), run.settings())
+    assert run.children and run.broker.stopped and run.all_stopped()
