@@ -133,7 +133,8 @@ def register(subparsers) -> None:
     s.add_argument("--episodes", type=int, default=1, help="episodes per task name (seeds seed..seed+K-1)")
     s.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     s.add_argument("--max-steps", type=int, default=10, help="step budget per episode (default 10)")
-    s.add_argument("--timeout-s", type=float, default=60.0, help="wall-clock limit per episode (default 60)")
+    s.add_argument("--timeout-s", type=float, default=None,
+                   help="wall-clock limit per episode (default: 60, or 1 s per step of --max-steps where longer)")
     s.add_argument("--run-id", default="", help="task_id prefix (default: a fresh one per submission)")
     s.add_argument("--file", default="", help="a JSONL file of TaskSpecs, one per line")
     add_arguments(s.add_argument_group("platform settings"), Settings)

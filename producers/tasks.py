@@ -46,12 +46,26 @@ def check_task(task: TaskSpec) -> None:
         raise ValueError(f"unknown {task.suite} task {task.name!r} ({len(names)} known)")
 
 
+MIN_TIMEOUT_S = 60.0  # an episode's wall-clock limit, at least
+STEP_ALLOWANCE_S = 1.0  # and this much per step of its budget: the main job steps each sandbox every ~0.35 s
+
+
+def episode_timeout_s(max_steps: int) -> float:
+    """The default wall-clock limit of an episode of ``max_steps`` steps: 60 s, or 1 s per step
+    where that is longer (at most the schema's 3600). A flat 60 s cut the games' long episodes by
+    the clock, not by their step limit: the main job runs a sandbox's step every ~0.35 s on 2
+    cores (11.3 steps/s over 4 sandboxes, docs/performance.md), so a 200-step 2048 episode needs
+    ~70 s and a 300-step snake ~105 s; their scores then depended on the machine's load."""
+    return min(max(MIN_TIMEOUT_S, STEP_ALLOWANCE_S * max_steps), 3600.0)
+
+
 def build_tasks(suite: str, names: list[str], episodes: int, seed: int = 0, *, max_steps: int = 10,
-                timeout_s: float = 60.0, prefix: str = "") -> list[TaskSpec]:
+                timeout_s: float | None = None, prefix: str = "") -> list[TaskSpec]:
     """K episodes per task name; episode k of task n gets seed ``seed + k`` and a unique task_id.
     Tasks are interleaved (k-th episode of every task before the (k+1)-th) so a worker that
     consumes them in order sees every task from the start. A registered suite's name stands for
-    its tasks, each built with its suite's family (``--tasks games`` builds games tasks)."""
+    its tasks, each built with its suite's family (``--tasks games`` builds games tasks).
+    ``timeout_s`` None: ``episode_timeout_s(max_steps)``."""
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
     if not names:
@@ -59,6 +73,7 @@ def build_tasks(suite: str, names: list[str], episodes: int, seed: int = 0, *, m
     if suite in ("miniwob", "games"):  # the browser's families: a registered suite name stands for its tasks
         names = expand(names)
     run = prefix or f"r{int(time.time() * 1000):x}"
+    timeout_s = episode_timeout_s(max_steps) if timeout_s is None else timeout_s
     out = []
     for k in range(episodes):
         for name in names:

@@ -19,7 +19,7 @@ from producers.games.twenty48 import player as player_2048
 from producers.sandboxes.base import StepResult
 from producers.sandboxes.pages import PAGES, game_reading
 from producers.suites import get_suite, plan
-from producers.tasks import SUITE_SANDBOX, build_tasks, known_tasks
+from producers.tasks import SUITE_SANDBOX, build_tasks, episode_timeout_s, known_tasks
 from schemas.actions import Click, Hotkey
 from schemas.codec import decode, encode
 from schemas.events import EpisodeEnded, TaskSpec
@@ -196,6 +196,18 @@ def test_the_games_suite_builds_games_tasks_run_by_the_browser():
     assert plan(["games"]).tasks == suite.tasks and plan(["games"]).action_types == ("click", "hotkey")
     assert plan(["games", "default"]).action_types[-1] == "hotkey"  # the default suite's order, then the games'
     assert "hotkey" not in plan(["default"]).action_types
+
+
+def test_a_games_episode_gets_the_wall_clock_its_step_limit_needs():
+    # the main job steps a sandbox every ~0.35 s on 2 cores: a flat 60 s cut a 200-step 2048 episode
+    # by the clock, so its score depended on the machine's load, not on its step limit
+    suite = get_suite("games")
+    games = build_tasks("games", ["games"], episodes=1, max_steps=suite.max_steps, prefix="r")
+    assert {t.timeout_s for t in games} == {300.0} and all(t.timeout_s >= g.max_steps for g in GAMES.values()
+                                                            for t in games)
+    assert {t.timeout_s for t in build_tasks("miniwob", ["default"], episodes=1, max_steps=14)} == {60.0}
+    assert build_tasks("miniwob", ["click-test"], episodes=1, max_steps=10, timeout_s=5.0)[0].timeout_s == 5.0
+    assert episode_timeout_s(10_000) == 3600.0  # the schema's most
 
 
 def test_the_demonstrator_plays_games_from_the_board_the_probe_carries():
