@@ -15,7 +15,7 @@ is computed in ClickHouse by the query printed under it.
 Ctrl-C or SIGTERM stops the benchmark between two steps of a run: the running demo stops as it
 does on its own (its processes stopped, its report written), no further run starts, the broker it
 started stops, and the runs that finished are measured; the cut-short run is marked
-(`runs/<run>/stopped-early.txt`) and left out of the table.
+(`runs/<run>/unfinished.txt`, as is a run whose demo failed) and left out of the table.
 
 Configurations (CONFIGS), on today's recipe (the demo's defaults: curriculum, RFT rounds every 4
 PPO updates): the full recipe; no value pretraining; coupled GAE (lambda_policy = lambda_critic =
@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from clean_stop import run_child, stop_on_sigterm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,45 +118,17 @@ def sql(statement: str) -> list[dict]:
     return data if isinstance(data, list) else data.get("rows", data.get("data", []))
 
 
-STOPPED = "stopped-early.txt"  # in a run's report folder: the run was cut short by a stop, not measured
-
-
-class Stopped(KeyboardInterrupt):
-    """SIGTERM to the benchmark: it stops as on Ctrl-C."""
-
-
-def _stopped(signum, frame) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop: a second signal lets the stopping finish
-    raise Stopped()
-
-
-def run_child(argv: list[str], grace_s: float = 3.0, stop_s: float = 300.0) -> int:
-    """Run one demo to its end. On Ctrl-C or SIGTERM here, the demo stops as it does on its own
-    (its children and its processes stopped, its report written): Ctrl-C in a terminal reaches it
-    too; otherwise, after ``grace_s``, it gets a SIGTERM. This waits for that (at most ``stop_s``,
-    then kills it) and raises again, so no run starts after a stop and no child is left behind."""
-    child = subprocess.Popen(argv, cwd=ROOT)
-    try:
-        return child.wait()
-    except KeyboardInterrupt:
-        try:
-            child.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(timeout=stop_s)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        raise
+# in a run's report folder from its start until its demo ends on its own with exit 0: a run
+# stopped, failed or cut short by a crash of the benchmark keeps it and is not measured
+UNFINISHED = "unfinished.txt"
 
 
 def run_one(config: str, seed: int, args, out: Path) -> Path:
     run_id = run_of(config, seed, args.tag)
     report_dir = out / "runs" / run_id
-    if (report_dir / STOPPED).exists():
-        print(f"== {run_id}: cut short by a stop before, not measured (a data dir takes a run id once: "
-              "run it again under a new --tag)")
+    if (report_dir / UNFINISHED).exists():
+        print(f"== {run_id}: did not finish before ({(report_dir / UNFINISHED).read_text().strip()}); not measured "
+              "(a data dir takes a run id once: run it again under a new --tag)")
         return report_dir
     if (report_dir / "summary.json").exists():  # a finished run is kept: rerunning resumes the table
         print(f"== {run_id}: finished before, kept (delete {report_dir} to run it again in a fresh data dir)")
@@ -163,26 +137,39 @@ def run_one(config: str, seed: int, args, out: Path) -> Path:
             "--seed", str(seed), "--tasks", args.tasks, "--report-dir", str(report_dir), "--keep-broker",
             "--progress-s", "30", *options(config), *args.demo_args.split()]
     print(f"== {run_id}: {' '.join(argv[3:])}", flush=True)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    marker = report_dir / UNFINISHED
+    marker.write_text(f"started {time.strftime('%Y-%m-%d %H:%M:%S')}, not ended\n")
     t0 = time.time()
     try:
-        rc = run_child(argv)
+        rc = run_child(argv, ROOT)
     except KeyboardInterrupt:
-        report_dir.mkdir(parents=True, exist_ok=True)
-        (report_dir / STOPPED).write_text(f"stopped after {(time.time() - t0) / 60:.1f} of {args.minutes:g} min\n")
+        marker.write_text(f"stopped after {(time.time() - t0) / 60:.1f} of {args.minutes:g} min\n")
         print(f"== {run_id}: stopped after {(time.time() - t0) / 60:.1f} min; not measured, no further run", flush=True)
         raise
+    if rc == 0:
+        marker.unlink()
+    else:
+        marker.write_text(f"the demo exited with code {rc}\n")
     print(f"== {run_id}: exit {rc} after {(time.time() - t0) / 60:.1f} min", flush=True)
     return report_dir
 
 
 def finished(config: str, seed: int, out: Path, tag: str) -> bool:
-    """A run to measure: it wrote its summary and was not cut short by a stop (say why not)."""
+    """A run to measure: its demo ended on its own (not stopped, not failed) and wrote its summary
+    (say why not)."""
     report_dir = out / "runs" / run_of(config, seed, tag)
-    if (report_dir / STOPPED).exists():
-        print(f"{config} seed {seed}: cut short by a stop, not measured", file=sys.stderr)
+    summary = report_dir / "summary.json"
+    if (report_dir / UNFINISHED).exists():
+        print(f"{config} seed {seed}: did not finish ({(report_dir / UNFINISHED).read_text().strip()}), "
+              "not measured", file=sys.stderr)
         return False
-    if not (report_dir / "summary.json").exists():
+    if not summary.exists():
         print(f"{config} seed {seed}: no finished run under {out / 'runs'}", file=sys.stderr)
+        return False
+    stops = [n for n in json.loads(summary.read_text()).get("notes", []) if n.startswith("stopped by")]
+    if stops:  # the demo itself was stopped, by someone else than this benchmark
+        print(f"{config} seed {seed}: {stops[0]}, not measured", file=sys.stderr)
         return False
     return True
 
@@ -333,7 +320,7 @@ def main() -> int:
     if not args.report_only:
         from own_broker import broker_for_benchmarks
 
-        signal.signal(signal.SIGTERM, _stopped)
+        stop_on_sigterm()
         try:
             with broker_for_benchmarks():  # stopped on the way out, a stop included
                 for seed in seeds:  # seed-major: a cut-short run still has every configuration once
@@ -341,6 +328,8 @@ def main() -> int:
                         run_one(config, seed, args, out)
         except KeyboardInterrupt:
             print("stopped: the runs that finished are measured below", file=sys.stderr)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # measuring: a SIGTERM ends it as usual
     results = []
     for seed in seeds:
         for config in configs:

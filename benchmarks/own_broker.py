@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -50,7 +51,11 @@ def broker_for_benchmarks() -> Iterator[str]:
         print(f"# started a Kafka broker for this run at {cluster.bootstrap} in {took:.1f}s", flush=True)
         os.environ["FLYWHEEL_KAFKA_BOOTSTRAP"] = cluster.bootstrap
         yield cluster.bootstrap
-    finally:
-        cluster.stop()
-        os.environ.pop("FLYWHEEL_KAFKA_BOOTSTRAP", None)
-        shutil.rmtree(home, ignore_errors=True)
+    finally:  # a Ctrl-C or SIGTERM waits until the broker is stopped and its folder removed
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            cluster.stop()
+            os.environ.pop("FLYWHEEL_KAFKA_BOOTSTRAP", None)
+            shutil.rmtree(home, ignore_errors=True)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)

@@ -169,18 +169,7 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
               logs / "sink.log", env),
         Child("streams", flywheel_argv("streams", "--app-id", f"{prefix}streams", *cfg.streams_args.split()),
               logs / "streams.log", env),
-        Child("trainer", flywheel_argv(
-            "train", "--policy-kind", cfg.policy_kind, "--policy-name", policy,
-            "--min-batch", str(cfg.batch_episodes), "--group-id", f"{prefix}trainer", "--seed", str(cfg.seed),
-            "--value-pretrain-max-batches", str(cfg.value_pretrain_batches),
-            "--value-pretrain-max-s", f"{VALUE_PRETRAIN_SHARE * cfg.minutes * 60:g}",
-            *ppo_options(cfg),
-            # how it reads the pages, and the heads the tasks need (used when the trainer builds
-            # the policy: no cold start)
-            "--policy-config", json.dumps(phases.kind_config(cfg, plan.action_types)),
-            # sync: update on a full batch (a partial one only if trajectories were lost to aborts)
-            *(["--max-wait-s", "120"] if cfg.sync else []), *cfg.trainer_args.split(),
-        ), logs / "trainer.log", env),
+        Child("trainer", flywheel_argv("train", *trainer_options(cfg, prefix, policy, plan)), logs / "trainer.log", env),
     ]
     for i in range(cfg.workers):
         children.append(Child(f"rollout-{i}", flywheel_argv(
@@ -190,6 +179,22 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
             *cfg.rollout_args.split(),
         ), logs / f"rollout-{i}.log", env))
     return children
+
+
+def trainer_options(cfg: DemoConfig, prefix: str, policy: str, plan: RunPlan) -> list[str]:
+    """`flywheel train`'s options in the run: the demo's, then the user's --trainer-args (the last wins)."""
+    return [
+        "--policy-kind", cfg.policy_kind, "--policy-name", policy,
+        "--min-batch", str(cfg.batch_episodes), "--group-id", f"{prefix}trainer", "--seed", str(cfg.seed),
+        "--value-pretrain-max-batches", str(cfg.value_pretrain_batches),
+        "--value-pretrain-max-s", f"{VALUE_PRETRAIN_SHARE * cfg.minutes * 60:g}",
+        *ppo_options(cfg),
+        # how it reads the pages, and the heads the tasks need (used when the trainer builds
+        # the policy: no cold start)
+        "--policy-config", json.dumps(phases.kind_config(cfg, plan.action_types)),
+        # sync: update on a full batch (a partial one only if trajectories were lost to aborts)
+        *(["--max-wait-s", "120"] if cfg.sync else []), *cfg.trainer_args.split(),
+    ]
 
 
 def ui_child(port: int, token: str, logs: Path, env: dict[str, str]) -> Child:
@@ -217,25 +222,29 @@ def ppo_options(cfg: DemoConfig) -> list[str]:
             *policy_kind(cfg.policy_kind).demo_ppo_args]
 
 
-def check_child_options(cfg: DemoConfig) -> None:
-    """UserError unless the trainer and, with a cold start, `flywheel bc` accept what the demo will
-    pass them: its automatic settings with --trainer-args and --bc-args (a misspelt option, a bad
-    value, or RFT rounds with --nproc-per-node 2 failed the run only when the phase started, after
-    minutes of cold start). Checked before anything starts."""
+def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[str, str, str]) -> None:
+    """UserError unless `flywheel train` and, with a cold start, `flywheel bc` accept the options
+    the run will give them (``trainer_options``, ``phases.bc_options``: the demo's settings, then
+    --trainer-args and --bc-args), parsed by their own parser, platform settings included. A
+    misspelt option, a bad value, or RFT rounds with --nproc-per-node 2 failed the run only when
+    its phase began, minutes in. Checked before anything starts."""
     # local: loads numpy, needed only on this path
+    from trainer import cli as trainer_cli
     from trainer.rl.config import TrainConfig
     from trainer.sft.bc_config import BCConfig
 
-    checks = [("train", "--trainer-args", TrainConfig, ["--policy-kind", cfg.policy_kind, *ppo_options(cfg)],
-               cfg.trainer_args)]
+    _, prefix, policy = names
+    plan = suite_plan(cfg.tasks, cfg.max_steps)
+    checks = [("train", "--trainer-args", TrainConfig, trainer_options(cfg, prefix, policy, plan), cfg.trainer_args)]
     if cfg.cold_start_demos:
-        checks.append(("bc", "--bc-args", BCConfig, ["--policy-kind", cfg.policy_kind], cfg.bc_args))
-    for name, option, config, ours, theirs in checks:
+        checks.append(("bc", "--bc-args", BCConfig,
+                       phases.bc_options(cfg, policy, list(cold.demonstrated), plan.action_types), cfg.bc_args))
+    for name, option, config, argv, theirs in checks:
         try:
-            check_argv(name, [*ours, *theirs.split()], config)
-        except ConfigError as exc:
-            raise UserError(f"{option} {theirs!r}: flywheel {name} would refuse "
-                            f"`{' '.join([*ours, *theirs.split()])}` (the demo's settings, then {option}): {exc}") from None
+            check_argv(trainer_cli.register, name, argv, config)
+        except (ConfigError, UserError) as exc:
+            raise UserError(f"flywheel {name} would refuse its options in this run (the demo's, then {option} "
+                            f"{theirs!r}; FLYWHEEL_* variables count too): {exc}") from None
 
 
 def rft_every(cfg: DemoConfig) -> int:
@@ -432,13 +441,16 @@ class Terminated(KeyboardInterrupt):
 
 
 def _terminate_once(stop: dict):
-    """A SIGTERM handler: the first signal raises ``Terminated`` wherever the run is (a blocking
-    step included: its own cleanup stops it); once ``stop["flag"]`` is set, the run is already
-    stopping and a further signal lets that finish."""
+    """A SIGTERM and SIGINT handler: the first signal raises ``Terminated`` (SIGTERM) or
+    KeyboardInterrupt (Ctrl-C) wherever the run is (a blocking step included: its own cleanup
+    stops it); once ``stop["flag"]`` is set, the run is already stopping and a further signal lets
+    that finish (a second Ctrl-C, or a supervisor's SIGTERM after it, cut the cold start's stop of
+    its rollout worker short and left that worker running)."""
     def handler(signum, frame) -> None:
         if not stop["flag"]:
             stop["flag"] = True
-            raise Terminated()
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        print("already stopping: the run stops its processes and writes its report", flush=True)
     return handler
 
 
@@ -450,15 +462,15 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     human = phases.human_demonstrations(settings) if cfg.demos_from == "human" else None
     cfg, cold, changed = effective(cfg.validate(), None if human is None else
                                    frozenset(s.trajectory.task.name for s in human))
-    check_child_options(cfg)
+    run_id, prefix, policy = run_names(cfg)
+    check_child_options(cfg, cold, (run_id, prefix, policy))
     for line in (*cold.lines, *changed):
         print(line, flush=True)
-    run_id, prefix, policy = run_names(cfg)
     settings = load_settings({**asdict(settings), "topic_prefix": prefix})
     broker = broker_to_start(settings)
     children: list[Child] = []
     stop = {"flag": False}
-    previous = signal.signal(signal.SIGTERM, _terminate_once(stop))
+    previous = {s: signal.signal(s, _terminate_once(stop)) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, human)
     finally:
@@ -466,7 +478,8 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
         left = stop_children(children)  # after a failure: the run's own stop did not happen
         if left:
             print(left, flush=True)
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         print(leave_platform(settings, broker, cfg.keep_broker), flush=True)
 
 

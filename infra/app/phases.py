@@ -324,17 +324,21 @@ def kind_config(cfg, action_types: tuple[str, ...]) -> dict:
     return policy_kind(cfg.policy_kind).task_config(action_types, overrides)
 
 
+def bc_options(cfg, policy: str, tasks: list[str], action_types: tuple[str, ...]) -> list[str]:
+    """`flywheel bc`'s options in the cold start: the demo's, then the user's --bc-args (the last wins)."""
+    return ["--policy-kind", cfg.policy_kind, "--policy-name", policy, "--tasks", ",".join(tasks),
+            "--demos-per-task", str(cfg.cold_start_demos), "--seed", str(cfg.seed),
+            "--policy-config", json.dumps(kind_config(cfg, action_types)),
+            *(["--demos-from", cfg.demos_from] if cfg.demos_from == "human" else []),
+            "--torch-threads", str(idle_cores()), *cfg.bc_args.split()]
+
+
 def clone(cfg, env: dict[str, str], policy: str, tasks: list[str], action_types: tuple[str, ...], logs: Path,
           clock: PhaseClock) -> str:
     """``flywheel bc`` on the run's flywheel.sft.v1: publishes pi_sft; -> its summary line."""
     clock.enter(SFT, "behaviour cloning of the demonstrations")
     print(f"[{SFT}] flywheel bc --policy-kind {cfg.policy_kind} (progress in {logs / 'bc.log'})", flush=True)
-    heads = ["--policy-config", json.dumps(kind_config(cfg, action_types))]
-    argv = flywheel_argv("bc", "--policy-kind", cfg.policy_kind, "--policy-name", policy, "--tasks", ",".join(tasks),
-                         "--demos-per-task", str(cfg.cold_start_demos), "--seed", str(cfg.seed), *heads,
-                         *(["--demos-from", cfg.demos_from] if cfg.demos_from == "human" else []),
-                         "--torch-threads", str(idle_cores()), *cfg.bc_args.split())
-    line = _run_step("bc", argv, env, logs)
+    line = _run_step("bc", flywheel_argv("bc", *bc_options(cfg, policy, tasks, action_types)), env, logs)
     clock.note(line)
     print(f"[{SFT}] {line}", flush=True)
     return line

@@ -282,5 +282,6 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
         "after": {t: r for t, _, r in after}, "before": {t: r[2] for t, r in before_map.items()},
         "seconds_to_target": reached,
         "suite_mean_seconds_to": {str(t): s for t, s in reached_suite.items()}, **(extra_summary or {}),
+        "notes": run.notes,  # how the run ended where not at its --minutes ("stopped by Ctrl-C", ...)
     }, indent=2, default=str))
     return path

@@ -30,19 +30,28 @@ def command_settings(args: argparse.Namespace) -> Settings:
 
 
 class _Refusing(argparse.ArgumentParser):
-    """A parser that raises ConfigError where argparse would print and exit."""
+    """A parser (and, through add_subparsers, its sub-commands) that raises ConfigError where
+    argparse would print and exit (a bad option; --help too)."""
 
     def error(self, message: str):
         raise ConfigError(message)
 
+    def print_help(self, file=None) -> None:  # refused below, not printed
+        pass
 
-def check_argv(name: str, argv: list[str], config: type) -> None:
-    """ConfigError unless ``flywheel <name> <argv>`` would parse and its ``config`` validate: for a
-    command another one starts later (the demo's trainer and cloning), so that a wrong option fails
-    before anything runs rather than minutes in."""
-    parser = _Refusing(prog=f"flywheel {name}", add_help=False)
-    add_arguments(parser, config)
-    add_arguments(parser.add_argument_group("platform settings"), Settings)
-    cfg = resolve(config, vars(parser.parse_args(argv)))
+    def exit(self, status: int = 0, message: str | None = None):
+        raise ConfigError(message or f"{self.prog} would exit with code {status} (--help?)")
+
+
+def check_argv(register: Callable, name: str, argv: list[str], config: type) -> None:
+    """ConfigError unless ``flywheel <name> <argv>`` would parse, its platform settings load and its
+    ``config`` validate; ``register(sub)`` adds the command (the module's own ``register``, so the
+    parser is the real one). For a command another one starts later (the demo's trainer and
+    cloning): a wrong option fails before anything runs rather than minutes in."""
+    parser = _Refusing(prog="flywheel")
+    register(parser.add_subparsers(dest="command"))
+    args = vars(parser.parse_args([name, *argv]))
+    load_settings(args)
+    cfg = resolve(config, args)
     if hasattr(cfg, "validate"):
         cfg.validate()

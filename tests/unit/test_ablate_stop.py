@@ -1,8 +1,9 @@
-"""benchmarks/ablate.py: a stop (SIGTERM or Ctrl-C) lets the running demo stop what it started,
-starts no further run, and leaves the cut-short run out of the table."""
+"""benchmarks/ablate.py and clean_stop.py: a stop (SIGTERM or Ctrl-C) lets the running demo stop
+what it started, starts no further run, and leaves a run that did not end on its own out of the table."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,32 +12,41 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 import ablate  # noqa: E402
 
-# stands in for a demo: on SIGTERM it takes a moment to clean up (stopping its children), then exits
+# stands in for a demo: on SIGTERM or Ctrl-C it takes a while to clean up (stopping its children),
+# then exits; a second SIGTERM during that makes it hurry
 CHILD = """
 import signal, sys, time
 from pathlib import Path
 out = Path(sys.argv[1])
 def stop(signum, frame):
-    time.sleep(1.0)
+    (out / "stopping").write_text(signal.Signals(signum).name)
+    signal.signal(signal.SIGTERM, hurry)
+    time.sleep(float(sys.argv[2]))
     (out / "cleaned").write_text("yes")
     sys.exit(0)
+def hurry(signum, frame):
+    (out / "hurried").write_text("yes")
+    sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
 (out / "ready").write_text("yes")
 time.sleep(60)
 (out / "ran-to-the-end").write_text("yes")
 """
 
 DRIVER = """
-import signal, sys
+import sys
 sys.path.insert(0, {bench!r})
-import ablate
-signal.signal(signal.SIGTERM, ablate._stopped)
+from clean_stop import run_child, stop_on_sigterm
+stop_on_sigterm()
 try:
-    ablate.run_child([sys.executable, {child!r}, {out!r}], grace_s=0.2, stop_s=20)
+    run_child([sys.executable, {child!r}, {out!r}, {cleanup_s!r}], {out!r}, grace_s=0.2)
     print("ran to the end")
 except KeyboardInterrupt as exc:
     print("stopped", type(exc).__name__)
@@ -50,34 +60,85 @@ def _wait_for(path: Path, seconds: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-def test_a_sigterm_waits_for_the_demo_to_stop_what_it_started(tmp_path):
-    (tmp_path / "child.py").write_text(CHILD)
-    driver = tmp_path / "driver.py"
-    driver.write_text(textwrap.dedent(DRIVER.format(bench=str(BENCH), child=str(tmp_path / "child.py"),
-                                                    out=str(tmp_path))))
-    proc = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, text=True)
-    _wait_for(tmp_path / "ready")
-    os.kill(proc.pid, signal.SIGTERM)  # the benchmark only, as a supervisor would
+@pytest.fixture
+def driver(tmp_path):
+    procs = []
+
+    def start(cleanup_s: float = 1.0) -> subprocess.Popen:
+        (tmp_path / "child.py").write_text(CHILD)
+        path = tmp_path / "driver.py"
+        path.write_text(textwrap.dedent(DRIVER.format(bench=str(BENCH), child=str(tmp_path / "child.py"),
+                                                      out=str(tmp_path), cleanup_s=str(cleanup_s))))
+        procs.append(subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True,
+                                      start_new_session=True))
+        _wait_for(tmp_path / "ready")
+        return procs[-1]
+
+    yield start
+    for p in procs:  # a failing test leaves nothing running
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("signum, raised", [(signal.SIGTERM, "Stopped"), (signal.SIGINT, "KeyboardInterrupt")])
+def test_a_stop_waits_for_the_demo_to_stop_what_it_started(driver, tmp_path, signum, raised):
+    proc = driver()
+    os.kill(proc.pid, signum)  # the benchmark only (as a supervisor would): it passes the stop on
     out, _ = proc.communicate(timeout=30)
-    assert out.strip() == "stopped Stopped"
+    assert out.strip() == f"stopped {raised}"
+    assert (tmp_path / "stopping").read_text() == "SIGTERM"
     assert (tmp_path / "cleaned").exists(), "the demo was not let stop what it started"
     assert not (tmp_path / "ran-to-the-end").exists()
 
 
-def test_a_run_cut_short_is_not_measured_nor_run_again(tmp_path, capsys):
-    runs = tmp_path / "runs"
-    for config in ("full", "coupled-gae"):
-        d = runs / ablate.run_of(config, 0, "t")
-        d.mkdir(parents=True)
-        (d / "summary.json").write_text("{}")  # a stopped demo still writes its report
-    (runs / ablate.run_of("coupled-gae", 0, "t") / ablate.STOPPED).write_text("stopped after 3.0 of 15 min\n")
-    assert ablate.finished("full", 0, tmp_path, "t")
-    assert not ablate.finished("coupled-gae", 0, tmp_path, "t")
-    assert not ablate.finished("sync", 0, tmp_path, "t")
-    err = capsys.readouterr().err
-    assert "coupled-gae seed 0: cut short by a stop" in err and "sync seed 0: no finished run" in err
+def test_a_second_stop_hurries_the_demo_and_waits_for_it(driver, tmp_path):
+    proc = driver(cleanup_s=30.0)
+    os.kill(proc.pid, signal.SIGTERM)
+    _wait_for(tmp_path / "stopping")
+    os.kill(proc.pid, signal.SIGINT)  # a second stop (Ctrl-C after the SIGTERM) tells the demo again
+    out, _ = proc.communicate(timeout=20)
+    assert out.strip() == "stopped Stopped" and (tmp_path / "hurried").exists()
+    assert not (tmp_path / "cleaned").exists()
 
-    class Args:
-        tag, minutes, tasks, demo_args = "t", 15.0, "default", ""
-    ablate.run_one("coupled-gae", 0, Args, tmp_path)  # must not start a demo: the run id is spent
-    assert "cut short by a stop before" in capsys.readouterr().out
+
+class Args:
+    tag, minutes, tasks, demo_args = "t", 15.0, "default", ""
+
+
+def test_a_stopped_run_keeps_its_marker_and_no_further_run_starts(tmp_path, monkeypatch):
+    def stopped(argv, cwd):
+        report = Path(argv[argv.index("--report-dir") + 1])
+        (report / "summary.json").write_text("{}")  # a stopped demo still writes its report
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ablate, "run_child", stopped)
+    with pytest.raises(KeyboardInterrupt):  # main's loop ends on it: no further run
+        ablate.run_one("full", 0, Args, tmp_path)
+    assert "stopped after" in (tmp_path / "runs" / "abl-t-full-s0" / ablate.UNFINISHED).read_text()
+    assert not ablate.finished("full", 0, tmp_path, "t")
+    monkeypatch.setattr(ablate, "run_child", lambda argv, cwd: pytest.fail("a spent run id was run again"))
+    ablate.run_one("full", 0, Args, tmp_path)
+
+
+def test_only_runs_that_ended_on_their_own_are_measured(tmp_path, monkeypatch, capsys):
+    def ends(rc: int, notes: list[str]):
+        def child(argv, cwd):
+            report = Path(argv[argv.index("--report-dir") + 1])
+            (report / "summary.json").write_text(json.dumps({"notes": notes}))
+            return rc
+        return child
+
+    for config, rc, notes in [("full", 0, []), ("coupled-gae", 2, []), ("sync", 0, ["stopped by SIGTERM"])]:
+        monkeypatch.setattr(ablate, "run_child", ends(rc, notes))
+        ablate.run_one(config, 0, Args, tmp_path)
+    assert ablate.finished("full", 0, tmp_path, "t")
+    assert not ablate.finished("coupled-gae", 0, tmp_path, "t")  # the demo failed
+    assert not ablate.finished("sync", 0, tmp_path, "t")  # someone stopped the demo itself
+    assert not ablate.finished("fixed-lambda", 0, tmp_path, "t")  # never run
+    err = capsys.readouterr().err
+    assert "exited with code 2" in err and "stopped by SIGTERM" in err and "no finished run" in err
+    # a run of an earlier benchmark (no marker, no notes) that wrote its summary is measured
+    old = tmp_path / "runs" / ablate.run_of("no-rft", 0, "t")
+    old.mkdir()
+    (old / "summary.json").write_text("{}")
+    assert ablate.finished("no-rft", 0, tmp_path, "t")

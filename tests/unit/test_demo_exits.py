@@ -184,17 +184,29 @@ def test_the_task_queue_is_topped_up_between_progress_lines(monkeypatch, tmp_pat
 
 
 def test_options_the_trainer_or_cloning_would_refuse_fail_before_anything_starts(monkeypatch, tmp_path):
+    for name in [k for k in os.environ if k.startswith("FLYWHEEL_")]:
+        monkeypatch.delenv(name)
     run = Run(monkeypatch, tmp_path)
     refused = {  # each failed only when its phase began, minutes into the run
         "RFT rounds": (dict(trainer_args="--nproc-per-node 2"), "rft_every works for a kind with RFT rounds"),
         "misspelt": (dict(trainer_args="--lam-polcy 0.9"), "unrecognized arguments: --lam-polcy"),
+        "ambiguous": (dict(trainer_args="--he 2"), "ambiguous option: --he"),  # --help or --head-lr-mult
         "bad value": (dict(trainer_args="--epochs x"), "epochs"),
+        "bad setting": (dict(trainer_args="--metrics-port abc"), "metrics_port"),
         "cloning": (dict(bc_args="--epochs -1"), "epochs, minibatch_size and lr >= 0"),
     }
+    monkeypatch.setenv("FLYWHEEL_EPOCHS", "0")  # a variable the child reads counts as its options do
+    with pytest.raises(UserError, match="epochs"):
+        run_demo(run.config(), run.settings())
+    monkeypatch.delenv("FLYWHEEL_EPOCHS")
     for name, (options, message) in refused.items():
         with pytest.raises(UserError, match=message):
             run_demo(run.config(**options), run.settings())
         assert not run.children and not run.broker.stopped, name  # nothing was started
+    # the user's options come last and win, as in the child: no RFT rounds, so two ranks are fine
+    run_demo(run.config(trainer_args="--rft-every 0 --nproc-per-node 2"), run.settings())
+    assert run.children and run.broker.stopped and run.all_stopped()
     # from random weights the demo sets no RFT rounds, and does not clone: both are accepted
+    run.children, run.broker.stopped, run.published = [], False, iter([False])
     run_demo(run.config(trainer_args="--nproc-per-node 2", bc_args="--epochs -1", cold_start_demos=0), run.settings())
     assert run.children and run.broker.stopped and run.all_stopped()
