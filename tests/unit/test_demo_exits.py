@@ -210,3 +210,15 @@ def test_options_the_trainer_or_cloning_would_refuse_fail_before_anything_starts
     run.children, run.broker.stopped, run.published = [], False, iter([False])
     run_demo(run.config(trainer_args="--nproc-per-node 2", bc_args="--epochs -1", cold_start_demos=0), run.settings())
     assert run.children and run.broker.stopped and run.all_stopped()
+
+
+def test_a_second_ctrl_c_or_sigterm_lets_the_stopping_finish(capsys):
+    for first, raised in ((signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, demo.Terminated)):
+        stop = {"flag": False}
+        handler = demo._terminate_once(stop)
+        with pytest.raises(raised):
+            handler(first, None)
+        assert stop["flag"]
+        for again in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C, or a supervisor's SIGTERM after it
+            handler(again, None)  # does not raise into the cleanup
+    assert "already stopping" in capsys.readouterr().out
