@@ -12,10 +12,11 @@ is computed in ClickHouse by the query printed under it.
     python benchmarks/ablate.py --tasks starter --demo-args "--cold-start-demos 0" \
         --configs full,coupled-gae,value-pretrain --tag st                     # from random weights
 
-Ctrl-C or SIGTERM stops the benchmark between two steps of a run: the running demo stops as it
-does on its own (its processes stopped, its report written), no further run starts, the broker it
-started stops, and the runs that finished are measured; the cut-short run is marked
-(`runs/<run>/unfinished.txt`, as is a run whose demo failed) and left out of the table.
+Ctrl-C or SIGTERM stops the benchmark: the running demo stops as it does on its own (its
+processes stopped, its report written; a further Ctrl-C only says so, `benchmarks/clean_stop.py`),
+no further run starts, the broker it started stops, and the runs that finished are measured; the
+cut-short run keeps its mark (`runs/<run>/unfinished.txt`, as does a run whose demo failed) and is
+left out of the table.
 
 Configurations (CONFIGS), on today's recipe (the demo's defaults: curriculum, RFT rounds every 4
 PPO updates): the full recipe; no value pretraining; coupled GAE (lambda_policy = lambda_critic =
@@ -30,14 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from clean_stop import run_child, stop_on_sigterm
+from clean_stop import end_stopping, run_child, stop_on_signals
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -320,7 +320,7 @@ def main() -> int:
     if not args.report_only:
         from own_broker import broker_for_benchmarks
 
-        stop_on_sigterm()
+        stop_on_signals()
         try:
             with broker_for_benchmarks():  # stopped on the way out, a stop included
                 for seed in seeds:  # seed-major: a cut-short run still has every configuration once
@@ -329,7 +329,7 @@ def main() -> int:
         except KeyboardInterrupt:
             print("stopped: the runs that finished are measured below", file=sys.stderr)
         finally:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # measuring: a SIGTERM ends it as usual
+            end_stopping()  # measuring: Ctrl-C and SIGTERM end it as usual
     results = []
     for seed in seeds:
         for config in configs:

@@ -1,11 +1,12 @@
 """A benchmark that runs long children (a whole `flywheel demo` each) and stops cleanly.
 
-    stop_on_sigterm()            # SIGTERM raises Stopped, as Ctrl-C raises KeyboardInterrupt
-    rc = run_child(argv, cwd)    # on a stop: the child stops itself, is waited for, then the stop goes on
+    stop_on_signals()            # the first Ctrl-C or SIGTERM raises KeyboardInterrupt / Stopped
+    rc = run_child(argv, cwd)    # on a stop: the child stops itself and is waited for, then the stop goes on
+    end_stopping()               # after the runs: Ctrl-C and SIGTERM act as usual again (measuring)
 
 The demo stops itself on Ctrl-C or SIGTERM (its processes stopped, its report written), which
-takes a while. A second Ctrl-C or SIGTERM during that wait tells it again at once; a third kills
-it. Whatever happens, ``run_child`` does not return or raise while its child still runs.
+takes a while. Until it has, ``run_child`` neither returns nor raises, and a further stop only
+says so: killing the demo then would leave its processes (each in its own session) running.
 """
 
 from __future__ import annotations
@@ -20,54 +21,52 @@ class Stopped(KeyboardInterrupt):
     """SIGTERM to the benchmark: it stops as on Ctrl-C."""
 
 
-def _raise_stopped(signum, frame) -> None:
-    raise Stopped()
+_state: dict = {"stops": 0, "child": None}
 
 
-def stop_on_sigterm() -> None:
-    signal.signal(signal.SIGTERM, _raise_stopped)
+def _say(text: str) -> None:
+    """A line on stderr that cannot fail the stop (a `| tee` that Ctrl-C ended closes the pipe)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError, RuntimeError):
+        pass
+
+
+def _on_stop(signum, frame) -> None:
+    _state["stops"] += 1
+    if _state["stops"] == 1:  # the first stop: the loop stops where it is
+        raise Stopped() if signum == signal.SIGTERM else KeyboardInterrupt()
+    child = _state["child"]
+    if child is not None:
+        _say(f"still stopping: the demo (pid {child.pid}) stops its processes and writes its report; "
+             "`kill -9` on it would leave them running")
+
+
+def stop_on_signals() -> None:
+    _state["stops"] = 0
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _on_stop)
+
+
+def end_stopping() -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def run_child(argv: list[str], cwd: Path, grace_s: float = 3.0) -> int:
     """Run ``argv`` to its end; -> its exit code. On a stop (KeyboardInterrupt, Stopped) the child
     is let stop itself: Ctrl-C in a terminal reached it too; otherwise, after ``grace_s``, it gets
     a SIGTERM. Once it has exited, the stop is raised again, so the caller starts nothing more."""
-    # (not with SIGINT and SIGTERM blocked around it, against a stop before the handle is held:
-    # the child would inherit the blocked mask and never see either)
-    child = subprocess.Popen(argv, cwd=cwd)
+    child = _state["child"] = subprocess.Popen(argv, cwd=cwd)
     try:
         return child.wait()
     except KeyboardInterrupt:
-        _wait_stopping(child, grace_s)
-        raise
-    finally:
-        if child.poll() is None:  # only where waiting itself failed
-            child.kill()
-            child.wait()
-
-
-def _wait_stopping(child: subprocess.Popen, grace_s: float) -> None:
-    """Wait for ``child`` to stop itself; a further stop SIGTERMs it at once, the one after kills it."""
-    more = {"n": 0}
-
-    def escalate(signum, frame) -> None:
-        more["n"] += 1
-        if more["n"] == 1:
-            print("stopping: the run is told again (once more kills it)", file=sys.stderr, flush=True)
-            child.send_signal(signal.SIGTERM)
-        else:
-            print("stopping: the run is killed", file=sys.stderr, flush=True)
-            child.kill()
-
-    previous = {s: signal.signal(s, escalate) for s in (signal.SIGINT, signal.SIGTERM)}
-    print("stopping: the running demo stops what it started and writes its report "
-          "(Ctrl-C again to hurry it)", file=sys.stderr, flush=True)
-    try:
+        _say("stopping: the running demo stops what it started and writes its report")
         try:
             child.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            child.send_signal(signal.SIGTERM)  # harmless where Ctrl-C already reached it: it is stopping
-        child.wait()
+            child.send_signal(signal.SIGTERM)  # harmless where Ctrl-C reached it too: it is stopping already
+        child.wait()  # later stops do not raise (_on_stop): this returns when the demo has stopped
+        raise
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        _state["child"] = None

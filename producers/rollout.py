@@ -40,12 +40,13 @@ from producers.sandboxes.base import SANDBOX_REGISTRY
 from producers.tasks import SUITE_SANDBOX, check_task
 from schemas.blobs import BlobStore
 from schemas.codec import DecodeError, decode, encode
-from schemas.events import TaskSpec
+from schemas.events import MAX_TASK_TIMEOUT_S, TaskSpec
 from producers.policy_watch import PolicyWatcher
 from producers.sandboxes.browser_host import BrowserHost
 
 log = logging.getLogger("flywheel.rollout")
 JOIN_GRACE_S = 60.0  # how much longer an idle-exiting worker waits for its first assignment
+POLL_MARGIN_S = 300.0  # beyond the longest episode: its last events' acknowledgement, a slow reset
 
 
 @dataclass
@@ -83,6 +84,16 @@ class RolloutConfig:
                               "would sample anyway (and mark its steps sampled): use --policy-backend torch")
         if self.step_latency_ms < 0:
             raise ConfigError(f"step_latency_ms must be >= 0, got {self.step_latency_ms}")
+
+
+def consumer_overrides(cfg: RolloutConfig) -> dict[str, int]:
+    """The task consumer's group timings. The feeder polls when a slot frees: with every slot in a
+    long episode (a game's limit is up to 1 s a step, any task's at most MAX_TASK_TIMEOUT_S),
+    librdkafka's default max.poll.interval.ms of 300 s would evict the worker and its tasks would
+    be played again; a dead worker still leaves after the session timeout."""
+    session_ms = int(cfg.session_timeout_s * 1000)
+    return {"session.timeout.ms": session_ms, "heartbeat.interval.ms": max(500, session_ms // 4),
+            "max.poll.interval.ms": int((MAX_TASK_TIMEOUT_S + POLL_MARGIN_S) * 1000)}
 
 
 class RolloutWorker:
@@ -127,9 +138,7 @@ class RolloutWorker:
         self._polling = True
         self._poller = threading.Thread(target=self._poll_producer, name="rollout-producer-poll", daemon=True)
         self._poller.start()
-        session_ms = int(self.cfg.session_timeout_s * 1000)
-        self._consumer = make_consumer(self.settings, self.cfg.group_id, **{
-            "session.timeout.ms": session_ms, "heartbeat.interval.ms": max(500, session_ms // 4)})
+        self._consumer = make_consumer(self.settings, self.cfg.group_id, **consumer_overrides(self.cfg))
         self._consumer.subscribe([self.tasks_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         status = StatusWriter(self.settings, self.worker_id, self.counters, self.cfg.status_interval_s,
                               refresh=self._refresh_counters)

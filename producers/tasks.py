@@ -20,7 +20,7 @@ from producers.games import GAMES
 from producers.suites import expand, family
 from infra.runtime.topics import TOPICS, topic_name
 from schemas.codec import DecodeError, encode, validate
-from schemas.events import TaskSpec
+from schemas.events import MAX_TASK_TIMEOUT_S, TaskSpec
 from producers.sandboxes.miniwob_server import task_names
 from producers.sandboxes.desktop_tasks import DESKTOP_TASKS
 
@@ -52,11 +52,11 @@ STEP_ALLOWANCE_S = 1.0  # and this much per step of its budget: the main job ste
 
 def episode_timeout_s(max_steps: int) -> float:
     """The default wall-clock limit of an episode of ``max_steps`` steps: 60 s, or 1 s per step
-    where that is longer (at most the schema's 3600). A flat 60 s cut the games' long episodes by
+    where that is longer (at most the schema's MAX_TASK_TIMEOUT_S, 3600). A flat 60 s cut the games' long episodes by
     the clock, not by their step limit: the main job runs a sandbox's step every ~0.35 s on 2
     cores (11.3 steps/s over 4 sandboxes, docs/performance.md), so a 200-step 2048 episode needs
     ~70 s and a 300-step snake ~105 s; their scores then depended on the machine's load."""
-    return min(max(MIN_TIMEOUT_S, STEP_ALLOWANCE_S * max_steps), 3600.0)
+    return min(max(MIN_TIMEOUT_S, STEP_ALLOWANCE_S * max_steps), MAX_TASK_TIMEOUT_S)
 
 
 def build_tasks(suite: str, names: list[str], episodes: int, seed: int = 0, *, max_steps: int = 10,

@@ -40,6 +40,9 @@ class Observation(Model):
 
 # ---------------------------------------------------------------- tasks
 
+MAX_TASK_TIMEOUT_S = 3600.0  # the longest wall-clock limit a task may give its episode
+
+
 
 class TaskSpec(Event):
     task_id: Id
@@ -47,7 +50,7 @@ class TaskSpec(Event):
     name: Name  # e.g. "click-test", "desktop.write-file" or "games.2048"
     seed: int = 0
     max_steps: Annotated[int, Field(gt=0, le=1000)] = 10
-    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    timeout_s: Annotated[float, Field(gt=0, le=MAX_TASK_TIMEOUT_S)] = 60.0
     params: JsonDict = Field(default_factory=dict)
     submitted_at: Timestamp = 0.0
 

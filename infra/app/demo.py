@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import signal
 import time
@@ -222,12 +223,14 @@ def ppo_options(cfg: DemoConfig) -> list[str]:
             *policy_kind(cfg.policy_kind).demo_ppo_args]
 
 
-def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[str, str, str]) -> None:
+def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[str, str, str],
+                        settings: Settings) -> None:
     """UserError unless `flywheel train` and, with a cold start, `flywheel bc` accept the options
     the run will give them (``trainer_options``, ``phases.bc_options``: the demo's settings, then
     --trainer-args and --bc-args), parsed by their own parser, platform settings included. A
     misspelt option, a bad value, or RFT rounds with --nproc-per-node 2 failed the run only when
-    its phase began, minutes in. Checked before anything starts."""
+    its phase began, minutes in. Checked before anything starts, in the environment they will
+    have (``child_env``: the run's ``settings`` as FLYWHEEL_* variables over this process's)."""
     # local: loads numpy, needed only on this path
     from trainer import cli as trainer_cli
     from trainer.rl.config import TrainConfig
@@ -241,7 +244,7 @@ def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[st
                        phases.bc_options(cfg, policy, list(cold.demonstrated), plan.action_types), cfg.bc_args))
     for name, option, config, argv, theirs in checks:
         try:
-            check_argv(trainer_cli.register, name, argv, config)
+            check_argv(trainer_cli.register, name, argv, config, {**os.environ, **child_env(settings, prefix)})
         except (ConfigError, UserError) as exc:
             raise UserError(f"flywheel {name} would refuse its options in this run (the demo's, then {option} "
                             f"{theirs!r}; FLYWHEEL_* variables count too): {exc}") from None
@@ -440,17 +443,30 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM: the demo stops as on Ctrl-C (its children and broker stopped, the report written)."""
 
 
+def _say(text: str) -> None:
+    """A line of the stopping path that cannot fail it: a `| tee` that Ctrl-C ended closes the
+    pipe (BrokenPipeError), a handler may write while print is mid-line (RuntimeError)."""
+    try:
+        print(text, flush=True)
+    except (OSError, ValueError, RuntimeError):
+        pass
+
+
 def _terminate_once(stop: dict):
     """A SIGTERM and SIGINT handler: the first signal raises ``Terminated`` (SIGTERM) or
     KeyboardInterrupt (Ctrl-C) wherever the run is (a blocking step included: its own cleanup
-    stops it); once ``stop["flag"]`` is set, the run is already stopping and a further signal lets
-    that finish (a second Ctrl-C, or a supervisor's SIGTERM after it, cut the cold start's stop of
-    its rollout worker short and left that worker running)."""
+    stops it) and sets ``stop["flag"]``. A further signal lets the stopping of processes finish
+    (a second Ctrl-C, or a supervisor's SIGTERM after it, cut the cold start's stop of its rollout
+    worker short and left that worker running); only while ``stop["interruptible"]`` (the report
+    is being written) does it raise again, skipping the rest of the report."""
     def handler(signum, frame) -> None:
         if not stop["flag"]:
             stop["flag"] = True
             raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-        print("already stopping: the run stops its processes and writes its report", flush=True)
+        if stop.get("interruptible"):
+            stop["interruptible"] = False
+            raise KeyboardInterrupt()
+        _say("already stopping: the run stops its processes (once they are, another Ctrl-C skips the report)")
     return handler
 
 
@@ -463,10 +479,10 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     cfg, cold, changed = effective(cfg.validate(), None if human is None else
                                    frozenset(s.trajectory.task.name for s in human))
     run_id, prefix, policy = run_names(cfg)
-    check_child_options(cfg, cold, (run_id, prefix, policy))
+    settings = load_settings({**asdict(settings), "topic_prefix": prefix})
+    check_child_options(cfg, cold, (run_id, prefix, policy), settings)
     for line in (*cold.lines, *changed):
         print(line, flush=True)
-    settings = load_settings({**asdict(settings), "topic_prefix": prefix})
     broker = broker_to_start(settings)
     children: list[Child] = []
     stop = {"flag": False}
@@ -474,13 +490,15 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     try:
         return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, human)
     finally:
-        stop["flag"] = True  # from here a SIGTERM lets the cleanup finish
-        left = stop_children(children)  # after a failure: the run's own stop did not happen
-        if left:
-            print(left, flush=True)
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        print(leave_platform(settings, broker, cfg.keep_broker), flush=True)
+        stop["flag"], stop["interruptible"] = True, False  # from here a signal lets the cleanup finish
+        try:
+            left = stop_children(children)  # after a failure: the run's own stop did not happen
+            if left:
+                _say(left)
+            _say(leave_platform(settings, broker, cfg.keep_broker))
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tuple[str, str, str], broker,
@@ -596,8 +614,9 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
         stop["flag"] = True  # a SIGTERM from here on lets the stopping finish
         ended = time.time()
         clock.close(ended)
-        print("stopping: rollout workers, then the stream processors, trainer and sink", flush=True)
-        print(stop_children(children) or "no child was running", flush=True)
+        _say("stopping: rollout workers, then the stream processors, trainer and sink")
+        _say(stop_children(children) or "no child was running")
+    stop["interruptible"] = True  # the processes are stopped: a further Ctrl-C may skip the report
     # local: loads Pillow, clickhouse-connect, needed only on this path
     from infra.app.report import RunInfo, write_report
 

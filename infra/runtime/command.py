@@ -5,7 +5,7 @@ parsed arguments (arguments > FLYWHEEL_* environment > defaults) and logged at s
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from infra.runtime.config import ConfigError, add_arguments, resolve
 from infra.runtime.settings import Settings, load_settings, log_settings
@@ -43,15 +43,17 @@ class _Refusing(argparse.ArgumentParser):
         raise ConfigError(message or f"{self.prog} would exit with code {status} (--help?)")
 
 
-def check_argv(register: Callable, name: str, argv: list[str], config: type) -> None:
+def check_argv(register: Callable, name: str, argv: list[str], config: type,
+               env: Mapping[str, str] | None = None) -> None:
     """ConfigError unless ``flywheel <name> <argv>`` would parse, its platform settings load and its
     ``config`` validate; ``register(sub)`` adds the command (the module's own ``register``, so the
     parser is the real one). For a command another one starts later (the demo's trainer and
-    cloning): a wrong option fails before anything runs rather than minutes in."""
+    cloning): a wrong option fails before anything runs rather than minutes in. ``env``: the
+    environment the command will have (None: this process's)."""
     parser = _Refusing(prog="flywheel")
     register(parser.add_subparsers(dest="command"))
     args = vars(parser.parse_args([name, *argv]))
-    load_settings(args)
-    cfg = resolve(config, args)
+    load_settings(args, env=env)
+    cfg = resolve(config, args, env)
     if hasattr(cfg, "validate"):
         cfg.validate()

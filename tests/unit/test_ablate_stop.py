@@ -19,19 +19,17 @@ sys.path.insert(0, str(BENCH))
 import ablate  # noqa: E402
 
 # stands in for a demo: on SIGTERM or Ctrl-C it takes a while to clean up (stopping its children),
-# then exits; a second SIGTERM during that makes it hurry
+# then exits; further signals do not cut that short (as the demo's handler)
 CHILD = """
 import signal, sys, time
 from pathlib import Path
 out = Path(sys.argv[1])
 def stop(signum, frame):
     (out / "stopping").write_text(signal.Signals(signum).name)
-    signal.signal(signal.SIGTERM, hurry)
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, signal.SIG_IGN)
     time.sleep(float(sys.argv[2]))
     (out / "cleaned").write_text("yes")
-    sys.exit(0)
-def hurry(signum, frame):
-    (out / "hurried").write_text("yes")
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGINT, stop)
@@ -43,8 +41,8 @@ time.sleep(60)
 DRIVER = """
 import sys
 sys.path.insert(0, {bench!r})
-from clean_stop import run_child, stop_on_sigterm
-stop_on_sigterm()
+from clean_stop import run_child, stop_on_signals
+stop_on_signals()
 try:
     run_child([sys.executable, {child!r}, {out!r}, {cleanup_s!r}], {out!r}, grace_s=0.2)
     print("ran to the end")
@@ -64,12 +62,12 @@ def _wait_for(path: Path, seconds: float = 20.0) -> None:
 def driver(tmp_path):
     procs = []
 
-    def start(cleanup_s: float = 1.0) -> subprocess.Popen:
+    def start(cleanup_s: float = 1.0, stderr=None) -> subprocess.Popen:
         (tmp_path / "child.py").write_text(CHILD)
         path = tmp_path / "driver.py"
         path.write_text(textwrap.dedent(DRIVER.format(bench=str(BENCH), child=str(tmp_path / "child.py"),
                                                       out=str(tmp_path), cleanup_s=str(cleanup_s))))
-        procs.append(subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True,
+        procs.append(subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, stderr=stderr, text=True,
                                       start_new_session=True))
         _wait_for(tmp_path / "ready")
         return procs[-1]
@@ -91,14 +89,25 @@ def test_a_stop_waits_for_the_demo_to_stop_what_it_started(driver, tmp_path, sig
     assert not (tmp_path / "ran-to-the-end").exists()
 
 
-def test_a_second_stop_hurries_the_demo_and_waits_for_it(driver, tmp_path):
-    proc = driver(cleanup_s=30.0)
+def test_further_stops_do_not_cut_the_demos_stopping_short(driver, tmp_path):
+    proc = driver(cleanup_s=2.0, stderr=subprocess.PIPE)
     os.kill(proc.pid, signal.SIGTERM)
     _wait_for(tmp_path / "stopping")
-    os.kill(proc.pid, signal.SIGINT)  # a second stop (Ctrl-C after the SIGTERM) tells the demo again
-    out, _ = proc.communicate(timeout=20)
-    assert out.strip() == "stopped Stopped" and (tmp_path / "hurried").exists()
-    assert not (tmp_path / "cleaned").exists()
+    for again in (signal.SIGINT, signal.SIGTERM):  # impatient: Ctrl-C, then a supervisor's SIGTERM
+        os.kill(proc.pid, again)
+        time.sleep(0.2)
+    out, err = proc.communicate(timeout=30)
+    assert out.strip() == "stopped Stopped" and (tmp_path / "cleaned").exists()
+    assert err.count("still stopping") == 2
+
+
+def test_a_closed_stderr_does_not_fail_the_stop(driver, tmp_path):
+    # Ctrl-C in `ablate.py | tee log` ends tee too: writing to the pipe fails (BrokenPipeError)
+    proc = driver(cleanup_s=1.0, stderr=subprocess.PIPE)
+    proc.stderr.close()
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.stdout.read().strip() == "stopped KeyboardInterrupt"
+    assert proc.wait(timeout=30) == 0 and (tmp_path / "cleaned").exists()
 
 
 class Args:

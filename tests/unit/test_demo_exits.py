@@ -222,3 +222,7 @@ def test_a_second_ctrl_c_or_sigterm_lets_the_stopping_finish(capsys):
         for again in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C, or a supervisor's SIGTERM after it
             handler(again, None)  # does not raise into the cleanup
     assert "already stopping" in capsys.readouterr().out
+    stop["interruptible"] = True  # the processes are stopped, the report is being written: it may be skipped
+    with pytest.raises(KeyboardInterrupt):
+        handler(signal.SIGINT, None)
+    handler(signal.SIGINT, None)  # once: the final stop (broker) is not interrupted

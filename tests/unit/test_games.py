@@ -215,3 +215,15 @@ def test_the_demonstrator_plays_games_from_the_board_the_probe_carries():
     assert scripted.solve("games.2048", "", {"elements": [], "game": board}) == Hotkey(key="left")
     assert scripted.solve("games.2048", "", {"elements": [], "game": None}).type == "wait"
     assert "flywheelGame.board()" in scripted.DOM_PROBE_JS
+
+
+def test_a_worker_busy_with_long_episodes_keeps_its_tasks():
+    # the feeder polls when a slot frees; librdkafka evicts a consumer that has not polled for
+    # max.poll.interval.ms (300 s by default), and its tasks would be played again
+    from producers.rollout import RolloutConfig, consumer_overrides
+    from schemas.events import MAX_TASK_TIMEOUT_S
+
+    timings = consumer_overrides(RolloutConfig())
+    longest_game = build_tasks("games", ["games"], episodes=1, max_steps=get_suite("games").max_steps)[0].timeout_s
+    assert timings["max.poll.interval.ms"] > 1000 * max(MAX_TASK_TIMEOUT_S, longest_game, 300)
+    assert timings["session.timeout.ms"] <= timings["max.poll.interval.ms"] <= 86_400_000  # librdkafka's rules
