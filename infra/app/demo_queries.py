@@ -52,8 +52,13 @@ GROUP BY task_name ORDER BY task_name"""
 
 
 def totals(policy: str) -> str:
+    """Episodes per task, and how the ended ones ended: the task said done, the step budget ran
+    out, or the wall-clock limit did (a clock-cut episode's score depends on the machine's load)."""
     return f"""SELECT task_name, count() AS episodes, countIf(status = 'aborted') AS aborted,
-    round(avg(success), 4) AS success_rate, sum(num_steps) AS steps
+    round(avg(success), 4) AS success_rate, sum(num_steps) AS steps,
+    countIf(status = 'ended' AND end_reason = 'done') AS ended_done,
+    countIf(status = 'ended' AND end_reason = 'step_budget') AS out_of_steps,
+    countIf(status = 'ended' AND end_reason = 'timeout') AS out_of_time
 FROM trajectories FINAL WHERE policy = {q(policy)}
 GROUP BY task_name ORDER BY task_name"""
 

@@ -260,7 +260,7 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
                                f"{len(rows)} updates. Last: `{json.dumps(rows[-1][3]) if rows else '{}'}`", "",
                                "<details><summary>SQL</summary>", "", "```sql", Q.trainer_metrics(p), "```",
                                "</details>", ""]))
-    figure("Episodes per task", Q.totals(p))
+    figure("Episodes per task, and how they ended (done, out of steps, out of time)", Q.totals(p))
 
     minutes = (run.ended_at - run.started_at) / 60
     head = [
