@@ -12,7 +12,8 @@ second (the demo's feed tick), each task's share in proportion to how far it is 
   focus-text, solved at 0.94 by minute 21, fell to 0.28 while its tenth of a share took minutes
   to fill the window that would have shown it;
   a task with fewer than ``min_episodes`` ended episodes counts as unsolved (weight 1);
-- a refill of n tasks gives each task one, then the rest by weight (largest remainder);
+- a refill of n tasks shares them by weight, fairly across refills (``share``: a task's credit
+  grows by its share and falls by one per episode it gets);
 - the queue is sized to the trainer: the trajectories the trainer has not yet read (its
   consumer group's lag on flywheel.rl.v1) beyond ``allowance`` (one batch: the next update's
   input while the current one runs) count against it, so episodes wait as tasks, not as
@@ -24,7 +25,7 @@ second (the demo's feed tick), each task's share in proportion to how far it is 
   ``producers.tasks.build_tasks`` numbers them, so no seed repeats within a task, not even after a
   refill the broker refused part of (its seeds are skipped, the queue is topped up at the next).
 
-``weights`` and ``apportion`` are pure; ``TaskFeed`` is the thin loop's state.
+``weights`` and ``share`` are pure; ``TaskFeed`` is the thin loop's state.
 """
 
 from __future__ import annotations
@@ -52,24 +53,25 @@ def weights(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: Ma
     return out
 
 
-def apportion(w: Mapping[str, float], n: int) -> dict[str, int]:
-    """``n`` episodes over the tasks of ``w``: one each (while n lasts, in the order of ``w``),
-    the rest in proportion to the weights by largest remainder; the counts sum to ``n``."""
+def share(w: Mapping[str, float], n: int, credit: Mapping[str, float]) -> tuple[dict[str, int], dict[str, float]]:
+    """``n`` episodes over the tasks of ``w`` in proportion to the weights, fair across refills:
+    each task's credit grows by its share of ``n`` and falls by one per episode it gets, and each
+    episode goes to the largest credit (ties: the order of ``w``); -> (counts summing to ``n``, the
+    credits to pass to the next refill). A first version gave "one each, in the order of the
+    tasks, while n lasts" and the rest by weight: a refill of fewer episodes than tasks (a few a
+    second, most of a run) always went to the first tasks, so the last ones starved (games g35t:
+    2048 79 episodes, mines 59, snake 37, in that order)."""
     tasks = list(w)
-    counts = {t: 0 for t in tasks}
-    for t in tasks[:n]:
-        counts[t] = 1
-    rest = n - sum(counts.values())
+    if not tasks:
+        return {}, dict(credit)
     total = sum(w.values())
-    if rest <= 0 or total <= 0:
-        return counts
-    shares = {t: rest * w[t] / total for t in tasks}
-    for t in tasks:
-        counts[t] += int(shares[t])
-    left = n - sum(counts.values())
-    for t in sorted(tasks, key=lambda t: shares[t] - int(shares[t]), reverse=True)[:left]:
+    credit = {t: credit.get(t, 0.0) + (n * w[t] / total if total > 0 else n / len(tasks)) for t in tasks}
+    counts = {t: 0 for t in tasks}
+    for _ in range(max(n, 0)):
+        t = max(tasks, key=lambda t: credit[t])
         counts[t] += 1
-    return counts
+        credit[t] -= 1.0
+    return counts, credit
 
 
 class TaskFeed:
@@ -81,6 +83,7 @@ class TaskFeed:
         self.tasks, self.queue, self.seed, self.max_steps, self.run = tasks, queue, seed, max_steps, run
         self.send, self.max_per_task, self.allowance = send, max_per_task, allowance
         self.submitted = {t: 0 for t in tasks}
+        self.credit: dict[str, float] = {}  # share's, carried from refill to refill
 
     def refill(self, queued: int | None, rates: Mapping[str, tuple[float, int]],
                scores: Mapping[str, tuple[float, int]], backlog: int | None = 0) -> dict[str, int]:
@@ -91,7 +94,7 @@ class TaskFeed:
         if room <= 0:
             return {}
         open_tasks = [t for t in self.tasks if self.submitted[t] < self.max_per_task]
-        counts = apportion(weights(open_tasks, rates, scores), room)
+        counts, self.credit = share(weights(open_tasks, rates, scores), room, self.credit)
         counts = {t: min(k, self.max_per_task - self.submitted[t]) for t, k in counts.items() if k > 0}
         per_task = [build_tasks("miniwob", [t], k, self.seed + self.submitted[t], max_steps=self.max_steps,
                                 prefix=self.run) for t, k in counts.items()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.app.curriculum import FLOOR, TaskFeed, apportion, weights
+from infra.app.curriculum import FLOOR, TaskFeed, share, weights
 
 TASKS = ["click-button", "use-spinner", "focus-text-2", "games.snake"]
 
@@ -19,14 +19,32 @@ def test_weights_follow_failure_with_a_floor_and_trust_only_enough_episodes():
     assert weights(["games.snake"], {}, {"games.snake": (-0.4, 40)}) == {"games.snake": 1.0}  # below random
 
 
-def test_apportion_gives_one_each_then_by_weight_and_sums_to_n():
+def test_share_follows_the_weights_and_sums_to_n():
     w = {"a": 0.1, "b": 0.7, "c": 1.0, "d": 0.1}
-    counts = apportion(w, 64)
-    assert sum(counts.values()) == 64 and min(counts.values()) >= 1
-    assert counts["c"] > counts["b"] > counts["a"] and counts["a"] == counts["d"]
-    assert counts == {"a": 4, "b": 23, "c": 33, "d": 4}  # 60 left: 3.16, 22.1, 31.6, 3.16
-    assert apportion(w, 2) == {"a": 1, "b": 1, "c": 0, "d": 0}  # fewer than the tasks: one each while n lasts
-    assert apportion(w, 0) == {"a": 0, "b": 0, "c": 0, "d": 0}
+    counts, credit = share(w, 64, {})
+    assert sum(counts.values()) == 64 and counts["c"] > counts["b"] > counts["a"] and counts["a"] == counts["d"]
+    assert counts == {"a": 3, "b": 24, "c": 34, "d": 3}  # 3.37, 23.58, 33.68, 3.37: largest remainders to b, c
+    assert abs(sum(credit.values())) < 1e-9 and max(abs(c) for c in credit.values()) < 1
+    assert share(w, 0, {})[0] == {"a": 0, "b": 0, "c": 0, "d": 0}
+
+
+def test_small_refills_do_not_starve_the_last_tasks():
+    # most refills are a few episodes (what the rollout workers took since the last second):
+    # "one each in the tasks' order while n lasts" gave them all to the first tasks
+    equal = {"games.2048": 1.0, "games.mines": 1.0, "games.snake": 1.0}
+    credit, got = {}, {t: 0 for t in equal}
+    for n in [1, 2] * 150:
+        counts, credit = share(equal, n, credit)
+        for t, k in counts.items():
+            got[t] += k
+    assert got == {"games.2048": 150, "games.mines": 150, "games.snake": 150}
+    w = {"solved": FLOOR, "failing": 1.0}  # and the weights still hold
+    credit, got = {}, {t: 0 for t in w}
+    for _ in range(120):
+        counts, credit = share(w, 1, credit)
+        for t, k in counts.items():
+            got[t] += k
+    assert got == {"solved": 20, "failing": 100}
 
 
 def test_the_feed_tops_up_the_queue_interleaved_with_fresh_seeds():
