@@ -40,7 +40,7 @@ class Observation(Model):
 
 # ---------------------------------------------------------------- tasks
 
-MAX_TASK_TIMEOUT_S = 3600.0  # the longest wall-clock limit a task may give its episode
+MAX_TASK_TIMEOUT_S = 3600  # the longest wall-clock limit a task may give its episode
 
 
 
