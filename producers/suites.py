@@ -13,7 +13,7 @@ when named itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from infra.runtime.errors import UserError
 from producers.games import GAMES
@@ -29,6 +29,8 @@ class Suite:
     about: str
     family: str = "miniwob"  # the TaskSpec.suite its tasks are built with (the sandbox's family of pages)
     keys: tuple[str, ...] = ()  # what the pixel policy's hotkey head presses on these tasks (its ``keys``)
+    # per policy kind: the `flywheel bc` options a cold start on these tasks begins with (``bc_args``)
+    bc_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 SUITES: dict[str, Suite] = {}
@@ -105,12 +107,22 @@ register(Suite(
 register(Suite(
     name="games", tasks=tuple(sorted(GAMES)), action_types=("click", "hotkey"),
     max_steps=max(g.max_steps for g in GAMES.values()), family="games", keys=ARROWS,
-    about="browser games scored every step: 2048 and snake by arrow keys, a minesweeper-like by clicks"))
+    about="browser games scored every step: 2048 and snake by arrow keys, a minesweeper-like by clicks",
+    # three games in one CNN: at the pixel kind's 1e-2 the clone matched 38% of the heuristic's held-out
+    # snake steps, at 1e-3 75% (docs/tasks.md, "Cloning three games")
+    bc_args={"pixel": ("--lr", "1e-3", "--epochs", "20")}))
 
 
 def family(task: str, default: str) -> str:
     """The TaskSpec.suite a task name is built with: its suite's family, else ``default``."""
     return next((s.family for s in SUITES.values() if task in s.tasks), default)
+
+
+def bc_args(tasks: list[str] | tuple[str, ...], kind: str) -> tuple[str, ...]:
+    """The `flywheel bc` options that cloning policy ``kind`` on ``tasks`` starts from: those the
+    suites holding the tasks give that kind, in the suites' order (later options win, and the
+    user's --bc-args come after them all)."""
+    return tuple(a for s in SUITES.values() if any(t in s.tasks for t in tasks) for a in s.bc_args.get(kind, ()))
 
 
 def get_suite(name: str) -> Suite:

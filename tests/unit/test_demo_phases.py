@@ -324,3 +324,19 @@ def test_bc_args_reach_the_cold_starts_cloning_last(monkeypatch, tmp_path):
     assert phases.clone(cfg, {}, "pixel-r", ["click-test"], ("click",), tmp_path, Clock()) == "published pi_sft"
     argv = seen[0]
     assert argv[argv.index("--demos-per-task") + 1] == "16" and argv[-4:] == ["--epochs", "12", "--lr", "0.003"]
+
+
+def test_a_suites_bc_options_come_before_the_users_and_only_for_its_kind():
+    from infra.app import phases
+    from infra.app.demo import DemoConfig
+    from trainer.sft.bc_config import BCConfig
+
+    games = ["games.2048", "games.snake"]
+    argv = phases.bc_options(DemoConfig(cold_start_demos=4, bc_args="--epochs 3"), "pixel-r", games, ("click", "hotkey"))
+    assert argv[argv.index("--lr") + 1] == "1e-3" and argv[-2:] == ["--epochs", "3"]
+    assert argv.index("--lr") < argv.index("--epochs") < len(argv) - 2  # the suite's epochs, then the user's
+    lm = phases.bc_options(DemoConfig(cold_start_demos=4, policy_kind="lm"), "lm-r", games, ("click", "hotkey"))
+    assert "--lr" not in lm  # the games' rate is the pixel CNN's; the language policy keeps its own
+    assert "--lr" not in phases.bc_options(DemoConfig(cold_start_demos=4), "pixel-r", ["click-test"], ("click",))
+    cfg = BCConfig(lr=float(argv[argv.index("--lr") + 1]), epochs=3)
+    assert cfg.validate().lr_for("pixel") == 1e-3 and cfg.epochs_for("pixel") == 3
