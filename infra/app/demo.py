@@ -39,7 +39,7 @@ from infra.runtime.policy import DemoPPO, policy_kind
 from infra.runtime.procs import Child, flywheel_argv, wait_until
 from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
-from producers.suites import RunPlan, plan as suite_plan
+from producers.suites import RunPlan, child_args, plan as suite_plan
 from infra.app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
 from infra.app.commands import local_cluster, running_cluster
 from infra.runtime.admin import consumer_lag, ensure_topics
@@ -183,7 +183,8 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
 
 
 def trainer_options(cfg: DemoConfig, prefix: str, policy: str, plan: RunPlan) -> list[str]:
-    """`flywheel train`'s options in the run: the demo's, then the user's --trainer-args (the last wins)."""
+    """`flywheel train`'s options in the run: the demo's, the suites' for this policy kind
+    (``producers.suites.child_args``), then the user's --trainer-args (the last wins)."""
     return [
         "--policy-kind", cfg.policy_kind, "--policy-name", policy,
         "--min-batch", str(cfg.batch_episodes), "--group-id", f"{prefix}trainer", "--seed", str(cfg.seed),
@@ -194,7 +195,8 @@ def trainer_options(cfg: DemoConfig, prefix: str, policy: str, plan: RunPlan) ->
         # the policy: no cold start)
         "--policy-config", json.dumps(phases.kind_config(cfg, plan.action_types)),
         # sync: update on a full batch (a partial one only if trajectories were lost to aborts)
-        *(["--max-wait-s", "120"] if cfg.sync else []), *cfg.trainer_args.split(),
+        *(["--max-wait-s", "120"] if cfg.sync else []),
+        *child_args("train", plan.tasks, cfg.policy_kind), *cfg.trainer_args.split(),
     ]
 
 

@@ -45,7 +45,7 @@ from infra.runtime.procs import Child, flywheel_argv
 from infra.runtime.policy import policy_kind
 from trainer.sft.rft import annotator_of
 from producers.scripted import SOLVERS
-from producers.suites import bc_args
+from producers.suites import child_args
 from infra.runtime.topics import TOPICS, topic_name
 from infra.runtime.probe import probe_brokers
 from schemas.events import ScoredTrajectory
@@ -327,12 +327,12 @@ def kind_config(cfg, action_types: tuple[str, ...]) -> dict:
 
 def bc_options(cfg, policy: str, tasks: list[str], action_types: tuple[str, ...]) -> list[str]:
     """`flywheel bc`'s options in the cold start: the demo's, the suites' for this policy kind
-    (``producers.suites.bc_args``), then the user's --bc-args (the last wins)."""
+    (``producers.suites.child_args``), then the user's --bc-args (the last wins)."""
     return ["--policy-kind", cfg.policy_kind, "--policy-name", policy, "--tasks", ",".join(tasks),
             "--demos-per-task", str(cfg.cold_start_demos), "--seed", str(cfg.seed),
             "--policy-config", json.dumps(kind_config(cfg, action_types)),
             *(["--demos-from", cfg.demos_from] if cfg.demos_from == "human" else []),
-            "--torch-threads", str(idle_cores()), *bc_args(tasks, cfg.policy_kind), *cfg.bc_args.split()]
+            "--torch-threads", str(idle_cores()), *child_args("bc", tasks, cfg.policy_kind), *cfg.bc_args.split()]
 
 
 def clone(cfg, env: dict[str, str], policy: str, tasks: list[str], action_types: tuple[str, ...], logs: Path,

@@ -326,9 +326,10 @@ def test_bc_args_reach_the_cold_starts_cloning_last(monkeypatch, tmp_path):
     assert argv[argv.index("--demos-per-task") + 1] == "16" and argv[-4:] == ["--epochs", "12", "--lr", "0.003"]
 
 
-def test_a_suites_bc_options_come_before_the_users_and_only_for_its_kind():
+def test_a_suites_options_come_before_the_users_and_only_for_its_kind():
     from infra.app import phases
-    from infra.app.demo import DemoConfig
+    from infra.app.demo import DemoConfig, trainer_options
+    from producers.suites import plan
     from trainer.sft.bc_config import BCConfig
 
     games = ["games.2048", "games.snake"]
@@ -340,3 +341,6 @@ def test_a_suites_bc_options_come_before_the_users_and_only_for_its_kind():
     assert "--lr" not in phases.bc_options(DemoConfig(cold_start_demos=4), "pixel-r", ["click-test"], ("click",))
     cfg = BCConfig(lr=float(argv[argv.index("--lr") + 1]), epochs=3)
     assert cfg.validate().lr_for("pixel") == 1e-3 and cfg.epochs_for("pixel") == 3
+    train = trainer_options(DemoConfig(trainer_args="--target-kl 0.05"), "p-", "pixel-r", plan(games))
+    assert train[train.index("--minibatch-size") + 1] == "256" and train[-2:] == ["--target-kl", "0.05"]
+    assert "--minibatch-size" not in trainer_options(DemoConfig(), "p-", "pixel-r", plan(["default"]))
