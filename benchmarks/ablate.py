@@ -126,10 +126,11 @@ UNFINISHED = "unfinished.txt"
 def run_one(config: str, seed: int, args, out: Path) -> Path:
     run_id = run_of(config, seed, args.tag)
     report_dir = out / "runs" / run_id
-    if (report_dir / UNFINISHED).exists():
+    if (report_dir / UNFINISHED).exists() and (report_dir / "logs").exists():
         print(f"== {run_id}: did not finish before ({(report_dir / UNFINISHED).read_text().strip()}); not measured "
               "(a data dir takes a run id once: run it again under a new --tag)")
         return report_dir
+    # a demo that refused its options started nothing (no logs folder yet): its run id is unspent, run it
     if (report_dir / "summary.json").exists():  # a finished run is kept: rerunning resumes the table
         print(f"== {run_id}: finished before, kept (delete {report_dir} to run it again in a fresh data dir)")
         return report_dir

@@ -53,19 +53,18 @@ def end_stopping() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def run_child(argv: list[str], cwd: Path, grace_s: float = 3.0) -> int:
-    """Run ``argv`` to its end; -> its exit code. On a stop (KeyboardInterrupt, Stopped) the child
-    is let stop itself: Ctrl-C in a terminal reached it too; otherwise, after ``grace_s``, it gets
-    a SIGTERM. Once it has exited, the stop is raised again, so the caller starts nothing more."""
-    child = _state["child"] = subprocess.Popen(argv, cwd=cwd)
+def run_child(argv: list[str], cwd: Path) -> int:
+    """Run ``argv`` to its end; -> its exit code. The child runs in a session of its own, so a
+    terminal's Ctrl-C reaches the benchmark only; on a stop (KeyboardInterrupt, Stopped) the child
+    gets exactly one SIGTERM, stops itself and is waited for. A second signal would reach a demo
+    that may be writing its report, and skip it. Once the child has exited, the stop is raised
+    again, so the caller starts nothing more."""
+    child = _state["child"] = subprocess.Popen(argv, cwd=cwd, start_new_session=True)
     try:
         return child.wait()
     except KeyboardInterrupt:
         _say("stopping: the running demo stops what it started and writes its report")
-        try:
-            child.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            child.send_signal(signal.SIGTERM)  # harmless where Ctrl-C reached it too: it is stopping already
+        child.send_signal(signal.SIGTERM)
         child.wait()  # later stops do not raise (_on_stop): this returns when the demo has stopped
         raise
     finally:

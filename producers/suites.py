@@ -126,9 +126,10 @@ def family(task: str, default: str) -> str:
 
 def child_args(command: str, tasks: list[str] | tuple[str, ...], kind: str) -> tuple[str, ...]:
     """The options `flywheel <command>` (bc, train) starts from when it trains policy ``kind``
-    on ``tasks``: those the suites holding the tasks give, in the suites' order (later options
-    win, and the user's --bc-args or --trainer-args come after them all)."""
-    return tuple(a for s in SUITES.values() if any(t in s.tasks for t in tasks)
+    on ``tasks``: those of each suite that holds every one of the tasks (a run mixing suites
+    gets the commands' own defaults: the games' rates would slow the default suite's cloning).
+    The user's --bc-args or --trainer-args come after them (the last option wins)."""
+    return tuple(a for s in SUITES.values() if tasks and all(t in s.tasks for t in tasks)
                  for a in s.child_args.get((command, kind), ()))
 
 

@@ -62,12 +62,13 @@ def share(w: Mapping[str, float], n: int, credit: Mapping[str, float]) -> tuple[
     second, most of a run) always went to the first tasks, so the last ones starved (games g35t:
     2048 79 episodes, mines 59, snake 37, in that order)."""
     tasks = list(w)
-    if not tasks:
-        return {}, dict(credit)
+    if not tasks or n <= 0:
+        return {t: 0 for t in tasks}, dict(credit)
+    w = {t: v if v > 0 else 0.0 for t, v in w.items()}  # a negative or NaN weight is no share
     total = sum(w.values())
     credit = {t: credit.get(t, 0.0) + (n * w[t] / total if total > 0 else n / len(tasks)) for t in tasks}
     counts = {t: 0 for t in tasks}
-    for _ in range(max(n, 0)):
+    for _ in range(n):
         t = max(tasks, key=lambda t: credit[t])
         counts[t] += 1
         credit[t] -= 1.0

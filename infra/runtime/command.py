@@ -44,9 +44,9 @@ class _Refusing(argparse.ArgumentParser):
 
 
 def check_argv(register: Callable, name: str, argv: list[str], config: type,
-               env: Mapping[str, str] | None = None) -> None:
-    """ConfigError unless ``flywheel <name> <argv>`` would parse, its platform settings load and its
-    ``config`` validate; ``register(sub)`` adds the command (the module's own ``register``, so the
+               env: Mapping[str, str] | None = None) -> Any:
+    """The ``config`` that ``flywheel <name> <argv>`` would run with; ConfigError unless it would
+    parse, its platform settings load and its ``config`` validate; ``register(sub)`` adds the command (the module's own ``register``, so the
     parser is the real one). For a command another one starts later (the demo's trainer and
     cloning): a wrong option fails before anything runs rather than minutes in. ``env``: the
     environment the command will have (None: this process's)."""
@@ -57,3 +57,4 @@ def check_argv(register: Callable, name: str, argv: list[str], config: type,
     cfg = resolve(config, args, env)
     if hasattr(cfg, "validate"):
         cfg.validate()
+    return cfg

@@ -44,7 +44,7 @@ sys.path.insert(0, {bench!r})
 from clean_stop import run_child, stop_on_signals
 stop_on_signals()
 try:
-    run_child([sys.executable, {child!r}, {out!r}, {cleanup_s!r}], {out!r}, grace_s=0.2)
+    run_child([sys.executable, {child!r}, {out!r}, {cleanup_s!r}], {out!r})
     print("ran to the end")
 except KeyboardInterrupt as exc:
     print("stopped", type(exc).__name__)
@@ -125,8 +125,19 @@ def test_a_stopped_run_keeps_its_marker_and_no_further_run_starts(tmp_path, monk
         ablate.run_one("full", 0, Args, tmp_path)
     assert "stopped after" in (tmp_path / "runs" / "abl-t-full-s0" / ablate.UNFINISHED).read_text()
     assert not ablate.finished("full", 0, tmp_path, "t")
+    (tmp_path / "runs" / "abl-t-full-s0" / "logs").mkdir()  # the demo had started
     monkeypatch.setattr(ablate, "run_child", lambda argv, cwd: pytest.fail("a spent run id was run again"))
     ablate.run_one("full", 0, Args, tmp_path)
+
+
+def test_a_run_whose_demo_refused_before_starting_anything_runs_again(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(ablate, "run_child", lambda argv, cwd: calls.append(argv) or 2)  # its options refused
+    ablate.run_one("full", 0, Args, tmp_path)
+    assert "exited with code 2" in (tmp_path / "runs" / "abl-t-full-s0" / ablate.UNFINISHED).read_text()
+    monkeypatch.setattr(ablate, "run_child", lambda argv, cwd: calls.append(argv) or 0)
+    ablate.run_one("full", 0, Args, tmp_path)  # the options mended: the same command runs it
+    assert len(calls) == 2 and not (tmp_path / "runs" / "abl-t-full-s0" / ablate.UNFINISHED).exists()
 
 
 def test_only_runs_that_ended_on_their_own_are_measured(tmp_path, monkeypatch, capsys):

@@ -100,3 +100,12 @@ def test_one_batch_of_unread_trajectories_is_allowed_beside_a_full_queue():
                     send=lambda specs: len(specs), max_per_task=1000, allowance=4)
     assert feed.room(0, 4) == 10 and feed.room(0, 6) == 8 and feed.room(3, 20) == 0  # 10 - 0, 10 - 2, below 0
     assert feed.refill(5, {}, {}, backlog=4) == {"click-button": 5}  # the next batch waiting: the queue is topped up
+
+
+def test_a_share_never_goes_to_a_negative_or_nan_weight_and_nothing_to_share_changes_no_credit():
+    from infra.app.curriculum import share
+
+    counts, credit = share({"a": 1.0, "b": -1.0, "c": float("nan")}, 4, {})
+    assert counts == {"a": 4, "b": 0, "c": 0} and credit["b"] == 0.0
+    counts, credit = share({"a": 1.0, "b": 1.0}, -2, {"a": 0.5})
+    assert counts == {"a": 0, "b": 0} and credit == {"a": 0.5}

@@ -191,7 +191,7 @@ def test_options_the_trainer_or_cloning_would_refuse_fail_before_anything_starts
         "RFT rounds": (dict(trainer_args="--nproc-per-node 2"), "rft_every works for a kind with RFT rounds"),
         "misspelt": (dict(trainer_args="--lam-polcy 0.9"), "unrecognized arguments: --lam-polcy"),
         "ambiguous": (dict(trainer_args="--he 2"), "ambiguous option: --he"),  # --help or --head-lr-mult
-        "bad value": (dict(trainer_args="--epochs x"), "epochs"),
+        "bad value": (dict(trainer_args="--epochs x"), "epochs='x' from arguments: invalid literal"),
         "bad setting": (dict(trainer_args="--metrics-port abc"), "metrics_port"),
         "cloning": (dict(bc_args="--epochs -1"), "epochs, minibatch_size and lr >= 0"),
     }

@@ -329,7 +329,9 @@ def test_bc_args_reach_the_cold_starts_cloning_last(monkeypatch, tmp_path):
 def test_a_suites_options_come_before_the_users_and_only_for_its_kind():
     from infra.app import phases
     from infra.app.demo import DemoConfig, trainer_options
+    from infra.runtime.command import check_argv
     from producers.suites import plan
+    from trainer import cli
     from trainer.sft.bc_config import BCConfig
 
     games = ["games.2048", "games.snake"]
@@ -339,8 +341,10 @@ def test_a_suites_options_come_before_the_users_and_only_for_its_kind():
     lm = phases.bc_options(DemoConfig(cold_start_demos=4, policy_kind="lm"), "lm-r", games, ("click", "hotkey"))
     assert "--lr" not in lm  # the games' rate is the pixel CNN's; the language policy keeps its own
     assert "--lr" not in phases.bc_options(DemoConfig(cold_start_demos=4), "pixel-r", ["click-test"], ("click",))
-    cfg = BCConfig(lr=float(argv[argv.index("--lr") + 1]), epochs=3)
-    assert cfg.validate().lr_for("pixel") == 1e-3 and cfg.epochs_for("pixel") == 3
+    cfg = check_argv(cli.register, "bc", argv, BCConfig)  # the real parser: the last option wins
+    assert cfg.lr_for("pixel") == 1e-3 and cfg.epochs_for("pixel") == 3
+    mixed = phases.bc_options(DemoConfig(cold_start_demos=4), "pixel-r", ["click-button", *games], ("click", "hotkey"))
+    assert "--lr" not in mixed  # a run mixing suites: the games' rate is not the default suite's
     train = trainer_options(DemoConfig(trainer_args="--target-kl 0.05"), "p-", "pixel-r", plan(games))
     assert train[train.index("--minibatch-size") + 1] == "256" and train[-2:] == ["--target-kl", "0.05"]
     assert "--minibatch-size" not in trainer_options(DemoConfig(), "p-", "pixel-r", plan(["default"]))
