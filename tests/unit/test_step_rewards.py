@@ -1,6 +1,6 @@
 """trainer.rl.rewards: a MiniWoB++ episode's scored reward sits on its last step; a game's steps
 carry their score changes on the normalised scale, and every episode's rewards sum to its scored
-reward."""
+reward (a game's less a constant: the random policy's mean score, on the normalised scale)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,18 @@ import pytest
 
 from producers.games import GAMES
 from tests.fakes.run import episode, scored, trajectory
-from trainer.rl.rewards import score_scale, step_rewards
+from trainer.rl.rewards import game_offset, score_scale, step_rewards
 
 
 def scored_episode(task: str, step_rewards_env: list[float], suite: str = "miniwob"):
     traj = trajectory(episode("e1", task, 0, len(step_rewards_env), True, 1.0e9, random.Random(0)))
     steps = [s.model_copy(update={"reward": r}) for s, r in zip(traj.steps, step_rewards_env)]
-    return scored(traj.model_copy(update={"steps": steps, "task": traj.task.model_copy(update={"suite": suite})}))
+    update = {"steps": steps, "task": traj.task.model_copy(update={"suite": suite})}
+    if task in GAMES:  # as the sandbox ends a game: its final and normalised score, the outcome
+        g, score = GAMES[task], sum(step_rewards_env)
+        norm = (score - g.random_mean) / (g.reference_mean - g.random_mean)
+        update |= {"score": score, "normalised_score": norm, "outcome_reward": norm}
+    return scored(traj.model_copy(update=update))
 
 
 def test_miniwob_reward_arrives_at_the_end():
@@ -34,8 +39,12 @@ def test_game_steps_carry_their_score_changes(game):
     scale = 1.0 / (g.reference_mean - g.random_mean)
     assert score_scale(game) == pytest.approx(scale)
     assert rewards[:-1] == pytest.approx([c * scale for c in changes[:-1]])  # each where it was scored
-    assert math.fsum(rewards) == pytest.approx(s.reward, abs=1e-12)  # nothing added or lost
-    assert rewards[-1] != pytest.approx(changes[-1] * scale)  # the rest of the scored reward: at the end
+    other = s.reward - s.components["outcome"]  # format, length, ...: at the end
+    assert rewards[-1] == pytest.approx(changes[-1] * scale + other) and other != 0.0
+    # the score changes stand for the outcome: the sum is the scored reward plus a constant per game
+    assert s.components["outcome"] == pytest.approx(s.trajectory.normalised_score)
+    assert math.fsum(rewards) == pytest.approx(s.reward + game_offset(game), abs=1e-9)
+    assert game_offset(game) == pytest.approx(g.random_mean * scale)
 
 
 def test_unknown_task_has_no_scale():

@@ -4,9 +4,12 @@ A MiniWoB++ episode has one reward, at its end, so the scored reward (outcome + 
 + shaping, streams.score) goes on the last step. A game's steps each carry a reward of their own,
 the change of the score, and over 50-500 steps an end-only reward leaves the critic to find which
 moves scored. So on a game each step gets its score change on the normalised scale (divided by the
-reference's mean minus the random policy's, producers.games.registry), and the last step what is
-left of the scored reward: the rewards still sum to exactly the scored reward, which for a game is
-its normalised score (0 = random, 1 = reference) plus the scorer's other components.
+reference's mean minus the random policy's, producers.games.registry), and the last step the
+scored reward's other components (format, length, ...). The outcome component, the normalised
+score, is the sum of the score changes less the random policy's mean (on that scale): a constant
+per game, the same for every episode, so leaving it out ranks no episode differently. Before, the
+last step carried it: every 2048 episode ended on a reward of -1.48, most of them cut at the step
+limit, where GAE bootstraps from the critic, a drop no state foretells (docs/tasks.md, g37a/g38a).
 """
 
 from __future__ import annotations
@@ -23,9 +26,19 @@ def score_scale(task_name: str) -> float | None:
 
 
 def step_rewards(scored: ScoredTrajectory) -> list[float]:
-    """One reward per step of ``scored.trajectory``, summing to ``scored.reward``."""
+    """One reward per step of ``scored.trajectory``: summing to ``scored.reward``, except on a
+    game, where the score changes stand for the outcome component (``game_offset`` less)."""
     steps = scored.trajectory.steps
     scale = score_scale(scored.trajectory.task.name)
-    rewards = [0.0] * len(steps) if scale is None else [s.reward * scale for s in steps]
-    rewards[-1] += scored.reward - sum(rewards)
+    if scale is None:
+        return [0.0] * (len(steps) - 1) + [scored.reward]
+    rewards = [s.reward * scale for s in steps]
+    rewards[-1] += scored.reward - scored.components.get("outcome", 0.0)
     return rewards
+
+
+def game_offset(task_name: str) -> float:
+    """What a game's step rewards add to its scored reward: the random policy's mean score on the
+    normalised scale (the outcome is the score's sum less it); 0 for a task without a score."""
+    scale = score_scale(task_name)
+    return 0.0 if scale is None else GAMES[task_name].random_mean * scale
