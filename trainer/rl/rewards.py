@@ -8,8 +8,9 @@ reference's mean minus the random policy's, producers.games.registry), and the l
 scored reward's other components (format, length, ...). The outcome component, the normalised
 score, is the sum of the score changes less the random policy's mean (on that scale): a constant
 per game, the same for every episode, so leaving it out ranks no episode differently. Before, the
-last step carried it: every 2048 episode ended on a reward of -1.48, most of them cut at the step
-limit, where GAE bootstraps from the critic, a drop no state foretells (docs/tasks.md, g37a/g38a).
+last step carried it: every 2048 episode ended on a reward of -1.48 whatever its play, a drop
+the critic must learn to foresee at every game over and at the step limit before the policy's
+advantages are clean of it (docs/tasks.md, g37a and g38a).
 """
 
 from __future__ import annotations
