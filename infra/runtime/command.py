@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from infra.runtime.config import ConfigError, add_arguments, resolve
 from infra.runtime.settings import Settings, load_settings, log_settings
@@ -46,8 +47,8 @@ class _Refusing(argparse.ArgumentParser):
 def check_argv(register: Callable, name: str, argv: list[str], config: type,
                env: Mapping[str, str] | None = None) -> Any:
     """The ``config`` that ``flywheel <name> <argv>`` would run with; ConfigError unless it would
-    parse, its platform settings load and its ``config`` validate; ``register(sub)`` adds the command (the module's own ``register``, so the
-    parser is the real one). For a command another one starts later (the demo's trainer and
+    parse, its platform settings load and its ``config`` validate. ``register(sub)`` adds the
+    command (the module's own ``register``, so the parser is the real one). For a command another one starts later (the demo's trainer and
     cloning): a wrong option fails before anything runs rather than minutes in. ``env``: the
     environment the command will have (None: this process's)."""
     parser = _Refusing(prog="flywheel")
