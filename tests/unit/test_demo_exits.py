@@ -194,6 +194,8 @@ def test_options_the_trainer_or_cloning_would_refuse_fail_before_anything_starts
         "bad value": (dict(trainer_args="--epochs x"), "epochs='x' from arguments: invalid literal"),
         "bad setting": (dict(trainer_args="--metrics-port abc"), "metrics_port"),
         "cloning": (dict(bc_args="--epochs -1"), "epochs, minibatch_size and lr >= 0"),
+        "bad JSON": (dict(trainer_args="--policy-config {grid:"), "policy_config"),
+        "bad JSON, cloning": (dict(bc_args="--policy-config [1]"), "policy_config"),
     }
     monkeypatch.setenv("FLYWHEEL_EPOCHS", "0")  # a variable the child reads counts as its options do
     with pytest.raises(UserError, match="epochs"):

@@ -129,6 +129,7 @@ class TrainConfig:
             raise ConfigError("rft_every works for a kind with RFT rounds (the pixel policy) in one "
                               "trainer process only (the language policy's fine-tuning is `flywheel sft`; on several "
                               "ranks the round would run on rank 0 alone)")
+        json_object(self.policy_config, "policy_config")  # a bad JSON fails here, not once the policy loads
         if self.nproc_per_node < 1 or self.dist_timeout_s <= 0:
             raise ConfigError("nproc_per_node must be >= 1 and dist_timeout_s > 0")
         if not self.session_timeout_s <= self.max_update_s <= 86400:

@@ -59,6 +59,7 @@ class BCConfig:
         if self.shift_copies < 0 or not 0.0 <= self.shift_frac <= 1.0 or self.adapter_lr_mult <= 0:
             raise ConfigError("shift_copies must be >= 0, shift_frac within [0, 1] and adapter_lr_mult > 0")
         get_suite(self.suite)
+        json_object(self.policy_config, "policy_config")  # a bad JSON fails here, not once the policy loads
 
         check_device(self.device, self.policy_kind, "flywheel bc")
         return self
