@@ -53,6 +53,8 @@ log = logging.getLogger("flywheel.demo")
 class DemoConfig:
     minutes: float = opt(15.0, "stop after this many minutes of wall-clock")
     until_target: bool = opt(False, "stop early once every task's last-100 success reached its target")
+    until_version: int = opt(0, "stop early once PPO published this many versions past the one the trainer started "
+                                "from (0: run the whole --minutes); a quick check that the loop closes")
     tasks: list[str] = opt(["default"], "MiniWoB++ tasks or suites to train on (producers.suites: default, quick)")
     episodes: int = opt(20000, "episodes submitted per task at most (the run stops before it uses them all)")
     curriculum: bool = opt(True, "feed RL episodes to the tasks by their failure rate over the last 30 (infra.app.curriculum; "
@@ -101,6 +103,8 @@ class DemoConfig:
     def validate(self) -> "DemoConfig":
         if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
             raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
+        if self.until_version < 0:
+            raise UserError(f"until_version must be >= 0 (0: run the whole --minutes), got {self.until_version}")
         if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:
             raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
         if not (self.target_kl == -1 or self.target_kl >= 0):  # NaN included
@@ -407,6 +411,13 @@ def reached_targets(snap: dict, tasks: list[str]) -> bool:
     return all(t in rates and rates[t][1] >= 100 and rates[t][0] >= TARGETS.get(t, 0.9) for t in tasks)
 
 
+def reached_version(until_version: int, snap: dict, base_version: int, phase: str) -> bool:
+    """``--until-version``: PPO (not a critic-only update) published ``until_version`` versions
+    past ``base_version``, the one the trainer started from. 0 never stops the run."""
+    published = snap.get("published")
+    return until_version > 0 and phase == phases.PPO and published is not None and published >= base_version + until_version
+
+
 VALUE_PRETRAIN_BATCHES = 20  # critic-only batches at most after a cold start, when left on auto
 # ... and at most this share of the run's minutes: a game's batch of 200-step episodes takes ~25 s to
 # gather on 2 cores, so 20 of them filled an 8-minute run and PPO never started
@@ -609,6 +620,10 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
             print(format_progress(time.time() - t0, snap, clock.current), flush=True)
             if cfg.until_target and reached_targets(snap, tasks):
                 notes.append(f"every task reached its target after {(time.time() - t0) / 60:.1f} min")
+                break
+            if reached_version(cfg.until_version, snap, base_version, clock.current):
+                notes.append(f"PPO published v{snap['published']} after {(time.time() - t0) / 60:.1f} min "
+                             f"(--until-version {cfg.until_version})")
                 break
     except KeyboardInterrupt as exc:
         notes.append("stopped by SIGTERM" if isinstance(exc, Terminated) else "stopped by Ctrl-C")

@@ -49,6 +49,30 @@ def _episode_events(settings):
     return [decode(m.value(), EpisodeEvent) for m in _records(settings, TOPICS.steps)]
 
 
+def _every_started_episode_closed(settings) -> bool:
+    """Each execution started on flywheel.steps.v1 has its trajectory on flywheel.trajectories.v1
+    (a killed one's closed as abandoned by the stream processors)."""
+    from infra.runtime.topics import TOPICS
+    from schemas.codec import decode
+    from schemas.events import Trajectory
+
+    started = {ev.episode_id for ev in _episode_events(settings) if ev.kind == "started"}
+    closed = {decode(m.value(), Trajectory).episode_id for m in _records(settings, TOPICS.trajectories)}
+    return started <= closed
+
+
+def _sinks_caught_up(settings) -> bool:
+    """The sinks' group committed everything on every topic it reads, trajectories included: what
+    they read is in ClickHouse (a sink commits after its insert)."""
+    from infra.runtime.admin import consumer_lag
+    from infra.runtime.topics import TOPICS, topic_name
+
+    lags = consumer_lag(settings, f"{settings.topic_prefix}sink")
+    by_topic = [topics for topics in lags.values()]
+    return (any(topic_name(TOPICS.trajectories, settings) in topics for topics in by_topic)
+            and all(n == 0 for topics in by_topic for n in topics.values()))
+
+
 def _kill(child) -> None:
     os.killpg(child.proc.pid, signal.SIGKILL)
     child.proc.wait(30)
@@ -111,7 +135,10 @@ def run_under_chaos(settings, tmp_path, disrupt, scale: int = 1) -> str:
         assert wait_until(lambda: len(_closed_tasks(settings)) >= submitted, 240, 5.0), \
             f"tasks without an ended episode after chaos; rollout log: {children['rollout-0'].tail(10)}"
         rollout_s = time.monotonic() - t0
-        time.sleep(30)  # streams close the abandoned partial; trainer and sink drain what is in flight
+        # the streams close the abandoned partial (--abandoned-timeout-s 20), the sinks write
+        # what is in flight
+        assert wait_until(lambda: _every_started_episode_closed(settings), 90, 3.0), children["streams"].tail(10)
+        assert wait_until(lambda: _sinks_caught_up(settings), 120, 3.0), children["sink"].tail(10)
     finally:
         for child in reversed(list(children.values())):
             child.stop(grace=60 if child.name.startswith("sink") else 30)

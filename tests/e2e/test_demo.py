@@ -1,5 +1,6 @@
 """A short `flywheel demo` run end to end: browser sandboxes, Faust, sink, trainer, hot reload,
-through the main job's phases (cold start -> SFT -> value pretraining -> PPO) on the quick suite.
+through the main job's phases (cold start -> SFT -> value pretraining -> PPO) on the quick suite,
+until PPO published three versions (`--until-version 3`; about a minute).
 
 It asserts what a new user should see: the scripted annotator's demonstrations were scored and
 cloned into pi_sft (version 0), the trainer pretrained its critic on pi_sft's rollouts without
@@ -59,7 +60,8 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "infra.app.cli", "demo", "--minutes", "4", "--run-id", run_id, "--tasks", "quick",
          "--max-steps", "1", "--cold-start-demos", "4", "--value-pretrain-batches", "2",
-         "--batch-episodes", "16", "--sandboxes", "2", "--episodes", "400", "--progress-s", "10"],
+         "--batch-episodes", "16", "--sandboxes", "2", "--episodes", "400", "--progress-s", "10",
+         "--until-version", "3"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     print(proc.stdout[-4000:])

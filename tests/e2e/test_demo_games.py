@@ -1,6 +1,6 @@
 """A short `flywheel demo` on one game, end to end: browser sandboxes on the games' page, Faust,
 sink, trainer and hot reload, from random weights (no cold start) on games.2048 with 40-step
-episodes.
+episodes, until PPO published three versions (`--until-version 3`; about a minute).
 
 It asserts what a user of the games suite should see: episodes whose steps' rewards add up to
 the score the page showed, trajectories carrying the final and the normalised score, the trainer
@@ -36,7 +36,8 @@ def test_a_short_games_demo_learns_on_scores(kafka_bootstrap, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "infra.app.cli", "demo", "--minutes", "3", "--run-id", run_id,
          "--tasks", "games.2048", "--max-steps", "40", "--cold-start-demos", "0", "--batch-episodes", "4",
-         "--sandboxes", "2", "--episodes", "400", "--progress-s", "10"],
+         "--sandboxes", "2", "--episodes", "400", "--progress-s", "10",
+         "--until-version", "3"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     print(proc.stdout[-4000:])

@@ -63,8 +63,19 @@ def test_value_pretraining_summary_reads_the_first_ppo_batch():
     assert old["critic_only_batches"] == 0 and old["value_return_corr_at_ppo_start"] == -0.3
 
 
+def test_until_version_stops_once_ppo_published_that_many_past_the_start():
+    from infra.app.demo import reached_version
+
+    snap = {"published": 3}
+    assert reached_version(2, snap, base_version=1, phase=phases.PPO)
+    assert not reached_version(3, snap, base_version=1, phase=phases.PPO)  # v4 not yet
+    assert not reached_version(0, snap, base_version=0, phase=phases.PPO)  # 0: run the whole --minutes
+    assert not reached_version(1, snap, base_version=0, phase=phases.VALUE_PRETRAIN)  # a critic-only update is not PPO
+    assert not reached_version(1, {}, base_version=0, phase=phases.PPO)  # a failed reading says nothing
+
+
 def test_demo_config_refuses_negative_phases():
-    for bad in (dict(cold_start_demos=-2), dict(value_pretrain_batches=-2), dict(rft_every=-2), dict(target_kl=-2),
+    for bad in (dict(until_version=-1), dict(cold_start_demos=-2), dict(value_pretrain_batches=-2), dict(rft_every=-2), dict(target_kl=-2),
                 dict(target_kl=-0.5), dict(target_kl=float("nan"))):
         with pytest.raises(UserError):
             DemoConfig(**bad).validate()
