@@ -453,7 +453,17 @@ def _roots(children: list[Child]) -> dict[str, int]:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM: the demo stops as on Ctrl-C (its children and broker stopped, the report written)."""
+    """SIGTERM, or SIGHUP (the terminal closed, an ssh session dropped): the demo stops as on
+    Ctrl-C (its children and broker stopped, the report written)."""
+
+    def __init__(self, signame: str = "SIGTERM") -> None:
+        super().__init__(signame)
+        self.signame = signame
+
+
+# SIGHUP as well: a closed terminal's default action killed the demo alone, leaving its
+# children and the broker running
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _say(text: str) -> None:
@@ -466,7 +476,7 @@ def _say(text: str) -> None:
 
 
 def _terminate_once(stop: dict):
-    """A SIGTERM and SIGINT handler: the first signal raises ``Terminated`` (SIGTERM) or
+    """A SIGTERM, SIGHUP and SIGINT handler: the first signal raises ``Terminated`` (SIGTERM, SIGHUP) or
     KeyboardInterrupt (Ctrl-C) wherever the run is (a blocking step included: its own cleanup
     stops it) and sets ``stop["flag"]``. A further signal lets the stopping of processes finish
     (a second Ctrl-C, or a supervisor's SIGTERM after it, cut the cold start's stop of its rollout
@@ -475,7 +485,7 @@ def _terminate_once(stop: dict):
     def handler(signum, frame) -> None:
         if not stop["flag"]:
             stop["flag"] = True
-            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+            raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signal.Signals(signum).name)
         if stop.get("interruptible"):
             stop["interruptible"] = False
             raise KeyboardInterrupt()
@@ -499,7 +509,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     broker = broker_to_start(settings)
     children: list[Child] = []
     stop = {"flag": False}
-    previous = {s: signal.signal(s, _terminate_once(stop)) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = {s: signal.signal(s, _terminate_once(stop)) for s in STOP_SIGNALS}
     try:
         return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, human)
     finally:
@@ -626,7 +636,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
                              f"(--until-version {cfg.until_version})")
                 break
     except KeyboardInterrupt as exc:
-        notes.append("stopped by SIGTERM" if isinstance(exc, Terminated) else "stopped by Ctrl-C")
+        notes.append(f"stopped by {exc.signame}" if isinstance(exc, Terminated) else "stopped by Ctrl-C")
     finally:
         stop["flag"] = True  # a SIGTERM from here on lets the stopping finish
         ended = time.time()

@@ -115,19 +115,20 @@ def test_ctrl_c_stops_everything_and_still_writes_the_report(monkeypatch, tmp_pa
     assert len(run.started()) == 4 and run.all_stopped() and run.broker.stopped
 
 
-def test_sigterm_during_a_blocking_phase_stops_everything(monkeypatch, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])  # SIGHUP: the terminal closed
+def test_sigterm_or_sighup_during_a_blocking_phase_stops_everything(monkeypatch, tmp_path, signum):
     run = Run(monkeypatch, tmp_path)
-    before = signal.getsignal(signal.SIGTERM)
+    before = signal.getsignal(signum)
 
     def terminated_during_demonstrations(*a, **k):
-        os.kill(os.getpid(), signal.SIGTERM)
-        raise AssertionError("SIGTERM should have stopped the demonstrations")
+        os.kill(os.getpid(), signum)
+        raise AssertionError("the signal should have stopped the demonstrations")
 
     monkeypatch.setattr(phases, "demonstrate", terminated_during_demonstrations)
     run_demo(run.config(minutes=1.0), run.settings())
-    assert "stopped by SIGTERM" in run.reports[0].notes
+    assert f"stopped by {signal.Signals(signum).name}" in run.reports[0].notes
     assert [c.name for c in run.started()] == ["sink", "streams"] and run.all_stopped() and run.broker.stopped
-    assert signal.getsignal(signal.SIGTERM) is before  # the demo's handler is gone once it returns
+    assert signal.getsignal(signum) is before  # the demo's handler is gone once it returns
 
 
 def test_a_failing_report_still_stops_the_broker(monkeypatch, tmp_path):
