@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 class Stopped(KeyboardInterrupt):
-    """SIGTERM to the benchmark: it stops as on Ctrl-C."""
+    """SIGTERM or SIGHUP to the benchmark: it stops as on Ctrl-C."""
 
 
 _state: dict = {"stops": 0, "child": None}
@@ -35,7 +35,7 @@ def _say(text: str) -> None:
 def _on_stop(signum, frame) -> None:
     _state["stops"] += 1
     if _state["stops"] == 1:  # the first stop: the loop stops where it is
-        raise Stopped() if signum == signal.SIGTERM else KeyboardInterrupt()
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Stopped()
     child = _state["child"]
     if child is not None:
         _say(f"still stopping: the demo (pid {child.pid}) stops its processes and writes its report; "
@@ -44,13 +44,16 @@ def _on_stop(signum, frame) -> None:
 
 def stop_on_signals() -> None:
     _state["stops"] = 0
-    for s in (signal.SIGINT, signal.SIGTERM):
+    hup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)  # not under nohup
+    for s in (signal.SIGINT, signal.SIGTERM, *hup):  # SIGHUP: the terminal closed
         signal.signal(s, _on_stop)
 
 
 def end_stopping() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if signal.getsignal(signal.SIGHUP) is _on_stop:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def run_child(argv: list[str], cwd: Path) -> int:

@@ -114,6 +114,8 @@ class DemoConfig:
                             "policy's is another job (the language policy's: `flywheel sft`)")
         if self.dpo_minutes < -1 or self.dpo_minutes >= self.minutes:
             raise UserError(f"dpo_minutes must be -1 (auto), 0 (off) or less than --minutes ({self.minutes:g})")
+        if self.until_version and self.dpo_span_s() > 0:
+            raise UserError("--until-version stops the run during PPO, before a DPO phase: add --dpo-minutes 0")
         if self.dpo_minutes > 0 and self.cold_start_demos == 0:
             raise UserError("a DPO phase needs pi_sft as its reference: set --cold-start-demos > 0 or --dpo-minutes 0")
         self.policy_overrides()
@@ -413,9 +415,11 @@ def reached_targets(snap: dict, tasks: list[str]) -> bool:
 
 def reached_version(until_version: int, snap: dict, base_version: int, phase: str) -> bool:
     """``--until-version``: PPO (not a critic-only update) published ``until_version`` versions
-    past ``base_version``, the one the trainer started from. 0 never stops the run."""
-    published = snap.get("published")
-    return until_version > 0 and phase == phases.PPO and published is not None and published >= base_version + until_version
+    past ``base_version``, the one the trainer started from, and a rollout step acted with one of
+    them is stored. 0 never stops the run."""
+    published, acting = snap.get("published"), snap.get("acting")
+    return (until_version > 0 and phase == phases.PPO and published is not None and acting is not None
+            and published >= base_version + until_version and acting > base_version)
 
 
 VALUE_PRETRAIN_BATCHES = 20  # critic-only batches at most after a cold start, when left on auto
@@ -461,9 +465,12 @@ class Terminated(KeyboardInterrupt):
         self.signame = signame
 
 
-# SIGHUP as well: a closed terminal's default action killed the demo alone, leaving its
-# children and the broker running
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+def stop_signals() -> tuple[int, ...]:
+    """The signals that stop the run cleanly. SIGHUP as well (a closed terminal's default action
+    killed the demo alone, leaving its children and the broker running), unless it is ignored:
+    a run under `nohup` goes on after its terminal closes."""
+    hup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGTERM, signal.SIGINT, *hup)
 
 
 def _say(text: str) -> None:
@@ -509,7 +516,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     broker = broker_to_start(settings)
     children: list[Child] = []
     stop = {"flag": False}
-    previous = {s: signal.signal(s, _terminate_once(stop)) for s in STOP_SIGNALS}
+    previous = {s: signal.signal(s, _terminate_once(stop)) for s in stop_signals()}
     try:
         return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, human)
     finally:
@@ -656,7 +663,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
         notes.append(f"the phase section could not be computed: {exc}")
     path = write_report(settings, run, out, extra + [cpu.markdown()], extra_summary=data)
-    print(f"report: {path}", flush=True)
+    _say(f"report: {path}")  # after a SIGHUP the terminal is gone: the report is written all the same
     return path
 
 

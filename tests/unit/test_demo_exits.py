@@ -215,6 +215,16 @@ def test_options_the_trainer_or_cloning_would_refuse_fail_before_anything_starts
     assert run.children and run.broker.stopped and run.all_stopped()
 
 
+def test_a_run_under_nohup_keeps_ignoring_sighup():
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert signal.SIGHUP not in demo.stop_signals()
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        assert signal.SIGHUP in demo.stop_signals()
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 def test_a_second_ctrl_c_or_sigterm_lets_the_stopping_finish(capsys):
     for first, raised in ((signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, demo.Terminated)):
         stop = {"flag": False}

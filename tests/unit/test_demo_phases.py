@@ -66,12 +66,19 @@ def test_value_pretraining_summary_reads_the_first_ppo_batch():
 def test_until_version_stops_once_ppo_published_that_many_past_the_start():
     from infra.app.demo import reached_version
 
-    snap = {"published": 3}
+    snap = {"published": 3, "acting": 2}
     assert reached_version(2, snap, base_version=1, phase=phases.PPO)
+    assert not reached_version(2, {**snap, "acting": 1}, base_version=1, phase=phases.PPO)  # no step of PPO's stored yet
     assert not reached_version(3, snap, base_version=1, phase=phases.PPO)  # v4 not yet
     assert not reached_version(0, snap, base_version=0, phase=phases.PPO)  # 0: run the whole --minutes
     assert not reached_version(1, snap, base_version=0, phase=phases.VALUE_PRETRAIN)  # a critic-only update is not PPO
     assert not reached_version(1, {}, base_version=0, phase=phases.PPO)  # a failed reading says nothing
+
+
+def test_until_version_is_refused_with_a_dpo_phase_it_would_skip():
+    with pytest.raises(UserError, match="dpo-minutes 0"):
+        DemoConfig(until_version=3, dpo_minutes=2.0).validate()
+    assert DemoConfig(until_version=3).validate().until_version == 3  # the pixel policy has no DPO phase
 
 
 def test_demo_config_refuses_negative_phases():
