@@ -31,6 +31,7 @@ per-phase table needs no clock; the wall-clock of each phase is kept by ``PhaseC
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -112,22 +113,25 @@ class PhaseClock:
 
 def phase_sql(policy: str, base_version: int, cold_start: bool, value_pretrain: bool,
               dpo_version: int | None = None) -> str:
-    """Success per task and phase over every ended episode of the run (demonstrations included),
+    """Success per task and phase over every ended episode of the run (demonstrations included;
+    a game's episode counts its normalised score, 0 = random, 1 = the heuristic, not its success),
     the phase read from the policy that acted: the scripted annotator, the version the trainer
     started from (pi_sft or the random init; during value pretraining or before the first
     update), PPO's, or (from ``dpo_version`` on) DPO's."""
     # a constant label: no input reaches it
     start = ("2 pi_sft" if cold_start else "2 random init") + (" (value pretraining)" if value_pretrain else "")
     dpo = f"policy_version_min >= {int(dpo_version)}, '4 DPO (from pi_sft)', " if dpo_version is not None else ""
-    return f"""SELECT task_name, phase, count() AS episodes, round(avg(success), 4) AS success_rate,
-    round(avg(num_steps), 2) AS mean_steps
+    policies = f"{Q.q(policy)}, {Q.q(scripted_policy(policy))}"
+    return f"""SELECT task_name, phase, count() AS episodes, round(avg(measure), 4) AS success_or_score,
+    round(avg(num_steps), 2) AS mean_steps, varSamp(measure) AS measure_var
 FROM (
-    SELECT task_name, success, num_steps,
+    SELECT task_name, num_steps, if(isNull(normalised_score), toFloat64(success), assumeNotNull(normalised_score)) AS measure,
         multiIf(policy = {Q.q(scripted_policy(policy))}, '1 demonstrations (scripted)',
                 policy_version_min <= {int(base_version)}, '{start}', {dpo}'3 PPO') AS phase
-    FROM scored FINAL
-    WHERE policy IN ({Q.q(policy)}, {Q.q(scripted_policy(policy))}) AND NOT infra_failure
-        AND {Q.own_scorer(policy, scripted_policy(policy))}
+    FROM (SELECT episode_id, task_name, success, num_steps, policy, policy_version_min FROM scored FINAL
+          WHERE policy IN ({policies}) AND NOT infra_failure AND {Q.own_scorer(policy, scripted_policy(policy))}) AS s
+    LEFT JOIN (SELECT episode_id, normalised_score FROM trajectories FINAL WHERE policy IN ({policies})) AS t
+        USING (episode_id)
 )
 GROUP BY task_name, phase ORDER BY task_name, phase"""
 
@@ -143,19 +147,29 @@ def pivot(rows: list[tuple]) -> tuple[list[str], list[list[str]]]:
 
 def phase_gain(rows: list[tuple], before: str, after: str) -> tuple[float, float, int] | None:
     """The suite's gain from phase ``before`` to phase ``after`` (``phase_sql``'s rows): the mean over
-    the tasks played in both of each task's success difference, with its standard error (each
-    phase's rate a binomial proportion, tasks independent), and the number of tasks; None when no
-    task was played in both. Per task, so a phase's task mix (the curriculum's) does not enter it."""
-    rate = {(r[0], r[1]): (float(r[3]), int(r[2])) for r in rows}
+    the tasks played in both of each task's difference in its measure (success, a game's
+    normalised score), with its standard error (tasks independent; each phase's mean's variance
+    from the row's sample variance when it has one, else as a binomial proportion's), and the
+    number of tasks; None when no task was played in both. Per task, so a phase's task mix (the
+    curriculum's) does not enter it."""
+    rate = {(r[0], r[1]): (float(r[3]), int(r[2]), _sample_var(r)) for r in rows}
     tasks = sorted(t for t, ph in rate if ph == before and (t, after) in rate)
     if not tasks:
         return None
     diffs, var = [], 0.0
     for t in tasks:
-        (p0, n0), (p1, n1) = rate[(t, before)], rate[(t, after)]
+        (p0, n0, v0), (p1, n1, v1) = rate[(t, before)], rate[(t, after)]
         diffs.append(p1 - p0)
-        var += p0 * (1 - p0) / max(n0, 1) + p1 * (1 - p1) / max(n1, 1)
+        var += (p0 * (1 - p0) if v0 is None else v0) / max(n0, 1) + (p1 * (1 - p1) if v1 is None else v1) / max(n1, 1)
     return sum(diffs) / len(tasks), var ** 0.5 / len(tasks), len(tasks)
+
+
+def _sample_var(row: tuple) -> float | None:
+    """``phase_sql``'s sample variance of the row's measure (0 for one episode); None for a row without it."""
+    if len(row) < 6 or row[5] is None:
+        return None
+    v = float(row[5])
+    return 0.0 if math.isnan(v) else v
 
 
 # ---------------------------------------------------------------- the cold start and SFT phases
@@ -492,7 +506,8 @@ def report_section(settings, policy: str, base_version: int, cold_start: bool, v
     lines = ["## Phases", "", "| phase | minutes | what |", "|---|---|---|"]
     lines += [f"| {r['phase']} | {r['seconds'] / 60:.1f} | {r['detail']} |" for r in clock.rows()]
     lines += ["", "Success rate (episodes) per task and phase, every ended episode of the phase "
-              "(sampled actions; the demonstrations are the scripted annotator's):", "",
+              "(sampled actions; the demonstrations are the scripted annotator's; a game's cell is its mean "
+              "normalised score, 0 = the random policy, 1 = the heuristic):", "",
               "```", render(cols, table, "table") if table else "(no rows)", "```", "",
               f"Value pretraining: {vp['critic_only_batches']} critic-only batches, explained variance at "
               f"their end {fmt(vp['explained_variance_at_end'])}; at PPO's first batch the critic's explained "
@@ -504,7 +519,8 @@ def report_section(settings, policy: str, base_version: int, cold_start: bool, v
     if gain is not None:
         lines[lines.index("<details><summary>SQL</summary>"):lines.index("<details><summary>SQL</summary>")] = [
             f"PPO's gain over the starting policy's episodes: {gain[0]:+.3f} ± {gain[1]:.3f} (standard error; the mean "
-            f"over the {gain[2]} tasks played in both phases of each task's difference in success)", ""]
+            f"over the {gain[2]} tasks played in both phases of each task's difference in success, a game's in normalised "
+            f"score)", ""]
     by_phase = {t[0]: dict(zip(cols[1:], t[1:])) for t in table}
     return lines, {"phases": clock.rows(), "success_by_task_and_phase": by_phase, "value_pretraining": vp,
                    "ppo_gain": None if gain is None else {"gain": gain[0], "standard_error": gain[1], "tasks": gain[2]}}

@@ -290,6 +290,21 @@ def test_ppo_gain_is_the_mean_of_per_task_differences_with_its_standard_error():
     assert phases.phase_gain(rows, "2 random init", "3 PPO") is None
 
 
+def test_a_games_gain_is_in_normalised_score_with_its_sample_variance():
+    # phase_sql's rows carry the measure's sample variance: a game's normalised score is no proportion
+    rows = [("games.2048", "2 pi_sft", 16, 0.35, 177.0, 0.31), ("games.2048", "3 PPO", 60, 0.48, 185.0, 0.39),
+            ("games.snake", "2 pi_sft", 1, 0.09, 109.0, float("nan")), ("games.snake", "3 PPO", 90, 0.12, 127.0, 0.015)]
+    gain, se, n = phases.phase_gain(rows, "2 pi_sft", "3 PPO")
+    assert n == 2 and gain == pytest.approx((0.13 + 0.03) / 2)
+    assert se == pytest.approx((0.31 / 16 + 0.39 / 60 + 0.0 + 0.015 / 90) ** 0.5 / 2)  # one episode: no spread
+
+
+def test_the_phase_query_measures_a_game_by_its_normalised_score():
+    sql = phases.phase_sql("pixel-g", 0, cold_start=True, value_pretrain=False)
+    assert "if(isNull(normalised_score), toFloat64(success), assumeNotNull(normalised_score)) AS measure" in sql
+    assert "LEFT JOIN (SELECT episode_id, normalised_score FROM trajectories FINAL" in sql
+
+
 def test_the_feed_reads_no_queue_from_a_group_without_commits_and_no_backlog_once_the_trainer_stopped(monkeypatch):
     from infra.app import demo
     from infra.app.curriculum import TaskFeed
