@@ -37,8 +37,8 @@ def test_components_sum_to_reward_and_success_is_sft():
     assert math.isclose(sum(scored.components.values()), scored.reward)
     assert scored.components["outcome"] == 1.0 and scored.components["length"] == pytest.approx(-0.05 * 0.4)
     assert scored.verdict == 1 and scored.rl_eligible and scored.anomalies == []
-    assert (scored.scorer, scored.scorer_version) == ("rule-v1", "1.2")
-    assert scored.event_id == "ep-1:rule-v1:1.2"
+    assert (scored.scorer, scored.scorer_version) == ("rule-v1", "1.3")
+    assert scored.event_id == "ep-1:rule-v1:1.3"
 
 
 def test_parse_errors_are_penalised_and_strict_refuses_sft():
@@ -177,6 +177,14 @@ def test_a_game_that_ran_out_keeps_its_score():
                                    "normalised_score": 0.4,
                                    "task": traj.task.model_copy(update={"suite": "games", "name": "games.2048"})})
     assert make_scorer("rule-v1").score(traj, 0.0).components["outcome"] == 0.4
+
+
+@pytest.mark.parametrize("normalised,v", [(0.4, 0), (0.5, 1), (0.9, 1), (1.6, 1)])
+def test_a_game_is_sft_from_half_the_heuristics_mean(normalised, v):
+    traj = assemble(episode_events("ep-1", 3, success=normalised >= 1))
+    traj = traj.model_copy(update={"score": 100.0 * normalised, "normalised_score": normalised, "outcome_reward": normalised,
+                                   "task": traj.task.model_copy(update={"suite": "games", "name": "games.snake"})})
+    assert make_scorer("rule-v1").score(traj, 0.0).verdict == v
 
 
 def test_policy_error_abort_is_rl_eligible():
