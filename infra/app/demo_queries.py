@@ -28,14 +28,15 @@ FROM (
 GROUP BY task_name ORDER BY task_name"""
 
 
-def last_n_scores(policy: str, n: int = 100) -> str:
-    """A game's mean normalised score over its last ``n`` ended episodes (games only: the other
-    tasks have no score): the progress figure of a game, where success means reaching the reference."""
+def last_n_scores(policy: str, n: int = 100, first: bool = False) -> str:
+    """A game's mean normalised score over its last (``first``: first) ``n`` ended episodes (games
+    only: the other tasks have no score): the progress figure of a game, where success means
+    reaching the reference."""
     return f"""SELECT task_name, count() AS episodes, round(avg(normalised_score), 4) AS normalised_score
 FROM (
     SELECT task_name, normalised_score, ended_at FROM trajectories FINAL
     WHERE policy = {q(policy)} AND status = 'ended' AND normalised_score IS NOT NULL
-    ORDER BY ended_at DESC LIMIT {int(n)} BY task_name
+    ORDER BY ended_at {'ASC' if first else 'DESC'} LIMIT {int(n)} BY task_name
 )
 GROUP BY task_name ORDER BY task_name"""
 

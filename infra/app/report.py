@@ -208,6 +208,11 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     before_sql, after_sql = Q.first_n_success(p), Q.last_n_success(p)
     _, before = query(settings, before_sql)
     _, after = query(settings, after_sql)
+    # a game's figure is its mean normalised score (its success is reaching the heuristic's mean)
+    scores_sql = (Q.last_n_scores(p, first=True), Q.last_n_scores(p))
+    scored_before, scored_after = ({r[0]: r for r in query(settings, sql)[1]} for sql in scores_sql)
+    before = [scored_before.get(r[0], r) for r in before]
+    after = [scored_after.get(r[0], r) for r in after]
     before_map = {r[0]: r for r in before}
     lines = ["| task | target | before: first 100 | after: last 100 | episodes in window | time to target |",
              "|---|---|---|---|---|---|"]
@@ -268,9 +273,11 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
         f"Mode **{run.mode}**, policy `{p}`, {minutes:.1f} minutes of wall-clock.", "",
         "## Before and after", "",
         "Success rate of the sampled (not greedy) policy over the first and the last 100 ended "
-        "episodes of each task, computed in ClickHouse:", "",
+        "episodes of each task (a game's: its mean normalised score, 0 = the random policy, 1 = the "
+        "heuristic), computed in ClickHouse:", "",
         summary, "",
-        "<details><summary>SQL</summary>", "", "```sql", before_sql, "", after_sql, "```", "</details>", "",
+        "<details><summary>SQL</summary>", "", "```sql", before_sql, "", after_sql, "", scores_sql[0], "", scores_sql[1], "```",
+        "</details>", "",
     ]
     if run.notes:
         head += ["## Notes", ""] + [f"- {n}" for n in run.notes] + [""]

@@ -34,3 +34,18 @@ def test_a_run_without_games_has_no_games_section(monkeypatch, tmp_path):
     text, asked = write(monkeypatch, tmp_path, [])
     assert asked.count(GAMES_SQL) == 1
     assert "Games" not in text
+
+
+def test_before_and_after_shows_a_games_normalised_score_and_a_tasks_success(monkeypatch, tmp_path):
+    rows = {Q.first_n_success(RUN.policy): [("games.snake", 100, 0.0), ("click-test", 100, 0.5)],
+            Q.last_n_success(RUN.policy): [("games.snake", 100, 0.01), ("click-test", 100, 0.9)],
+            Q.last_n_scores(RUN.policy, first=True): [("games.snake", 100, 0.0412)],
+            Q.last_n_scores(RUN.policy): [("games.snake", 100, 0.1533)]}
+    monkeypatch.setattr(report, "query", lambda settings, sql: (["task", "episodes", "m"], rows.get(sql, [])))
+    monkeypatch.setattr(report, "plot_game_scores", lambda rows, path, bucket_s: path.name)
+    text = write_report(None, RUN, tmp_path).read_text()
+    assert "| games.snake | - | 0.0412 | 0.1533 | 100 |" in text  # not success, reaching the heuristic's mean
+    assert "| 0.5 | 0.9 | 100 |" in text  # click-test: its success
+    import json
+
+    assert json.loads((tmp_path / "summary.json").read_text())["after"] == {"games.snake": 0.1533, "click-test": 0.9}
