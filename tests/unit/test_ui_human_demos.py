@@ -65,3 +65,12 @@ def test_the_demo_cold_start_from_human_demonstrations(monkeypatch, tmp_path):
     phases.clone(cfg, {}, "pixel-r1", list(cold.demonstrated), ("click",), tmp_path, phases.PhaseClock())
     argv = argvs[0]
     assert argv[argv.index("--demos-from") + 1] == "human" and argv[argv.index("--tasks") + 1] == "click-dialog"
+
+
+def test_a_game_below_the_heuristics_mean_is_cloned_when_the_scorer_called_it_v1():
+    # a game's success is reaching the heuristic's mean; V(s)=1 comes from half of it (scoring 1.3)
+    game = scored("g1", "scripted", task="games.snake")
+    game.trajectory.success = False
+    assert [s.trajectory.episode_id for s in select_demos([game], ["games.snake"], 10)] == ["g1"]
+    game.verdict = 0
+    assert select_demos([game], ["games.snake"], 10) == []

@@ -73,14 +73,15 @@ def demonstrated_by(policy: str, sources: Iterable[str]) -> bool:
 
 def select_demos(records: Iterable[ScoredTrajectory], tasks: list[str], per_task: int,
                  sources: Iterable[str] = ()) -> list[ScoredTrajectory]:
-    """Successful V(s) = 1 trajectories of ``tasks`` by ``sources`` (``demonstrated_by``), one per
+    """V(s) = 1 trajectories of ``tasks`` by ``sources`` (``demonstrated_by``; a task judged at its
+    end is V(s) = 1 only when it succeeded, a game from the scorer's normalised score on), one per
     episode, at most ``per_task`` per task: the first by episode id, so the choice does not depend
     on partition order."""
     sources = list(sources)
     by_task: dict[str, dict[str, ScoredTrajectory]] = defaultdict(dict)
     for s in records:
         t = s.trajectory
-        if s.verdict == 1 and t.success and t.steps and t.task.name in tasks and demonstrated_by(t.policy, sources):
+        if s.verdict == 1 and t.steps and t.task.name in tasks and demonstrated_by(t.policy, sources):
             by_task[t.task.name].setdefault(t.episode_id, s)
     return [by_task[name][eid] for name in tasks for eid in sorted(by_task[name])[:per_task]]
 

@@ -64,7 +64,7 @@ def select_rft(records: Iterable[ScoredTrajectory], policy: str, per_task: int,
     own: dict[str, dict[str, ScoredTrajectory]] = defaultdict(dict)
     for s in records:
         t = s.trajectory
-        if s.scorer != scorer or s.verdict != 1 or not t.success or not t.steps:
+        if s.scorer != scorer or s.verdict != 1 or not t.steps:  # V(s)=1: a game's from the scorer's threshold
             continue
         if t.policy == annotator_of(policy):
             demos[t.task.name].setdefault(t.episode_id, s)
