@@ -169,7 +169,7 @@ def _sample_var(row: tuple) -> float | None:
     if len(row) < 6 or row[5] is None:
         return None
     v = float(row[5])
-    return 0.0 if math.isnan(v) else v
+    return v if math.isfinite(v) else 0.0  # one episode: NaN (chDB) or inf (some servers)
 
 
 # ---------------------------------------------------------------- the cold start and SFT phases
