@@ -71,9 +71,8 @@ def _sinks_caught_up(settings) -> bool:
         lags = consumer_lag(settings, f"{settings.topic_prefix}sink")
     except Exception:  # noqa: BLE001 - a broker just killed (the scale-out run): ask again
         return False
-    by_topic = [topics for topics in lags.values()]
-    return (any(topic_name(TOPICS.trajectories, settings) in topics for topics in by_topic)
-            and all(n == 0 for topics in by_topic for n in topics.values()))
+    return (any(topic_name(TOPICS.trajectories, settings) in topics for topics in lags.values())
+            and all(n == 0 for topics in lags.values() for n in topics.values()))
 
 
 def _kill(child) -> None:
