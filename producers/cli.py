@@ -26,6 +26,8 @@ def make_policy_client(cfg, blobs):
         except json.JSONDecodeError as exc:
             raise UserError(f"--policy-config is not valid JSON: {exc}") from None
         options = {"kind": cfg.policy_kind, "config": config, "greedy": cfg.greedy, "blobs": blobs}
+    elif cfg.policy_backend == "scripted":
+        options = {"noise": cfg.demo_noise}
     elif cfg.policy_backend == "http":
         options = {"base_url": cfg.policy_url, "mode": cfg.policy_mode, "blobs": blobs}
     return make_client(cfg.policy_backend, cfg.policy_name, **options)

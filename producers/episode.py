@@ -127,7 +127,7 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
                 episode_id=eid, ts=clock(), step_index=index, started_at=started_at, observation=obs.observation,
                 thought=decision.thought, action=decision.action, raw_output=decision.raw_output,
                 parse_error=decision.parse_error, policy=client.name, policy_version=reply.version,
-                logprob=float(decision.logprob), sampled=bool(client.sampled), value=decision.value,
+                logprob=float(decision.logprob), sampled=bool(client.sampled if reply.sampled is None else reply.sampled), value=decision.value,
                 reward=float(result.reward), done=bool(result.done), latency_policy_ms=latency_policy,
                 latency_env_ms=latency_env, error=result.error, output=_clip(getattr(result, "output", None)),
                 next_screenshot_sha256=result.obs.observation.screenshot.sha256,

@@ -2,7 +2,8 @@
 registry keyed by name.
 
 - ``random``: uniform clicks on the screen (tests, baselines); log-prob of the pixel it chose.
-- ``scripted``: the DOM-reading MiniWoB++ solvers of ``producers.scripted`` (tests, smoke runs).
+- ``scripted``: the DOM-reading solvers of ``producers.scripted`` (the cold start's demonstrators;
+  with ``noise``, a game's steps are now and then its random policy's, DART-style: ``noise_move``).
 - ``torch``: an in-process ``infra.runtime.policy`` Policy (implemented in trainer.policies); concurrent requests from the worker's
   sandboxes are micro-batched into one ``act`` call run off the event loop.
 - ``http``: a policy server or vLLM speaking OpenAI-compatible chat completions (UI-TARS text
@@ -12,7 +13,8 @@ Invariant: a reply's ``version`` is the version of the weights that produced its
 torch client swaps its policy only between batches), and ``decision.logprob`` is the behaviour
 log-prob of exactly ``decision.action``; ``client.sampled`` says whether that action was drawn
 from the distribution (False: greedy, temperature 0 or a scripted solver; its steps are kept out of
-PPO, see ``schemas.events.Step.sampled``).
+PPO, see ``schemas.events.Step.sampled``), unless the reply says otherwise for its own decision
+(``PolicyReply.sampled``: a demonstration's noise step is a draw).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from producers import scripted
+from producers.games import GAMES
 from producers.sandboxes.base import Obs
 from schemas.actions import Action, Click, Wait
 from schemas.blobs import BlobStore
@@ -53,6 +56,7 @@ class PolicyRequest:
 class PolicyReply:
     decision: Decision
     version: int
+    sampled: bool | None = None  # this decision's ``Step.sampled`` when it differs from the client's
 
 
 class PolicyClient:
@@ -133,8 +137,11 @@ class ScriptedClient(PolicyClient):
     needs_dom = True
     sampled = False  # demonstrations: a solver's action, not a draw; logprob 0.0 is no policy's probability
 
-    def __init__(self, name: str = "scripted", **_: Any) -> None:
+    def __init__(self, name: str = "scripted", noise: float = 0.0, **_: Any) -> None:
         super().__init__(name)
+        if not 0.0 <= noise < 1.0:
+            raise UserError(f"demonstration noise is a chance per step in [0, 1), got {noise}")
+        self.noise = noise
 
     async def act(self, request: PolicyRequest) -> PolicyReply:
         task = request.task
@@ -144,8 +151,29 @@ class ScriptedClient(PolicyClient):
             plan = spec.solve(spec.params(task.seed, dict(task.params)))
             action = plan[request.step_index] if request.step_index < len(plan) else Wait()
         else:
+            noisy = noise_move(request, self.noise)
+            if noisy is not None:
+                return PolicyReply(noisy, self.version, sampled=True)
             action = scripted.solve(task.name, request.obs.observation.instruction, request.dom or {})
         return PolicyReply(Decision(action=action, logprob=0.0, thought=scripted.thought(action)), self.version)
+
+
+def noise_move(request: PolicyRequest, noise: float) -> Decision | None:
+    """DART's noise in a game's demonstration: with chance ``noise`` this step is the game's random
+    policy's draw (with its log-prob) instead of the heuristic's move, so the episode visits
+    states the heuristic's own play never reaches and shows its recovery from them; BC imitates
+    the heuristic's steps only (``Trajectory.noise_steps``). None: the heuristic moves (no noise
+    asked, not a game, or no board to draw on). The draw is a function of the task's seed and the
+    step, so a retried episode repeats it."""
+    game = GAMES.get(request.task.name)
+    board = (request.dom or {}).get("game") if isinstance(request.dom, dict) else None
+    if noise <= 0.0 or game is None or not board:
+        return None
+    rng = random.Random(f"noise:{request.task.seed}:{request.step_index}")
+    if rng.random() >= noise:
+        return None
+    action = game.random_action(rng, board)
+    return Decision(action=action, logprob=game.random_logprob(board), thought=scripted.thought(action))
 
 
 # ---------------------------------------------------------------- in-process torch

@@ -59,6 +59,9 @@ class RolloutConfig:
     policy_url: str = opt("http://127.0.0.1:8000", "base URL of the policy server or vLLM (http backend)")
     policy_mode: str = opt("chat", "http API: chat = OpenAI chat completions, act = pixel /v1/act", choices=("chat", "act"))
     greedy: bool = opt(False, "take the most likely action instead of sampling (torch backend)")
+    demo_noise: float = opt(0.0, "scripted backend: the chance each step of a game is its random policy's move instead "
+                                 "of the heuristic's (DART: demonstrations that show recovering; such a step is "
+                                 "marked sampled and BC does not imitate it)")
     group_id: str = opt("flywheel-rollout", "consumer group shared by all rollout workers")
     worker_id: str = opt("", "this worker's name on its events; empty: rollout-<host>-<pid>")
     step_ms: int = opt(100, "page time the browser's fake clock advances per step (ms)")
@@ -82,6 +85,11 @@ class RolloutConfig:
         if self.greedy and self.policy_backend != "torch":
             raise ConfigError(f"--greedy takes the torch backend's most likely action; the {self.policy_backend} backend "
                               "would sample anyway (and mark its steps sampled): use --policy-backend torch")
+        if not 0.0 <= self.demo_noise < 1.0:
+            raise ConfigError(f"demo_noise is a chance per step in [0, 1), got {self.demo_noise}")
+        if self.demo_noise and self.policy_backend != "scripted":
+            raise ConfigError(f"--demo-noise perturbs the scripted demonstrators; the {self.policy_backend} backend "
+                              "has none: use --policy-backend scripted")
         if self.step_latency_ms < 0:
             raise ConfigError(f"step_latency_ms must be >= 0, got {self.step_latency_ms}")
 

@@ -197,6 +197,18 @@ class Trajectory(OmitsAbsentOptionals, Event):
         router and the trainer."""
         return [s.step_index for s in self.steps if not s.sampled]
 
+    @property
+    def noise_steps(self) -> list[int]:
+        """Indices of the steps a demonstration left to chance: in a trajectory whose other steps
+        are a demonstrator's (not sampled), the sampled ones are its injected noise (the scripted
+        backend's ``--demo-noise``, DART), there to show the demonstrator recovering from states
+        its own play never reaches. They stay in the history; they are no label to imitate.
+        A trajectory of one kind only (every step sampled, or none) has none."""
+        unsampled = self.unsampled_steps
+        if not unsampled or len(unsampled) == len(self.steps):
+            return []
+        return [s.step_index for s in self.steps if s.sampled]
+
 
 class ScoredTrajectory(Event):
     trajectory: Trajectory

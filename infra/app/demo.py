@@ -67,6 +67,9 @@ class DemoConfig:
     demos_from: str = opt("scripted", "cold start demonstrations by: scripted (the solvers play the annotators) or human "
                                       "(the human:<name> ones recorded beforehand in `flywheel ui`'s Annotate view on this "
                                       "platform's topics; only their tasks get a cold start)", choices=("scripted", "human"))
+    demo_noise: float = opt(0.0, "cold start: the chance each step of a game's demonstration is the game's random move "
+                                 "instead of the heuristic's (DART: the clone also sees the heuristic recover from "
+                                 "errors; those steps are not imitated); 0: off")
     ppo_lr: float = opt(0.0, "PPO learning rate (0: 3e-4 after a cold start, the trainer's default from random weights; 3e-3 undid pi_sft's typing within minutes)")
     target_kl: float = opt(-1.0, "PPO stops an update's epochs once it moved the policy this far (KL; `flywheel train "
                                  "--target-kl`): -1: the policy kind's, 0.02 for the pixel policy from random weights, off "
@@ -103,6 +106,8 @@ class DemoConfig:
     def validate(self) -> "DemoConfig":
         if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
             raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
+        if not 0.0 <= self.demo_noise < 1.0:
+            raise UserError(f"demo_noise is a chance per step in [0, 1), got {self.demo_noise}")
         if self.until_version < 0:
             raise UserError(f"until_version must be >= 0 (0: run the whole --minutes), got {self.until_version}")
         if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:

@@ -265,7 +265,8 @@ def demonstrate(cfg, settings, env: dict[str, str], prefix: str, policy: str, ta
     clock.enter(COLD_START, f"{cfg.cold_start_demos} scripted demonstrations per task")
     worker = Child("annotator", flywheel_argv(
         "rollout", "--sandboxes", str(cfg.sandboxes), "--policy-backend", "scripted", "--policy-name", name,
-        "--worker-id", "annotator", "--group-id", f"{prefix}rollout", *cfg.rollout_args.split(),
+        "--worker-id", "annotator", "--group-id", f"{prefix}rollout", "--demo-noise", str(cfg.demo_noise),
+        *cfg.rollout_args.split(),
     ), logs / "annotator.log", env).start()
     want = cfg.cold_start_demos * len(tasks)
     try:

@@ -13,6 +13,7 @@ benchmarks/games_reference.py (docs/tasks.md has the command and the numbers).
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ class Game:
     max_steps: int  # the episode's step limit (50..500); game over may come first
     player: Callable[[Board], Any]  # the scripted heuristic: the board -> one unified action
     random_action: Callable[[random.Random, Board], Any]  # one draw of the random policy
+    random_logprob: Callable[[Board], float]  # the log-probability of each of its draws on this board
     random_mean: float  # mean final score of random_action over episodes (normalised 0)
     reference_mean: float  # mean final score of player (normalised 1)
 
@@ -74,6 +76,11 @@ def normalised_score(game: Game, score: float) -> float:
 def arrow_key(rng: random.Random, board: Board) -> Hotkey:
     """The random policy of the arrow-key games: one of the four arrows, uniformly."""
     return Hotkey(key=rng.choice(ARROWS))
+
+
+def arrow_logprob(board: Board) -> float:
+    """Each draw of ``arrow_key``: one arrow of four."""
+    return -math.log(len(ARROWS))
 
 
 def click_cell(board: Board, row: int, col: int) -> Click:

@@ -88,7 +88,8 @@ def select_demos(records: Iterable[ScoredTrajectory], tasks: list[str], per_task
 
 def examples(policy, demos: list[ScoredTrajectory], store: BlobStore,
              cache: dict[str, list[torch.Tensor]] | None = None) -> Examples:
-    """Every step of every demonstration the policy can represent, with its history. ``cache``
+    """Every step of every demonstration the policy can represent, with its history, but for a
+    demonstration's injected noise (``Trajectory.noise_steps``: counted, not imitated). ``cache``
     (episode id -> step inputs, for this policy's preprocessing) spares a repeated call reading
     and preprocessing the screenshots again; it is left holding this call's episodes only."""
     obs, instructions, actions, tasks, skipped = [], [], [], [], Counter()
@@ -106,10 +107,14 @@ def examples(policy, demos: list[ScoredTrajectory], store: BlobStore,
             skipped["screenshot_missing"] += 1
             continue
         kept[t.episode_id] = inputs
-        obs += inputs
-        instructions += [st.observation.instruction for st in t.steps]
-        actions += [st.action for st in t.steps]
-        tasks += [t.task.name] * len(t.steps)
+        noise = set(t.noise_steps)  # in the history, not imitated
+        if noise:
+            skipped["noise_steps"] += len(noise)
+        taught = [i for i, st in enumerate(t.steps) if st.step_index not in noise]
+        obs += [inputs[i] for i in taught]
+        instructions += [t.steps[i].observation.instruction for i in taught]
+        actions += [t.steps[i].action for i in taught]
+        tasks += [t.task.name] * len(taught)
     if cache is not None:
         cache.clear()
         cache.update(kept)

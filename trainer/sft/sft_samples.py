@@ -21,13 +21,14 @@ def sft_samples(policy, scored: ScoredTrajectory, load_image: ImageLoader) -> li
     """One sample per step: its context, and its assistant turn as the only scored tokens.
 
     A step whose screenshot cannot be loaded is skipped (it would teach the wrong context);
-    a step without a parsed action still teaches its text only if the model wrote it.
+    a step without a parsed action still teaches its text only if the model wrote it; a
+    demonstration's injected noise (``Trajectory.noise_steps``) stays context, never a sample.
     """
-    steps = scored.trajectory.steps
+    steps, noise = scored.trajectory.steps, set(scored.trajectory.noise_steps)
     images = [load_image(s.observation.screenshot) for s in steps]
     samples = []
     for i, step in enumerate(steps):
-        if images[i] is None or (step.action is None and not step.raw_output):
+        if images[i] is None or (step.action is None and not step.raw_output) or step.step_index in noise:
             continue
         obs = step.observation
         inp = PolicyInput(images[i], obs.instruction or scored.trajectory.task.name, obs.screen_width,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from producers.games.registry import Board, Game, arrow_key, register_game
+from producers.games.registry import Board, Game, arrow_key, arrow_logprob, register_game
 from schemas.actions import Hotkey
 
 Point = tuple[int, int]
@@ -55,6 +55,6 @@ def player(board: Board) -> Hotkey:
 GAME = register_game(Game(
     name="games.snake", folder="snake",
     instruction="Steer the snake with the arrow keys to eat the red apples. Do not hit a wall or the snake.",
-    controls="arrow keys", max_steps=300, player=player, random_action=arrow_key,
+    controls="arrow keys", max_steps=300, player=player, random_action=arrow_key, random_logprob=arrow_logprob,
     random_mean=0.10, reference_mean=22.17,  # benchmarks/games_reference.py --episodes 30 (docs/tasks.md)
 ))

@@ -68,8 +68,11 @@ def lm_examples(policy, demos: list[ScoredTrajectory], store: BlobStore, copies:
     skipped: Counter = Counter()
     for s in demos:
         rendered = sft_samples(policy, s, load)
-        if len(rendered) < len(s.trajectory.steps):
-            skipped["screenshot_missing"] += len(s.trajectory.steps) - len(rendered)
+        noise = len(s.trajectory.noise_steps)
+        if noise:
+            skipped["noise_steps"] += noise
+        if len(rendered) < len(s.trajectory.steps) - noise:
+            skipped["screenshot_missing"] += len(s.trajectory.steps) - noise - len(rendered)
         samples += rendered
         first = s.trajectory.steps[0]
         image = load(first.observation.screenshot) if copies and first.action is not None else None
