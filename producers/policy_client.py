@@ -159,12 +159,13 @@ class ScriptedClient(PolicyClient):
 
 
 def noise_move(request: PolicyRequest, noise: float) -> Decision | None:
-    """DART's noise in a game's demonstration: with chance ``noise`` this step is the game's random
-    policy's draw (with its log-prob) instead of the heuristic's move, so the episode visits
-    states the heuristic's own play never reaches and shows its recovery from them; BC imitates
-    the heuristic's steps only (``Trajectory.noise_steps``). None: the heuristic moves (no noise
-    asked, not a game, or no board to draw on). The draw is a function of the task's seed and the
-    step, so a retried episode repeats it."""
+    """DART's noise in a game's demonstration: with chance ``noise`` this step is a mistake drawn
+    uniformly from the game's plausible ones (``Game.mistakes``: none that loses at once where the
+    game can tell; logged with that draw's log-prob) instead of the heuristic's move, so the episode
+    visits states the heuristic's own play never reaches and shows its recovery from them; BC
+    imitates the heuristic's steps only (``Trajectory.noise_steps``). None: the heuristic moves (no
+    noise asked, not a game, no board or no mistake to draw). The draw is a function of the task's
+    seed and the step, so a retried episode repeats it."""
     game = GAMES.get(request.task.name)
     board = (request.dom or {}).get("game") if isinstance(request.dom, dict) else None
     if noise <= 0.0 or game is None or not board:
@@ -172,8 +173,11 @@ def noise_move(request: PolicyRequest, noise: float) -> Decision | None:
     rng = random.Random(f"noise:{request.task.seed}:{request.step_index}")
     if rng.random() >= noise:
         return None
-    action = game.random_action(rng, board)
-    return Decision(action=action, logprob=game.random_logprob(board), thought=scripted.thought(action))
+    choices = game.mistakes(board)
+    if not choices:
+        return None
+    action = rng.choice(choices)
+    return Decision(action=action, logprob=-math.log(len(choices)), thought=scripted.thought(action))
 
 
 # ---------------------------------------------------------------- in-process torch

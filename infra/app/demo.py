@@ -67,8 +67,8 @@ class DemoConfig:
     demos_from: str = opt("scripted", "cold start demonstrations by: scripted (the solvers play the annotators) or human "
                                       "(the human:<name> ones recorded beforehand in `flywheel ui`'s Annotate view on this "
                                       "platform's topics; only their tasks get a cold start)", choices=("scripted", "human"))
-    demo_noise: float = opt(0.0, "cold start: the chance each step of a game's demonstration is the game's random move "
-                                 "instead of the heuristic's (DART: the clone also sees the heuristic recover from "
+    demo_noise: float = opt(0.0, "cold start: the chance each step of a game's demonstration is a mistake drawn from "
+                                 "the game's plausible ones instead of the heuristic's move (DART: the clone also sees the heuristic recover from "
                                  "errors; those steps are not imitated); 0: off")
     ppo_lr: float = opt(0.0, "PPO learning rate (0: 3e-4 after a cold start, the trainer's default from random weights; 3e-3 undid pi_sft's typing within minutes)")
     target_kl: float = opt(-1.0, "PPO stops an update's epochs once it moved the policy this far (KL; `flywheel train "

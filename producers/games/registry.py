@@ -13,7 +13,6 @@ benchmarks/games_reference.py (docs/tasks.md has the command and the numbers).
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ class Game:
     max_steps: int  # the episode's step limit (50..500); game over may come first
     player: Callable[[Board], Any]  # the scripted heuristic: the board -> one unified action
     random_action: Callable[[random.Random, Board], Any]  # one draw of the random policy
-    random_logprob: Callable[[Board], float]  # the log-probability of each of its draws on this board
+    mistakes: Callable[[Board], list[Any]]  # a noisy demonstration's moves (DART): plausible, not losing at once
     random_mean: float  # mean final score of random_action over episodes (normalised 0)
     reference_mean: float  # mean final score of player (normalised 1)
 
@@ -78,9 +77,9 @@ def arrow_key(rng: random.Random, board: Board) -> Hotkey:
     return Hotkey(key=rng.choice(ARROWS))
 
 
-def arrow_logprob(board: Board) -> float:
-    """Each draw of ``arrow_key``: one arrow of four."""
-    return -math.log(len(ARROWS))
+def any_arrow(board: Board) -> list[Hotkey]:
+    """The mistakes of a game where no arrow loses at once: every arrow."""
+    return [Hotkey(key=k) for k in ARROWS]
 
 
 def click_cell(board: Board, row: int, col: int) -> Click:

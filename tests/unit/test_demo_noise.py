@@ -1,6 +1,6 @@
 """DART-style noise in the games' demonstrations (producers.policy_client.noise_move): which steps
-the scripted demonstrator leaves to the game's random policy, how they are recorded (sampled, with
-the random policy's log-prob) and that behaviour cloning keeps them as history, never as labels."""
+the scripted demonstrator leaves to chance, which mistakes it draws (``Game.mistakes``), how they
+are recorded (sampled, with the draw's log-prob) and that behaviour cloning keeps them as history, never as labels."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from infra.runtime.config import ConfigError
 from infra.runtime.errors import UserError
 from infra.runtime.policy import Decision
 from producers.episode import run_episode
-from producers.games.registry import ARROWS
+from producers.games.mines import guesses
+from producers.games.registry import ARROWS, any_arrow
+from producers.games.snake import turns
 from producers.policy_client import PolicyClient, PolicyReply, PolicyRequest, ScriptedClient, noise_move
 from producers.rollout import RolloutConfig
 from schemas.actions import Click, Hotkey
@@ -37,13 +39,27 @@ def test_a_step_is_noise_with_the_asked_chance_and_the_same_on_a_retry():
     drawn = [noise_move(request("games.snake", k, SNAKE), 0.3) for k in range(600)]
     noisy = [d for d in drawn if d is not None]
     assert 0.24 < len(noisy) / len(drawn) < 0.36
-    assert all(isinstance(d.action, Hotkey) and d.action.key in ARROWS for d in noisy)
-    assert {d.action.key for d in noisy} == set(ARROWS)  # the random policy's draw, not one fixed key
-    assert all(d.logprob == pytest.approx(-math.log(4)) for d in noisy)
+    # a uniform draw of the moves that do not lose at once (left is back onto the snake)
+    assert {d.action.key for d in noisy} == {"up", "down", "right"}
+    assert all(d.logprob == pytest.approx(-math.log(3)) for d in noisy)
     again = [noise_move(request("games.snake", k, SNAKE), 0.3) for k in range(600)]
     assert [d and d.action for d in drawn] == [d and d.action for d in again]  # a function of seed and step
     other_seed = [noise_move(request("games.snake", k, SNAKE, seed=8), 0.3) for k in range(600)]
     assert [d is None for d in drawn] != [d is None for d in other_seed]
+
+
+def test_a_mistake_never_loses_at_once_where_the_game_can_tell():
+    at_wall = {**SNAKE, "snake": [[9, 5], [8, 5], [7, 5]]}
+    assert [a.key for a in turns(at_wall)] == ["up", "down"]
+    boxed = {**SNAKE, "size": 3, "snake": [[2, 1], [1, 1], [1, 0], [2, 0], [2, 2], [1, 2]], "dir": [1, 0]}
+    assert [a.key for a in turns(boxed)] == list(ARROWS)  # every move loses: any arrow
+    assert len(any_arrow({})) == 4
+    opened = {**MINES, "rows": ["1####", "#####", "#####"]}  # an open 1 whose hidden neighbours...
+    known = {**MINES, "rows": ["1#", "##"]}  # ...are one: (0,1), (1,0), (1,1) - nothing certain
+    assert len(guesses(opened)) == 14 and len(guesses(known)) == 3
+    certain = {**MINES, "rows": ["1#", "11"]}  # the 1s name (0, 1) a mine: no guess left
+    assert guesses(certain) == []
+    assert all(noise_move(request("games.mines", k, certain), 0.9) is None for k in range(50))
 
 
 def test_no_noise_unasked_outside_the_games_or_without_a_board():
@@ -52,7 +68,7 @@ def test_no_noise_unasked_outside_the_games_or_without_a_board():
     assert all(noise_move(request("games.snake", k, None), 0.5) is None for k in range(200))
 
 
-def test_a_click_games_noise_is_a_cell_with_its_log_prob():
+def test_a_click_games_noise_is_a_hidden_cell_with_its_log_prob():
     noisy = [d for d in (noise_move(request("games.mines", k, MINES), 0.5) for k in range(100)) if d is not None]
     assert noisy and all(isinstance(d.action, Click) for d in noisy)
     assert all(d.logprob == pytest.approx(-math.log(15)) for d in noisy)

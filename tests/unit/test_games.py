@@ -12,7 +12,7 @@ from producers.episode import outcome
 from producers.games import GAMES, get_game, normalised_score
 from producers.games.mines import deduce
 from producers.games.mines import player as mines_player
-from producers.games.registry import HERE, Game, arrow_key, arrow_logprob, click_cell
+from producers.games.registry import HERE, Game, any_arrow, arrow_key, click_cell
 from producers.games.snake import player as snake_player
 from producers.games.twenty48 import move, slide_line
 from producers.games.twenty48 import player as player_2048
@@ -52,7 +52,7 @@ def test_the_harness_has_no_other_source_of_randomness_or_time():
 
 def test_a_game_outside_the_step_range_or_below_random_is_refused():
     base = dict(name="games.x", folder="snake", instruction="", controls="arrow keys", player=lambda b: None,
-                random_action=arrow_key, random_logprob=arrow_logprob, random_mean=1.0, reference_mean=2.0)
+                random_action=arrow_key, mistakes=any_arrow, random_mean=1.0, reference_mean=2.0)
     Game(**{**base, "max_steps": 50})
     with pytest.raises(ValueError, match="50..500"):
         Game(**{**base, "max_steps": 501})

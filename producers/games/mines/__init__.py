@@ -4,7 +4,6 @@ the hidden cell least likely to hold a mine."""
 
 from __future__ import annotations
 
-import math
 import random
 
 from producers.games.registry import Board, Game, click_cell, register_game
@@ -82,14 +81,18 @@ def random_cell(rng: random.Random, board: Board) -> Click:
     return click_cell(board, rng.randrange(len(board["rows"])), rng.randrange(len(board["rows"][0])))
 
 
-def cell_logprob(board: Board) -> float:
-    """Each draw of ``random_cell``: one cell of the grid."""
-    return -math.log(len(board["rows"]) * len(board["rows"][0]))
+def guesses(board: Board) -> list[Click]:
+    """A noisy demonstration's mistakes: a click on any hidden cell not known to hold a mine (a
+    guess, where the heuristic would have deduced or weighed the odds)."""
+    rows = list(board["rows"])
+    mines, _ = deduce(rows)
+    return [click_cell(board, r, c) for r, row in enumerate(rows) for c, ch in enumerate(row)
+            if ch == "#" and (r, c) not in mines]
 
 
 GAME = register_game(Game(
     name="games.mines", folder="mines",
     instruction="Click the hidden cells that hold no mine. The numbers count the mines around a cell.",
-    controls="clicks on the grid", max_steps=150, player=player, random_action=random_cell, random_logprob=cell_logprob,
+    controls="clicks on the grid", max_steps=150, player=player, random_action=random_cell, mistakes=guesses,
     random_mean=3.57, reference_mean=46.70,  # benchmarks/games_reference.py --episodes 30 (docs/tasks.md)
 ))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from producers.games.registry import Board, Game, arrow_key, arrow_logprob, register_game
+from producers.games.registry import Board, Game, arrow_key, register_game
 from schemas.actions import Hotkey
 
 Point = tuple[int, int]
@@ -32,17 +32,32 @@ def reachable(size: int, start: Point, blocked: set[Point]) -> dict[Point, int]:
     return dist
 
 
-def player(board: Board) -> Hotkey:
+def moves(board: Board) -> list[tuple[str, Point, list[Point]]]:
+    """(arrow, the head's next cell, the snake after it) of every move that does not lose at once;
+    an arrow back onto the snake is left out (the game ignores it: the snake goes on straight)."""
     size = int(board["size"])
     snake = [tuple(p) for p in board["snake"]]
     apple = tuple(board["apple"]) if board["apple"] is not None else None
     back = (-board["dir"][0], -board["dir"][1])
-    options = []
+    out = []
     for key, (dx, dy) in MOVES.items():
         to = (snake[0][0] + dx, snake[0][1] + dy)
         after = step(snake, to, apple)
-        if (dx, dy) == back or not (0 <= to[0] < size and 0 <= to[1] < size) or to in after[1:]:
-            continue
+        if (dx, dy) != back and 0 <= to[0] < size and 0 <= to[1] < size and to not in after[1:]:
+            out.append((key, to, after))
+    return out
+
+
+def turns(board: Board) -> list[Hotkey]:
+    """A noisy demonstration's mistakes: any move that does not lose at once (else any arrow)."""
+    return [Hotkey(key=key) for key, _, _ in moves(board)] or [Hotkey(key=k) for k in MOVES]
+
+
+def player(board: Board) -> Hotkey:
+    size = int(board["size"])
+    apple = tuple(board["apple"]) if board["apple"] is not None else None
+    options = []
+    for key, to, after in moves(board):
         room = reachable(size, to, set(after[1:-1]))  # the tail end moves on
         safe = after[-1] in room or len(after) <= 2
         to_apple = reachable(size, to, set(after[1:])).get(apple, size * size) if apple else size * size
@@ -55,6 +70,6 @@ def player(board: Board) -> Hotkey:
 GAME = register_game(Game(
     name="games.snake", folder="snake",
     instruction="Steer the snake with the arrow keys to eat the red apples. Do not hit a wall or the snake.",
-    controls="arrow keys", max_steps=300, player=player, random_action=arrow_key, random_logprob=arrow_logprob,
+    controls="arrow keys", max_steps=300, player=player, random_action=arrow_key, mistakes=turns,
     random_mean=0.10, reference_mean=22.17,  # benchmarks/games_reference.py --episodes 30 (docs/tasks.md)
 ))

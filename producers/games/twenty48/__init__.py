@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from producers.games.registry import Board, Game, arrow_key, arrow_logprob, register_game
+from producers.games.registry import Board, Game, any_arrow, arrow_key, register_game
 from schemas.actions import Hotkey
 
 Grid = tuple[tuple[int, ...], ...]
@@ -65,7 +65,7 @@ def player(board: Board) -> Hotkey:
 GAME = register_game(Game(
     name="games.2048", folder="twenty48",
     instruction="Slide the tiles with the arrow keys. Equal tiles merge and add to your score.",
-    controls="arrow keys", max_steps=200, player=player, random_action=arrow_key, random_logprob=arrow_logprob,
+    controls="arrow keys", max_steps=200, player=player, random_action=arrow_key, mistakes=any_arrow,
     random_mean=1027.07, reference_mean=1719.47,  # benchmarks/games_reference.py --episodes 30 (docs/tasks.md)
 ))
 
