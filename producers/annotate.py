@@ -81,6 +81,8 @@ def skip_reason(scored: ScoredTrajectory) -> str | None:
         return "infra_failure"
     if not t.steps:
         return "no_steps"
+    if t.noise_steps:  # a demonstration made noisy on purpose (--demo-noise): its mistakes are no agent's
+        return "noisy_demonstration"
     return None
 
 

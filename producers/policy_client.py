@@ -3,7 +3,7 @@ registry keyed by name.
 
 - ``random``: uniform clicks on the screen (tests, baselines); log-prob of the pixel it chose.
 - ``scripted``: the DOM-reading solvers of ``producers.scripted`` (the cold start's demonstrators;
-  with ``noise``, a game's steps are now and then its random policy's, DART-style: ``noise_move``).
+  with ``noise``, a game's steps are now and then a plausible mistake, DART-style: ``noise_move``).
 - ``torch``: an in-process ``infra.runtime.policy`` Policy (implemented in trainer.policies); concurrent requests from the worker's
   sandboxes are micro-batched into one ``act`` call run off the event loop.
 - ``http``: a policy server or vLLM speaking OpenAI-compatible chat completions (UI-TARS text
@@ -160,20 +160,24 @@ class ScriptedClient(PolicyClient):
 
 def noise_move(request: PolicyRequest, noise: float) -> Decision | None:
     """DART's noise in a game's demonstration: with chance ``noise`` this step is a mistake drawn
-    uniformly from the game's plausible ones (``Game.mistakes``: none that loses at once where the
-    game can tell; logged with that draw's log-prob) instead of the heuristic's move, so the episode
-    visits states the heuristic's own play never reaches and shows its recovery from them; BC
-    imitates the heuristic's steps only (``Trajectory.noise_steps``). None: the heuristic moves (no
-    noise asked, not a game, no board or no mistake to draw). The draw is a function of the task's
-    seed and the step, so a retried episode repeats it."""
+    uniformly from the game's plausible moves other than the heuristic's own (``Game.mistakes``;
+    logged with that draw's log-prob) instead of the heuristic's move, so the episode visits
+    states the heuristic's own play never reaches and shows its recovery from them; BC imitates
+    the heuristic's steps only (``Trajectory.noise_steps``). None: the heuristic moves (no noise
+    asked, not a game, no board, no other move, or the first step: the demonstrator's own first
+    move keeps every noisy trajectory a demonstration, never a sampled policy's episode). The draw
+    is a function of the task, its seed and the step, so a retried episode repeats it."""
     game = GAMES.get(request.task.name)
     board = (request.dom or {}).get("game") if isinstance(request.dom, dict) else None
-    if noise <= 0.0 or game is None or not board:
+    if noise <= 0.0 or game is None or not board or request.step_index == 0:
         return None
-    rng = random.Random(f"noise:{request.task.seed}:{request.step_index}")
+    rng = random.Random(f"noise:{request.task.name}:{request.task.seed}:{request.step_index}")
     if rng.random() >= noise:
         return None
     choices = game.mistakes(board)
+    if choices:
+        own = game.player(board)
+        choices = [m for m in choices if m != own]
     if not choices:
         return None
     action = rng.choice(choices)

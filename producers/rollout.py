@@ -86,7 +86,7 @@ class RolloutConfig:
             raise ConfigError(f"--greedy takes the torch backend's most likely action; the {self.policy_backend} backend "
                               "would sample anyway (and mark its steps sampled): use --policy-backend torch")
         if not 0.0 <= self.demo_noise < 1.0:
-            raise ConfigError(f"demo_noise is a chance per step in [0, 1), got {self.demo_noise}")
+            raise ConfigError(f"--demo-noise is a chance per step in [0, 1), got {self.demo_noise}")
         if self.demo_noise and self.policy_backend != "scripted":
             raise ConfigError(f"--demo-noise perturbs the scripted demonstrators; the {self.policy_backend} backend "
                               "has none: use --policy-backend scripted")

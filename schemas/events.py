@@ -93,7 +93,9 @@ class Step(_EpisodeBase):
     policy: Name
     policy_version: UInt32
     logprob: float  # behaviour log-prob of the whole action under policy_version
-    sampled: bool = True  # False: not a draw from the policy (greedy argmax, scripted demo): never trained on by PPO
+    # False: not a draw from the policy (greedy argmax, scripted demo): never trained on by PPO; a scripted
+    # demonstration's injected mistake (--demo-noise) is a draw: True among False steps (Trajectory.noise_steps)
+    sampled: bool = True
     value: float | None = None
     reward: float = 0.0  # environment reward observed after the action
     done: bool = False

@@ -107,7 +107,10 @@ class DemoConfig:
         if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
             raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
         if not 0.0 <= self.demo_noise < 1.0:
-            raise UserError(f"demo_noise is a chance per step in [0, 1), got {self.demo_noise}")
+            raise UserError(f"--demo-noise is a chance per step in [0, 1), got {self.demo_noise}")
+        if self.demo_noise and (self.cold_start_demos == 0 or self.demos_from != "scripted"):
+            raise UserError("--demo-noise perturbs the scripted demonstrations of the cold start: it needs "
+                            "--demos-from scripted and --cold-start-demos other than 0")
         if self.until_version < 0:
             raise UserError(f"until_version must be >= 0 (0: run the whole --minutes), got {self.until_version}")
         if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:

@@ -35,7 +35,7 @@ class Game:
     max_steps: int  # the episode's step limit (50..500); game over may come first
     player: Callable[[Board], Any]  # the scripted heuristic: the board -> one unified action
     random_action: Callable[[random.Random, Board], Any]  # one draw of the random policy
-    mistakes: Callable[[Board], list[Any]]  # a noisy demonstration's moves (DART): plausible, not losing at once
+    mistakes: Callable[[Board], list[Any]]  # a noisy demonstration's moves (DART): plausible, none a no-op
     random_mean: float  # mean final score of random_action over episodes (normalised 0)
     reference_mean: float  # mean final score of player (normalised 1)
 
@@ -78,7 +78,7 @@ def arrow_key(rng: random.Random, board: Board) -> Hotkey:
 
 
 def any_arrow(board: Board) -> list[Hotkey]:
-    """The mistakes of a game where no arrow loses at once: every arrow."""
+    """Every arrow: the mistakes left when no move is better than another."""
     return [Hotkey(key=k) for k in ARROWS]
 
 

@@ -197,7 +197,8 @@ def test_options_the_trainer_or_cloning_would_refuse_fail_before_anything_starts
         "cloning": (dict(bc_args="--epochs -1"), "epochs, minibatch_size and lr >= 0"),
         "bad JSON": (dict(trainer_args="--policy-config {grid:"), "policy_config"),
         "bad JSON, cloning": (dict(bc_args="--policy-config [1]"), "policy_config"),
-        "noise": (dict(demo_noise=1.0), r"demo_noise is a chance per step in \[0, 1\)"),
+        "noise": (dict(demo_noise=1.0), r"--demo-noise is a chance per step in \[0, 1\)"),
+        "noise, no cold start": (dict(demo_noise=0.1, cold_start_demos=0), "needs --demos-from scripted"),
     }
     monkeypatch.setenv("FLYWHEEL_EPOCHS", "0")  # a variable the child reads counts as its options do
     with pytest.raises(UserError, match="epochs"):

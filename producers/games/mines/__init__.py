@@ -83,7 +83,7 @@ def random_cell(rng: random.Random, board: Board) -> Click:
 
 def guesses(board: Board) -> list[Click]:
     """A noisy demonstration's mistakes: a click on any hidden cell not known to hold a mine (a
-    guess, where the heuristic would have deduced or weighed the odds)."""
+    guess where the heuristic deduced or weighed the odds; it may hit a mine)."""
     rows = list(board["rows"])
     mines, _ = deduce(rows)
     return [click_cell(board, r, c) for r, row in enumerate(rows) for c, ch in enumerate(row)

@@ -62,10 +62,17 @@ def player(board: Board) -> Hotkey:
     return Hotkey(key=best)
 
 
+def slides(board: Board) -> list[Hotkey]:
+    """A noisy demonstration's mistakes: any arrow that moves a tile (one that moves none wastes
+    the turn and shows nothing to recover from), else every arrow."""
+    grid: Grid = tuple(tuple(int(v) for v in row) for row in board["grid"])
+    return [Hotkey(key=k) for k in PREFERENCE if move(grid, k)[0] != grid] or any_arrow(board)
+
+
 GAME = register_game(Game(
     name="games.2048", folder="twenty48",
     instruction="Slide the tiles with the arrow keys. Equal tiles merge and add to your score.",
-    controls="arrow keys", max_steps=200, player=player, random_action=arrow_key, mistakes=any_arrow,
+    controls="arrow keys", max_steps=200, player=player, random_action=arrow_key, mistakes=slides,
     random_mean=1027.07, reference_mean=1719.47,  # benchmarks/games_reference.py --episodes 30 (docs/tasks.md)
 ))
 

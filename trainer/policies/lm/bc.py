@@ -75,7 +75,8 @@ def lm_examples(policy, demos: list[ScoredTrajectory], store: BlobStore, copies:
             skipped["screenshot_missing"] += len(s.trajectory.steps) - noise - len(rendered)
         samples += rendered
         first = s.trajectory.steps[0]
-        image = load(first.observation.screenshot) if copies and first.action is not None else None
+        image = (load(first.observation.screenshot)
+                 if copies and first.action is not None and first.step_index not in s.trajectory.noise_steps else None)
         if image is not None:
             samples += shifted_samples(policy, s, image, copies, max_frac, rng)
     if not samples:
