@@ -45,7 +45,9 @@ def cmd_bc(args: argparse.Namespace) -> int:
     settings = command_settings(args)
     out = run_bc(resolve(BCConfig, vars(args)).validate(), settings)
     match = f", greedy = demonstrator on {out['train_match']['all']:.0%} of them" if out["train_match"] else ""
-    print(f"published pi_sft as version {out['version']}: {out['steps']} steps of {sum(out['demos'].values())} "
+    noise = out["skipped"].get("noise_steps", 0)
+    noise = f" (and {noise} noise steps, history only)" if noise else ""
+    print(f"published pi_sft as version {out['version']}: {out['steps']} steps{noise} of {sum(out['demos'].values())} "
           f"demonstrations {out['demos']}, loss {out['loss']:.3f}{match}, {out['seconds']:.0f}s")
     if out["missing"]:
         print(f"no demonstration of {', '.join(out['missing'])}: those tasks start from what the policy knows")

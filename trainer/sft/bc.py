@@ -184,8 +184,10 @@ def run_bc(cfg: BCConfig, settings: Settings) -> dict[str, Any]:
     store = BlobStore(settings.blob_root)
     policy = build_policy(cfg.policy_kind, cfg.policy_name, cfg.policy_overrides())
     per_task = Counter(s.trajectory.task.name for s in demos)
-    steps = sum(len(s.trajectory.steps) for s in demos)
-    log.info("behaviour cloning on %d demonstrations (%d steps): %s", len(demos), steps, dict(per_task))
+    noise = sum(len(s.trajectory.noise_steps) for s in demos)
+    steps = sum(len(s.trajectory.steps) for s in demos) - noise  # the labels; a noise step is history only
+    log.info("behaviour cloning on %d demonstrations (%d steps%s): %s", len(demos), steps,
+             f", {noise} noise steps not imitated" if noise else "", dict(per_task))
     if not demos:
         by = f" by {', '.join(cfg.demos_from)}" if cfg.demos_from else ""
         raise ConfigError(f"no demonstration of {', '.join(tasks)}{by} on the sft topic")
