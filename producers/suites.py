@@ -31,6 +31,9 @@ class Suite:
     keys: tuple[str, ...] = ()  # what the pixel policy's hotkey head presses on these tasks (its ``keys``)
     # (command, policy kind) -> the options `flywheel bc` or `flywheel train` begin with on these tasks (``child_args``)
     child_args: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    # the chance of a mistake per step of the cold start's scripted demonstrations (`flywheel demo
+    # --demo-noise`, left on auto): DART-style noise, only the games draw mistakes
+    demo_noise: float = 0.0
 
 
 SUITES: dict[str, Suite] = {}
@@ -116,7 +119,10 @@ register(Suite(
         # the policy the update started at reached 0.4 (docs/tasks.md, "Cloning three games")
         ("train", "pixel"): ("--max-batch-steps", "1024", "--epochs", "4", "--minibatch-size", "256",
                              "--target-kl", "0.02"),
-    }))
+    },
+    # snake's clone from demonstrations with 15% mistakes played 0.25 against 0.04-0.13 from clean
+    # ones (docs/tasks.md, "Demonstrations with mistakes")
+    demo_noise=0.15))
 
 
 def family(task: str, default: str) -> str:
@@ -131,6 +137,12 @@ def child_args(command: str, tasks: list[str] | tuple[str, ...], kind: str) -> t
     The user's --bc-args or --trainer-args come after them (the last option wins)."""
     return tuple(a for s in SUITES.values() if tasks and all(t in s.tasks for t in tasks)
                  for a in s.child_args.get((command, kind), ()))
+
+
+def demo_noise(tasks: list[str] | tuple[str, ...]) -> float:
+    """The cold start's demonstration noise on ``tasks``: that of a suite holding every one of
+    them (the largest, if several do), else none."""
+    return max((s.demo_noise for s in SUITES.values() if tasks and all(t in s.tasks for t in tasks)), default=0.0)
 
 
 def get_suite(name: str) -> Suite:

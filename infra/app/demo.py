@@ -39,7 +39,7 @@ from infra.runtime.policy import DemoPPO, policy_kind
 from infra.runtime.procs import Child, flywheel_argv, wait_until
 from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
-from producers.suites import RunPlan, child_args, plan as suite_plan
+from producers.suites import RunPlan, child_args, demo_noise as suite_demo_noise, plan as suite_plan
 from infra.app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
 from infra.app.commands import local_cluster, running_cluster
 from infra.runtime.admin import consumer_lag, ensure_topics
@@ -67,9 +67,10 @@ class DemoConfig:
     demos_from: str = opt("scripted", "cold start demonstrations by: scripted (the solvers play the annotators) or human "
                                       "(the human:<name> ones recorded beforehand in `flywheel ui`'s Annotate view on this "
                                       "platform's topics; only their tasks get a cold start)", choices=("scripted", "human"))
-    demo_noise: float = opt(0.0, "cold start: the chance each step of a game's demonstration is a mistake drawn from "
-                                 "the game's plausible ones instead of the heuristic's move (DART: the clone also sees the heuristic recover from "
-                                 "errors; those steps are not imitated); 0: off")
+    demo_noise: float = opt(-1.0, "cold start: the chance each step of a game's demonstration is a mistake drawn from "
+                                  "the game's plausible ones instead of the heuristic's move (DART: the clone also sees "
+                                  "the heuristic recover; those steps are not imitated); -1: the suite's (0.15 on the "
+                                  "games), 0: off")
     ppo_lr: float = opt(0.0, "PPO learning rate (0: 3e-4 after a cold start, the trainer's default from random weights; 3e-3 undid pi_sft's typing within minutes)")
     target_kl: float = opt(-1.0, "PPO stops an update's epochs once it moved the policy this far (KL; `flywheel train "
                                  "--target-kl`): -1: the policy kind's, 0.02 for the pixel policy from random weights, off "
@@ -106,9 +107,9 @@ class DemoConfig:
     def validate(self) -> "DemoConfig":
         if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
             raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
-        if not 0.0 <= self.demo_noise < 1.0:
-            raise UserError(f"--demo-noise is a chance per step in [0, 1), got {self.demo_noise}")
-        if self.demo_noise and (self.cold_start_demos == 0 or self.demos_from != "scripted"):
+        if not (self.demo_noise == -1 or 0.0 <= self.demo_noise < 1.0):
+            raise UserError(f"--demo-noise is a chance per step in [0, 1) or -1 (the suite's), got {self.demo_noise}")
+        if self.demo_noise > 0 and (self.cold_start_demos == 0 or self.demos_from != "scripted"):
             raise UserError("--demo-noise perturbs the scripted demonstrations of the cold start: it needs "
                             "--demos-from scripted and --cold-start-demos other than 0")
         if self.until_version < 0:
@@ -440,7 +441,8 @@ def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tu
     """The configuration a run can honour, its cold start and what was changed, decided before
     anything starts: the cold start over the tasks ``demonstrable`` holds (default: those with a
     scripted solver; ``phases.cold_start_plan``, a UserError when demonstrations were asked of a
-    task that has none) and value pretraining's auto setting resolved (none from random weights).
+    task that has none), value pretraining's auto setting resolved (none from random weights) and
+    the demonstrations' noise (the suite's, on a scripted cold start).
     Under --sync a critic-only update publishes no version while the synchronous rollout waits for
     one, so value pretraining would stall the run after one batch."""
     tasks = suite_plan(cfg.tasks, cfg.max_steps).tasks
@@ -448,6 +450,9 @@ def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tu
     cfg = replace(cfg, cold_start_demos=cold.per_task)
     if cfg.value_pretrain_batches < 0:
         cfg = replace(cfg, value_pretrain_batches=VALUE_PRETRAIN_BATCHES if cold.per_task else 0)
+    if cfg.demo_noise < 0:
+        scripted = cold.per_task and cfg.demos_from == "scripted"
+        cfg = replace(cfg, demo_noise=suite_demo_noise(list(cold.demonstrated)) if scripted else 0.0)
     changed: list[str] = []
     if cfg.sync and cfg.value_pretrain_batches:
         cfg = replace(cfg, value_pretrain_batches=0)
@@ -554,7 +559,8 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     dpo_s = cfg.dpo_span_s()
     print(f"Flywheel demo {run_id}: mode {'sync' if cfg.sync else 'async'}, policy {policy}, {len(tasks)} tasks "
           f"({', '.join(tasks)}), step budget {plan.max_steps}, phases: "
-          f"{'cold start -> SFT -> ' if cold_start else ''}{'value pretraining -> ' if cfg.value_pretrain_batches else ''}"
+          f"{'cold start' if cold_start else ''}{f' ({cfg.demo_noise:.0%} mistakes)' if cold_start and cfg.demo_noise else ''}"
+          f"{' -> SFT -> ' if cold_start else ''}{'value pretraining -> ' if cfg.value_pretrain_batches else ''}"
           f"PPO{f' (RFT every {rft_every(cfg)} updates)' if rft_every(cfg) else ''}"
           f"{f' (epochs stop at KL {target_kl(cfg):g})' if target_kl(cfg) else ''}"
           f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min; logs in {logs}", flush=True)

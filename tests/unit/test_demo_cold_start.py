@@ -117,3 +117,23 @@ def test_each_kind_says_its_automatic_ppo_settings_in_one_record_and_the_user_ov
     pixel = DemoConfig(minutes=20, ppo_lr=1e-3, rft_every=2, dpo_minutes=3)
     assert (ppo_lr(pixel), rft_every(pixel), pixel.dpo_span_s()) == (1e-3, 2, 180.0)
     assert DemoConfig(minutes=20).dpo_span_s() == 0.0  # the pixel policy has no DPO phase by default
+
+
+def test_the_games_demonstrations_make_the_suites_mistakes_unless_told_otherwise():
+    from producers.suites import get_suite
+
+    games = frozenset(get_suite("games").tasks)
+    cfg, _, _ = effective(DemoConfig(tasks=["games"]), games)
+    assert cfg.demo_noise == get_suite("games").demo_noise > 0
+    cfg, _, _ = effective(DemoConfig(tasks=["games.snake"], demo_noise=0.3), games)
+    assert cfg.demo_noise == 0.3  # asked for
+    cfg, _, _ = effective(DemoConfig(tasks=["games"], demo_noise=0.0), games)
+    assert cfg.demo_noise == 0.0  # off
+    cfg, _, _ = effective(DemoConfig(tasks=["games"], cold_start_demos=0), games)
+    assert cfg.demo_noise == 0.0  # nothing to perturb
+    cfg, _, _ = effective(DemoConfig(tasks=["click-test"]), SOLVED)
+    assert cfg.demo_noise == 0.0  # MiniWoB++'s demonstrations stay clean
+    cfg, _, _ = effective(DemoConfig(tasks=["click-test", "games.snake"]), SOLVED | games)
+    assert cfg.demo_noise == 0.0  # a run mixing suites: no suite holds every task
+    with pytest.raises(UserError, match="needs --demos-from scripted"):
+        effective(DemoConfig(tasks=["games"], cold_start_demos=0, demo_noise=0.2), games)
