@@ -7,7 +7,8 @@
   (``finished`` / ``call_user`` without a success), failed: its suite's ``FAILED_OUTCOME`` (a
   game keeps its score so far);
 - format: ``-format_penalty`` times the fraction of steps whose model output did not parse;
-- length: ``-length_penalty`` times steps used / the task's step budget;
+- length: ``-length_penalty`` times steps used / the task's step budget, for a task judged at its
+  end (a game's length is how long it survived, no cost: none, since scoring 1.4);
 - shaping: ``shaping`` times the sum of the per-step environment rewards (0 by default);
 - anomaly: ``-anomaly_penalty`` times the fraction of steps the anomaly filter flagged;
 - judge: ``judge`` times the score of an outcome reward model / judge, only when one is set.
@@ -133,7 +134,7 @@ def reward_components(traj: Trajectory, w: RewardWeights, flagged: set[int],
     components = {
         "outcome": outcome(traj),
         "format": -w.format_penalty * parse_errors / n if n else 0.0,
-        "length": -w.length_penalty * min(n / traj.task.max_steps, 1.0),
+        "length": -w.length_penalty * min(n / traj.task.max_steps, 1.0) if traj.judged_at_end else 0.0,
         "shaping": w.shaping * sum(s.reward for s in traj.steps),
         "anomaly": -w.anomaly_penalty * len(flagged) / n if n else 0.0,
     }
@@ -191,8 +192,9 @@ class Scorer:
 # end that ran out of steps or time as failed (1.0 scored it 0); 1.2 also one the agent gave up on
 # with ``finished`` / ``call_user`` (1.1 scored a MiniWoB++ one 0). A re-scoring run under a new
 # version adds rows beside the older ones instead of replacing them. 1.3: a game is V(s)=1 from
-# half the heuristic's normalised score (1.2: from the heuristic's mean).
-SCORING_VERSION = "1.3"
+# half the heuristic's normalised score (1.2: from the heuristic's mean). 1.4: no length penalty
+# on a game (it charged a snake for staying alive: up to -0.05 at its death, an apple's worth).
+SCORING_VERSION = "1.4"
 
 SCORERS: dict[str, Callable[[OutcomeJudge | None], Scorer]] = {}
 

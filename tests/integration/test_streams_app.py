@@ -157,7 +157,7 @@ def test_rescore_adds_a_distinguishable_scored_set(settings, group_id, tmp_path)
                        30, None, "strict-v1 scores")
         scored = collector.values(settings, TOPICS.scored, ScoredTrajectory)
         by_scorer = Counter((s.scorer, s.scorer_version) for s in {s.event_id: s for s in scored}.values())
-        assert by_scorer == {("rule-v1", "1.3"): 6, ("strict-v1", "1.3"): 6}
+        assert by_scorer == {("rule-v1", "1.4"): 6, ("strict-v1", "1.4"): 6}
         assert len({s.event_id for s in scored}) == 12  # distinguishable by event id
         strict = [s for s in scored if s.scorer == "strict-v1"]
         assert all(s.components["length"] == pytest.approx(-0.1 * 3 / 10) for s in strict)

@@ -36,3 +36,12 @@ def test_a_game_is_routed_by_its_normalised_score():
     assert [s.name for s, _ in above if s != TOPICS.scored and s != TOPICS.rl] == [TOPICS.sft.name]
     assert [s.name for s, _ in below if s != TOPICS.scored and s != TOPICS.rl] == [TOPICS.ct.name]
     assert above[0][1].verdict == 1 and below[0][1].verdict == 0
+
+
+def test_a_games_length_costs_nothing_a_judged_tasks_does():
+    """A game's steps are how long it survived (a snake alive at step 300 did well): no length
+    penalty, which charged every death by the time lived; a MiniWoB++ task keeps its own."""
+    _, game = game_trajectory(10.0, 0.45, success=False)
+    _, plain = game_trajectory(None, None, success=True)
+    assert game[0][1].components["length"] == 0.0
+    assert plain[0][1].components["length"] < 0.0

@@ -37,8 +37,8 @@ def test_components_sum_to_reward_and_success_is_sft():
     assert math.isclose(sum(scored.components.values()), scored.reward)
     assert scored.components["outcome"] == 1.0 and scored.components["length"] == pytest.approx(-0.05 * 0.4)
     assert scored.verdict == 1 and scored.rl_eligible and scored.anomalies == []
-    assert (scored.scorer, scored.scorer_version) == ("rule-v1", "1.3")
-    assert scored.event_id == "ep-1:rule-v1:1.3"
+    assert (scored.scorer, scored.scorer_version) == ("rule-v1", "1.4")
+    assert scored.event_id == "ep-1:rule-v1:1.4"
 
 
 def test_parse_errors_are_penalised_and_strict_refuses_sft():
