@@ -69,7 +69,7 @@ class DemoConfig:
                                       "platform's topics; only their tasks get a cold start)", choices=("scripted", "human"))
     demo_noise: float = opt(-1.0, "cold start: the chance each step of a game's demonstration is a mistake drawn from "
                                   "the game's plausible ones instead of the heuristic's move (DART: the clone also sees "
-                                  "the heuristic recover; those steps are not imitated); -1: the suite's (0.15 on the "
+                                  "the heuristic recover; those steps are not imitated); -1: the suite's (0.2 on the "
                                   "games), 0: off")
     ppo_lr: float = opt(0.0, "PPO learning rate (0: 3e-4 after a cold start, the trainer's default from random weights; 3e-3 undid pi_sft's typing within minutes)")
     target_kl: float = opt(-1.0, "PPO stops an update's epochs once it moved the policy this far (KL; `flywheel train "
