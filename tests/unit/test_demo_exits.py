@@ -118,6 +118,9 @@ def test_ctrl_c_stops_everything_and_still_writes_the_report(monkeypatch, tmp_pa
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])  # SIGHUP: the terminal closed
 def test_sigterm_or_sighup_during_a_blocking_phase_stops_everything(monkeypatch, tmp_path, signum):
     run = Run(monkeypatch, tmp_path)
+    # as from a terminal, whatever this test runs under (`nohup` ignores SIGHUP: then the demo
+    # leaves it ignored, test_a_run_under_nohup_keeps_ignoring_sighup)
+    inherited = signal.signal(signum, signal.SIG_DFL)
     before = signal.getsignal(signum)
 
     def terminated_during_demonstrations(*a, **k):
@@ -125,10 +128,13 @@ def test_sigterm_or_sighup_during_a_blocking_phase_stops_everything(monkeypatch,
         raise AssertionError("the signal should have stopped the demonstrations")
 
     monkeypatch.setattr(phases, "demonstrate", terminated_during_demonstrations)
-    run_demo(run.config(minutes=1.0), run.settings())
+    try:
+        run_demo(run.config(minutes=1.0), run.settings())
+        assert signal.getsignal(signum) is before  # the demo's handler is gone once it returns
+    finally:
+        signal.signal(signum, inherited)
     assert f"stopped by {signal.Signals(signum).name}" in run.reports[0].notes
     assert [c.name for c in run.started()] == ["sink", "streams"] and run.all_stopped() and run.broker.stopped
-    assert signal.getsignal(signum) is before  # the demo's handler is gone once it returns
 
 
 def test_a_failing_report_still_stops_the_broker(monkeypatch, tmp_path):
