@@ -59,9 +59,9 @@ class RolloutConfig:
     policy_url: str = opt("http://127.0.0.1:8000", "base URL of the policy server or vLLM (http backend)")
     policy_mode: str = opt("chat", "http API: chat = OpenAI chat completions, act = pixel /v1/act", choices=("chat", "act"))
     greedy: bool = opt(False, "take the most likely action instead of sampling (torch backend)")
-    demo_noise: float = opt(0.0, "scripted backend: the chance each step of a game is a mistake (a move drawn from the "
-                                 "game's plausible ones) instead of the heuristic's (DART: demonstrations that show recovering; such a step is "
-                                 "marked sampled and BC does not imitate it)")
+    demo_noise: float = opt(0.0, "scripted backend: the chance each step of a game is a mistake (a move drawn from "
+                                 "the game's plausible ones) instead of the heuristic's (DART: demonstrations that "
+                                 "show recovering; such a step is marked sampled and BC does not imitate it)")
     group_id: str = opt("flywheel-rollout", "consumer group shared by all rollout workers")
     worker_id: str = opt("", "this worker's name on its events; empty: rollout-<host>-<pid>")
     step_ms: int = opt(100, "page time the browser's fake clock advances per step (ms)")

@@ -559,7 +559,8 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     dpo_s = cfg.dpo_span_s()
     print(f"Flywheel demo {run_id}: mode {'sync' if cfg.sync else 'async'}, policy {policy}, {len(tasks)} tasks "
           f"({', '.join(tasks)}), step budget {plan.max_steps}, phases: "
-          f"{'cold start' if cold_start else ''}{f' ({cfg.demo_noise:.0%} mistakes)' if cold_start and cfg.demo_noise else ''}"
+          f"{'cold start' if cold_start else ''}"
+          f"{f' ({cfg.demo_noise:.0%} mistakes)' if cold_start and cfg.demo_noise else ''}"
           f"{' -> SFT -> ' if cold_start else ''}{'value pretraining -> ' if cfg.value_pretrain_batches else ''}"
           f"PPO{f' (RFT every {rft_every(cfg)} updates)' if rft_every(cfg) else ''}"
           f"{f' (epochs stop at KL {target_kl(cfg):g})' if target_kl(cfg) else ''}"

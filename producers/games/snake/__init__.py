@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from producers.games.registry import Board, Game, arrow_key, register_game
+from producers.games.registry import Board, Game, any_arrow, arrow_key, register_game
 from schemas.actions import Hotkey
 
 Point = tuple[int, int]
@@ -50,7 +50,7 @@ def moves(board: Board) -> list[tuple[str, Point, list[Point]]]:
 
 def turns(board: Board) -> list[Hotkey]:
     """A noisy demonstration's mistakes: any move that does not lose at once (else any arrow)."""
-    return [Hotkey(key=key) for key, _, _ in moves(board)] or [Hotkey(key=k) for k in MOVES]
+    return [Hotkey(key=key) for key, _, _ in moves(board)] or any_arrow(board)
 
 
 def player(board: Board) -> Hotkey:
