@@ -139,8 +139,8 @@ class ScriptedClient(PolicyClient):
 
     def __init__(self, name: str = "scripted", noise: float = 0.0, **_: Any) -> None:
         super().__init__(name)
-        if not 0.0 <= noise < 1.0:
-            raise UserError(f"demonstration noise is a chance per step in [0, 1), got {noise}")
+        if problem := noise_error(noise, "demonstration noise"):
+            raise UserError(problem)
         self.noise = noise
 
     async def act(self, request: PolicyRequest) -> PolicyReply:
@@ -156,6 +156,11 @@ class ScriptedClient(PolicyClient):
                 return PolicyReply(noisy, self.version, sampled=True)
             action = scripted.solve(task.name, request.obs.observation.instruction, request.dom or {})
         return PolicyReply(Decision(action=action, logprob=0.0, thought=scripted.thought(action)), self.version)
+
+
+def noise_error(noise: float, name: str = "--demo-noise") -> str | None:
+    """What is wrong with a demonstration's noise, a chance per step in [0, 1), or None."""
+    return None if 0.0 <= noise < 1.0 else f"{name} is a chance per step in [0, 1), got {noise}"
 
 
 def noise_move(request: PolicyRequest, noise: float) -> Decision | None:

@@ -34,7 +34,7 @@ from producers.rollout_metrics import observe
 from producers.capacity import machine_sandboxes
 from producers.episode import EpisodeResult, run_episode
 from producers.offsets import OffsetTracker
-from producers.policy_client import PolicyClient
+from producers.policy_client import PolicyClient, noise_error
 from producers.rollout_status import Counters, StatusWriter
 from producers.sandboxes.base import SANDBOX_REGISTRY
 from producers.tasks import SUITE_SANDBOX, check_task
@@ -85,8 +85,8 @@ class RolloutConfig:
         if self.greedy and self.policy_backend != "torch":
             raise ConfigError(f"--greedy takes the torch backend's most likely action; the {self.policy_backend} backend "
                               "would sample anyway (and mark its steps sampled): use --policy-backend torch")
-        if not 0.0 <= self.demo_noise < 1.0:
-            raise ConfigError(f"--demo-noise is a chance per step in [0, 1), got {self.demo_noise}")
+        if problem := noise_error(self.demo_noise):
+            raise ConfigError(problem)
         if self.demo_noise and self.policy_backend != "scripted":
             raise ConfigError(f"--demo-noise perturbs the scripted demonstrators; the {self.policy_backend} backend "
                               "has none: use --policy-backend scripted")

@@ -39,6 +39,7 @@ from infra.runtime.policy import DemoPPO, policy_kind
 from infra.runtime.procs import Child, flywheel_argv, wait_until
 from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
+from producers.policy_client import noise_error
 from producers.suites import RunPlan, child_args, demo_noise as suite_demo_noise, plan as suite_plan
 from infra.app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
 from infra.app.commands import local_cluster, running_cluster
@@ -107,8 +108,8 @@ class DemoConfig:
     def validate(self) -> "DemoConfig":
         if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
             raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
-        if not (self.demo_noise == -1 or 0.0 <= self.demo_noise < 1.0):
-            raise UserError(f"--demo-noise is a chance per step in [0, 1) or -1 (the suite's), got {self.demo_noise}")
+        if self.demo_noise != -1 and (problem := noise_error(self.demo_noise)):
+            raise UserError(f"{problem} (or -1: the suite's)")
         if self.demo_noise > 0 and (self.cold_start_demos == 0 or self.demos_from != "scripted"):
             raise UserError("--demo-noise perturbs the scripted demonstrations of the cold start: it needs "
                             "--demos-from scripted and --cold-start-demos other than 0")
