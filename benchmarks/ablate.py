@@ -40,6 +40,10 @@ from pathlib import Path
 from clean_stop import end_stopping, run_child, stop_on_signals
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from producers.games import GAMES  # noqa: E402
+from producers.suites import demo_noise, expand  # noqa: E402
+from streams.score import SCORING_VERSION  # noqa: E402
 
 CONFIGS: dict[str, list[str]] = {
     "full": [],
@@ -59,6 +63,16 @@ DEFAULT_CONFIGS = [c for c in CONFIGS if c != "value-pretrain"]
 # the recipe "full" stands for; a table keeps no run measured on another (the first table's runs
 # had no curriculum and no RFT rounds: docs/performance.md keeps it beside the new one)
 RECIPE = "curriculum+rft4"
+
+
+def recipe(tasks: str) -> str:
+    """The recipe "full" stands for on ``tasks`` (as --tasks): RECIPE and, where a game is among
+    them, the demonstrations' noise and the scoring version, both of which changed what a games
+    run learns (a games table keeps no run measured before either)."""
+    names = expand(tasks.split(","))
+    if not any(t in GAMES for t in names):
+        return RECIPE
+    return f"{RECIPE}+noise{demo_noise(names):g}+scoring{SCORING_VERSION}"
 
 
 def options(config: str) -> list[str]:
@@ -341,7 +355,7 @@ def main() -> int:
             except RuntimeError as exc:
                 print(f"{config} seed {seed}: not measured: {exc}", file=sys.stderr)
     settings = {"tasks": args.tasks, "minutes": args.minutes, "target": args.target, "demo_args": args.demo_args,
-                "measure": args.measure, "recipe": RECIPE}
+                "measure": args.measure, "recipe": recipe(args.tasks)}
     for r in results:
         r.update(settings)
     if args.keep:
