@@ -28,7 +28,8 @@ def score_scale(task_name: str) -> float | None:
 
 def step_rewards(scored: ScoredTrajectory) -> list[float]:
     """One reward per step of ``scored.trajectory``: summing to ``scored.reward``, except on a
-    game, where the score changes stand for the outcome component (``game_offset`` less)."""
+    game, where the score changes stand for the outcome component and so sum to the scored
+    reward plus the random policy's mean score on the normalised scale (a constant per game)."""
     steps = scored.trajectory.steps
     scale = score_scale(scored.trajectory.task.name)
     if scale is None:
@@ -37,9 +38,3 @@ def step_rewards(scored: ScoredTrajectory) -> list[float]:
     rewards[-1] += scored.reward - scored.components.get("outcome", 0.0)
     return rewards
 
-
-def game_offset(task_name: str) -> float:
-    """What a game's step rewards add to its scored reward: the random policy's mean score on the
-    normalised scale (the outcome is the score's sum less it); 0 for a task without a score."""
-    scale = score_scale(task_name)
-    return 0.0 if scale is None else GAMES[task_name].random_mean * scale
