@@ -11,10 +11,16 @@ says so: killing the demo then would leave its processes (each in its own sessio
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from infra.runtime.procs import say, stop_signals  # noqa: E402
+
+_say = functools.partial(say, file=sys.stderr)
 
 
 class Stopped(KeyboardInterrupt):
@@ -22,14 +28,6 @@ class Stopped(KeyboardInterrupt):
 
 
 _state: dict = {"stops": 0, "child": None}
-
-
-def _say(text: str) -> None:
-    """A line on stderr that cannot fail the stop (a `| tee` that Ctrl-C ended closes the pipe)."""
-    try:
-        print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError, RuntimeError):
-        pass
 
 
 def _on_stop(signum, frame) -> None:
@@ -44,8 +42,7 @@ def _on_stop(signum, frame) -> None:
 
 def stop_on_signals() -> None:
     _state["stops"] = 0
-    hup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)  # not under nohup
-    for s in (signal.SIGINT, signal.SIGTERM, *hup):  # SIGHUP: the terminal closed
+    for s in stop_signals():  # SIGHUP too (the terminal closed), unless under nohup
         signal.signal(s, _on_stop)
 
 

@@ -36,7 +36,7 @@ from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
 from infra.runtime.cpu_share import CpuShare
 from infra.runtime.errors import UserError
 from infra.runtime.policy import DemoPPO, policy_kind
-from infra.runtime.procs import Child, flywheel_argv, wait_until
+from infra.runtime.procs import Child, flywheel_argv, say as _say, stop_signals, wait_until
 from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
 from producers.policy_client import noise_error
@@ -477,23 +477,6 @@ class Terminated(KeyboardInterrupt):
     def __init__(self, signame: str = "SIGTERM") -> None:
         super().__init__(signame)
         self.signame = signame
-
-
-def stop_signals() -> tuple[int, ...]:
-    """The signals that stop the run cleanly. SIGHUP as well (a closed terminal's default action
-    killed the demo alone, leaving its children and the broker running), unless it is ignored:
-    a run under `nohup` goes on after its terminal closes."""
-    hup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
-    return (signal.SIGTERM, signal.SIGINT, *hup)
-
-
-def _say(text: str) -> None:
-    """A line of the stopping path that cannot fail it: a `| tee` that Ctrl-C ended closes the
-    pipe (BrokenPipeError), a handler may write while print is mid-line (RuntimeError)."""
-    try:
-        print(text, flush=True)
-    except (OSError, ValueError, RuntimeError):
-        pass
 
 
 def _terminate_once(stop: dict):

@@ -99,3 +99,21 @@ def stop_on_signals(logger: logging.Logger, what: str = "stopping") -> threading
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     return stop
+
+
+def stop_signals() -> tuple[int, ...]:
+    """The signals on which a long run (the demo, a benchmark of demos) stops cleanly: SIGTERM,
+    SIGINT and SIGHUP (a closed terminal's default action would kill the parent alone, leaving its
+    children running), unless SIGHUP is ignored: a run under `nohup` goes on after its terminal
+    closes."""
+    hup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGTERM, signal.SIGINT, *hup)
+
+
+def say(text: str, file=None) -> None:
+    """A line of a stopping path that cannot fail it: a `| tee` that Ctrl-C ended closes the pipe
+    (BrokenPipeError), a signal handler may write while print is mid-line (RuntimeError)."""
+    try:
+        print(text, file=file or sys.stdout, flush=True)
+    except (OSError, ValueError, RuntimeError):
+        pass
