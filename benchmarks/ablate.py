@@ -68,8 +68,9 @@ RECIPE = "curriculum+rft4"
 def recipe(tasks: str) -> str:
     """The recipe "full" stands for on ``tasks`` (as --tasks): RECIPE and, where a game is among
     them, the demonstrations' noise and the scoring version, both of which changed what a games
-    run learns (a games table keeps no run measured before either)."""
-    names = expand(tasks.split(","))
+    run learns (a games table keeps no run measured before either). The noise named is the
+    suite's default (--demo-args may change it; they are compared on their own)."""
+    names = expand([t.strip() for t in tasks.split(",") if t.strip()])  # as the demo reads --tasks
     if not any(t in GAMES for t in names):
         return RECIPE
     return f"{RECIPE}+noise{demo_noise(names):g}+scoring{SCORING_VERSION}"

@@ -11,7 +11,6 @@ says so: killing the demo then would leave its processes (each in its own sessio
 
 from __future__ import annotations
 
-import functools
 import signal
 import subprocess
 import sys
@@ -20,7 +19,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from infra.runtime.procs import say, stop_signals  # noqa: E402
 
-_say = functools.partial(say, file=sys.stderr)
+
+def _say(text: str) -> None:
+    """``say`` on the stderr of the moment (none when it was closed: then nothing)."""
+    if sys.stderr is not None:
+        say(text, file=sys.stderr)
 
 
 class Stopped(KeyboardInterrupt):

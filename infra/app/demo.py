@@ -108,8 +108,8 @@ class DemoConfig:
     def validate(self) -> "DemoConfig":
         if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
             raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
-        if self.demo_noise != -1 and (problem := noise_error(self.demo_noise)):
-            raise UserError(f"{problem} (or -1: the suite's)")
+        if self.demo_noise != -1 and noise_error(self.demo_noise):
+            raise UserError(f"--demo-noise is a chance per step in [0, 1) or -1 (the suite's), got {self.demo_noise}")
         if self.demo_noise > 0 and (self.cold_start_demos == 0 or self.demos_from != "scripted"):
             raise UserError("--demo-noise perturbs the scripted demonstrations of the cold start: it needs "
                             "--demos-from scripted and --cold-start-demos other than 0")
