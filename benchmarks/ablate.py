@@ -136,6 +136,14 @@ def sql(statement: str) -> list[dict]:
 # in a run's report folder from its start until its demo ends on its own with exit 0: a run
 # stopped, failed or cut short by a crash of the benchmark keeps it and is not measured
 UNFINISHED = "unfinished.txt"
+RECIPE_FILE = "recipe.txt"  # the recipe a run ran on, written before it starts
+
+
+def recipe_of(report_dir: Path) -> str:
+    """The recipe the run in ``report_dir`` ran on: its recipe.txt, else RECIPE (a run from before
+    runs recorded it: no games recipe then named its noise or scoring version)."""
+    path = report_dir / RECIPE_FILE
+    return path.read_text().strip() if path.exists() else RECIPE
 
 
 def run_one(config: str, seed: int, args, out: Path) -> Path:
@@ -154,6 +162,7 @@ def run_one(config: str, seed: int, args, out: Path) -> Path:
             "--progress-s", "30", *options(config), *args.demo_args.split()]
     print(f"== {run_id}: {' '.join(argv[3:])}", flush=True)
     report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / RECIPE_FILE).write_text(recipe(args.tasks) + "\n")
     marker = report_dir / UNFINISHED
     marker.write_text(f"started {time.strftime('%Y-%m-%d %H:%M:%S')}, not ended\n")
     t0 = time.time()
@@ -350,6 +359,11 @@ def main() -> int:
     for seed in seeds:
         for config in configs:
             if not finished(config, seed, out, args.tag):
+                continue
+            ran_on = recipe_of(out / "runs" / run_of(config, seed, args.tag))
+            if ran_on != recipe(args.tasks):
+                print(f"{config} seed {seed}: ran on recipe {ran_on}, not today's {recipe(args.tasks)}: left out "
+                      "(measure it with the checkout it ran on)", file=sys.stderr)
                 continue
             try:
                 results.append(measure(config, seed, out, args.target, args.tag, args.measure))

@@ -62,3 +62,12 @@ def test_a_games_recipe_names_the_demonstrations_noise_and_the_scoring_version()
     old = {**_row("full", 1, 0.03), **SETTINGS, "tasks": "games"}
     with pytest.raises(ValueError, match="recipe"):
         ablate.merge_kept([], [old], ["full"], {**SETTINGS, "tasks": "games", "recipe": games})
+
+
+def test_a_run_is_measured_under_the_recipe_it_recorded(tmp_path):
+    run = tmp_path / "runs" / "abl-x-full-s0"
+    run.mkdir(parents=True)
+    assert ablate.recipe_of(run) == ablate.RECIPE  # from before runs recorded it
+    (run / ablate.RECIPE_FILE).write_text(ablate.recipe("games") + "\n")
+    assert ablate.recipe_of(run) == ablate.recipe("games")
+    assert ablate.recipe("games , games.snake") == ablate.recipe("games")  # --tasks read as the demo reads it
