@@ -355,14 +355,14 @@ def main() -> int:
             print("stopped: the runs that finished are measured below", file=sys.stderr)
         finally:
             end_stopping()  # measuring: Ctrl-C and SIGTERM end it as usual
-    results = []
+    results, today = [], recipe(args.tasks)
     for seed in seeds:
         for config in configs:
             if not finished(config, seed, out, args.tag):
                 continue
             ran_on = recipe_of(out / "runs" / run_of(config, seed, args.tag))
-            if ran_on != recipe(args.tasks):
-                print(f"{config} seed {seed}: ran on recipe {ran_on}, not today's {recipe(args.tasks)}: left out "
+            if ran_on != today:
+                print(f"{config} seed {seed}: ran on recipe {ran_on}, not today's {today}: left out "
                       "(measure it with the checkout it ran on)", file=sys.stderr)
                 continue
             try:
@@ -370,7 +370,7 @@ def main() -> int:
             except RuntimeError as exc:
                 print(f"{config} seed {seed}: not measured: {exc}", file=sys.stderr)
     settings = {"tasks": args.tasks, "minutes": args.minutes, "target": args.target, "demo_args": args.demo_args,
-                "measure": args.measure, "recipe": recipe(args.tasks)}
+                "measure": args.measure, "recipe": today}
     for r in results:
         r.update(settings)
     if args.keep:
