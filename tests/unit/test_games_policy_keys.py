@@ -3,12 +3,17 @@ plan's heads, the kind's task config), it can represent every action the games' 
 emit, arrows included; a suite without a hotkey head keeps the policy's defaults."""
 
 import random
+import types
 
-from infra.runtime.policy import build_policy, policy_kind
+import numpy as np
+
+from infra.runtime.policy import PastStep, SeenScreen, build_policy, policy_kind
 from producers.games import GAMES
 from producers.games.registry import ARROWS
 from producers.suites import pixel_config, plan
-from schemas.actions import Hotkey
+from schemas.actions import Click, Hotkey
+from schemas.events import BlobRef
+from trainer.policies.pixel.inputs import history_summary, summary_size
 
 
 def test_a_games_run_builds_a_pixel_policy_that_presses_the_arrows():
@@ -27,3 +32,33 @@ def test_a_games_run_builds_a_pixel_policy_that_presses_the_arrows():
 def test_suites_without_a_hotkey_head_keep_the_default_keys_and_overrides_win():
     assert "keys" not in pixel_config(plan(["default"]).action_types)
     assert pixel_config(("hotkey",), {"keys": ["tab"]})["keys"] == ["tab"]
+
+
+def _history(*actions):
+    return [types.SimpleNamespace(action=a) for a in actions]
+
+
+def test_with_last_key_the_history_strip_names_the_arrow_pressed_last():
+    pixel_types, keys = ["click", "hotkey"], list(ARROWS)
+    plain = history_summary(_history(Hotkey(key=keys[0])), pixel_types, "", 4, 2)
+    told = [history_summary(_history(Hotkey(key=keys[0]), Hotkey(key=k)), pixel_types, "", 4, 2, keys) for k in keys]
+    assert plain.size == summary_size(2, 4) and told[0].size == summary_size(2, 4, len(keys))
+    tails = [list(t[-len(keys):]) for t in told]
+    assert tails == [[int(i == j) for i in range(len(keys))] for j in range(len(keys))]
+    after_click = history_summary(_history(Hotkey(key=keys[0]), Click(x=0.5, y=0.5)), pixel_types, "", 4, 2, keys)
+    assert not after_click[-len(keys):].any()  # the last action was no key
+
+
+def test_last_key_is_off_by_default_and_widens_only_a_hotkey_policy():
+    heads = plan(["games"]).action_types
+    config = policy_kind("pixel").task_config(heads, {})
+    plain = build_policy("pixel", "p", config)
+    told = build_policy("pixel", "p", {**config, "last_key": True})
+    assert told.n_summary == plain.n_summary + len(ARROWS)
+    clicks = build_policy("pixel", "p", pixel_config(("click",), {"last_key": True}))
+    assert clicks.n_summary == build_policy("pixel", "p", pixel_config(("click",))).n_summary
+    image = np.zeros((210, 160, 3), np.uint8)
+    screen = SeenScreen(BlobRef(sha256="0" * 64, uri="file:///b/0"), 160, 210, "Play.")
+    steps = [PastStep(observation=screen, thought="", raw_output="", action=Hotkey(key=ARROWS[1]))]
+    strip = told.preprocess(image, steps, "Play.")[-1].ravel()
+    assert list(strip[told.n_summary - len(ARROWS):told.n_summary]) == [int(i == 1) for i in range(len(ARROWS))]

@@ -71,16 +71,18 @@ def token_features(instruction: str, max_tokens: int, buckets: int) -> tuple[np.
     return ids, flags
 
 
-def summary_size(n_types: int, max_tokens: int) -> int:
-    return 1 + 2 * n_types + max_tokens
+def summary_size(n_types: int, max_tokens: int, n_keys: int = 0) -> int:
+    return 1 + 2 * n_types + max_tokens + n_keys
 
 
 def history_summary(history: Sequence[Any], types: list[str], instruction: str, max_tokens: int,
-                    max_span: int) -> np.ndarray:
+                    max_span: int, keys: Sequence[str] = ()) -> np.ndarray:
     """uint8 [summary_size]: steps so far, count per action type, last action's type (one-hot),
-    times each instruction token was typed. Counts saturate at 255."""
+    times each instruction token was typed, then (given ``keys``) the key of the last action if
+    it was a hotkey (one-hot: in the games every action is a hotkey, and without it the policy
+    cannot tell which arrow it just pressed). Counts saturate at 255."""
     k = len(types)
-    out = np.zeros(summary_size(k, max_tokens), dtype=np.int64)
+    out = np.zeros(summary_size(k, max_tokens, len(keys)), dtype=np.int64)
     out[0] = len(history)
     for step in history:
         action = getattr(step, "action", None)
@@ -97,6 +99,8 @@ def history_summary(history: Sequence[Any], types: list[str], instruction: str, 
     last = getattr(history[-1], "action", None) if history else None
     if last is not None and last.type in types:
         out[1 + k + types.index(last.type)] = 1
+    if last is not None and last.type == "hotkey" and last.key in keys:
+        out[1 + 2 * k + max_tokens + list(keys).index(last.key)] = 1
     return np.minimum(out, 255).astype(np.uint8)
 
 

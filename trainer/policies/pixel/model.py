@@ -75,6 +75,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "max_span": 8,               # longest copied span, in tokens
     "keys": ["tab", "backspace", "escape", "space"],  # what a hotkey action can press
     "scroll_directions": ["up", "down"],
+    "last_key": False,           # the history strip also says which key the last hotkey pressed
     "ground": False,             # per-word text matching maps (trainer.policies.pixel.ground)
     "ground_words": 16,          # instruction words matched
     "ground_font": PAGE_FONT,    # the page's CSS font family, resolved by fontconfig (or a font file)
@@ -101,7 +102,9 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         self.types: list[str] = list(cfg["action_types"])
         self.pointers = [t for t in self.types if t in POINTER_TYPES]
         self.max_tokens, self.max_span = int(cfg["max_tokens"]), int(cfg["max_span"])
-        self.n_summary = summary_size(len(self.types), self.max_tokens)
+        # the keys the strip tells apart (inputs.history_summary): none unless ``last_key``
+        self.summary_keys = list(cfg["keys"]) if cfg["last_key"] and "hotkey" in self.types else []
+        self.n_summary = summary_size(len(self.types), self.max_tokens, len(self.summary_keys))
         if self.n_summary > self.side ** 2:
             raise ValueError(f"history summary ({self.n_summary}) does not fit a {self.side} px plane: fewer max_tokens")
         self.ground, self.n_words = bool(cfg["ground"]), int(cfg["ground_words"])
@@ -188,7 +191,8 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
         instruction = instruction or (history[-1].observation.instruction if history else "")
         strip = np.zeros((1, self.side * self.side), dtype=np.uint8)
-        strip[0, :self.n_summary] = history_summary(history, self.types, instruction, self.max_tokens, self.max_span)
+        strip[0, :self.n_summary] = history_summary(history, self.types, instruction, self.max_tokens, self.max_span,
+                                                   self.summary_keys)
         parts = [arr, pointer_planes(history, self._cell_of, self.grid, self.side)]
         if self.ground:
             maps = np.zeros((1, self.side * self.side), dtype=np.uint8)
