@@ -38,7 +38,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "event_id", "episode_id", "step_index", "ts", "started_at", "policy", "policy_version", "action_type",
         "action", "thought", "thought_chars", "thought_words", "raw_output", "parse_error", "logprob", "sampled",
         "value", "reward", "done", "latency_policy_ms", "latency_env_ms", "error", "instruction", "screenshot_sha256",
-        "screenshot_uri", "screen_width", "screen_height", "next_screenshot_sha256"),
+        "screenshot_uri", "screen_width", "screen_height", "next_screenshot_sha256", "expert_action"),
     "episodes": (
         "event_id", "episode_id", "kind", "ts", "task_id", "task_name", "suite", "sandbox", "worker_id", "policy",
         "policy_version", "num_steps", "outcome_reward", "success", "reason", "infra_failure"),
@@ -86,6 +86,7 @@ def step_values(step: Step) -> Values:
         step.logprob, step.sampled, step.value, step.reward, step.done, step.latency_policy_ms, step.latency_env_ms,
         step.error, obs.instruction, obs.screenshot.sha256, obs.screenshot.uri,
         obs.screen_width, obs.screen_height, step.next_screenshot_sha256,
+        step.expert_action.model_dump_json() if step.expert_action is not None else "",
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from producers import scripted
 from producers.policy_client import PolicyClient, PolicyRequest
 from producers.sandboxes.base import SandboxCrashed
+from schemas.actions import Wait
 from schemas.base import Id
 from schemas.events import EpisodeAborted, EpisodeEnded, EpisodeStarted, Step, TaskSpec
 
@@ -71,10 +72,13 @@ class _Abort(Exception):
 
 async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: Emit, *, attempt: int = 0,
                       sandbox_name: str, worker_id: str, abort: asyncio.Event | None = None,
-                      clock: Callable[[], float] = time.time, step_latency_s: float = 0.0) -> EpisodeResult:
+                      clock: Callable[[], float] = time.time, step_latency_s: float = 0.0,
+                      expert_labels: bool = False) -> EpisodeResult:
     """Run ``task`` in ``sandbox`` step by step, emitting every event. ``step_latency_s`` is added
     to every environment step (counted in its ``latency_env_ms``): a stand-in for a real GUI VM,
-    where a step takes seconds, for comparing asynchronous and synchronous training."""
+    where a step takes seconds, for comparing asynchronous and synchronous training. With
+    ``expert_labels`` each step of a task with a scripted solver also records the solver's action
+    on that screen (``Step.expert_action``; the page is probed for it, the policy never sees it)."""
     eid = episode_id(task.task_id, attempt)
     t0 = clock()
     deadline = time.monotonic() + task.timeout_s
@@ -83,6 +87,7 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
     steps: list[Step] = []
     last = None  # the latest StepResult: a game's score stands wherever the episode stops
     out = _Outbox(emit, sandbox)
+    probe = hasattr(sandbox, "query") and (client.needs_dom or (expert_labels and scripted.has_solver(task.name)))
     try:
         try:
             obs = await sandbox.reset(task)
@@ -101,9 +106,10 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
             started_at = clock()
             t_policy = time.perf_counter()
             try:
-                dom = await sandbox.query(scripted.DOM_PROBE_JS) if client.needs_dom and hasattr(sandbox, "query") else None
+                dom = await sandbox.query(scripted.DOM_PROBE_JS) if probe else None
                 reply = await asyncio.wait_for(
-                    client.act(PolicyRequest(task=task, obs=obs, step_index=index, history=steps, dom=dom)),
+                    client.act(PolicyRequest(task=task, obs=obs, step_index=index, history=steps,
+                                             dom=dom if client.needs_dom else None)),
                     remaining)
             except asyncio.TimeoutError:
                 return await _end(out, eid, clock, "timeout", last)
@@ -132,6 +138,7 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
                 reward=float(result.reward), done=bool(result.done), latency_policy_ms=latency_policy,
                 latency_env_ms=latency_env, error=result.error, output=_clip(getattr(result, "output", None)),
                 next_screenshot_sha256=result.obs.observation.screenshot.sha256,
+                expert_action=_label(task, obs, dom) if expert_labels else None,
             )
             out.hold(step)
             steps.append(step)
@@ -194,6 +201,15 @@ class _Outbox:
         step, self.held = self.held, None
         self.emit(step)
         self.emitted += 1
+
+
+def _label(task: TaskSpec, obs: Any, dom: dict[str, Any] | None) -> Any:
+    """The scripted solver's action on the screen the policy acted on; None without a solver or a
+    page probe, or when the solver would only wait (a game without its board)."""
+    if dom is None or not scripted.has_solver(task.name):
+        return None
+    action = scripted.solve(task.name, obs.observation.instruction, dom)
+    return None if isinstance(action, Wait) else action
 
 
 async def _act(sandbox: Any, action: Any, extra_latency_s: float) -> tuple[Any, float]:

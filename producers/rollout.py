@@ -62,6 +62,9 @@ class RolloutConfig:
     demo_noise: float = opt(0.0, "scripted backend: the chance each step of a game is a mistake (a move drawn from "
                                  "the game's plausible ones) instead of the heuristic's (DART: demonstrations that "
                                  "show recovering; such a step is marked sampled and BC does not imitate it)")
+    expert_labels: bool = opt(False, "record on each step of a task with a scripted solver what the solver would have done "
+                                     "there (Step.expert_action: DAgger's labels on the policy's own states; the trainer "
+                                     "imitates them with --expert-coef)")
     group_id: str = opt("flywheel-rollout", "consumer group shared by all rollout workers")
     worker_id: str = opt("", "this worker's name on its events; empty: rollout-<host>-<pid>")
     step_ms: int = opt(100, "page time the browser's fake clock advances per step (ms)")
@@ -348,7 +351,8 @@ class RolloutWorker:
 
             result = await run_episode(task, sandbox, self.client, emit, attempt=attempt, sandbox_name=kind,
                                        worker_id=self.worker_id, abort=self.abort,
-                                       step_latency_s=self.cfg.step_latency_ms / 1000)
+                                       step_latency_s=self.cfg.step_latency_ms / 1000,
+                                       expert_labels=self.cfg.expert_labels)
             runs.append((result.episode_id, tracker, produced[0]))
             self._count(result)
             if result.crashed:

@@ -264,6 +264,10 @@ for _game in GAMES.values():
     solver(_game.name)(_game_solver(_game.player))
 
 
+def has_solver(task_name: str) -> bool:
+    return task_name in SOLVERS
+
+
 def solve(task_name: str, instruction: str, dom: dict[str, Any]) -> Any:
     """The scripted action for this state; ``Wait`` for tasks without a solver."""
     fn = SOLVERS.get(task_name)

@@ -81,7 +81,8 @@ class EpisodeStarted(_EpisodeBase):
         return f"{self.episode_id}:started"
 
 
-class Step(_EpisodeBase):
+class Step(OmitsAbsentOptionals, _EpisodeBase):
+    omit_when_none: ClassVar[tuple[str, ...]] = ("expert_action",)  # only a rollout asked for labels has it
     kind: Literal["step"] = "step"
     step_index: UInt32
     started_at: Timestamp
@@ -104,6 +105,9 @@ class Step(_EpisodeBase):
     error: Text | None = None  # the action failed to execute (e.g. refused SDK call)
     output: Text | None = None  # what a GUI-SDK action returned (shell output, file contents)
     next_screenshot_sha256: Sha256 | None = None  # lets the scorer see "nothing changed"
+    # what the task's scripted solver would have done on this step's screen (`flywheel rollout
+    # --expert-labels`): a DAgger label on the policy's own states, never acted on
+    expert_action: Action | None = None
 
     @property
     def event_id(self) -> str:

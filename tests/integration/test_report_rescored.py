@@ -70,7 +70,7 @@ def test_a_database_from_before_gets_the_staleness_view_that_counts_an_episode_o
         insert(client, [scored(k, "pixel-r", True, s, T0 + 60 * i) for i, s in enumerate(("rule-v1", "judge-v1"))
                         for k in range(4)])
         before = client.query(staleness("pixel-r")).result_rows
-        monkeypatch.setattr(clickhouse, "load_migrations", lambda: every)
+        monkeypatch.setattr(clickhouse, "load_migrations", lambda: [m for m in every if m.version <= 7])
         assert clickhouse.migrate(client) == ["007_staleness_once.sql"]
         after = client.query(staleness("pixel-r")).result_rows
     finally:

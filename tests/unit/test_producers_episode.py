@@ -258,3 +258,54 @@ def test_a_bug_in_the_step_is_raised_even_when_the_release_failed_beside_it():
         assert "a bug in step" in str(exc)
     else:
         raise AssertionError("the step's bug was turned into an infrastructure abort")
+
+
+class ProbedSandbox(Sandbox):
+    """A click-test page whose button the DOM probe finds until step ``hide_at`` (then it is gone)."""
+
+    def __init__(self, hide_at: int) -> None:
+        super().__init__()
+        self.hide_at, self.probes = hide_at, 0
+
+    async def query(self, js):
+        self.probes += 1
+        button = [] if self.n >= self.hide_at else [{"id": "subbtn", "x": 40, "y": 20, "w": 20, "h": 10}]
+        return {"width": 100, "height": 100, "elements": button, "game": None}
+
+
+class DomReader(Policy):
+    """Records the page probes it is handed (a policy that did not ask for them gets none)."""
+
+    def __init__(self, name, needs_dom=False):
+        super().__init__(name)
+        self.needs_dom, self.doms = needs_dom, []
+
+    async def act(self, request):
+        self.doms.append(request.dom)
+        return await super().act(request)
+
+
+@pytest.mark.parametrize("labels", [False, True])
+def test_expert_labels_record_the_solvers_action_on_each_screen_and_the_policy_never_sees_the_page(labels):
+    sandbox, client = ProbedSandbox(hide_at=2), DomReader("p")
+    task = TaskSpec(task_id="t1", suite="miniwob", name="click-test", max_steps=3)
+    events = []
+    asyncio.run(run_episode(task, sandbox, client, events.append, sandbox_name="browser", worker_id="w",
+                            expert_labels=labels))
+    steps = [e for e in events if e.kind == "step"]
+    assert len(steps) == 3 and client.doms == [None, None, None]
+    if labels:
+        assert sandbox.probes == 3
+        assert [s.expert_action for s in steps] == [Click(x=0.5, y=0.25)] * 2 + [None]  # no button: no label
+        assert '"expert_action"' in steps[0].model_dump_json() and '"expert_action"' not in steps[2].model_dump_json()
+    else:
+        assert sandbox.probes == 0 and all(s.expert_action is None for s in steps)
+
+
+def test_expert_labels_skip_a_task_without_a_solver_and_a_policy_that_reads_the_page_still_gets_it():
+    sandbox, client = ProbedSandbox(hide_at=9), DomReader("p", needs_dom=True)
+    events = []
+    asyncio.run(run_episode(TaskSpec(task_id="t1", suite="miniwob", name="click-link", max_steps=2), sandbox,
+                            client, events.append, sandbox_name="browser", worker_id="w", expert_labels=True))
+    assert all(e.expert_action is None for e in events if e.kind == "step")
+    assert sandbox.probes == 2 and all(d is not None for d in client.doms)
