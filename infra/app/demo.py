@@ -83,6 +83,10 @@ class DemoConfig:
     rft_every: int = opt(-1, "rejection-sampling fine-tuning: after every this many PPO updates the trainer fine-tunes "
                              "the policy on its own successful episodes and the demonstrations (0: off; -1: 4 for the "
                              "pixel policy after a cold start, +0.03 and +0.06 over 2 seeds in 15 minutes; off otherwise)")
+    expert_coef: float = opt(0.0, "DAgger during PPO: the rollout workers record on each step of a task with a scripted "
+                                  "solver what it would have done there (--expert-labels) and the trainer imitates those "
+                                  "labels with this weight beside PPO's loss (--expert-coef); the policy still acts "
+                                  "alone (0: off)")
     seed: int = opt(0, "seed of the initial weights, the cloning and the task layouts")
     sandboxes: int = opt(0, "browser sandboxes per rollout worker (0: the machine's share of each worker, producers.capacity)")
     workers: int = opt(1, "rollout worker processes")
@@ -117,6 +121,8 @@ class DemoConfig:
             raise UserError(f"until_version must be >= 0 (0: run the whole --minutes), got {self.until_version}")
         if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:
             raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
+        if not self.expert_coef >= 0:  # NaN included
+            raise UserError(f"--expert-coef is a weight >= 0 (0: off), got {self.expert_coef}")
         if not (self.target_kl == -1 or self.target_kl >= 0):  # NaN included
             raise UserError(f"target_kl must be -1 (the kind's), 0 (off) or a KL > 0, got {self.target_kl}")
         if self.rft_every > 0 and not policy_kind(self.policy_kind).rft:
@@ -193,7 +199,7 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
             "rollout", "--sandboxes", str(cfg.sandboxes or machine_sandboxes(cfg.workers)), "--policy-backend", "torch",
             "--policy-kind", cfg.policy_kind, "--policy-name", policy, "--worker-id", f"worker-{i}",
             "--group-id", f"{prefix}rollout", *(["--sync-episodes", sync_batch] if cfg.sync else []),
-            *cfg.rollout_args.split(),
+            *(["--expert-labels"] if cfg.expert_coef > 0 else []), *cfg.rollout_args.split(),
         ), logs / f"rollout-{i}.log", env))
     return children
 
@@ -237,6 +243,7 @@ def ppo_options(cfg: DemoConfig) -> list[str]:
     return [*(["--lr", str(ppo_lr(cfg))] if ppo_lr(cfg) else []),
             *(["--rft-every", str(rft_every(cfg))] if rft_every(cfg) else []),
             *(["--target-kl", f"{target_kl(cfg):g}"] if target_kl(cfg) else []),
+            *(["--expert-coef", f"{cfg.expert_coef:g}"] if cfg.expert_coef > 0 else []),
             # the kind's own (the language policy: a few small minibatches per update)
             *policy_kind(cfg.policy_kind).demo_ppo_args]
 

@@ -381,3 +381,21 @@ def test_a_suites_options_come_before_the_users_and_only_for_its_kind():
     train = trainer_options(DemoConfig(trainer_args="--target-kl 0.05"), "p-", "pixel-r", plan(games))
     assert train[train.index("--minibatch-size") + 1] == "256" and train[-2:] == ["--target-kl", "0.05"]
     assert "--minibatch-size" not in trainer_options(DemoConfig(), "p-", "pixel-r", plan(["default"]))
+
+
+def test_expert_coef_labels_the_rollouts_and_weighs_the_labels_in_the_trainer(tmp_path):
+    from infra.app.demo import plan_children
+    from infra.runtime.settings import load_settings
+    from producers.suites import plan
+
+    settings = load_settings({"data_dir": str(tmp_path)})
+    for coef, labels in ((0.0, False), (0.5, True)):
+        children = plan_children(DemoConfig(tasks="games", expert_coef=coef).validate(), settings, "p.", "pol",
+                                 tmp_path, plan(["games"]))
+        argv = {c.name: c.argv for c in children}
+        assert ("--expert-labels" in argv["rollout-0"]) is labels
+        assert (argv["trainer"][argv["trainer"].index("--expert-coef") + 1] == "0.5") if labels \
+            else "--expert-coef" not in argv["trainer"]
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(UserError, match="expert-coef"):
+            DemoConfig(expert_coef=bad).validate()

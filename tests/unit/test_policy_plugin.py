@@ -185,3 +185,18 @@ def test_approx_kl_measures_the_update_not_the_behaviour_policys_lag(tiny, tmp_p
     assert cfg.tis_cap > 0  # decoupled: PPO clips around the proximal policy
     metrics = ppo_update(policy, make_optimizer(policy, cfg.lr, cfg.head_lr_mult), collate(episodes), cfg)
     assert metrics[M.APPROX_KL] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_to_episode_keeps_the_expert_labels_the_policy_can_represent(tiny, tmp_path):
+    from schemas.actions import Hotkey
+
+    store, rng = BlobStore(str(tmp_path)), np.random.default_rng(4)
+    policy = build_policy("tiny", "t", {"seed": 0})
+    e = make_episode("click-test", rng)
+    scored = scored_trajectory(e, target_click(e), -1.0, "e0", "t", 0, store)
+    assert to_episode(scored, policy, store).experts == [None]  # a step without a label
+    traj = scored.trajectory
+    for label, kept in ((target_click(e), target_click(e)), (Hotkey(key="tab"), None)):  # no key on this policy
+        steps = [traj.steps[0].model_copy(update={"expert_action": label})]
+        relabelled = scored.model_copy(update={"trajectory": traj.model_copy(update={"steps": steps})})
+        assert to_episode(relabelled, policy, store).experts == [kept]

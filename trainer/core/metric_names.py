@@ -37,6 +37,7 @@ CT_LOSS = "losses/ct_loss"  # the same NLL on continual-training data
 LM_LOSS = {"sft": SFT_LOSS, "ct": CT_LOSS}
 BC_LOSS = "losses/bc_loss"  # mean NLL of the demonstrated actions
 DPO_LOSS = "losses/dpo_loss"
+EXPERT_LOSS = "losses/expert_loss"  # mean NLL of the solver's labels on the policy's own states (expert_coef)
 RFT_LOSS = "losses/rft_loss"  # mean NLL of the successful steps a rejection-sampling fine-tuning round trained on
 
 # value/

@@ -114,6 +114,8 @@ def to_episode(scored: ScoredTrajectory, policy, store: BlobStore) -> EpisodeSam
         thought_chars=float(np.mean([len(s.thought) for s in traj.steps])), task=traj.task.name, success=traj.success,
         truncated=traj.cut_short,  # a task judged at its end that ran out failed (scored so): terminal
         bootstrap_input=policy.bootstrap_input(traj, store) if traj.cut_short else None,
+        experts=[s.expert_action if s.expert_action is not None and policy.can_represent(s.expert_action) else None
+                 for s in traj.steps],
     )
 
 

@@ -40,6 +40,7 @@ class EpisodeSample:
     bootstrap_input: Any = None  # the policy's input for s_T, the state after the last step (if it has one)
     task: str = ""  # the task's name and whether the episode succeeded: RFT's per-task success window
     success: bool = False
+    experts: list[Any] | None = None  # per step the solver's action there (Step.expert_action) or None
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Batch:
     ref_logprob: torch.Tensor | None = None  # [N] the reference policy's log-probs (reference_logprobs)
     next_row: torch.Tensor | None = None  # [B] long: the row of the episode's next chunk, -1 after its last
     episode_length: torch.Tensor | None = None  # [B] the whole episode's steps (length-adaptive lambda reads it)
+    expert_actions: list[Any] = field(default_factory=list)  # [N] the expert's label per step or None ([]: none)
 
 
 def make_optimizer(policy, lr: float, head_lr_mult: float = 1.0,
@@ -92,6 +94,7 @@ def collate(episodes: list[EpisodeSample], chunk_steps: int = 0) -> Batch:
         images=_stack([img for e in episodes for img in e.images]),
         instructions=[s for e in episodes for s in e.instructions],
         actions=[a for e in episodes for a in e.actions],
+        expert_actions=[x for e in episodes for x in (e.experts or [None] * len(e.actions))],
         behaviour_logprob=torch.tensor([lp for e in episodes for lp in e.logprobs], dtype=torch.float32),
         rewards=rewards, mask=mask, episode_return=torch.tensor([float(sum(e.rewards)) for e in episodes]),
         episode_ids=[e.episode_id for e in episodes],
@@ -189,6 +192,10 @@ def _minibatch_loss(policy, batch: Batch, idx: torch.Tensor, adv: torch.Tensor, 
             if batch.ref_logprob is None:
                 raise ValueError("kl_coef > 0 needs the reference policy's log-probs (update.reference_logprobs)")
             loss = loss + cfg.kl_coef * ppo.kl_penalty(logprob, batch.ref_logprob[idx])
+    expert_nll = _expert_nll(policy, batch, ids) if cfg.expert_coef > 0 and not critic_only else None
+    if expert_nll is not None:  # a mean over the labelled steps, weighed by their share of the minibatch
+        nll, labelled = expert_nll
+        loss = loss + cfg.expert_coef * nll * (labelled / len(ids))
     with torch.no_grad():
         # how far this update moved the policy: from the proximal policy PPO clips around (the
         # behaviour policy's log-probs also carry the versions it lagged by: in a run from random
@@ -198,7 +205,23 @@ def _minibatch_loss(policy, batch: Batch, idx: torch.Tensor, adv: torch.Tensor, 
                  M.CLIP_FRAC: float(clip_frac), M.APPROX_KL: float(ppo.approx_kl(logprob, moved_from))}
         if batch.ref_logprob is not None:
             parts[M.KL_REF] = float(ppo.kl_penalty(logprob, batch.ref_logprob[idx]))
+        if expert_nll is not None:
+            parts[M.EXPERT_LOSS] = float(expert_nll[0])
     return loss, parts
+
+
+_EXPERT_MBS = "_expert_minibatches"  # ppo_update's count of the minibatches with expert labels (not a metric)
+
+
+def _expert_nll(policy, batch: Batch, ids: list[int]) -> tuple[torch.Tensor, int] | None:
+    """DAgger's term: the mean NLL of the expert's labels on the steps ``ids`` that have one, and
+    how many those are; None when none has."""
+    labelled = [i for i in ids if batch.expert_actions and batch.expert_actions[i] is not None]
+    if not labelled:
+        return None
+    logprob, _, _ = policy.evaluate(_take(batch.images, labelled), [batch.instructions[i] for i in labelled],
+                                    [batch.expert_actions[i] for i in labelled])
+    return -logprob.cpu().mean(), len(labelled)
 
 
 def _moved_enough(epoch_kl: float, epoch_n: float, cfg, critic_only: bool, me: Rank | None) -> bool:
@@ -245,7 +268,8 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
         else [p for p in policy.parameters()]
     N = len(batch.actions)
     sums: dict[str, float] = dict.fromkeys((M.PG_LOSS, M.VALUE_LOSS, M.ENTROPY, M.CLIP_FRAC, M.APPROX_KL)
-                                           + ((M.KL_REF,) if batch.ref_logprob is not None else ()), 0.0)
+                                           + ((M.KL_REF,) if batch.ref_logprob is not None else ())
+                                           + ((M.EXPERT_LOSS, _EXPERT_MBS) if cfg.expert_coef > 0 else ()), 0.0)
     n_mb = skipped = epochs = 0
     for epochs in range(1, cfg.epochs + 1):
         kl_before, n_before = sums[M.APPROX_KL], n_mb
@@ -265,6 +289,8 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
                 continue
             for k, v in parts.items():  # the losses of the minibatches that stepped
                 sums[k] += v * share
+            if M.EXPERT_LOSS in parts:
+                sums[_EXPERT_MBS] += share
             if critic_only:  # only the value head moves: drop any gradient that reached the trunk
                 for n, p in policy.named_parameters():
                     if not n.startswith("value_head"):
@@ -279,7 +305,10 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     first = batch.mask.clone()
     first[:, 1:] = 0
     first[~chunks.episode_starts(_layout(batch)[0])] = 0  # an episode's first step, not a later chunk's
+    expert_mbs = sums.pop(_EXPERT_MBS, 0.0)
     metrics = {k: v / max(n_mb, 1) for k, v in sums.items()}
+    if M.EXPERT_LOSS in sums:  # the mean over the minibatches that had labels
+        metrics[M.EXPERT_LOSS] = sums[M.EXPERT_LOSS] / expert_mbs if expert_mbs else 0.0
     metrics.update({
         M.REWARD_MEAN: float(batch.episode_return.mean()),
         M.SUCCESS_RATE: float((batch.episode_return > 0).float().mean()),
