@@ -72,8 +72,10 @@ def test_a_steps_table_from_before_gains_sampled_and_its_rows_read_true(tmp_path
     from schemas.events import Step
 
     step = next(e for e in synthetic_run(1, seed=2).episode_events if isinstance(e, Step))
-    old = {c: v for c, v in rows_for("steps", step)["steps"][0].items() if c != "sampled"}
-    greedy = rows_for("steps", step.model_copy(update={"step_index": 99, "sampled": False}))["steps"][0]
+    later = ("expert_action",)  # columns of migrations after 005 (008's)
+    old = {c: v for c, v in rows_for("steps", step)["steps"][0].items() if c not in ("sampled", *later)}
+    greedy = {c: v for c, v in rows_for("steps", step.model_copy(update={"step_index": 99, "sampled": False}))[
+        "steps"][0].items() if c not in later}
     every = clickhouse.load_migrations()
     monkeypatch.setattr(clickhouse, "load_migrations", lambda: [m for m in every if m.version < 5])
     with client_for(load_settings({"data_dir": str(tmp_path)})) as client:  # the database as it stood
@@ -83,6 +85,31 @@ def test_a_steps_table_from_before_gains_sampled_and_its_rows_read_true(tmp_path
         client.insert("steps", [list(greedy.values())], column_names=list(greedy))
         got = client.query("SELECT step_index, sampled FROM steps FINAL ORDER BY step_index").result_rows
     assert got == [(step.step_index, True), (99, False)]
+
+
+def test_a_steps_table_from_before_gains_expert_action_and_its_rows_read_empty(tmp_path, monkeypatch):
+    """Migration 008 on a database the earlier migrations made: old rows read '' (no label), a
+    labelled step's row holds the label's JSON."""
+    from consumers.rows import rows_for
+    from infra.clickhouse import client as clickhouse
+    from infra.runtime.settings import load_settings
+    from schemas.actions import Hotkey
+    from schemas.events import Step
+
+    step = next(e for e in synthetic_run(1, seed=3).episode_events if isinstance(e, Step))
+    old = {c: v for c, v in rows_for("steps", step)["steps"][0].items() if c != "expert_action"}
+    labelled = rows_for("steps", step.model_copy(update={"step_index": 99, "expert_action": Hotkey(key="left")}))
+    every = clickhouse.load_migrations()
+    monkeypatch.setattr(clickhouse, "load_migrations", lambda: [m for m in every if m.version < 8])
+    with client_for(load_settings({"data_dir": str(tmp_path)})) as client:
+        client.insert("steps", [list(old.values())], column_names=list(old))
+        monkeypatch.setattr(clickhouse, "load_migrations", lambda: every)
+        assert migrate(client) == ["008_step_expert_action.sql"]
+        row = labelled["steps"][0]
+        client.insert("steps", [list(row.values())], column_names=list(row))
+        got = client.query("SELECT step_index, JSONExtractString(expert_action, 'key') FROM steps FINAL "
+                           "ORDER BY step_index").result_rows
+    assert got == [(step.step_index, ""), (99, "left")]
 
 
 def test_events_land_in_tables_and_replays_do_not_double_count(settings, group_id):
