@@ -87,7 +87,8 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
     steps: list[Step] = []
     last = None  # the latest StepResult: a game's score stands wherever the episode stops
     out = _Outbox(emit, sandbox)
-    probe = hasattr(sandbox, "query") and (client.needs_dom or (expert_labels and scripted.has_solver(task.name)))
+    probe = hasattr(sandbox, "query") and client.needs_dom
+    labels = expert_labels and hasattr(sandbox, "query") and scripted.has_solver(task.name)
     try:
         try:
             obs = await sandbox.reset(task)
@@ -104,13 +105,12 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
             if remaining <= 0:
                 return await _end(out, eid, clock, "timeout", last)
             started_at = clock()
+            expert = await _label(sandbox, task, obs) if labels else None  # on the screen the policy acts on
             t_policy = time.perf_counter()
             try:
                 dom = await sandbox.query(scripted.DOM_PROBE_JS) if probe else None
                 reply = await asyncio.wait_for(
-                    client.act(PolicyRequest(task=task, obs=obs, step_index=index, history=steps,
-                                             dom=dom if client.needs_dom else None)),
-                    remaining)
+                    client.act(PolicyRequest(task=task, obs=obs, step_index=index, history=steps, dom=dom)), remaining)
             except asyncio.TimeoutError:
                 return await _end(out, eid, clock, "timeout", last)
             except SandboxCrashed as exc:
@@ -138,7 +138,7 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
                 reward=float(result.reward), done=bool(result.done), latency_policy_ms=latency_policy,
                 latency_env_ms=latency_env, error=result.error, output=_clip(getattr(result, "output", None)),
                 next_screenshot_sha256=result.obs.observation.screenshot.sha256,
-                expert_action=_label(task, obs, dom) if expert_labels else None,
+                expert_action=expert,
             )
             out.hold(step)
             steps.append(step)
@@ -203,12 +203,18 @@ class _Outbox:
         self.emitted += 1
 
 
-def _label(task: TaskSpec, obs: Any, dom: dict[str, Any] | None) -> Any:
-    """The scripted solver's action on the screen the policy acted on; None without a solver or a
-    page probe, or when the solver would only wait (a game without its board)."""
-    if dom is None or not scripted.has_solver(task.name):
+async def _label(sandbox: Any, task: TaskSpec, obs: Any) -> Any:
+    """The scripted solver's action on the page as it is now (the screen the policy is about to act
+    on); None when the solver would only wait (a game without its board) or the page cannot be
+    read or the solver fails on it: the solvers were written for their own states, not every state
+    a policy reaches, and a missing label costs one step's imitation, never the episode. A sandbox
+    that crashed does so again at the action, which aborts the episode."""
+    try:
+        dom = await sandbox.query(scripted.DOM_PROBE_JS)
+        action = scripted.solve(task.name, obs.observation.instruction, dom)
+    except Exception as exc:  # noqa: BLE001 - see above
+        log.debug("no expert label for %s: %s: %s", task.name, type(exc).__name__, exc)
         return None
-    action = scripted.solve(task.name, obs.observation.instruction, dom)
     return None if isinstance(action, Wait) else action
 
 

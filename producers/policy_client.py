@@ -379,7 +379,8 @@ class HttpClient(PolicyClient):
             # the episode so far, so a language policy acts in exactly the context it is trained in
             body = {"image_b64": base64.b64encode(png).decode("ascii"), "instruction": o.instruction,
                     "screen_width": o.screen_width, "screen_height": o.screen_height,
-                    "history": [step.model_dump(mode="json") for step in request.history]}
+                    # DAgger's labels stay here: a policy never sees them, an older server refuses them
+                    "history": [step.model_dump(mode="json", exclude={"expert_action"}) for step in request.history]}
             decision, version = parse_act_reply(await self._post("/v1/act", body))
         if version is not None:
             self.version = max(self.version, version)

@@ -123,6 +123,9 @@ class DemoConfig:
             raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
         if not self.expert_coef >= 0:  # NaN included
             raise UserError(f"--expert-coef is a weight >= 0 (0: off), got {self.expert_coef}")
+        if self.expert_coef and not policy_kind(self.policy_kind).scores_actions:
+            raise UserError(f"--expert-coef trains a policy on labels it is handed (the pixel policy); the "
+                            f"{self.policy_kind} policy scores only its own samples")
         if not (self.target_kl == -1 or self.target_kl >= 0):  # NaN included
             raise UserError(f"target_kl must be -1 (the kind's), 0 (off) or a KL > 0, got {self.target_kl}")
         if self.rft_every > 0 and not policy_kind(self.policy_kind).rft:

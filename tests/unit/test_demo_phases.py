@@ -399,3 +399,5 @@ def test_expert_coef_labels_the_rollouts_and_weighs_the_labels_in_the_trainer(tm
     for bad in (-1.0, float("nan")):
         with pytest.raises(UserError, match="expert-coef"):
             DemoConfig(expert_coef=bad).validate()
+    with pytest.raises(UserError, match="scores only its own samples"):
+        DemoConfig(policy_kind="lm", expert_coef=0.5).validate()

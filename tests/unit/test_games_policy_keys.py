@@ -11,7 +11,7 @@ from infra.runtime.policy import PastStep, SeenScreen, build_policy, policy_kind
 from producers.games import GAMES
 from producers.games.registry import ARROWS
 from producers.suites import pixel_config, plan
-from schemas.actions import Click, Hotkey
+from schemas.actions import Click, Hotkey, Type
 from schemas.events import BlobRef
 from trainer.policies.pixel.inputs import history_summary, summary_size
 
@@ -45,6 +45,9 @@ def test_with_last_key_the_history_strip_names_the_arrow_pressed_last():
     assert plain.size == summary_size(2, 4) and told[0].size == summary_size(2, 4, len(keys))
     tails = [list(t[-len(keys):]) for t in told]
     assert tails == [[int(i == j) for i in range(len(keys))] for j in range(len(keys))]
+    typed = history_summary(_history(Type(content="alpha"), Hotkey(key=keys[1])), ["type", "hotkey"],
+                            "Type alpha", 4, 2, keys)  # a type head's token counts sit before the keys
+    assert list(typed[1 + 2 * 2:1 + 2 * 2 + 4]) == [0, 1, 0, 0] and list(typed[-len(keys):]) == tails[1]
     after_click = history_summary(_history(Hotkey(key=keys[0]), Click(x=0.5, y=0.5)), pixel_types, "", 4, 2, keys)
     assert not after_click[-len(keys):].any()  # the last action was no key
 

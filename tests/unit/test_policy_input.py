@@ -28,7 +28,8 @@ def recorded(i: int) -> Step:
                 thought="I click it.", action=Click(x=0.25, y=0.5), raw_output="Thought: I click it.\nAction: …",
                 parse_error=None, policy="pixel", policy_version=7, logprob=-1.5, value=0.3, reward=0.75,
                 done=i == 1, latency_policy_ms=12.0, latency_env_ms=40.0, error="refused: no such element",
-                output="shell output", next_screenshot_sha256=f"{i + 0xabc:064x}")
+                output="shell output", next_screenshot_sha256=f"{i + 0xabc:064x}",
+                expert_action=Click(x=0.875, y=0.125))
 
 
 def test_a_policy_input_holds_only_the_screen_the_instruction_and_its_own_earlier_output():
@@ -44,9 +45,11 @@ def test_a_policy_input_holds_only_the_screen_the_instruction_and_its_own_earlie
     assert (first.thought, first.raw_output, first.action) == (steps[0].thought, steps[0].raw_output, steps[0].action)
     assert first.observation.screenshot == steps[0].observation.screenshot
     seen = repr(inp.history)
-    for leaked in (URL, "0.75", "refused", "shell output", "-1.5", "policy_version", "latency", "abc"):
+    for leaked in (URL, "0.75", "refused", "shell output", "-1.5", "policy_version", "latency", "abc", "0.875",
+                   "expert"):
         assert leaked not in seen, leaked
-    for name in ("reward", "error", "output", "done", "logprob", "value", "policy_version", "next_screenshot_sha256"):
+    for name in ("reward", "error", "output", "done", "logprob", "value", "policy_version", "next_screenshot_sha256",
+                 "expert_action"):
         assert not hasattr(first, name), name
     for name in ("url", "window_title"):
         assert not hasattr(first.observation, name), name

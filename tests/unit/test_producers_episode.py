@@ -309,3 +309,26 @@ def test_expert_labels_skip_a_task_without_a_solver_and_a_policy_that_reads_the_
                             client, events.append, sandbox_name="browser", worker_id="w", expert_labels=True))
     assert all(e.expert_action is None for e in events if e.kind == "step")
     assert sandbox.probes == 2 and all(d is not None for d in client.doms)
+
+
+def test_a_solver_failing_on_the_policys_state_costs_that_steps_label_only(monkeypatch):
+    """The solvers were written for their own states; one that raises on a state the policy
+    reached (or a page that cannot be read) leaves that step unlabelled and the episode running."""
+    from producers import scripted
+
+    real = scripted.solve
+    calls = []
+
+    def flaky(name, instruction, dom):
+        calls.append(name)
+        if len(calls) == 2:
+            raise ValueError("invalid literal for int() with base 10: 'Select'")
+        return real(name, instruction, dom)
+
+    monkeypatch.setattr(scripted, "solve", flaky)
+    sandbox, events = ProbedSandbox(hide_at=9), []
+    result = asyncio.run(run_episode(TaskSpec(task_id="t1", suite="miniwob", name="click-test", max_steps=3), sandbox,
+                                     Policy("p"), events.append, sandbox_name="browser", worker_id="w",
+                                     expert_labels=True))
+    assert result.status == "ended" and result.reason == "step_budget"
+    assert [e.expert_action is not None for e in events if e.kind == "step"] == [True, False, True]

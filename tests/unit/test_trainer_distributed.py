@@ -39,8 +39,9 @@ PIXEL = ("pixel", "p-dist", {"grid": 4, "channels": [4, 8, 8], "action_types": [
 LM = ("lm", "lm-dist", {"max_new_tokens": 12, "seed": 0})
 # 11 pixel steps / 7 LM steps in minibatches of 5 / 3: the last minibatch has one step, so rank
 # 1's part of it is empty (it still joins the all-reduce with zeros)
-# the pixel one stops after its first epoch (target_kl): every rank must reach that answer
-CFG = {"pixel": TrainConfig(epochs=2, minibatch_size=5, lr=3e-3, target_kl=1e-9),
+# the pixel one stops after its first epoch (target_kl): every rank must reach that answer; its
+# batch has expert labels on some steps (DAgger's term, expert_coef), which a rank may hold none of
+CFG = {"pixel": TrainConfig(epochs=2, minibatch_size=5, lr=3e-3, target_kl=1e-9, expert_coef=0.5),
        "lm": TrainConfig(policy_kind="lm", pretrained="", epochs=2, minibatch_size=3, lr=1e-3)}
 
 
@@ -61,7 +62,8 @@ def _pixel_batch(policy) -> list[EpisodeSample]:
         ds = policy.act([PolicyInput(e.image, e.instruction, 160, 210) for e in eps])
         out.append(EpisodeSample(f"e{k}", [policy.preprocess(e.image) for e in eps], [e.instruction for e in eps],
                                  [d.action for d in ds], [d.logprob - 0.05 * k for d in ds],
-                                 [0.0] * (length - 1) + [float(k % 2)], 0, truncated=k == 2))
+                                 [0.0] * (length - 1) + [float(k % 2)], 0, truncated=k == 2,
+                                 experts=[Click(x=0.1, y=0.1)] * length if k in (1, 4) else None))
     return out
 
 
@@ -162,6 +164,9 @@ def test_two_ranks_update_equals_one_process(kind, opt, tmp_path):
         for k in ("losses/pg_loss", "losses/value_loss", "losses/entropy", "losses/clip_frac", "losses/approx_kl",
                   "value/explained_variance", "train/epochs"):
             assert got[k] == pytest.approx(ref_m[k], rel=1e-4, abs=1e-6), k
+    if kind == "pixel":  # the mean NLL of the labelled steps, however the ranks split them
+        assert ranks[0]["metrics"][1]["losses/expert_loss"] == pytest.approx(ref_metrics[1]["losses/expert_loss"],
+                                                                             rel=1e-4)
 
 
 def _die_then_wait(rank: int, world: int, port: int, how: str, out: str) -> None:

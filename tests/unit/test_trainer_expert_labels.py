@@ -6,10 +6,10 @@ import copy
 import pytest
 import torch
 
+from infra.runtime.config import ConfigError
 from schemas.actions import Click
 from tests.unit.ppo_samples import tiny_policy_and_samples
 from trainer.core import metric_names as M
-from infra.runtime.config import ConfigError
 from trainer.rl.config import TrainConfig
 from trainer.rl.update import _evaluate_all, collate, ppo_update
 
@@ -43,7 +43,6 @@ def test_expert_coef_pulls_the_policy_towards_the_labels_and_reports_their_nll()
     before = _expert_logprob(policy, batch)
     free, free_metrics = _update(policy, batch, 0.0)
     taught, taught_metrics = _update(policy, batch, 1.0)
-    print("log-prob of the label: before", before, "free", free, "taught", taught)
     assert abs(free - before) < 0.05
     assert taught > before + 0.5
     assert M.EXPERT_LOSS not in free_metrics
@@ -57,10 +56,13 @@ def test_a_batch_without_labels_updates_as_without_the_term():
     a, ma = _update(policy, batch, 0.0)
     b, mb = _update(policy, batch, 1.0)
     assert a == pytest.approx(b) and ma[M.PG_LOSS] == pytest.approx(mb[M.PG_LOSS])
-    assert mb[M.EXPERT_LOSS] == 0.0  # no minibatch had a label
+    assert M.EXPERT_LOSS not in mb  # no step had a label: no loss to report (0.0 would read as perfect)
 
 
-def test_a_negative_or_nan_expert_coef_is_refused():
+def test_a_negative_or_nan_expert_coef_is_refused_and_so_is_a_policy_that_scores_only_its_samples():
     for bad in (-0.1, float("nan")):
         with pytest.raises(ConfigError, match="expert_coef"):
             TrainConfig(expert_coef=bad).validate()
+    with pytest.raises(ConfigError, match="scores only its own samples"):
+        TrainConfig(policy_kind="lm", expert_coef=0.5).validate()
+    assert TrainConfig(policy_kind="lm").validate().expert_coef == 0.0

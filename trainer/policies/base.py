@@ -52,6 +52,9 @@ class KindDefaults:
     name = ""
     accelerated = False
     rft = True
+    # its evaluate scores any action it is handed (DAgger's expert labels, --expert-coef), not only
+    # the one its own sample holds
+    scores_actions = True
     chat = False
     bc_epochs, bc_lr, bc_minibatch_size = 40, 1e-2, 32
     dpo_lr, dpo_micro_batch = 1e-3, 0

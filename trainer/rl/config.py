@@ -64,10 +64,10 @@ class TrainConfig:
                                 "from) passes 1.5 times this (0: every epoch runs)")
     vf_coef: float = opt(0.5, "value loss coefficient")
     kl_coef: float = opt(0.0, "KL penalty (k3) coefficient against the reference policy (0: off); keeps PPO near pi_sft after a cold start")
+    kl_ref_version: int = opt(-1, "published version of the KL reference policy (-1: the version the trainer started from, pi_sft after a cold start)")
     expert_coef: float = opt(0.0, "DAgger: weight of the NLL of the steps' expert labels (`flywheel rollout "
                                   "--expert-labels`: the scripted solver's action on the policy's own state) beside "
                                   "PPO's loss (0: off)")
-    kl_ref_version: int = opt(-1, "published version of the KL reference policy (-1: the version the trainer started from, pi_sft after a cold start)")
     norm_adv: bool = opt(True, "whiten advantages per update")
     max_grad_norm: float = opt(1.0, "gradient clipping norm")
     epochs: int = opt(8, "PPO epochs over each batch")
@@ -118,6 +118,9 @@ class TrainConfig:
             raise ConfigError("min_batch, epochs and minibatch_size must be >= 1")
         if not self.expert_coef >= 0:  # NaN included
             raise ConfigError(f"expert_coef must be >= 0 (0: off), got {self.expert_coef}")
+        if self.expert_coef and not policy_kind(self.policy_kind).scores_actions:
+            raise ConfigError(f"expert_coef needs a policy that scores any action it is handed (the pixel policy); "
+                              f"the {self.policy_kind} policy scores only its own samples")
         if not self.target_kl >= 0:  # NaN included
             raise ConfigError(f"target_kl must be >= 0 (0: off), got {self.target_kl}")
         if self.max_batch_steps < 1:

@@ -65,7 +65,7 @@ from trainer.rl.rewards import step_rewards
 from trainer.core import metric_names as M
 from trainer.rl.config import TrainConfig, place
 from trainer.core.learner import LearnerState, checkpoint_file, drop_other_weights, read_weights, write_weights
-from infra.runtime.policy import build_policy, load_policy_version
+from infra.runtime.policy import build_policy, load_policy_version, policy_kind
 from infra.runtime import versions
 from trainer.core.publish import make_version, publish_metrics, save_weights
 from trainer.rl.update import EpisodeSample, collate, make_optimizer, ppo_update, reference_logprobs
@@ -114,9 +114,17 @@ def to_episode(scored: ScoredTrajectory, policy, store: BlobStore) -> EpisodeSam
         thought_chars=float(np.mean([len(s.thought) for s in traj.steps])), task=traj.task.name, success=traj.success,
         truncated=traj.cut_short,  # a task judged at its end that ran out failed (scored so): terminal
         bootstrap_input=policy.bootstrap_input(traj, store) if traj.cut_short else None,
-        experts=[s.expert_action if s.expert_action is not None and policy.can_represent(s.expert_action) else None
-                 for s in traj.steps],
+        experts=expert_labels(traj, policy),
     )
+
+
+def expert_labels(traj, policy) -> list[Any] | None:
+    """Each step's expert label the policy can be trained on (Step.expert_action), else None per
+    step; None for a policy that scores only its own samples (``scores_actions``)."""
+    if not policy_kind(policy.kind).scores_actions:
+        return None
+    return [s.expert_action if s.expert_action is not None
+            and policy.can_represent(s.expert_action, s.observation.instruction) else None for s in traj.steps]
 
 
 def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,

@@ -205,12 +205,13 @@ def _minibatch_loss(policy, batch: Batch, idx: torch.Tensor, adv: torch.Tensor, 
                  M.CLIP_FRAC: float(clip_frac), M.APPROX_KL: float(ppo.approx_kl(logprob, moved_from))}
         if batch.ref_logprob is not None:
             parts[M.KL_REF] = float(ppo.kl_penalty(logprob, batch.ref_logprob[idx]))
-        if expert_nll is not None:
-            parts[M.EXPERT_LOSS] = float(expert_nll[0])
+        if expert_nll is not None:  # summed over the labelled steps (ppo_update divides by their count)
+            parts[M.EXPERT_LOSS], parts[_EXPERT_N] = float(expert_nll[0]) * expert_nll[1], float(expert_nll[1])
     return loss, parts
 
 
-_EXPERT_MBS = "_expert_minibatches"  # ppo_update's count of the minibatches with expert labels (not a metric)
+_EXPERT_N = "_expert_labels"  # the labelled steps a minibatch's expert loss was summed over (not a metric)
+_SUMMED = (M.EXPERT_LOSS, _EXPERT_N)  # parts that are sums over steps, not a rank's share of a mean
 
 
 def _expert_nll(policy, batch: Batch, ids: list[int]) -> tuple[torch.Tensor, int] | None:
@@ -269,7 +270,7 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     N = len(batch.actions)
     sums: dict[str, float] = dict.fromkeys((M.PG_LOSS, M.VALUE_LOSS, M.ENTROPY, M.CLIP_FRAC, M.APPROX_KL)
                                            + ((M.KL_REF,) if batch.ref_logprob is not None else ())
-                                           + ((M.EXPERT_LOSS, _EXPERT_MBS) if cfg.expert_coef > 0 else ()), 0.0)
+                                           + (_SUMMED if cfg.expert_coef > 0 else ()), 0.0)
     n_mb = skipped = epochs = 0
     for epochs in range(1, cfg.epochs + 1):
         kl_before, n_before = sums[M.APPROX_KL], n_mb
@@ -288,9 +289,7 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
                 skipped += 1
                 continue
             for k, v in parts.items():  # the losses of the minibatches that stepped
-                sums[k] += v * share
-            if M.EXPERT_LOSS in parts:
-                sums[_EXPERT_MBS] += share
+                sums[k] += v if k in _SUMMED else v * share
             if critic_only:  # only the value head moves: drop any gradient that reached the trunk
                 for n, p in policy.named_parameters():
                     if not n.startswith("value_head"):
@@ -305,10 +304,11 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     first = batch.mask.clone()
     first[:, 1:] = 0
     first[~chunks.episode_starts(_layout(batch)[0])] = 0  # an episode's first step, not a later chunk's
-    expert_mbs = sums.pop(_EXPERT_MBS, 0.0)
+    labelled = sums.pop(_EXPERT_N, 0.0)
+    expert_loss = sums.pop(M.EXPERT_LOSS, 0.0)
     metrics = {k: v / max(n_mb, 1) for k, v in sums.items()}
-    if M.EXPERT_LOSS in sums:  # the mean over the minibatches that had labels
-        metrics[M.EXPERT_LOSS] = sums[M.EXPERT_LOSS] / expert_mbs if expert_mbs else 0.0
+    if labelled:  # the mean NLL over every labelled step the update stepped on (absent: no label)
+        metrics[M.EXPERT_LOSS] = expert_loss / labelled
     metrics.update({
         M.REWARD_MEAN: float(batch.episode_return.mean()),
         M.SUCCESS_RATE: float((batch.episode_return > 0).float().mean()),

@@ -26,6 +26,7 @@ class LMKind(KindDefaults):
     name = "lm"
     accelerated = True
     rft = False  # its fine-tuning on successes is `flywheel sft`
+    scores_actions = False  # evaluate reads the response inside each rendered sample, not an action
     chat = True
     bc_epochs, bc_lr, bc_minibatch_size = 6, 1e-4, 8
     # docs/language-policy.md: at 1e-5 one Adam step moves an action 3-4 nats; 32 pairs in one

@@ -95,7 +95,7 @@ def history_summary(history: Sequence[Any], types: list[str], instruction: str, 
             covered = np.zeros(max_tokens, dtype=bool)
             for i, n in zip(*np.nonzero(typed)):
                 covered[i:i + n + 1] = True
-            out[1 + 2 * k:] += covered
+            out[1 + 2 * k:1 + 2 * k + max_tokens] += covered
     last = getattr(history[-1], "action", None) if history else None
     if last is not None and last.type in types:
         out[1 + k + types.index(last.type)] = 1
