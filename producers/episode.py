@@ -105,7 +105,7 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
             if remaining <= 0:
                 return await _end(out, eid, clock, "timeout", last)
             started_at = clock()
-            expert = await _label(sandbox, task, obs) if labels else None  # on the screen the policy acts on
+            expert = await _label(sandbox, task, obs, remaining) if labels else None  # the screen the policy acts on
             t_policy = time.perf_counter()
             try:
                 dom = await sandbox.query(scripted.DOM_PROBE_JS) if probe else None
@@ -203,14 +203,15 @@ class _Outbox:
         self.emitted += 1
 
 
-async def _label(sandbox: Any, task: TaskSpec, obs: Any) -> Any:
+async def _label(sandbox: Any, task: TaskSpec, obs: Any, timeout_s: float) -> Any:
     """The scripted solver's action on the page as it is now (the screen the policy is about to act
     on); None when the solver would only wait (a game without its board) or the page cannot be
     read or the solver fails on it: the solvers were written for their own states, not every state
-    a policy reaches, and a missing label costs one step's imitation, never the episode. A sandbox
-    that crashed does so again at the action, which aborts the episode."""
+    a policy reaches, and a missing label costs one step's imitation, never the episode (a page
+    that does not answer within the episode's time left included). A sandbox that crashed does so
+    again at the action, which aborts the episode."""
     try:
-        dom = await sandbox.query(scripted.DOM_PROBE_JS)
+        dom = await asyncio.wait_for(sandbox.query(scripted.DOM_PROBE_JS), timeout_s)
         action = scripted.solve(task.name, obs.observation.instruction, dom)
     except Exception as exc:  # noqa: BLE001 - see above
         log.debug("no expert label for %s: %s: %s", task.name, type(exc).__name__, exc)

@@ -332,3 +332,25 @@ def test_a_solver_failing_on_the_policys_state_costs_that_steps_label_only(monke
                                      expert_labels=True))
     assert result.status == "ended" and result.reason == "step_budget"
     assert [e.expert_action is not None for e in events if e.kind == "step"] == [True, False, True]
+
+
+def test_a_page_that_does_not_answer_the_label_probe_costs_the_label_not_the_time_limit():
+    class Hung(ProbedSandbox):
+        async def query(self, js):
+            await asyncio.sleep(60)
+
+    events = []
+    took = asyncio.run(_timed(run_episode(TaskSpec(task_id="t1", suite="miniwob", name="click-test", max_steps=3,
+                                                      timeout_s=0.5), Hung(hide_at=9), Policy("p"), events.append,
+                                             sandbox_name="browser", worker_id="w", expert_labels=True)))
+    assert took < 5.0, "the probe waited past the episode's time limit"
+    assert events[-1].kind == "ended" and events[-1].reason == "timeout"
+    assert all(e.expert_action is None for e in events if e.kind == "step")
+
+
+async def _timed(coro) -> float:
+    import time as _time
+
+    t0 = _time.monotonic()
+    await coro
+    return _time.monotonic() - t0
