@@ -87,6 +87,10 @@ class DemoConfig:
                                   "solver what it would have done there (--expert-labels) and the trainer imitates those "
                                   "labels with this weight beside PPO's loss (--expert-coef); the policy still acts "
                                   "alone (0: off)")
+    dagger_every: int = opt(0, "DAgger rounds: the rollout workers record the solver's labels as with --expert-coef and, "
+                               "after every this many PPO updates, the trainer fits the policy to the labels of the "
+                               "states it visited (the newest 8192; `flywheel train --dagger-every`, trainer.sft.dagger; "
+                               "0: off)")
     seed: int = opt(0, "seed of the initial weights, the cloning and the task layouts")
     sandboxes: int = opt(0, "browser sandboxes per rollout worker (0: the machine's share of each worker, producers.capacity)")
     workers: int = opt(1, "rollout worker processes")
@@ -123,8 +127,10 @@ class DemoConfig:
             raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
         if not self.expert_coef >= 0:  # NaN included
             raise UserError(f"--expert-coef is a weight >= 0 (0: off), got {self.expert_coef}")
-        if self.expert_coef and not policy_kind(self.policy_kind).scores_actions:
-            raise UserError(f"--expert-coef trains a policy on labels it is handed (the pixel policy); the "
+        if self.dagger_every < 0:
+            raise UserError(f"--dagger-every counts PPO updates between rounds (0: off), got {self.dagger_every}")
+        if (self.expert_coef or self.dagger_every) and not policy_kind(self.policy_kind).scores_actions:
+            raise UserError(f"--expert-coef and --dagger-every train a policy on labels it is handed (the pixel policy); the "
                             f"{self.policy_kind} policy scores only its own samples")
         if not (self.target_kl == -1 or self.target_kl >= 0):  # NaN included
             raise UserError(f"target_kl must be -1 (the kind's), 0 (off) or a KL > 0, got {self.target_kl}")
@@ -202,7 +208,7 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
             "rollout", "--sandboxes", str(cfg.sandboxes or machine_sandboxes(cfg.workers)), "--policy-backend", "torch",
             "--policy-kind", cfg.policy_kind, "--policy-name", policy, "--worker-id", f"worker-{i}",
             "--group-id", f"{prefix}rollout", *(["--sync-episodes", sync_batch] if cfg.sync else []),
-            *(["--expert-labels"] if cfg.expert_coef > 0 else []), *cfg.rollout_args.split(),
+            *(["--expert-labels"] if expert_labels(cfg) else []), *cfg.rollout_args.split(),
         ), logs / f"rollout-{i}.log", env))
     return children
 
@@ -241,12 +247,18 @@ def ppo_lr(cfg: DemoConfig) -> float:
     return cfg.ppo_lr or cfg.kind_ppo().lr
 
 
+def expert_labels(cfg: DemoConfig) -> bool:
+    """Whether the rollout workers record the solvers' labels (DAgger: its term or its rounds)."""
+    return cfg.expert_coef > 0 or cfg.dagger_every > 0
+
+
 def ppo_options(cfg: DemoConfig) -> list[str]:
     """The trainer's PPO options the demo sets (before the user's --trainer-args, which win)."""
     return [*(["--lr", str(ppo_lr(cfg))] if ppo_lr(cfg) else []),
             *(["--rft-every", str(rft_every(cfg))] if rft_every(cfg) else []),
             *(["--target-kl", f"{target_kl(cfg):g}"] if target_kl(cfg) else []),
             *(["--expert-coef", f"{cfg.expert_coef:g}"] if cfg.expert_coef > 0 else []),
+            *(["--dagger-every", str(cfg.dagger_every)] if cfg.dagger_every > 0 else []),
             # the kind's own (the language policy: a few small minibatches per update)
             *policy_kind(cfg.policy_kind).demo_ppo_args]
 
@@ -558,6 +570,8 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
           f"{' -> SFT -> ' if cold_start else ''}{'value pretraining -> ' if cfg.value_pretrain_batches else ''}"
           f"PPO{f' (RFT every {rft_every(cfg)} updates)' if rft_every(cfg) else ''}"
           f"{f' (epochs stop at KL {target_kl(cfg):g})' if target_kl(cfg) else ''}"
+          f"{f' (expert labels x {cfg.expert_coef:g})' if cfg.expert_coef else ''}"
+          f"{f' (DAgger every {cfg.dagger_every} updates)' if cfg.dagger_every else ''}"
           f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min; logs in {logs}", flush=True)
     log.info("demo config %s", describe(cfg))
     ensure_platform(settings, broker)

@@ -401,3 +401,20 @@ def test_expert_coef_labels_the_rollouts_and_weighs_the_labels_in_the_trainer(tm
             DemoConfig(expert_coef=bad).validate()
     with pytest.raises(UserError, match="scores only its own samples"):
         DemoConfig(policy_kind="lm", expert_coef=0.5).validate()
+
+
+def test_dagger_every_labels_the_rollouts_and_sets_the_trainers_rounds(tmp_path):
+    from infra.app.demo import plan_children
+    from infra.runtime.settings import load_settings
+    from producers.suites import plan
+
+    settings = load_settings({"data_dir": str(tmp_path)})
+    children = plan_children(DemoConfig(tasks="games", dagger_every=2).validate(), settings, "p.", "pol",
+                             tmp_path, plan(["games"]))
+    argv = {c.name: c.argv for c in children}
+    assert "--expert-labels" in argv["rollout-0"] and "--expert-coef" not in argv["trainer"]  # rounds alone
+    assert argv["trainer"][argv["trainer"].index("--dagger-every") + 1] == "2"
+    with pytest.raises(UserError, match="dagger-every counts"):
+        DemoConfig(dagger_every=-1).validate()
+    with pytest.raises(UserError, match="scores only its own samples"):
+        DemoConfig(policy_kind="lm", dagger_every=2).validate()

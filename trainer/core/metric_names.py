@@ -38,6 +38,8 @@ LM_LOSS = {"sft": SFT_LOSS, "ct": CT_LOSS}
 BC_LOSS = "losses/bc_loss"  # mean NLL of the demonstrated actions
 DPO_LOSS = "losses/dpo_loss"
 EXPERT_LOSS = "losses/expert_loss"  # mean NLL of the solver's labels on the policy's own states (expert_coef)
+DAGGER_LOSS = "losses/dagger_loss"  # mean NLL of the aggregated labels in a DAgger round's last epoch (trainer.sft.dagger)
+DAGGER_LOSS_FIRST = "losses/dagger_loss_first"  # ... in its first epoch
 RFT_LOSS = "losses/rft_loss"  # mean NLL of the successful steps a rejection-sampling fine-tuning round trained on
 
 # value/
@@ -62,6 +64,7 @@ RFT_TRAJECTORIES = "batch/rft_trajectories"  # successful trajectories of an RFT
 RFT_OWN = "batch/rft_own"  # ... of which the policy's own
 RFT_STEPS = "batch/rft_steps"
 RFT_SOLVED_TASKS = "batch/rft_solved_tasks"  # tasks a round took no own successes of (solved: trainer.sft.rft.solved_tasks)
+DAGGER_STEPS = "batch/dagger_steps"  # labelled steps a DAgger round fitted (its buffer)
 RFT_SKIPPED = "batch/rft_skipped"  # chosen trajectories the policy could not learn from (screenshot gone, another action space)
 
 # train/
@@ -74,6 +77,7 @@ GRAD_NORM = "train/grad_norm"
 UPDATE_TIME_S = "perf/update_time_s"
 IDLE_FRACTION = "perf/idle_fraction"
 RFT_TIME_S = "perf/rft_time_s"
+DAGGER_TIME_S = "perf/dagger_time_s"
 
 # stream/
 STALE_DROPPED_TOTAL = "stream/stale_dropped_total"

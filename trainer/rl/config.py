@@ -68,6 +68,12 @@ class TrainConfig:
     expert_coef: float = opt(0.0, "DAgger: weight of the NLL of the steps' expert labels (`flywheel rollout "
                                   "--expert-labels`: the scripted solver's action on the policy's own state) beside "
                                   "PPO's loss (0: off)")
+    dagger_every: int = opt(0, "DAgger rounds (trainer.sft.dagger): after every this many PPO updates, fit the policy to "
+                               "the expert labels of the states it visited in the episodes trained on (0: off; one "
+                               "trainer process, a kind that scores any action: the pixel policy)")
+    dagger_buffer: int = opt(8192, "DAgger: the newest this many labelled steps a round fits (kept in the trainer's memory)")
+    dagger_epochs: int = opt(1, "DAgger: passes over the buffer per round")
+    dagger_lr: float = opt(1e-3, "DAgger: Adam learning rate of a round (an optimiser of its own, as RFT's)")
     norm_adv: bool = opt(True, "whiten advantages per update")
     max_grad_norm: float = opt(1.0, "gradient clipping norm")
     epochs: int = opt(8, "PPO epochs over each batch")
@@ -121,6 +127,12 @@ class TrainConfig:
         if self.expert_coef and not policy_kind(self.policy_kind).scores_actions:
             raise ConfigError(f"expert_coef needs a policy that scores any action it is handed (the pixel policy); "
                               f"the {self.policy_kind} policy scores only its own samples")
+        if self.dagger_every < 0 or self.dagger_buffer < 1 or self.dagger_epochs < 1 or not self.dagger_lr > 0:
+            raise ConfigError("dagger_every must be >= 0, dagger_buffer and dagger_epochs >= 1 and dagger_lr > 0")
+        if self.dagger_every and (not policy_kind(self.policy_kind).scores_actions or self.nproc_per_node > 1):
+            raise ConfigError(f"dagger_every fits a policy to labels it is handed (the pixel policy) in one trainer "
+                              f"process (on several ranks the round would run on rank 0 alone); got the "
+                              f"{self.policy_kind} policy on {self.nproc_per_node} process(es)")
         if not self.target_kl >= 0:  # NaN included
             raise ConfigError(f"target_kl must be >= 0 (0: off), got {self.target_kl}")
         if self.max_batch_steps < 1:

@@ -69,6 +69,7 @@ from infra.runtime.policy import build_policy, load_policy_version, policy_kind
 from infra.runtime import versions
 from trainer.core.publish import make_version, publish_metrics, save_weights
 from trainer.rl.update import EpisodeSample, collate, make_optimizer, ppo_update, reference_logprobs
+from trainer.sft.dagger import LabelBuffer, dagger_round
 from trainer.sft.rft import RFT_WINDOW, rft_round, solved_tasks
 
 log = logging.getLogger("flywheel.trainer")
@@ -216,6 +217,8 @@ class PPOLearner:
                                                     cfg.value_pretrain_max_s)
         self.reference = None  # the KL anchor, loaded at the first update (v0 of a fresh start is announced by then)
         self.rft_inputs: dict = {}  # RFT rounds' step inputs by episode id: preprocessed once, not every round
+        # DAgger's aggregate: the labelled steps of the episodes trained on (in memory: a restart begins a new one)
+        self.labels = LabelBuffer(cfg.dagger_buffer) if cfg.dagger_every else None
         self.pool: list[EpisodeSample] = []
         self.metrics: dict[str, float] | None = None  # the last update's, published once committed
         self.started, self.busy = time.monotonic(), 0.0
@@ -316,6 +319,8 @@ class PPOLearner:
             else distributed.lead_update(self.group, policy, self.optimizer, batch, cfg, critic_only)
         if not critic_only and cfg.rft_every:
             metrics.update(self._rft_round(extra))
+        if self.labels is not None:
+            metrics.update(self._dagger_round(kept, extra, critic_only))
         parent = policy.version
         if critic_only:  # the acting policy is unchanged: no new version
             extra["vp_losses"].append(metrics[M.VALUE_LOSS])
@@ -378,6 +383,21 @@ class PPOLearner:
             self._count("rft_failed")
             log.warning("RFT round after PPO update %d failed, PPO goes on without it: %s", extra["ppo_updates"], exc)
             return {M.RFT_FAILED_TOTAL: float(self.counts["rft_failed"])}
+
+    def _dagger_round(self, kept: list[EpisodeSample], extra: dict, critic_only: bool) -> dict[str, float]:
+        """The batch's labelled steps join DAgger's aggregate (value pretraining's too: the states
+        pi_sft reached); every ``dagger_every``-th PPO update is followed by a round that fits the
+        policy to the aggregate (trainer.sft.dagger) before its version is published."""
+        for e in kept:
+            self.labels.add(e.images, e.instructions, e.experts, e.task)
+        if critic_only:
+            return {}
+        extra["dagger_updates"] = extra.get("dagger_updates", 0) + 1
+        if extra["dagger_updates"] % self.cfg.dagger_every:
+            return {}
+        cfg = self.cfg
+        return dagger_round(self.policy, self.labels, cfg.dagger_epochs, cfg.dagger_lr,
+                            policy_kind(self.policy.kind).bc_minibatch_size, seed=cfg.seed + extra["dagger_updates"])
 
     # ------------------------------------------------------------------ after the checkpoint
     def committed(self) -> None:
