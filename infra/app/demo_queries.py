@@ -195,3 +195,35 @@ FROM (
             PARTITION BY episode_id ORDER BY step_index ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS gap_ms
     FROM steps FINAL WHERE policy = {q(policy)}
 )"""
+
+
+def game_phases(policy: str, annotator: str, split: int = 10) -> str:
+    """Per game and phase, the normalised score's mean and standard error and the mean length of
+    the ended episodes: the annotator's demonstrations, pi_sft (v0), PPO v1-``split`` and PPO after
+    (by the oldest version that acted in the episode, ``scored.policy_version_min``)."""
+    return f"""SELECT t.task_name AS game,
+    if(t.policy = {q(annotator)}, '0 demonstrations', if(s.policy_version_min = 0, '1 pi_sft (v0)',
+       if(s.policy_version_min <= {int(split)}, '2 PPO v1-{int(split)}', '3 PPO v{int(split) + 1}+'))) AS phase,
+    count() AS episodes, round(avg(t.normalised_score), 3) AS norm,
+    round(stddevSamp(t.normalised_score) / sqrt(count()), 3) AS se, round(avg(t.num_steps), 1) AS steps
+FROM trajectories AS t FINAL
+INNER JOIN (SELECT episode_id, policy_version_min FROM scored FINAL
+            WHERE policy IN ({q(policy)}, {q(annotator)})) AS s ON t.episode_id = s.episode_id
+WHERE t.policy IN ({q(policy)}, {q(annotator)}) AND t.status = 'ended' AND t.suite = 'games'
+GROUP BY game, phase ORDER BY game, phase"""
+
+
+def expert_agreement(policy: str, bucket: int = 5) -> str:
+    """Per task and ``bucket`` of acting versions, the share of the policy's steps labelled with a
+    key press (``steps.expert_action``, `flywheel rollout --expert-labels`: the arrow games) on
+    which it pressed the key the solver would have. Click labels (mines) are left out: a click's
+    cell would need the game's grid to compare."""
+    return f"""SELECT t.task_name AS task, intDiv(s.policy_version, {int(bucket)}) * {int(bucket)} AS from_version,
+    count() AS labelled,
+    round(avg(JSONExtractString(s.action, 'type') = JSONExtractString(s.expert_action, 'type')
+              AND JSONExtractString(s.action, 'key') = JSONExtractString(s.expert_action, 'key')), 3) AS agreement
+FROM steps AS s FINAL
+INNER JOIN (SELECT DISTINCT episode_id, task_name FROM trajectories FINAL WHERE policy = {q(policy)}) AS t
+    ON s.episode_id = t.episode_id
+WHERE s.policy = {q(policy)} AND JSONExtractString(s.expert_action, 'key') != ''
+GROUP BY task, from_version ORDER BY task, from_version"""

@@ -2,7 +2,8 @@
 sink, trainer and hot reload, from random weights (no cold start) on games.2048 with 40-step
 episodes, until PPO published three versions (`--until-version 3`; about a minute), with DAgger's
 expert labels on (`--expert-coef`: the heuristic labels the policy's own states, the trainer
-imitates them) and the last key in the policy's history strip (`last_key`).
+imitates them beside PPO's loss; `--dagger-every 1`: and fits the policy to the labels gathered
+so far after each update) and the last key in the policy's history strip (`last_key`).
 
 It asserts what a user of the games suite should see: episodes whose steps' rewards add up to
 the score the page showed, trajectories carrying the final and the normalised score, the trainer
@@ -39,7 +40,7 @@ def test_a_short_games_demo_learns_on_scores(kafka_bootstrap, tmp_path):
         [sys.executable, "-m", "infra.app.cli", "demo", "--minutes", "3", "--run-id", run_id,
          "--tasks", "games.2048", "--max-steps", "40", "--cold-start-demos", "0", "--batch-episodes", "4",
          "--sandboxes", "2", "--episodes", "400", "--progress-s", "10",
-         "--until-version", "3", "--expert-coef", "0.5", "--policy-config", '{"last_key": true}'],
+         "--until-version", "3", "--expert-coef", "0.5", "--dagger-every", "1", "--policy-config", '{"last_key": true}'],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     print(proc.stdout[-4000:])
@@ -65,6 +66,9 @@ def test_a_short_games_demo_learns_on_scores(kafka_bootstrap, tmp_path):
         (SELECT groupUniqArray(JSONExtractString(expert_action, 'key')) FROM steps FINAL
             WHERE policy = '{policy}' AND expert_action != '') AS label_keys,
         (SELECT max(metrics['losses/expert_loss']) FROM trainer_metrics FINAL WHERE policy = '{policy}') AS expert_loss,
+        (SELECT max(metrics['batch/dagger_steps']) FROM trainer_metrics FINAL WHERE policy = '{policy}') AS dagger_steps,
+        (SELECT min(metrics['losses/dagger_loss']) FROM trainer_metrics FINAL
+            WHERE policy = '{policy}' AND mapContains(metrics, 'losses/dagger_loss')) AS dagger_loss,
         (SELECT any(config) FROM policy_versions FINAL WHERE policy = '{policy}') AS config""")[0]
     print(row)
     assert row["ended"] >= 4 and row["unscored"] == 0, "every ended game episode carries its scores"
@@ -76,6 +80,7 @@ def test_a_short_games_demo_learns_on_scores(kafka_bootstrap, tmp_path):
     assert row["labelled"] >= 0.9 * row["steps"] > 0, "2048's heuristic labels every step it sees a board on"
     assert row["label_keys"] and set(row["label_keys"]) <= {"up", "down", "left", "right"}, row["label_keys"]
     assert row["expert_loss"] > 0, "the trainer reported the labels' NLL"
+    assert row["dagger_steps"] >= 40 and row["dagger_loss"] > 0, "DAgger rounds fitted the labels gathered"
     assert json.loads(row["config"])["last_key"] is True
     # a step's reward is the change of the page's score: an episode's rewards add up to its final score
     sums = _sql(env, f"""SELECT t.episode_id, any(t.score) AS score, sum(s.reward) AS rewards
