@@ -42,7 +42,7 @@ from clean_stop import end_stopping, run_child, stop_on_signals
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from producers.games import GAMES  # noqa: E402
-from producers.suites import demo_noise, expand  # noqa: E402
+from producers.suites import expand, setting  # noqa: E402
 from streams.score import SCORING_VERSION  # noqa: E402
 
 CONFIGS: dict[str, list[str]] = {
@@ -67,13 +67,15 @@ RECIPE = "curriculum+rft4"
 
 def recipe(tasks: str) -> str:
     """The recipe "full" stands for on ``tasks`` (as --tasks): RECIPE and, where a game is among
-    them, the demonstrations' noise and the scoring version, both of which changed what a games
-    run learns (a games table keeps no run measured before either). The noise named is the
-    suite's default (--demo-args may change it; they are compared on their own)."""
+    them, the demonstrations' noise, the scoring version and DAgger (its rounds, its labels' weight
+    and the last key in the policy's history), each of which changed what a games run learns (a
+    games table keeps no run measured before any). The settings named are the suite's defaults
+    (--demo-args may change them; they are compared on their own)."""
     names = expand([t.strip() for t in tasks.split(",") if t.strip()])  # as the demo reads --tasks
     if not any(t in GAMES for t in names):
         return RECIPE
-    return f"{RECIPE}+noise{demo_noise(names):g}+scoring{SCORING_VERSION}"
+    dagger = f"+dagger{setting(names, 'dagger_every'):g}+expert{setting(names, 'expert_coef'):g}+lastkey"
+    return f"{RECIPE}+noise{setting(names, 'demo_noise'):g}+scoring{SCORING_VERSION}{dagger}"
 
 
 def options(config: str) -> list[str]:

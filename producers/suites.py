@@ -34,6 +34,10 @@ class Suite:
     # the chance of a mistake per step of the cold start's scripted demonstrations (`flywheel demo
     # --demo-noise`, left on auto): DART-style noise, only the games draw mistakes
     demo_noise: float = 0.0
+    # DAgger during PPO (`flywheel demo --expert-coef`, `--dagger-every`, left on auto): the weight
+    # of the solvers' labels beside PPO's loss and the PPO updates between rounds fitting them
+    expert_coef: float = 0.0
+    dagger_every: int = 0
 
 
 SUITES: dict[str, Suite] = {}
@@ -48,8 +52,9 @@ MINIWOB_VISION: dict = {**MINIWOB_READING, "coords": True}
 
 def pixel_config(action_types: tuple[str, ...] | list[str], overrides: dict | None = None) -> dict:
     """The pixel policy's config for MiniWoB++ tasks needing ``action_types`` (with a hotkey
-    head: the keys the suites name, ``hotkeys``); ``overrides`` last."""
-    keys = {"keys": list(hotkeys())} if "hotkey" in action_types and hotkeys() else {}
+    head: the keys the suites name, ``hotkeys``, and the last key pressed in the history strip:
+    2048's clone kept pressing arrows that moved nothing without it); ``overrides`` last."""
+    keys = {"keys": list(hotkeys()), "last_key": True} if "hotkey" in action_types and hotkeys() else {}
     return {"action_types": list(action_types), **MINIWOB_VISION, **keys, **(overrides or {})}
 
 
@@ -122,7 +127,11 @@ register(Suite(
     },
     # snake's clone from demonstrations with 15-20% mistakes played 0.25-0.39 against 0.04-0.13
     # from clean ones (docs/tasks.md, "Demonstrations with mistakes")
-    demo_noise=0.2))
+    demo_noise=0.2,
+    # the heuristics label the policy's own states; fitting them every 2 updates took snake's
+    # agreement with its heuristic from 0.41-0.53 to 0.79 and its score to 0.22-0.29, 2048 to
+    # 0.77-0.89, where PPO alone held 0.04-0.23 and 0.36-0.50 (docs/tasks.md, "DAgger rounds")
+    expert_coef=1.0, dagger_every=2))
 
 
 def family(task: str, default: str) -> str:
@@ -139,10 +148,10 @@ def child_args(command: str, tasks: list[str] | tuple[str, ...], kind: str) -> t
                  for a in s.child_args.get((command, kind), ()))
 
 
-def demo_noise(tasks: list[str] | tuple[str, ...]) -> float:
-    """The cold start's demonstration noise on ``tasks``: that of a suite holding every one of
-    them (the largest, if several do), else none."""
-    return max((s.demo_noise for s in SUITES.values() if tasks and all(t in s.tasks for t in tasks)), default=0.0)
+def setting(tasks: list[str] | tuple[str, ...], name: str) -> float:
+    """A suite's setting ``name`` (``demo_noise``, ``expert_coef``, ``dagger_every``) on ``tasks``:
+    that of a suite holding every one of them (the largest, if several do), else 0 (off)."""
+    return max((getattr(s, name) for s in SUITES.values() if tasks and all(t in s.tasks for t in tasks)), default=0)
 
 
 def get_suite(name: str) -> Suite:

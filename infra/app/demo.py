@@ -40,7 +40,7 @@ from infra.runtime.procs import Child, flywheel_argv, say as _say, stop_signals,
 from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
 from producers.policy_client import noise_error
-from producers.suites import RunPlan, child_args, demo_noise as suite_demo_noise, plan as suite_plan
+from producers.suites import RunPlan, child_args, plan as suite_plan, setting as suite_setting
 from infra.app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
 from infra.app.commands import local_cluster, running_cluster
 from infra.runtime.admin import consumer_lag, ensure_topics
@@ -83,14 +83,14 @@ class DemoConfig:
     rft_every: int = opt(-1, "rejection-sampling fine-tuning: after every this many PPO updates the trainer fine-tunes "
                              "the policy on its own successful episodes and the demonstrations (0: off; -1: 4 for the "
                              "pixel policy after a cold start, +0.03 and +0.06 over 2 seeds in 15 minutes; off otherwise)")
-    expert_coef: float = opt(0.0, "DAgger during PPO: the rollout workers record on each step of a task with a scripted "
-                                  "solver what it would have done there (--expert-labels) and the trainer imitates those "
-                                  "labels with this weight beside PPO's loss (--expert-coef); the policy still acts "
-                                  "alone (0: off)")
-    dagger_every: int = opt(0, "DAgger rounds: the rollout workers record the solver's labels as with --expert-coef and, "
-                               "after every this many PPO updates, the trainer fits the policy to the labels of the "
-                               "states it visited (the newest 8192; `flywheel train --dagger-every`, trainer.sft.dagger; "
-                               "0: off)")
+    expert_coef: float = opt(-1.0, "DAgger during PPO: the rollout workers record on each step of a task with a scripted "
+                                   "solver what it would have done there (--expert-labels) and the trainer imitates those "
+                                   "labels with this weight beside PPO's loss (--expert-coef); the policy still acts "
+                                   "alone (0: off; -1: the suite's, 1 on the games, for a policy kind that scores labels)")
+    dagger_every: int = opt(-1, "DAgger rounds: the rollout workers record the solver's labels as with --expert-coef and, "
+                                "after every this many PPO updates, the trainer fits the policy to the labels of the "
+                                "states it visited (the newest 8192; `flywheel train --dagger-every`, trainer.sft.dagger; "
+                                "0: off; -1: the suite's, 2 on the games, for a policy kind that scores labels)")
     seed: int = opt(0, "seed of the initial weights, the cloning and the task layouts")
     sandboxes: int = opt(0, "browser sandboxes per rollout worker (0: the machine's share of each worker, producers.capacity)")
     workers: int = opt(1, "rollout worker processes")
@@ -125,11 +125,12 @@ class DemoConfig:
             raise UserError(f"until_version must be >= 0 (0: run the whole --minutes), got {self.until_version}")
         if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:
             raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
-        if not self.expert_coef >= 0:  # NaN included
-            raise UserError(f"--expert-coef is a weight >= 0 (0: off), got {self.expert_coef}")
-        if self.dagger_every < 0:
-            raise UserError(f"--dagger-every counts PPO updates between rounds (0: off), got {self.dagger_every}")
-        if (self.expert_coef or self.dagger_every) and not policy_kind(self.policy_kind).scores_actions:
+        if not (self.expert_coef == -1 or self.expert_coef >= 0):  # NaN included
+            raise UserError(f"--expert-coef is a weight >= 0 (0: off) or -1 (the suite's), got {self.expert_coef}")
+        if self.dagger_every < -1:
+            raise UserError(f"--dagger-every counts PPO updates between rounds (0: off) or is -1 (the suite's), "
+                            f"got {self.dagger_every}")
+        if (self.expert_coef > 0 or self.dagger_every > 0) and not policy_kind(self.policy_kind).scores_actions:
             raise UserError(f"--expert-coef and --dagger-every train a policy on labels it is handed (the pixel policy); the "
                             f"{self.policy_kind} policy scores only its own samples")
         if not (self.target_kl == -1 or self.target_kl >= 0):  # NaN included
@@ -465,7 +466,8 @@ def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tu
     anything starts: the cold start over the tasks ``demonstrable`` holds (default: those with a
     scripted solver; ``phases.cold_start_plan``, a UserError when demonstrations were asked of a
     task that has none), value pretraining's auto setting resolved (none from random weights) and
-    the demonstrations' noise (the suite's, on a scripted cold start).
+    the demonstrations' noise (the suite's, on a scripted cold start) and DAgger's settings (the
+    suite's, for a policy kind that scores the labels it is handed).
     Under --sync a critic-only update publishes no version while the synchronous rollout waits for
     one, so value pretraining would stall the run after one batch."""
     tasks = suite_plan(cfg.tasks, cfg.max_steps).tasks
@@ -475,7 +477,12 @@ def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tu
         cfg = replace(cfg, value_pretrain_batches=VALUE_PRETRAIN_BATCHES if cold.per_task else 0)
     if cfg.demo_noise < 0:
         scripted = cold.per_task and cfg.demos_from == "scripted"
-        cfg = replace(cfg, demo_noise=suite_demo_noise(list(cold.demonstrated)) if scripted else 0.0)
+        cfg = replace(cfg, demo_noise=suite_setting(list(cold.demonstrated), "demo_noise") if scripted else 0.0)
+    labels = policy_kind(cfg.policy_kind).scores_actions
+    if cfg.expert_coef < 0:
+        cfg = replace(cfg, expert_coef=float(suite_setting(tasks, "expert_coef")) if labels else 0.0)
+    if cfg.dagger_every < 0:
+        cfg = replace(cfg, dagger_every=int(suite_setting(tasks, "dagger_every")) if labels else 0)
     changed: list[str] = []
     if cfg.sync and cfg.value_pretrain_batches:
         cfg = replace(cfg, value_pretrain_batches=0)

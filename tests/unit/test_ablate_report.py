@@ -49,14 +49,15 @@ def test_games_are_measured_by_normalised_score_and_runs_of_another_measure_are_
         ablate.merge_kept([], kept, ["full"], {**SETTINGS, "measure": "normalised_score"})
 
 
-def test_a_games_recipe_names_the_demonstrations_noise_and_the_scoring_version():
-    from producers.suites import demo_noise
+def test_a_games_recipe_names_the_demonstrations_noise_the_scoring_version_and_dagger():
+    from producers.suites import setting
     from streams.score import SCORING_VERSION
 
     assert ablate.recipe("default") == ablate.RECIPE
     assert ablate.recipe("starter") == ablate.RECIPE
     games = ablate.recipe("games")
-    assert games == f"{ablate.RECIPE}+noise{demo_noise(['games.2048', 'games.mines', 'games.snake']):g}+scoring{SCORING_VERSION}"
+    assert setting(['games.2048', 'games.mines', 'games.snake'], "demo_noise") == 0.2
+    assert games == f"{ablate.RECIPE}+noise0.2+scoring{SCORING_VERSION}+dagger2+expert1+lastkey"
     assert ablate.recipe("games.snake") != ablate.RECIPE
     # a games table measured before the noise and scoring 1.4 (recipe "curriculum+rft4") is not kept
     old = {**_row("full", 1, 0.03), **SETTINGS, "tasks": "games"}

@@ -390,13 +390,13 @@ def test_expert_coef_labels_the_rollouts_and_weighs_the_labels_in_the_trainer(tm
 
     settings = load_settings({"data_dir": str(tmp_path)})
     for coef, labels in ((0.0, False), (0.5, True)):
-        children = plan_children(DemoConfig(tasks="games", expert_coef=coef).validate(), settings, "p.", "pol",
+        children = plan_children(DemoConfig(tasks="games", expert_coef=coef, dagger_every=0).validate(), settings, "p.", "pol",
                                  tmp_path, plan(["games"]))
         argv = {c.name: c.argv for c in children}
         assert ("--expert-labels" in argv["rollout-0"]) is labels
         assert (argv["trainer"][argv["trainer"].index("--expert-coef") + 1] == "0.5") if labels \
             else "--expert-coef" not in argv["trainer"]
-    for bad in (-1.0, float("nan")):
+    for bad in (-2.0, float("nan")):
         with pytest.raises(UserError, match="expert-coef"):
             DemoConfig(expert_coef=bad).validate()
     with pytest.raises(UserError, match="scores only its own samples"):
@@ -409,12 +409,27 @@ def test_dagger_every_labels_the_rollouts_and_sets_the_trainers_rounds(tmp_path)
     from producers.suites import plan
 
     settings = load_settings({"data_dir": str(tmp_path)})
-    children = plan_children(DemoConfig(tasks="games", dagger_every=2).validate(), settings, "p.", "pol",
+    children = plan_children(DemoConfig(tasks="games", expert_coef=0, dagger_every=2).validate(), settings, "p.", "pol",
                              tmp_path, plan(["games"]))
     argv = {c.name: c.argv for c in children}
     assert "--expert-labels" in argv["rollout-0"] and "--expert-coef" not in argv["trainer"]  # rounds alone
     assert argv["trainer"][argv["trainer"].index("--dagger-every") + 1] == "2"
     with pytest.raises(UserError, match="dagger-every counts"):
-        DemoConfig(dagger_every=-1).validate()
+        DemoConfig(dagger_every=-2).validate()
     with pytest.raises(UserError, match="scores only its own samples"):
         DemoConfig(policy_kind="lm", dagger_every=2).validate()
+
+
+def test_dagger_on_auto_is_the_suites_for_a_kind_that_scores_labels():
+    from infra.app.demo import effective, expert_labels
+
+    games, _, _ = effective(DemoConfig(tasks=["games"]))
+    assert (games.expert_coef, games.dagger_every) == (1.0, 2) and expert_labels(games)
+    asked, _, _ = effective(DemoConfig(tasks=["games"], expert_coef=0.5, dagger_every=0))
+    assert (asked.expert_coef, asked.dagger_every) == (0.5, 0)  # the user's setting wins
+    default, _, _ = effective(DemoConfig(tasks=["default"]))
+    assert (default.expert_coef, default.dagger_every) == (0.0, 0) and not expert_labels(default)
+    mixed, _, _ = effective(DemoConfig(tasks=["games.snake", "click-button"]))
+    assert (mixed.expert_coef, mixed.dagger_every) == (0.0, 0)  # no suite holds both
+    lm, _, _ = effective(DemoConfig(tasks=["games"], policy_kind="lm", dpo_minutes=0))
+    assert (lm.expert_coef, lm.dagger_every) == (0.0, 0)  # the language policy scores only its own samples

@@ -52,11 +52,12 @@ def test_with_last_key_the_history_strip_names_the_arrow_pressed_last():
     assert not after_click[-len(keys):].any()  # the last action was no key
 
 
-def test_last_key_is_off_by_default_and_widens_only_a_hotkey_policy():
+def test_last_key_is_on_for_a_hotkey_policy_and_widens_only_it():
     heads = plan(["games"]).action_types
     config = policy_kind("pixel").task_config(heads, {})
-    plain = build_policy("pixel", "p", config)
-    told = build_policy("pixel", "p", {**config, "last_key": True})
+    assert config["last_key"] is True and "last_key" not in pixel_config(plan(["default"]).action_types)
+    told = build_policy("pixel", "p", config)
+    plain = build_policy("pixel", "p", {**config, "last_key": False})
     assert told.n_summary == plain.n_summary + len(ARROWS)
     clicks = build_policy("pixel", "p", pixel_config(("click",), {"last_key": True}))
     assert clicks.n_summary == build_policy("pixel", "p", pixel_config(("click",))).n_summary
