@@ -105,7 +105,6 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
             if remaining <= 0:
                 return await _end(out, eid, clock, "timeout", last)
             started_at = clock()
-            expert = await _label(sandbox, task, obs, remaining) if labels else None  # the screen the policy acts on
             t_policy = time.perf_counter()
             try:
                 dom = await sandbox.query(scripted.DOM_PROBE_JS) if probe else None
@@ -118,6 +117,9 @@ async def run_episode(task: TaskSpec, sandbox: Any, client: PolicyClient, emit: 
             except Exception as exc:  # noqa: BLE001 - a policy backend failure is infrastructure
                 raise _Abort(f"policy {client.name} failed: {type(exc).__name__}: {exc}", crashed=False) from None
             latency_policy = (time.perf_counter() - t_policy) * 1000
+            # the label of the screen the policy acted on (the page is unchanged until the action),
+            # from the page the client read when it reads one
+            expert = await _label(sandbox, task, obs, deadline - time.monotonic(), dom) if labels else None
             decision = reply.decision
             # The previous step is released (its screenshots stored, then it is emitted) while this
             # one acts: its write overlapped the policy's turn and now overlaps the environment's.
@@ -203,15 +205,16 @@ class _Outbox:
         self.emitted += 1
 
 
-async def _label(sandbox: Any, task: TaskSpec, obs: Any, timeout_s: float) -> Any:
+async def _label(sandbox: Any, task: TaskSpec, obs: Any, timeout_s: float, dom: Any = None) -> Any:
     """The scripted solver's action on the page as it is now (the screen the policy is about to act
-    on); None when the solver would only wait (a game without its board) or the page cannot be
+    on; ``dom``: the page's probe already read this step, else it is read here); None when the solver would only wait (a game without its board) or the page cannot be
     read or the solver fails on it: the solvers were written for their own states, not every state
     a policy reaches, and a missing label costs one step's imitation, never the episode (a page
     that does not answer within the episode's time left included). A sandbox that crashed does so
     again at the action, which aborts the episode."""
     try:
-        dom = await asyncio.wait_for(sandbox.query(scripted.DOM_PROBE_JS), timeout_s)
+        if dom is None:
+            dom = await asyncio.wait_for(sandbox.query(scripted.DOM_PROBE_JS), timeout_s)
         action = scripted.solve(task.name, obs.observation.instruction, dom)
     except Exception as exc:  # noqa: BLE001 - see above
         log.debug("no expert label for %s: %s: %s", task.name, type(exc).__name__, exc)

@@ -311,6 +311,15 @@ def test_expert_labels_skip_a_task_without_a_solver_and_a_policy_that_reads_the_
     assert sandbox.probes == 2 and all(d is not None for d in client.doms)
 
 
+def test_a_policy_that_reads_the_page_and_the_label_share_one_probe_per_step():
+    sandbox, client = ProbedSandbox(hide_at=2), DomReader("p", needs_dom=True)
+    events = []
+    asyncio.run(run_episode(TaskSpec(task_id="t1", suite="miniwob", name="click-test", max_steps=3), sandbox,
+                            client, events.append, sandbox_name="browser", worker_id="w", expert_labels=True))
+    assert sandbox.probes == 3 and all(d is not None for d in client.doms)
+    assert [e.expert_action for e in events if e.kind == "step"] == [Click(x=0.5, y=0.25)] * 2 + [None]
+
+
 def test_a_solver_failing_on_the_policys_state_costs_that_steps_label_only(monkeypatch):
     """The solvers were written for their own states; one that raises on a state the policy
     reached (or a page that cannot be read) leaves that step unlabelled and the episode running."""
