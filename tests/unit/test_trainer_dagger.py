@@ -43,6 +43,17 @@ def test_the_buffer_keeps_the_newest_labelled_steps_only():
         LabelBuffer(0)
 
 
+def test_a_sampled_round_draws_distinct_steps_in_buffer_order_and_the_same_for_a_seed():
+    buffer = LabelBuffer(100)
+    buffer.add([torch.full((1, 2, 2), k, dtype=torch.uint8) for k in range(10)], list("abcdefghij"), [EXPERT] * 10, "t")
+    drawn = buffer.examples(4, seed=7)
+    assert len(drawn.actions) == 4 and drawn.instructions == sorted(set(drawn.instructions))
+    assert drawn.obs[:, 0, 0, 0].tolist() == ["abcdefghij".index(c) for c in drawn.instructions]  # obs stay with their step
+    assert buffer.examples(4, seed=7).instructions == drawn.instructions
+    assert {tuple(buffer.examples(4, seed=k).instructions) for k in range(5)} != {tuple(drawn.instructions)}
+    assert len(buffer.examples(0).actions) == len(buffer.examples(50).actions) == 10  # 0 or more than held: all
+
+
 def test_a_round_fits_the_policy_to_the_labels_and_an_empty_one_does_nothing():
     policy, samples = tiny_policy_and_samples([1.0] * 6)
     policy.eval()  # as the trainer keeps it between updates
@@ -58,6 +69,7 @@ def test_a_round_fits_the_policy_to_the_labels_and_an_empty_one_does_nothing():
     assert metrics[M.DAGGER_STEPS] == 6
     assert metrics[M.DAGGER_LOSS] < metrics[M.DAGGER_LOSS_FIRST] <= -before + 1e-6
     assert not policy.training  # left in the mode it was in
+    assert dagger_round(policy, buffer, 1, 1e-2, 4, seed=0, sample=2)[M.DAGGER_STEPS] == 2
 
 
 def _learner(tmp_path, monkeypatch, policy, **cfg):
@@ -89,8 +101,9 @@ def test_a_learner_without_rounds_keeps_no_buffer(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("changes, match", [
-    ({"dagger_every": -1}, "dagger_every must be >= 0"),
+    ({"dagger_every": -1}, "dagger_every and dagger_sample must be >= 0"),
     ({"dagger_every": 2, "dagger_buffer": 0}, "dagger_buffer"),
+    ({"dagger_every": 2, "dagger_sample": -1}, "dagger_sample"),
     ({"dagger_every": 2, "dagger_epochs": 0}, "dagger_epochs"),
     ({"dagger_every": 2, "dagger_lr": float("nan")}, "dagger_lr > 0"),
     ({"dagger_every": 2, "policy_kind": "lm"}, "the lm policy on 1 process"),

@@ -397,7 +397,8 @@ class PPOLearner:
             return {}
         cfg = self.cfg
         return dagger_round(self.policy, self.labels, cfg.dagger_epochs, cfg.dagger_lr,
-                            policy_kind(self.policy.kind).bc_minibatch_size, seed=cfg.seed + extra["dagger_updates"])
+                            policy_kind(self.policy.kind).bc_minibatch_size, seed=cfg.seed + extra["dagger_updates"],
+                            sample=cfg.dagger_sample)
 
     # ------------------------------------------------------------------ after the checkpoint
     def committed(self) -> None:

@@ -22,6 +22,7 @@ not trained and the version's PPO metrics describe the update before the round.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import deque
 from typing import Any
@@ -57,20 +58,28 @@ class LabelBuffer:
                 added += 1
         return added
 
-    def examples(self) -> Examples:
-        obs, instructions, actions, tasks = zip(*self.steps)
+    def examples(self, sample: int = 0, seed: int = 0) -> Examples:
+        """The buffer's steps, or ``sample`` of them drawn without replacement (0: all), in
+        buffer order."""
+        steps = list(self.steps)
+        if 0 < sample < len(steps):
+            steps = [steps[i] for i in sorted(random.Random(seed).sample(range(len(steps)), sample))]
+        obs, instructions, actions, tasks = zip(*steps)
         return Examples(torch.stack(list(obs)), list(instructions), list(actions), list(tasks))
 
 
-def dagger_round(policy, buffer: LabelBuffer, epochs: int, lr: float, minibatch_size: int, seed: int) -> dict[str, float]:
-    """Fit the current weights to the buffer's labels; -> the round's metrics (empty when the
-    buffer holds none): the labels' mean NLL in the first and the last epoch, steps, seconds."""
+def dagger_round(policy, buffer: LabelBuffer, epochs: int, lr: float, minibatch_size: int, seed: int,
+                 sample: int = 0) -> dict[str, float]:
+    """Fit the current weights to the buffer's labels (``sample`` of them drawn at random; 0: all);
+    -> the round's metrics (empty when the buffer holds none): the labels' mean NLL in the first
+    and the last epoch, the steps fitted, seconds."""
     if not len(buffer):
         return {}
     t0 = time.monotonic()
-    losses = fine_tune(policy, buffer.examples(), epochs, lr, minibatch_size, seed)
+    data = buffer.examples(sample, seed)
+    losses = fine_tune(policy, data, epochs, lr, minibatch_size, seed)
     seconds = time.monotonic() - t0
-    log.info("DAgger: %d labelled steps, %d epoch(s), NLL %.3f -> %.3f in %.1fs",
-             len(buffer), epochs, losses[0], losses[-1], seconds)
-    return {M.DAGGER_LOSS_FIRST: losses[0], M.DAGGER_LOSS: losses[-1], M.DAGGER_STEPS: float(len(buffer)),
+    log.info("DAgger: %d of %d labelled steps, %d epoch(s), NLL %.3f -> %.3f in %.1fs",
+             len(data.actions), len(buffer), epochs, losses[0], losses[-1], seconds)
+    return {M.DAGGER_LOSS_FIRST: losses[0], M.DAGGER_LOSS: losses[-1], M.DAGGER_STEPS: float(len(data.actions)),
             M.DAGGER_TIME_S: seconds}
