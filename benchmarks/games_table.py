@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--split", type=int, default=10, help="PPO's first phase is v1 to this version")
     ap.add_argument("--bucket", type=int, default=5, help="versions per row of the agreement table")
     args = ap.parse_args(argv)
+    if args.split < 1 or args.bucket < 1:
+        ap.error("--split and --bucket are versions: at least 1")
     settings = load_settings()
     policy = f"{args.policy_kind}-{args.run_id}"
     for title, sql in (("Normalised score per phase", game_phases(policy, annotator_of(policy), args.split)),

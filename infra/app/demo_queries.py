@@ -200,15 +200,18 @@ FROM (
 def game_phases(policy: str, annotator: str, split: int = 10) -> str:
     """Per game and phase, the normalised score's mean and standard error and the mean length of
     the ended episodes: the annotator's demonstrations, pi_sft (v0), PPO v1-``split`` and PPO after
-    (by the oldest version that acted in the episode, ``scored.policy_version_min``)."""
+    (by the oldest version that acted in the episode, ``scored.policy_version_min``; one row per
+    episode, its first scorer's: a rescore does not count it twice), infrastructure failures left
+    out."""
     return f"""SELECT t.task_name AS game,
     if(t.policy = {q(annotator)}, '0 demonstrations', if(s.policy_version_min = 0, '1 pi_sft (v0)',
        if(s.policy_version_min <= {int(split)}, '2 PPO v1-{int(split)}', '3 PPO v{int(split) + 1}+'))) AS phase,
-    count() AS episodes, round(avg(t.normalised_score), 3) AS norm,
-    round(stddevSamp(t.normalised_score) / sqrt(count()), 3) AS se, round(avg(t.num_steps), 1) AS steps
+    count(t.normalised_score) AS episodes, round(avg(t.normalised_score), 3) AS norm,
+    round(stddevSamp(t.normalised_score) / sqrt(count(t.normalised_score)), 3) AS se, round(avg(t.num_steps), 1) AS steps
 FROM trajectories AS t FINAL
 INNER JOIN (SELECT episode_id, policy_version_min FROM scored FINAL
-            WHERE policy IN ({q(policy)}, {q(annotator)})) AS s ON t.episode_id = s.episode_id
+            WHERE policy IN ({q(policy)}, {q(annotator)}) AND NOT infra_failure
+              AND {own_scorer(policy, annotator)}) AS s ON t.episode_id = s.episode_id
 WHERE t.policy IN ({q(policy)}, {q(annotator)}) AND t.status = 'ended' AND t.suite = 'games'
 GROUP BY game, phase ORDER BY game, phase"""
 

@@ -4,6 +4,8 @@ labels per bucket of versions, click labels left out; the normalised score per p
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 from consumers.rows import rows_for
 from infra.app.demo_queries import expert_agreement, game_phases
 from infra.clickhouse.client import make_client
@@ -13,6 +15,7 @@ from schemas.events import Step, TaskSpec, Trajectory
 from tests.fakes.run import synthetic_run
 
 T0 = 1.8e9
+AT = datetime.fromtimestamp(T0, timezone.utc)
 
 
 def _trajectory(eid: str, task: str, policy: str, norm: float) -> Trajectory:
@@ -49,14 +52,21 @@ def test_agreement_counts_same_key_steps_per_version_bucket_and_leaves_clicks_ou
     assert got == [("games.snake", 0, 2, 0.5), ("games.snake", 5, 2, 1.0)]
 
 
-def test_the_phases_table_splits_demonstrations_pi_sft_and_ppo_by_acting_version(tmp_path):
+def test_the_phases_table_splits_demonstrations_pi_sft_and_ppo_by_acting_version_once_per_episode(tmp_path):
     runs = [("d1", "scripted-pixel-r", 0, 1.0), ("d2", "scripted-pixel-r", 0, 0.5), ("p0", "pixel-r", 0, 0.2),
             ("p1", "pixel-r", 3, 0.4), ("p2", "pixel-r", 12, 0.6), ("o1", "pixel-other", 12, 0.9)]
     trajectories, scored = [], []
     for eid, policy, version, norm in runs:
         t = _trajectory(eid, "games.2048", policy, norm)
         trajectories += rows_for("trajectories", t)["trajectories"]
-        scored.append({"event_id": eid, "episode_id": eid, "policy": policy, "policy_version_min": version})
+        scored.append({"event_id": eid, "episode_id": eid, "policy": policy, "policy_version_min": version,
+                       "scorer": "rule-v1", "scored_at": AT, "infra_failure": False})
+    # a rescore of p2 by a newer scorer adds a row beside the first: the episode still counts once
+    scored.append({**scored[-2], "scorer": "rule-v2", "scored_at": AT + timedelta(minutes=1)})
+    # an infrastructure failure is left out
+    trajectories += rows_for("trajectories", _trajectory("x1", "games.2048", "pixel-r", -1.0))["trajectories"]
+    scored.append({"event_id": "x1", "episode_id": "x1", "policy": "pixel-r", "policy_version_min": 12,
+                   "scorer": "rule-v1", "scored_at": AT, "infra_failure": True})
     client = make_client(load_settings({"data_dir": str(tmp_path)}))
     try:
         _insert(client, "trajectories", trajectories)

@@ -95,6 +95,35 @@ def test_the_learner_aggregates_every_batch_and_fits_every_nth_ppo_update(tmp_pa
     assert _labels_logprob(policy, samples) > before + 0.5
 
 
+def test_a_failed_round_is_counted_and_ppo_goes_on(tmp_path, monkeypatch):
+    policy, samples = tiny_policy_and_samples([1.0] * 2)
+    for s in samples:
+        s.experts = [EXPERT]
+    learner = _learner(tmp_path, monkeypatch, policy, dagger_every=1)
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: not enough memory")
+
+    monkeypatch.setattr(stream, "dagger_round", out_of_memory)
+    extra: dict = {}
+    assert learner._dagger_round(samples, extra, critic_only=False) == {M.DAGGER_FAILED_TOTAL: 1.0}
+    assert learner._dagger_round(samples, extra, critic_only=False) == {M.DAGGER_FAILED_TOTAL: 2.0}
+    assert extra["dagger_updates"] == 2 and len(learner.labels) == 4
+
+
+def test_a_non_finite_gradient_leaves_the_weights_as_they_were(monkeypatch):
+    policy, samples = tiny_policy_and_samples([1.0] * 4)
+    buffer = LabelBuffer(10)
+    for s in samples:
+        buffer.add(s.images, s.instructions, [EXPERT], s.task)
+    untouched = copy.deepcopy(policy.state_dict())
+    real = policy.evaluate
+    monkeypatch.setattr(policy, "evaluate", lambda *a: (real(*a)[0] * float("nan"), None, None))
+    metrics = dagger_round(policy, buffer, 2, 1e-2, 2, seed=0)
+    assert metrics[M.DAGGER_LOSS] != metrics[M.DAGGER_LOSS]  # NaN: reported as it was
+    assert all(torch.equal(v, untouched[k]) for k, v in policy.state_dict().items())
+
+
 def test_a_learner_without_rounds_keeps_no_buffer(tmp_path, monkeypatch):
     policy, _ = tiny_policy_and_samples([1.0])
     assert _learner(tmp_path, monkeypatch, policy).labels is None

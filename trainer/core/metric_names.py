@@ -84,6 +84,7 @@ STALE_DROPPED_TOTAL = "stream/stale_dropped_total"
 DEAD_LETTERED_TOTAL = "stream/dead_lettered_total"
 DUPLICATES_SKIPPED_TOTAL = "stream/duplicates_skipped_total"
 TRAINED_TOTAL = "stream/trained_total"
+DAGGER_FAILED_TOTAL = "stream/dagger_failed_total"  # DAgger rounds that failed (e.g. out of memory): PPO went on
 RFT_FAILED_TOTAL = "stream/rft_failed_total"  # RFT rounds that failed (the sft topic unreadable in time): PPO went on
 
 # dpo/

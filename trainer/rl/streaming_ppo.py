@@ -396,9 +396,14 @@ class PPOLearner:
         if extra["dagger_updates"] % self.cfg.dagger_every:
             return {}
         cfg = self.cfg
-        return dagger_round(self.policy, self.labels, cfg.dagger_epochs, cfg.dagger_lr,
-                            policy_kind(self.policy.kind).bc_minibatch_size, seed=cfg.seed + extra["dagger_updates"],
-                            sample=cfg.dagger_sample)
+        try:
+            return dagger_round(self.policy, self.labels, cfg.dagger_epochs, cfg.dagger_lr,
+                                policy_kind(self.policy.kind).bc_minibatch_size, seed=cfg.seed + extra["dagger_updates"],
+                                sample=cfg.dagger_sample)
+        except Exception as exc:  # noqa: BLE001 - as an RFT round's: PPO goes on (it would fail again on restart)
+            self._count("dagger_failed")
+            log.warning("DAgger round after PPO update %d failed, PPO goes on without it: %s", extra["dagger_updates"], exc)
+            return {M.DAGGER_FAILED_TOTAL: float(self.counts["dagger_failed"])}
 
     # ------------------------------------------------------------------ after the checkpoint
     def committed(self) -> None:

@@ -137,8 +137,8 @@ def bc_train(policy, data: Examples, epochs: int, lr: float, minibatch_size: int
             loss = -logprob.mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-            optimizer.step()
+            if torch.isfinite(torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)):
+                optimizer.step()  # a non-finite gradient is skipped, as PPO's update skips it
             total += float(loss.detach()) * len(ids)
         losses.append(total / n)
     policy.eval()
