@@ -521,7 +521,7 @@ def report_section(settings, policy: str, base_version: int, cold_start: bool, v
         lines[lines.index("<details><summary>SQL</summary>"):lines.index("<details><summary>SQL</summary>")] = [
             f"PPO's gain over the starting policy's episodes: {gain[0]:+.3f} ± {gain[1]:.3f} (standard error; the mean "
             f"over the {gain[2]} tasks played in both phases of each task's difference in success, a game's in normalised "
-            f"score)", ""]
+            f"score; the PPO phase's updates include the RFT and DAgger rounds the run's plan names)", ""]
     by_phase = {t[0]: dict(zip(cols[1:], t[1:])) for t in table}
     return lines, {"phases": clock.rows(), "success_by_task_and_phase": by_phase, "value_pretraining": vp,
                    "ppo_gain": None if gain is None else {"gain": gain[0], "standard_error": gain[1], "tasks": gain[2]}}
