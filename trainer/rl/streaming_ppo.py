@@ -30,7 +30,10 @@ scripted), even one a scorer marked RL-eligible.
 
 With ``rft_every`` set, every that many PPO updates are followed, inside the same update, by a
 rejection-sampling fine-tuning round on flywheel.sft.v1 (trainer.sft.rft), so the guarantee above
-covers it: a replay after a crash repeats the update and its round.
+covers it: a replay after a crash repeats the update and its round. With ``dagger_every`` set a
+DAgger round (trainer.sft.dagger) follows every that many PPO updates the same way, but its
+aggregate of labelled steps lives in memory: a replayed round fits the labels gathered since the
+restart only.
 
 On N ranks (``group``, trainer.rl.distributed) this loop is rank 0's and stays as it is: rank 0
 alone reads, checkpoints, announces and commits; only the update is shared with the other ranks,
