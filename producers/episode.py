@@ -206,9 +206,10 @@ class _Outbox:
 
 
 async def _label(sandbox: Any, task: TaskSpec, obs: Any, timeout_s: float, dom: Any = None) -> Any:
-    """The scripted solver's action on the page as it is now (the screen the policy is about to act
-    on; ``dom``: the page's probe already read this step, else it is read here); None when the solver would only wait (a game without its board) or the page cannot be
-    read or the solver fails on it: the solvers were written for their own states, not every state
+    """The scripted solver's action on the page as it is now (the screen the policy acts on this
+    step; ``dom``: the page's probe already read this step, else it is read here); None when the
+    solver would only wait (a game without its board) or the page cannot be read or the solver
+    fails on it: the solvers were written for their own states, not every state
     a policy reaches, and a missing label costs one step's imitation, never the episode (a page
     that does not answer within the episode's time left included). A sandbox that crashed does so
     again at the action, which aborts the episode."""

@@ -130,7 +130,7 @@ class DemoConfig:
         if self.dagger_every < -1:
             raise UserError(f"--dagger-every counts PPO updates between rounds (0: off) or is -1 (the suite's), "
                             f"got {self.dagger_every}")
-        if (self.expert_coef > 0 or self.dagger_every > 0) and not policy_kind(self.policy_kind).scores_actions:
+        if expert_labels(self) and not policy_kind(self.policy_kind).scores_actions:
             raise UserError(f"--expert-coef and --dagger-every train a policy on labels it is handed (the pixel policy); the "
                             f"{self.policy_kind} policy scores only its own samples")
         if not (self.target_kl == -1 or self.target_kl >= 0):  # NaN included
