@@ -295,8 +295,12 @@ def rft_every(cfg: DemoConfig) -> int:
     """PPO updates between RFT rounds (0: none). Auto (-1): 4 for the pixel policy after a cold
     start (default suite, 15 minutes: suite mean 0.682 vs 0.623 on seed 0, 0.68 vs 0.658 on seed 1,
     docs/performance.md); none from random weights (few successes to learn from) or for the
-    language policy (its fine-tuning is `flywheel sft`)."""
-    return cfg.rft_every if cfg.rft_every >= 0 else cfg.kind_ppo().rft_every
+    language policy (its fine-tuning is `flywheel sft`), nor where DAgger rounds run (the games):
+    they fit the solver's labels on the policy's own states, which a round of its own successes
+    adds little to, and an RFT round took 105-115 s of a games run's ~17 minutes of PPO (g49)."""
+    if cfg.rft_every >= 0:
+        return cfg.rft_every
+    return 0 if cfg.dagger_every > 0 else cfg.kind_ppo().rft_every
 
 
 def target_kl(cfg: DemoConfig) -> float:

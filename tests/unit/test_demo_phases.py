@@ -433,3 +433,13 @@ def test_dagger_on_auto_is_the_suites_for_a_kind_that_scores_labels():
     assert (mixed.expert_coef, mixed.dagger_every) == (0.0, 0)  # no suite holds both
     lm, _, _ = effective(DemoConfig(tasks=["games"], policy_kind="lm", dpo_minutes=0))
     assert (lm.expert_coef, lm.dagger_every) == (0.0, 0)  # the language policy scores only its own samples
+
+
+def test_dagger_rounds_take_the_place_of_rft_rounds_unless_asked_for():
+    from infra.app.demo import effective, rft_every
+
+    games, _, _ = effective(DemoConfig(tasks=["games"]))
+    assert rft_every(games) == 0  # the suite's DAgger rounds are on
+    assert rft_every(effective(DemoConfig(tasks=["games"], dagger_every=0))[0]) == 4  # the recipe before them
+    assert rft_every(effective(DemoConfig(tasks=["games"], rft_every=3))[0]) == 3  # the user's setting wins
+    assert rft_every(effective(DemoConfig(tasks=["default"]))[0]) == 4  # no DAgger there

@@ -33,14 +33,27 @@ def _labels_logprob(policy, samples) -> float:
 def test_the_buffer_keeps_the_newest_labelled_steps_only():
     buffer = LabelBuffer(3)
     obs = [torch.full((1, 2, 2), k, dtype=torch.uint8) for k in range(4)]
-    assert buffer.add(obs[:2], ["a", "b"], [EXPERT, None], "t1") == 1
-    assert buffer.add(obs[2:], ["c", "d"], None, "t2") == 0  # an episode without labels adds nothing
-    assert buffer.add(obs, list("efgh"), [EXPERT, EXPERT, None, EXPERT], "t3") == 3
+    assert buffer.add(obs[:2], ["a", "b"], [EXPERT, None], "t") == 1
+    assert buffer.add(obs[2:], ["c", "d"], None, "t") == 0  # an episode without labels adds nothing
+    assert buffer.add(obs, list("efgh"), [EXPERT, EXPERT, None, EXPERT], "t") == 3
     data = buffer.examples()
-    assert data.instructions == ["e", "f", "h"] and data.tasks == ["t3"] * 3  # "a" fell out: the newest 3 stay
+    assert data.instructions == ["e", "f", "h"] and data.tasks == ["t"] * 3  # "a" fell out: the newest 3 stay
     assert data.obs[:, 0, 0, 0].tolist() == [0, 1, 3]
     with pytest.raises(ValueError, match="at least one step"):
         LabelBuffer(0)
+
+
+def test_a_full_buffer_takes_from_the_task_holding_the_most():
+    buffer = LabelBuffer(6)
+    step = torch.zeros((1, 2, 2), dtype=torch.uint8)
+    buffer.add([step] * 6, [f"long{k}" for k in range(6)], [EXPERT] * 6, "long")  # fills it alone
+    buffer.add([step] * 2, ["short0", "short1"], [EXPERT] * 2, "short")
+    assert buffer.shares() == {"long": 4, "short": 2} and len(buffer) == 6
+    buffer.add([step] * 5, [f"long{k}" for k in range(6, 11)], [EXPERT] * 5, "long")
+    assert buffer.shares() == {"long": 4, "short": 2}  # the long task's new steps replace its own oldest
+    buffer.add([step] * 4, [f"short{k}" for k in range(2, 6)], [EXPERT] * 4, "short")
+    assert buffer.shares() == {"long": 3, "short": 3}  # then the short one's share grows to an even split
+    assert buffer.examples().instructions == ["long8", "long9", "long10", "short3", "short4", "short5"]
 
 
 def test_a_sampled_round_draws_distinct_steps_in_buffer_order_and_the_same_for_a_seed():
