@@ -4,7 +4,7 @@ demonstrations of each task but the last few (by episode id), then report the gr
 the training steps and on the held-out episodes, for each learning rate asked for.
 
     FLYWHEEL_DATA_DIR=var python benchmarks/bc_holdout.py --demonstrator scripted-pixel-g35t \\
-        --suite games [--held-out 4] [--lrs 1e-2,1e-3] [--epochs 15] [--out var/bc_holdout.json]
+        --suite games [--held-out 4] [--lrs 1e-2,1e-3] [--epochs 15] [--policy-config JSON] [--out var/bc_holdout.json]
 
 It reads the run's data where the run left it (ClickHouse's ``steps`` and ``scored``, the blob
 store's screenshots); nothing else needs to run. The clone is ``flywheel bc``'s own
@@ -18,6 +18,7 @@ import argparse
 import json
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,12 +35,20 @@ from trainer.policies.pixel.bc import greedy_match
 from trainer.sft.bc import bc_train, examples
 
 STEPS_SQL = """
-SELECT s.episode_id, sc.task_name, s.action, s.instruction, s.screenshot_sha256, s.screen_width, s.screen_height
+SELECT s.episode_id, sc.task_name, s.step_index, s.action, s.sampled, s.instruction, s.screenshot_sha256,
+       s.screen_width, s.screen_height
 FROM steps AS s FINAL
 INNER JOIN (SELECT episode_id, task_name FROM scored FINAL WHERE policy = {policy} AND verdict = 1) AS sc
   ON s.episode_id = sc.episode_id
 ORDER BY s.episode_id, s.step_index
 """
+
+
+@dataclass(frozen=True)
+class IndexedStep(PastStep):
+    """A past step with its index in the episode (what ``examples`` leaves noise steps out by)."""
+
+    step_index: int = 0
 
 
 def demonstrations(settings: Settings, policy: str) -> dict[str, list[SimpleNamespace]]:
@@ -49,10 +58,15 @@ def demonstrations(settings: Settings, policy: str) -> dict[str, list[SimpleName
     _, rows = query(settings, STEPS_SQL.format(policy=literal))
     parse = TypeAdapter(Action).validate_json
     episodes: dict[str, SimpleNamespace] = {}
-    for episode, task, action, instruction, sha, width, height in rows:
+    sampled: dict[str, list[int]] = defaultdict(list)
+    for episode, task, index, action, was_sampled, instruction, sha, width, height in rows:
         t = episodes.setdefault(episode, SimpleNamespace(episode_id=episode, task=SimpleNamespace(name=task), steps=[]))
         screen = SeenScreen(BlobRef(sha256=sha, uri=f"blob:{sha}"), width, height, instruction)
-        t.steps.append(PastStep(observation=screen, thought="", raw_output="", action=parse(action)))
+        t.steps.append(IndexedStep(observation=screen, thought="", raw_output="", action=parse(action), step_index=index))
+        if was_sampled:
+            sampled[episode].append(index)
+    for episode, t in episodes.items():  # a demonstration's sampled steps are its noise (Trajectory.noise_steps)
+        t.noise_steps = sampled[episode] if len(sampled[episode]) < len(t.steps) else []
     by_task: dict[str, list[SimpleNamespace]] = defaultdict(list)
     for episode in sorted(episodes):
         by_task[episodes[episode].task.name].append(SimpleNamespace(trajectory=episodes[episode]))
@@ -79,6 +93,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=15)
     ap.add_argument("--minibatch", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--policy-config", default="", help="JSON over the suite's pixel config, e.g. '{\"keypoints\": false}'")
     ap.add_argument("--out", type=Path, default=None, help="write the table as JSON here too")
     args = ap.parse_args()
     settings = Settings()
@@ -87,7 +102,7 @@ def main() -> None:
     if not by_task:
         raise SystemExit(f"bc_holdout: no V(s) = 1 episode of {args.demonstrator!r} in ClickHouse")
     train, test = split(by_task, args.held_out)
-    config = {**pixel_config(get_suite(args.suite).action_types), "seed": args.seed}
+    config = {**pixel_config(get_suite(args.suite).action_types, json.loads(args.policy_config or "{}")), "seed": args.seed}
     results = []
     for lr in [float(x) for x in args.lrs.split(",")]:
         policy = build_policy("pixel", "pixel-holdout", config)
@@ -102,7 +117,7 @@ def main() -> None:
         for task in sorted(by_task):
             print(f"  {task:24s} {row['train'][task]:.3f} / {row['held_out'][task]:.3f}", flush=True)
     if args.out:
-        args.out.write_text(json.dumps({"demonstrator": args.demonstrator, "held_out": args.held_out,
+        args.out.write_text(json.dumps({"demonstrator": args.demonstrator, "held_out": args.held_out, "config": config,
                                         "episodes": {t: len(e) for t, e in by_task.items()}, "results": results}, indent=1))
 
 

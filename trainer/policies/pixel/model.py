@@ -12,7 +12,10 @@ fourth, at grid resolution, also sees the grounding maps weighed per word (which
 for is learnt from the word, its neighbours and the history) and, with ``coords``, each cell's
 row and column (which "2nd textbox" is needs where, not only what). The instruction and the
 counts modulate the features (FiLM), so one policy serves several tasks and knows what it
-already did.
+already did. The heads other than the pointers' read each channel's mean and maximum over the
+grid and, with ``keypoints``, where it peaks: the expected row and column under a softmax over
+the cells (spatial softmax, Levine et al., 2016), which a snake's arrow needs (where the head
+is against the apple and the walls) and a mean or a maximum loses.
 
 Action heads, each factor a categorical, the action's log-prob the sum of its factors':
 - ``type``: which action type (a subset of the unified action space, ``action_types``);
@@ -82,6 +85,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "ground_sizes": list(PAGE_SIZES),  # px of the page's text
     "ground_dim": 4,             # channels the weighed maps give the grid-level convolution
     "coords": False,             # each cell's row and column as two more channels there
+    "keypoints": False,          # each channel's spatial-softmax position (x, y) beside its mean and max
     "seed": 0,                   # initial weights
 }
 
@@ -129,7 +133,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
             self.film = nn.Linear(2 * e, 2 * c3)
             k = int(cfg["loc_kernel"])
             self.loc_head = nn.Conv2d(c3, max(len(self.pointers), 1), k, padding=k // 2)
-            trunk = 2 * c3 + 2 * e
+            trunk = (4 if cfg["keypoints"] else 2) * c3 + 2 * e
             self.type_head = nn.Linear(trunk, len(self.types))
             self.value_head = nn.Sequential(nn.Linear(trunk, 64), nn.ReLU(), nn.Linear(64, 1))
             heads: list[nn.Module] = [self.loc_head, self.type_head]
@@ -259,7 +263,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         h = F.relu(self.convs[-1](torch.cat(extra, 1)))
         gamma, beta = self.film(context).chunk(2, dim=-1)
         h = F.relu(h * (1 + gamma[:, :, None, None]) + beta[:, :, None, None])
-        pooled = torch.cat([h.mean(dim=(2, 3)), h.amax(dim=(2, 3)), emb, hist], dim=-1)
+        pooled = torch.cat([h.mean(dim=(2, 3)), h.amax(dim=(2, 3)), *self._keypoints(h), emb, hist], dim=-1)
         out = {"type": self.type_head(pooled), "cells": self.loc_head(h).flatten(2),
                "value": self.value_head(pooled).squeeze(-1)}
         if "scroll" in self.types:
@@ -285,6 +289,15 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         weight = weight.view(n, k, -1, 3)
         out = torch.einsum("nkdc,nkcg->ndg", weight, map_features(maps, self.grid))
         return out.view(n, -1, self.grid, self.grid)
+
+    def _keypoints(self, h: torch.Tensor) -> list[torch.Tensor]:
+        """With ``keypoints``: [N, 2C] each channel's expected (column, row) in [-1, 1] under a
+        softmax over its G x G cells; else nothing."""
+        if not self.cfg["keypoints"]:
+            return []
+        weights = torch.softmax(h.flatten(2), dim=-1).view_as(h)  # [N, C, G, G]
+        ramp = torch.linspace(-1.0, 1.0, self.grid)
+        return [(weights.sum(2) * ramp).sum(-1), (weights.sum(3) * ramp).sum(-1)]
 
     def _span_logits(self, pooled: torch.Tensor, instructions: list[str], summary: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor]:

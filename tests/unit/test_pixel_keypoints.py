@@ -1,0 +1,42 @@
+"""The pixel policy's spatial-softmax keypoints (``keypoints``): where each channel peaks, read by
+the heads other than the pointers'; a games run turns them on (a snake's arrow depends on where
+its head is), other suites keep the policy as it was."""
+
+import numpy as np
+import torch
+
+from infra.runtime.policy import PolicyInput, build_policy, policy_kind
+from producers.suites import pixel_config, plan
+
+
+def test_a_keypoint_is_where_its_channel_peaks():
+    policy = build_policy("pixel", "p", {"grid": 5, "keypoints": True})
+    h = torch.zeros(2, 3, 5, 5)
+    h[0, 0, 1, 4] = 50.0  # channel 0 of the first input peaks at row 1, column 4
+    h[1, 2, 3, 0] = 50.0
+    x, y = policy._keypoints(h)
+    ramp = torch.linspace(-1.0, 1.0, 5)
+    assert x.shape == y.shape == (2, 3)
+    torch.testing.assert_close(torch.stack([x[0, 0], y[0, 0]]), torch.stack([ramp[4], ramp[1]]))
+    torch.testing.assert_close(torch.stack([x[1, 2], y[1, 2]]), torch.stack([ramp[0], ramp[3]]))
+    assert abs(float(x[0, 1])) < 1e-6 and abs(float(y[1, 0])) < 1e-6  # a flat channel sits at the centre
+
+
+def test_a_games_policy_reads_keypoints_and_acts_as_it_evaluates():
+    config = policy_kind("pixel").task_config(plan(["games"]).action_types, {})
+    assert config["keypoints"] is True and "keypoints" not in pixel_config(plan(["default"]).action_types)
+    policy = build_policy("pixel", "p", {**config, "seed": 3})
+    plain = build_policy("pixel", "p", {**config, "keypoints": False})
+    c3 = policy.cfg["channels"][-1]
+    assert policy.key_head.in_features == plain.key_head.in_features + 2 * c3
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.3 * torch.randn_like(p, generator=torch.Generator().manual_seed(p.numel())))
+    rng = np.random.default_rng(0)
+    inputs = [PolicyInput(rng.integers(0, 255, (210, 160, 3), dtype=np.uint8), "Steer the snake.", 160, 210)
+              for _ in range(6)]
+    decisions = policy.act(inputs)
+    images = torch.stack([policy.preprocess(i.image, [], i.instruction) for i in inputs])
+    logprob, value, _ = policy.evaluate(images, [i.instruction for i in inputs], [d.action for d in decisions])
+    torch.testing.assert_close(logprob, torch.tensor([d.logprob for d in decisions]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(value, torch.tensor([d.value for d in decisions]), atol=1e-5, rtol=0)
