@@ -68,15 +68,15 @@ RECIPE = "curriculum+rft4"
 def recipe(tasks: str) -> str:
     """The recipe "full" stands for on ``tasks`` (as --tasks): RECIPE and, where a game is among
     them, the demonstrations' noise, the scoring version, DAgger (its rounds in RFT's place, its
-    labels' weight, its buffer shared among the games) and the pixel policy's last key, width and
-    keypoints, each of which changed what a games run learns (a games table keeps no run measured
+    labels' weight, its buffer shared among the games) and the last key in the pixel policy's
+    history, each of which changed what a games run learns (a games table keeps no run measured
     before any). The settings named are the suite's defaults (--demo-args may change them; they
     are compared on their own)."""
     names = expand([t.strip() for t in tasks.split(",") if t.strip()])  # as the demo reads --tasks
     if not any(t in GAMES for t in names):
         return RECIPE
     rounds = setting(names, 'dagger_every')
-    dagger = f"+dagger{rounds:g}+expert{setting(names, 'expert_coef'):g}+lastkey+keypoints+wide+sharedlabels"
+    dagger = f"+dagger{rounds:g}+expert{setting(names, 'expert_coef'):g}+lastkey+sharedlabels"
     base = "curriculum+rft0" if rounds else RECIPE  # DAgger's rounds take RFT's place (infra.app.demo.rft_every)
     return f"{base}+noise{setting(names, 'demo_noise'):g}+scoring{SCORING_VERSION}{dagger}"
 

@@ -51,13 +51,12 @@ MINIWOB_VISION: dict = {**MINIWOB_READING, "coords": True}
 
 
 # What a policy pressing arrows on a board gets beyond the default: the last key pressed in the
-# history strip (2048's clone kept pressing arrows that moved nothing without it), the features'
-# keypoints (where each channel peaks: a snake's arrow depends on where its head is) and twice the
-# conv widths (one CNN for three games underfitted: greedy match with the heuristic on the clone's
-# own training steps 0.63-0.66 on snake). Cloned on one run's demonstrations and checked on 4
-# held-out episodes per game (benchmarks/bc_holdout.py), snake's held-out match went from 0.58
-# to 0.64-0.70, 2048's and mines' stayed within their noise (docs/tasks.md, "Wider and keypoints").
-ARROW_VISION: dict = {"last_key": True, "keypoints": True, "channels": [16, 32, 64]}
+# history strip (2048's clone kept pressing arrows that moved nothing without it). Not the
+# features' keypoints (``keypoints``) nor twice the conv widths (``channels`` [16, 32, 64]): they
+# raised snake's held-out match with its heuristic from 0.58 to 0.64-0.70 and π_sft's scores,
+# but halved the updates PPO and DAgger made in a 30-minute run, which then ended no higher
+# (g51; docs/tasks.md, "Wider, with keypoints"). ``--policy-config`` turns them on.
+ARROW_VISION: dict = {"last_key": True}
 
 
 def pixel_config(action_types: tuple[str, ...] | list[str], overrides: dict | None = None) -> dict:

@@ -1,6 +1,6 @@
 """The pixel policy's spatial-softmax keypoints (``keypoints``): where each channel peaks, read by
-the heads other than the pointers'; a games run turns them on (a snake's arrow depends on where
-its head is), other suites keep the policy as it was."""
+the heads other than the pointers'; off unless asked (``--policy-config '{"keypoints": true}'``):
+on the games they helped the clone and cost PPO its updates (docs/tasks.md)."""
 
 import numpy as np
 import torch
@@ -22,9 +22,10 @@ def test_a_keypoint_is_where_its_channel_peaks():
     assert abs(float(x[0, 1])) < 1e-6 and abs(float(y[1, 0])) < 1e-6  # a flat channel sits at the centre
 
 
-def test_a_games_policy_reads_keypoints_and_acts_as_it_evaluates():
+def test_a_games_policy_asked_for_keypoints_reads_them_and_acts_as_it_evaluates():
     config = policy_kind("pixel").task_config(plan(["games"]).action_types, {})
-    assert config["keypoints"] is True and "keypoints" not in pixel_config(plan(["default"]).action_types)
+    assert "keypoints" not in config and "keypoints" not in pixel_config(plan(["default"]).action_types)
+    config = pixel_config(plan(["games"]).action_types, {"keypoints": True})
     policy = build_policy("pixel", "p", {**config, "seed": 3})
     plain = build_policy("pixel", "p", {**config, "keypoints": False})
     c3 = policy.cfg["channels"][-1]
