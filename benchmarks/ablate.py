@@ -19,7 +19,7 @@ cut-short run keeps its mark (`runs/<run>/unfinished.txt`, as does a run whose d
 left out of the table.
 
 Configurations (CONFIGS), on today's recipe (the demo's defaults: curriculum, RFT rounds every 4
-PPO updates): the full recipe; no value pretraining; coupled GAE (lambda_policy = lambda_critic =
+PPO updates; on the games DAgger's rounds instead, so no-rft is left out there): the full recipe; no value pretraining; coupled GAE (lambda_policy = lambda_critic =
 0.95); no length-adaptive lambda (lambda_policy fixed at 0.95, lambda_critic 1); no cold start
 (random weights); value pretraining where the demo would skip it (a run from random weights);
 synchronous rollout and training; no RFT rounds; no curriculum (every task the
@@ -60,6 +60,12 @@ CONFIGS: dict[str, list[str]] = {
     "value-pretrain": ["--value-pretrain-batches", "20"],
 }
 DEFAULT_CONFIGS = [c for c in CONFIGS if c != "value-pretrain"]
+
+
+def default_configs(tasks: str) -> list[str]:
+    """The configurations run unless --configs names some: DEFAULT_CONFIGS, less no-rft where the
+    recipe has no RFT rounds to remove (the games: DAgger's rounds take their place)."""
+    return [c for c in DEFAULT_CONFIGS if not (c == "no-rft" and "+rft0+" in recipe(tasks))]
 # the recipe "full" stands for; a table keeps no run measured on another (the first table's runs
 # had no curriculum and no RFT rounds: docs/performance.md keeps it beside the new one)
 RECIPE = "curriculum+rft4"
@@ -71,7 +77,8 @@ def recipe(tasks: str) -> str:
     labels' weight, its buffer shared among the games) and the last key in the pixel policy's
     history, each of which changed what a games run learns (a games table keeps no run measured
     before any). The settings named are the suite's defaults (--demo-args may change them; they
-    are compared on their own)."""
+    are compared on their own, and the string still names the suite's: `--demo-args
+    "--dagger-every 0"` runs RFT rounds under a name saying rft0)."""
     names = expand([t.strip() for t in tasks.split(",") if t.strip()])  # as the demo reads --tasks
     if not any(t in GAMES for t in names):
         return RECIPE
@@ -323,7 +330,8 @@ def write_report(results: list[dict], out: Path, args) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help=f"comma-separated, of: {', '.join(CONFIGS)}")
+    ap.add_argument("--configs", default="", help=f"comma-separated, of: {', '.join(CONFIGS)} (default: "
+                                                  f"{', '.join(DEFAULT_CONFIGS)}, less no-rft on the games)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock per run")
     ap.add_argument("--tasks", default="default", help="suite or tasks (as flywheel demo --tasks)")
@@ -339,10 +347,12 @@ def main() -> int:
                     "rows join the report where this invocation has no run of that configuration and seed")
     args = ap.parse_args()
     args.measure = args.measure or default_measure(args.tasks)
-    configs = [c for c in args.configs.split(",") if c]
+    configs = [c for c in args.configs.split(",") if c] or default_configs(args.tasks)
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         ap.error(f"unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
+    if "no-rft" in configs and "no-rft" not in default_configs(args.tasks):
+        ap.error(f"no-rft is the full recipe on {args.tasks} (DAgger's rounds take RFT's place there): leave it out")
     seeds = [int(s) for s in args.seeds.split(",") if s]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

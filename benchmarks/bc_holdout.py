@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from pydantic import TypeAdapter
 
 from infra.app.report import query
+from infra.runtime.config import ConfigError, json_object
 from infra.runtime.policy import PastStep, SeenScreen, build_policy
 from infra.runtime.settings import Settings
 from producers.suites import get_suite, pixel_config
@@ -96,13 +97,17 @@ def main() -> None:
     ap.add_argument("--policy-config", default="", help="JSON over the suite's pixel config, e.g. '{\"keypoints\": false}'")
     ap.add_argument("--out", type=Path, default=None, help="write the table as JSON here too")
     args = ap.parse_args()
+    try:
+        overrides = json_object(args.policy_config, "--policy-config")
+    except ConfigError as exc:
+        raise SystemExit(f"bc_holdout: {exc}") from None
     settings = Settings()
     store = BlobStore(settings.blob_root)
     by_task = demonstrations(settings, args.demonstrator)
     if not by_task:
         raise SystemExit(f"bc_holdout: no V(s) = 1 episode of {args.demonstrator!r} in ClickHouse")
     train, test = split(by_task, args.held_out)
-    config = {**pixel_config(get_suite(args.suite).action_types, json.loads(args.policy_config or "{}")), "seed": args.seed}
+    config = {**pixel_config(get_suite(args.suite).action_types, overrides), "seed": args.seed}
     results = []
     for lr in [float(x) for x in args.lrs.split(",")]:
         policy = build_policy("pixel", "pixel-holdout", config)

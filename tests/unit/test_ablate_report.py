@@ -72,3 +72,9 @@ def test_a_run_is_measured_under_the_recipe_it_recorded(tmp_path):
     (run / ablate.RECIPE_FILE).write_text(ablate.recipe("games") + "\n")
     assert ablate.recipe_of(run) == ablate.recipe("games")
     assert ablate.recipe("games , games.snake") == ablate.recipe("games")  # --tasks read as the demo reads it
+
+
+def test_no_rft_is_left_out_where_the_recipe_has_no_rft_rounds():
+    assert "no-rft" in ablate.default_configs("default") and "no-rft" in ablate.default_configs("starter")
+    games = ablate.default_configs("games")
+    assert "no-rft" not in games and "full" in games and "no-value-pretrain" in games

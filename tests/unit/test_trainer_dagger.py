@@ -30,7 +30,7 @@ def _labels_logprob(policy, samples) -> float:
     return float(lp.mean())
 
 
-def test_the_buffer_keeps_the_newest_labelled_steps_only():
+def test_the_buffer_keeps_a_tasks_newest_labelled_steps_only():
     buffer = LabelBuffer(3)
     obs = [torch.full((1, 2, 2), k, dtype=torch.uint8) for k in range(4)]
     assert buffer.add(obs[:2], ["a", "b"], [EXPERT, None], "t") == 1

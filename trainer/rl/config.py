@@ -71,7 +71,8 @@ class TrainConfig:
     dagger_every: int = opt(0, "DAgger rounds (trainer.sft.dagger): after every this many PPO updates, fit the policy to "
                                "the expert labels of the states it visited in the episodes trained on (0: off; one "
                                "trainer process, a kind that scores any action: the pixel policy)")
-    dagger_buffer: int = opt(8192, "DAgger: the newest this many labelled steps a round fits (kept in the trainer's memory)")
+    dagger_buffer: int = opt(8192, "DAgger: labelled steps kept for the rounds, at most (in the trainer's memory; when full, "
+                                   "the task holding the most gives up its oldest)")
     dagger_epochs: int = opt(1, "DAgger: passes over the buffer per round")
     dagger_sample: int = opt(0, "DAgger: labelled steps a round fits, drawn at random from the buffer without "
                                 "replacement (0: all of it; a round over 8192 steps took 17-47 s on 2 cores)")

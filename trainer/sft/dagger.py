@@ -5,7 +5,7 @@ scripted solver what the solver would have done on the screen the policy reached
 (``Step.expert_action``); the policy itself acted. ``expert_coef`` imitates those labels beside
 PPO's loss, at PPO's rate and within its epochs; a round here is DAgger's own step (Ross et al.,
 2011): the labelled states of the episodes the trainer has trained on are aggregated
-(``LabelBuffer``: the newest ``size`` of them, shared among the tasks) and, every
+(``LabelBuffer``: at most ``size`` of them, each task's newest, shared among the tasks) and, every
 ``dagger_every`` PPO updates, the current weights are fitted to them by maximum likelihood
 (``trainer.sft.bc``'s loss, with an optimiser of its own, as an RFT round) before the version is
 published.
@@ -38,9 +38,9 @@ log = logging.getLogger("flywheel.dagger")
 
 
 class LabelBuffer:
-    """The newest labelled steps (policy input, instruction, expert action, task) of the episodes
-    trained on, at most ``size``, shared among the tasks: when it is full the task holding the
-    most steps gives up its oldest. A game of long episodes would otherwise crowd out the others
+    """Each task's newest labelled steps (policy input, instruction, expert action, task) of the
+    episodes trained on, at most ``size`` in all, shared among the tasks: when it is full the
+    task holding the most steps gives up its oldest. A game of long episodes would otherwise crowd out the others
     (g49 seed 2: 2048's ~180-step episodes held most of the buffer while snake's labels, the ones
     its clone most needs, were a minority). An unlabelled step is not kept."""
 

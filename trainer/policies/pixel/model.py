@@ -291,8 +291,9 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         return out.view(n, -1, self.grid, self.grid)
 
     def _keypoints(self, h: torch.Tensor) -> list[torch.Tensor]:
-        """With ``keypoints``: [N, 2C] each channel's expected (column, row) in [-1, 1] under a
-        softmax over its G x G cells; else nothing."""
+        """With ``keypoints``: two [N, C], each channel's expected column and row in [-1, 1] under
+        a softmax over its G x G cells (no temperature: features of order 1 give a flat softmax
+        and keypoints near the centre; a learnt one was not tried); else nothing."""
         if not self.cfg["keypoints"]:
             return []
         weights = torch.softmax(h.flatten(2), dim=-1).view_as(h)  # [N, C, G, G]
