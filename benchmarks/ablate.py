@@ -19,11 +19,12 @@ cut-short run keeps its mark (`runs/<run>/unfinished.txt`, as does a run whose d
 left out of the table.
 
 Configurations (CONFIGS), on today's recipe (the demo's defaults: curriculum, RFT rounds every 4
-PPO updates; on the games DAgger's rounds instead, so no-rft is left out there): the full recipe; no value pretraining; coupled GAE (lambda_policy = lambda_critic =
-0.95); no length-adaptive lambda (lambda_policy fixed at 0.95, lambda_critic 1); no cold start
-(random weights); value pretraining where the demo would skip it (a run from random weights);
-synchronous rollout and training; no RFT rounds; no curriculum (every task the
-same share of the RL episodes).
+PPO updates; on the games DAgger's rounds instead, so no-rft is left out there): the full
+recipe; no value pretraining; coupled GAE (lambda_policy = lambda_critic = 0.95); no
+length-adaptive lambda (lambda_policy fixed at 0.95, lambda_critic 1); no cold start (random
+weights); value pretraining where the demo would skip it (a run from random weights);
+synchronous rollout and training; no RFT rounds; no curriculum (every task the same share of the
+RL episodes).
 """
 
 from __future__ import annotations
@@ -60,12 +61,6 @@ CONFIGS: dict[str, list[str]] = {
     "value-pretrain": ["--value-pretrain-batches", "20"],
 }
 DEFAULT_CONFIGS = [c for c in CONFIGS if c != "value-pretrain"]
-
-
-def default_configs(tasks: str) -> list[str]:
-    """The configurations run unless --configs names some: DEFAULT_CONFIGS, less no-rft where the
-    recipe has no RFT rounds to remove (the games: DAgger's rounds take their place)."""
-    return [c for c in DEFAULT_CONFIGS if not (c == "no-rft" and "+rft0+" in recipe(tasks))]
 # the recipe "full" stands for; a table keeps no run measured on another (the first table's runs
 # had no curriculum and no RFT rounds: docs/performance.md keeps it beside the new one)
 RECIPE = "curriculum+rft4"
@@ -86,6 +81,12 @@ def recipe(tasks: str) -> str:
     dagger = f"+dagger{rounds:g}+expert{setting(names, 'expert_coef'):g}+lastkey+sharedlabels"
     base = "curriculum+rft0" if rounds else RECIPE  # DAgger's rounds take RFT's place (infra.app.demo.rft_every)
     return f"{base}+noise{setting(names, 'demo_noise'):g}+scoring{SCORING_VERSION}{dagger}"
+
+
+def default_configs(tasks: str) -> list[str]:
+    """The configurations run unless --configs names some: DEFAULT_CONFIGS, less no-rft where the
+    recipe has no RFT rounds to remove (the games: DAgger's rounds take their place)."""
+    return [c for c in DEFAULT_CONFIGS if not (c == "no-rft" and "+rft0+" in recipe(tasks))]
 
 
 def options(config: str) -> list[str]:

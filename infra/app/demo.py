@@ -90,7 +90,8 @@ class DemoConfig:
                                    "alone (0: off; -1: the suite's, 1 on the games, for a policy kind that scores labels)")
     dagger_every: int = opt(-1, "DAgger rounds: the rollout workers record the solver's labels as with --expert-coef and, "
                                 "after every this many PPO updates, the trainer fits the policy to the labels of the "
-                                "states it visited (at most 8192, shared among the tasks; `flywheel train --dagger-every`, trainer.sft.dagger; "
+                                "states it visited (at most 8192, shared among the tasks; `flywheel train "
+                                "--dagger-every`, trainer.sft.dagger; "
                                 "0: off; -1: the suite's, 2 on the games, for a policy kind that scores labels)")
     seed: int = opt(0, "seed of the initial weights, the cloning and the task layouts")
     sandboxes: int = opt(0, "browser sandboxes per rollout worker (0: the machine's share of each worker, producers.capacity)")

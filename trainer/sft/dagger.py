@@ -40,19 +40,19 @@ log = logging.getLogger("flywheel.dagger")
 class LabelBuffer:
     """Each task's newest labelled steps (policy input, instruction, expert action, task) of the
     episodes trained on, at most ``size`` in all, shared among the tasks: when it is full the
-    task holding the most steps gives up its oldest. A game of long episodes would otherwise crowd out the others
-    (g49 seed 2: 2048's ~180-step episodes held most of the buffer while snake's labels, the ones
-    its clone most needs, were a minority). An unlabelled step is not kept."""
+    task holding the most steps gives up its oldest. A game of long episodes would otherwise
+    crowd out the others (g49 seed 2: 2048's ~180-step episodes held most of the buffer while
+    snake's labels, the ones its clone most needs, were a minority). An unlabelled step is not
+    kept."""
 
     def __init__(self, size: int) -> None:
         if size < 1:
             raise ValueError(f"a label buffer holds at least one step, got size={size}")
         self.size = size
         self.by_task: dict[str, deque[tuple[torch.Tensor, str, Any, str]]] = {}
-        self.held = 0
 
     def __len__(self) -> int:
-        return self.held
+        return sum(map(len, self.by_task.values()))
 
     def add(self, inputs: list[torch.Tensor], instructions: list[str], experts: list[Any] | None, task: str) -> int:
         """One episode's steps (``experts``: per step the label or None; None: no step has one);
@@ -62,10 +62,8 @@ class LabelBuffer:
             if label is not None:
                 self.by_task.setdefault(task, deque()).append((obs, instruction, label, task))
                 added += 1
-                self.held += 1
-                if self.held > self.size:
+                if len(self) > self.size:
                     max(self.by_task.values(), key=len).popleft()
-                    self.held -= 1
         return added
 
     def shares(self) -> dict[str, int]:

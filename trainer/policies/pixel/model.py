@@ -14,8 +14,8 @@ row and column (which "2nd textbox" is needs where, not only what). The instruct
 counts modulate the features (FiLM), so one policy serves several tasks and knows what it
 already did. The heads other than the pointers' read each channel's mean and maximum over the
 grid and, with ``keypoints``, where it peaks: the expected row and column under a softmax over
-the cells (spatial softmax, Levine et al., 2016), which a snake's arrow needs (where the head
-is against the apple and the walls) and a mean or a maximum loses.
+the cells (spatial softmax, Levine et al., 2016): where a snake's head is against the apple and
+the walls, which a mean or a maximum loses.
 
 Action heads, each factor a categorical, the action's log-prob the sum of its factors':
 - ``type``: which action type (a subset of the unified action space, ``action_types``);
