@@ -43,7 +43,7 @@ from clean_stop import end_stopping, run_child, stop_on_signals
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from producers.games import GAMES  # noqa: E402
-from producers.suites import expand, setting  # noqa: E402
+from producers.suites import ARROW_VISION, expand, setting  # noqa: E402
 from streams.score import SCORING_VERSION  # noqa: E402
 
 CONFIGS: dict[str, list[str]] = {
@@ -69,16 +69,17 @@ RECIPE = "curriculum+rft4"
 def recipe(tasks: str) -> str:
     """The recipe "full" stands for on ``tasks`` (as --tasks): RECIPE and, where a game is among
     them, the demonstrations' noise, the scoring version, DAgger (its rounds in RFT's place, its
-    labels' weight, its buffer shared among the games) and the last key in the pixel policy's
-    history, each of which changed what a games run learns (a games table keeps no run measured
-    before any). The settings named are the suite's defaults (--demo-args may change them; they
+    labels' weight, its buffer shared among the games), the last key in the pixel policy's
+    history and the width of its heads' hidden layer, each of which changed what a games run
+    learns (a games table keeps no run measured before any). The settings named are the suite's defaults (--demo-args may change them; they
     are compared on their own, and the string still names the suite's: `--demo-args
     "--dagger-every 0"` runs RFT rounds under a name saying rft0)."""
     names = expand([t.strip() for t in tasks.split(",") if t.strip()])  # as the demo reads --tasks
     if not any(t in GAMES for t in names):
         return RECIPE
     rounds = setting(names, 'dagger_every')
-    dagger = f"+dagger{rounds:g}+expert{setting(names, 'expert_coef'):g}+lastkey+sharedlabels"
+    hidden = ARROW_VISION.get("head_hidden", 0)
+    dagger = f"+dagger{rounds:g}+expert{setting(names, 'expert_coef'):g}+lastkey+sharedlabels+hidden{hidden}"
     base = "curriculum+rft0" if rounds else RECIPE  # DAgger's rounds take RFT's place (infra.app.demo.rft_every)
     return f"{base}+noise{setting(names, 'demo_noise'):g}+scoring{SCORING_VERSION}{dagger}"
 

@@ -86,6 +86,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "ground_dim": 4,             # channels the weighed maps give the grid-level convolution
     "coords": False,             # each cell's row and column as two more channels there
     "keypoints": False,          # each channel's spatial-softmax position (x, y) beside its mean and max
+    "head_hidden": 0,            # > 0: the heads other than the pointers' read a ReLU layer this wide, not the pooled features
     "seed": 0,                   # initial weights
 }
 
@@ -133,9 +134,11 @@ class PixelPolicy(nn.Module, PolicyDefaults):
             self.film = nn.Linear(2 * e, 2 * c3)
             k = int(cfg["loc_kernel"])
             self.loc_head = nn.Conv2d(c3, max(len(self.pointers), 1), k, padding=k // 2)
-            trunk = (4 if cfg["keypoints"] else 2) * c3 + 2 * e
+            pooled = (4 if cfg["keypoints"] else 2) * c3 + 2 * e
+            hidden = int(cfg["head_hidden"])
+            trunk = hidden or pooled
             self.type_head = nn.Linear(trunk, len(self.types))
-            self.value_head = nn.Sequential(nn.Linear(trunk, 64), nn.ReLU(), nn.Linear(64, 1))
+            self.value_head = nn.Sequential(nn.Linear(pooled, 64), nn.ReLU(), nn.Linear(64, 1))
             heads: list[nn.Module] = [self.loc_head, self.type_head]
             if "scroll" in self.types:
                 self.direction_head = nn.Linear(trunk, len(cfg["scroll_directions"]))
@@ -160,6 +163,8 @@ class PixelPolicy(nn.Module, PolicyDefaults):
                 self.word_query = nn.Linear(2 * e, e)
                 self.word_out = nn.Linear(e, 3 * g)
                 heads.append(self.word_out)
+            # drawn after the rest: without it (0) no weight is drawn otherwise than before it existed
+            self.trunk = nn.Sequential(nn.Linear(pooled, hidden), nn.ReLU()) if hidden else nn.Identity()
             # start uniform over cells, types and arguments: exploration comes from the policy
             for head in heads:
                 nn.init.zeros_(head.weight)
@@ -264,14 +269,15 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         gamma, beta = self.film(context).chunk(2, dim=-1)
         h = F.relu(h * (1 + gamma[:, :, None, None]) + beta[:, :, None, None])
         pooled = torch.cat([h.mean(dim=(2, 3)), h.amax(dim=(2, 3)), *self._keypoints(h), emb, hist], dim=-1)
-        out = {"type": self.type_head(pooled), "cells": self.loc_head(h).flatten(2),
+        trunk = self.trunk(pooled)
+        out = {"type": self.type_head(trunk), "cells": self.loc_head(h).flatten(2),
                "value": self.value_head(pooled).squeeze(-1)}
         if "scroll" in self.types:
-            out["direction"] = self.direction_head(pooled)
+            out["direction"] = self.direction_head(trunk)
         if "hotkey" in self.types:
-            out["key"] = self.key_head(pooled)
+            out["key"] = self.key_head(trunk)
         if "type" in self.types:
-            out["start"], out["length"] = self._span_logits(pooled, instructions, summary)
+            out["start"], out["length"] = self._span_logits(trunk, instructions, summary)
         return out
 
     def _grounded(self, plane: torch.Tensor, instructions: list[str], context: torch.Tensor) -> torch.Tensor:
@@ -300,7 +306,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         ramp = torch.linspace(-1.0, 1.0, self.grid)
         return [(weights.sum(2) * ramp).sum(-1), (weights.sum(3) * ramp).sum(-1)]
 
-    def _span_logits(self, pooled: torch.Tensor, instructions: list[str], summary: torch.Tensor
+    def _span_logits(self, trunk: torch.Tensor, instructions: list[str], summary: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """Start-token logits [N, L] and length logits [N, L, M] given the start; impossible
         spans (past the instruction's end) get -inf."""
@@ -310,7 +316,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         flags = torch.from_numpy(np.stack([f[1] for f in feats]))
         typed = torch.log1p(summary[:, -L:]).unsqueeze(-1)
         tok = self.tok_embed(ids) + self.tok_pos.weight + self.tok_proj(torch.cat([flags, typed], -1))
-        query = self.span_query(pooled).unsqueeze(1)
+        query = self.span_query(trunk).unsqueeze(1)
         start = self.start_out(torch.tanh(tok + query)).squeeze(-1)
         # length n ends at token i + n - 1: score that end token, the length, and the query
         real = flags[:, :, 2] > 0

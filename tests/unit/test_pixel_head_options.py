@@ -1,6 +1,7 @@
-"""The pixel policy's spatial-softmax keypoints (``keypoints``): where each channel peaks, read by
-the heads other than the pointers'; off unless asked (``--policy-config '{"keypoints": true}'``):
-on the games they helped the clone and cost PPO its updates (docs/tasks.md)."""
+"""What the pixel policy's heads other than the pointers' can read beyond each channel's mean and
+maximum, off unless asked (``--policy-config``): the spatial-softmax keypoints (``keypoints``:
+where each channel peaks; on the games they helped the clone and cost PPO its updates,
+docs/tasks.md) and a hidden layer over the pooled features (``head_hidden``)."""
 
 import numpy as np
 import torch
@@ -29,7 +30,29 @@ def test_a_games_policy_asked_for_keypoints_reads_them_and_acts_as_it_evaluates(
     policy = build_policy("pixel", "p", {**config, "seed": 3})
     plain = build_policy("pixel", "p", {**config, "keypoints": False})
     c3 = policy.cfg["channels"][-1]
-    assert policy.key_head.in_features == plain.key_head.in_features + 2 * c3
+    assert policy.value_head[0].in_features == plain.value_head[0].in_features + 2 * c3
+    assert policy.trunk[0].in_features == plain.trunk[0].in_features + 2 * c3
+    assert_acts_as_it_evaluates(policy)
+
+
+def test_a_hidden_head_layer_feeds_the_actor_heads_only_and_acts_as_it_evaluates():
+    config = pixel_config(plan(["games"]).action_types, {"seed": 3})
+    assert config["head_hidden"] > 0 and "head_hidden" not in pixel_config(plan(["default"]).action_types)
+    policy = build_policy("pixel", "p", {**config, "head_hidden": 48})
+    plain = build_policy("pixel", "p", {**config, "head_hidden": 0})
+    assert isinstance(plain.trunk, torch.nn.Identity)
+    assert policy.key_head.in_features == policy.type_head.in_features == 48
+    assert policy.value_head[0].in_features == plain.value_head[0].in_features  # the critic reads the pooled features
+    assert not list(plain.trunk.parameters()) and len(list(policy.trunk.parameters())) == 2
+    for name, weight in plain.convs.state_dict().items():  # the same features under both
+        torch.testing.assert_close(policy.convs.state_dict()[name], weight, msg=name)
+    uniform = policy.act([PolicyInput(np.zeros((210, 160, 3), dtype=np.uint8), "Steer the snake.", 160, 210)])
+    assert abs(uniform[0].logprob - plain.act([PolicyInput(np.zeros((210, 160, 3), dtype=np.uint8),
+                                                           "Steer the snake.", 160, 210)])[0].logprob) < 1e-6
+    assert_acts_as_it_evaluates(policy)
+
+
+def assert_acts_as_it_evaluates(policy) -> None:
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.3 * torch.randn_like(p, generator=torch.Generator().manual_seed(p.numel())))
