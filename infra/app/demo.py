@@ -132,6 +132,11 @@ class DemoConfig:
         if self.dagger_every < -1:
             raise UserError(f"--dagger-every counts PPO updates between rounds (0: off) or is -1 (the suite's), "
                             f"got {self.dagger_every}")
+        shadowed = [o for o in ("--expert-coef", "--dagger-every")
+                    if any(a == o or a.startswith(o + "=") for a in self.trainer_args.split())]
+        if shadowed:  # the trainer alone would change: the workers would go on labelling, the header say so
+            raise UserError(f"give {' and '.join(shadowed)} to the demo itself, not in --trainer-args: the demo "
+                            "also tells the rollout workers whether to record the solver's labels")
         if expert_labels(self) and not policy_kind(self.policy_kind).scores_actions:
             raise UserError(f"--expert-coef and --dagger-every train a policy on labels it is handed (the pixel policy); the "
                             f"{self.policy_kind} policy scores only its own samples")
