@@ -71,15 +71,17 @@ def recipe(tasks: str) -> str:
     them, the demonstrations' noise, the scoring version, DAgger (its rounds in RFT's place, its
     labels' weight, its buffer shared among the games), the last key in the pixel policy's
     history and the width of its heads' hidden layer, each of which changed what a games run
-    learns (a games table keeps no run measured before any). The settings named are the suite's defaults (--demo-args may change them; they
-    are compared on their own, and the string still names the suite's: `--demo-args
-    "--dagger-every 0"` runs RFT rounds under a name saying rft0)."""
+    learns (a games table keeps no run measured before any). The settings named are the suite's
+    defaults (--demo-args may change them; they are compared on their own, and the string still
+    names the suite's: `--demo-args "--dagger-every 0"` runs RFT rounds under a name saying
+    rft0)."""
     names = expand([t.strip() for t in tasks.split(",") if t.strip()])  # as the demo reads --tasks
     if not any(t in GAMES for t in names):
         return RECIPE
     rounds = setting(names, 'dagger_every')
-    hidden = ARROW_VISION.get("head_hidden", 0)
-    dagger = f"+dagger{rounds:g}+expert{setting(names, 'expert_coef'):g}+lastkey+sharedlabels+hidden{hidden}"
+    vision = ("+lastkey" if ARROW_VISION.get("last_key") else "") + "+sharedlabels" + \
+        (f"+hidden{ARROW_VISION['head_hidden']}" if ARROW_VISION.get("head_hidden") else "")
+    dagger = f"+dagger{rounds:g}+expert{setting(names, 'expert_coef'):g}{vision}"
     base = "curriculum+rft0" if rounds else RECIPE  # DAgger's rounds take RFT's place (infra.app.demo.rft_every)
     return f"{base}+noise{setting(names, 'demo_noise'):g}+scoring{SCORING_VERSION}{dagger}"
 

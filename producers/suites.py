@@ -52,13 +52,12 @@ MINIWOB_VISION: dict = {**MINIWOB_READING, "coords": True}
 
 # What a policy pressing arrows on a board gets beyond the default: the last key pressed in the
 # history strip (2048's clone kept pressing arrows that moved nothing without it), and a hidden
-# layer between the pooled features and the key and type heads (``head_hidden``: a linear read of
-# each channel's mean and maximum cannot weigh where the snake's head is against the apple; it
-# raised snake's held-out match with its heuristic from 0.58 to 0.68-0.74 at no measurable cost,
-# docs/tasks.md, "A hidden layer for the heads"). Not the features' keypoints (``keypoints``) nor
-# twice the conv widths (``channels`` [16, 32, 64]): they raised that match to 0.64-0.70 and
-# π_sft's scores, but halved the updates PPO and DAgger made in a 30-minute run, which then ended
-# no higher (g51; docs/tasks.md, "Wider, with keypoints"). ``--policy-config`` turns them on.
+# layer between the pooled features and the heads that pick a type or a key (``head_hidden``: a
+# linear read of each channel's mean and maximum cannot weigh where the snake's head is against
+# the apple; docs/tasks.md, "A hidden layer for the heads"). Not the features' keypoints
+# (``keypoints``) nor twice the conv widths (``channels`` [16, 32, 64]): they cloned snake better
+# but cost PPO half its updates in a 30-minute run, which then ended no higher (docs/tasks.md,
+# "Wider, with keypoints"). ``--policy-config`` turns them on.
 ARROW_VISION: dict = {"last_key": True, "head_hidden": 256}
 
 

@@ -27,6 +27,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from infra.app import demo_queries as Q
 from infra.app import phases
@@ -132,11 +133,6 @@ class DemoConfig:
         if self.dagger_every < -1:
             raise UserError(f"--dagger-every counts PPO updates between rounds (0: off) or is -1 (the suite's), "
                             f"got {self.dagger_every}")
-        shadowed = [o for o in ("--expert-coef", "--dagger-every")
-                    if any(a == o or a.startswith(o + "=") for a in self.trainer_args.split())]
-        if shadowed:  # the trainer alone would change: the workers would go on labelling, the header say so
-            raise UserError(f"give {' and '.join(shadowed)} to the demo itself, not in --trainer-args: the demo "
-                            "also tells the rollout workers whether to record the solver's labels")
         if expert_labels(self) and not policy_kind(self.policy_kind).scores_actions:
             raise UserError(f"--expert-coef and --dagger-every train a policy on labels it is handed (the pixel policy); the "
                             f"{self.policy_kind} policy scores only its own samples")
@@ -292,10 +288,24 @@ def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[st
                        phases.bc_options(cfg, policy, list(cold.demonstrated), plan.action_types), cfg.bc_args))
     for name, option, config, argv, theirs in checks:
         try:
-            check_argv(trainer_cli.register, name, argv, config, {**os.environ, **child_env(settings, prefix)})
+            parsed = check_argv(trainer_cli.register, name, argv, config, {**os.environ, **child_env(settings, prefix)})
         except (ConfigError, UserError) as exc:
             raise UserError(f"flywheel {name} would refuse its options in this run (the demo's, then {option} "
                             f"{theirs!r}; FLYWHEEL_* variables count too): {exc}") from None
+        if name == "train":
+            check_labels(cfg, parsed, TrainConfig())
+
+
+def check_labels(cfg: DemoConfig, train: Any, default: Any) -> None:
+    """UserError where the trainer would run DAgger otherwise than the demo set it (--trainer-args,
+    abbreviated or not, or a FLYWHEEL_* variable): the demo also tells the rollout workers whether
+    to record the solver's labels, and its header says what it set."""
+    meant = {"expert_coef": float(f"{cfg.expert_coef:g}") if cfg.expert_coef > 0 else default.expert_coef,  # as passed
+             "dagger_every": cfg.dagger_every if cfg.dagger_every > 0 else default.dagger_every}
+    changed = [f"--{k.replace('_', '-')}" for k, v in meant.items() if getattr(train, k) != v]
+    if changed:
+        raise UserError(f"give {' and '.join(changed)} to the demo itself, not in --trainer-args or a FLYWHEEL_* "
+                        "variable: the demo also tells the rollout workers whether to record the solver's labels")
 
 
 def rft_every(cfg: DemoConfig) -> int:

@@ -205,6 +205,12 @@ def test_options_the_trainer_or_cloning_would_refuse_fail_before_anything_starts
         "bad JSON, cloning": (dict(bc_args="--policy-config [1]"), "policy_config"),
         "noise": (dict(demo_noise=1.0), r"--demo-noise is a chance per step in \[0, 1\)"),
         "noise, no cold start": (dict(demo_noise=0.1, cold_start_demos=0), "needs --demos-from scripted"),
+        # DAgger set for the trainer alone: the workers would go on labelling (or never start)
+        "DAgger off in the trainer": (dict(expert_coef=1.0, dagger_every=2, trainer_args="--dagger-every 0"),
+                                      "give --dagger-every to the demo itself"),
+        "abbreviated": (dict(expert_coef=1.0, trainer_args="--expert=0.5"), "give --expert-coef to the demo itself"),
+        "DAgger on in the trainer": (dict(trainer_args="--expert-coef 1 --dagger-every 3"),
+                                     "give --expert-coef and --dagger-every to the demo itself"),
     }
     monkeypatch.setenv("FLYWHEEL_EPOCHS", "0")  # a variable the child reads counts as its options do
     with pytest.raises(UserError, match="epochs"):

@@ -91,14 +91,6 @@ def test_demo_config_refuses_negative_phases():
     assert DemoConfig().validate().tasks == ["default"]
 
 
-def test_dagger_options_in_the_trainer_args_are_refused_with_where_they_go():
-    # in --trainer-args they would reach the trainer alone: the workers would go on labelling
-    for args in ("--dagger-every 0", "--epochs 2 --expert-coef=0.5", "--expert-coef 1 --dagger-every 3"):
-        with pytest.raises(UserError, match="to the demo itself, not in --trainer-args"):
-            DemoConfig(tasks=["games"], trainer_args=args).validate()
-    assert DemoConfig(tasks=["games"], dagger_every=0, trainer_args="--dagger-buffer 64").validate().dagger_every == 0
-
-
 def test_ppo_fine_tunes_a_cloned_policy_with_smaller_steps():
     from infra.app.demo import ppo_lr
 

@@ -8,6 +8,7 @@ import torch
 
 from infra.runtime.policy import PolicyInput, build_policy, policy_kind
 from producers.suites import pixel_config, plan
+from trainer.policies.pixel.model import MULTI_STEP_ACTIONS
 
 
 def test_a_keypoint_is_where_its_channel_peaks():
@@ -46,19 +47,28 @@ def test_a_hidden_head_layer_feeds_the_actor_heads_only_and_acts_as_it_evaluates
     assert not list(plain.trunk.parameters()) and len(list(policy.trunk.parameters())) == 2
     for name, weight in plain.convs.state_dict().items():  # the same features under both
         torch.testing.assert_close(policy.convs.state_dict()[name], weight, msg=name)
-    uniform = policy.act([PolicyInput(np.zeros((210, 160, 3), dtype=np.uint8), "Steer the snake.", 160, 210)])
-    assert abs(uniform[0].logprob - plain.act([PolicyInput(np.zeros((210, 160, 3), dtype=np.uint8),
-                                                           "Steer the snake.", 160, 210)])[0].logprob) < 1e-6
+    image = policy.preprocess(np.zeros((210, 160, 3), dtype=np.uint8), [], "Steer the snake.")[None]
+    with torch.no_grad():  # zeroed heads: uniform over types and keys, with the layer or without
+        out, plain_out = policy(image, ["Steer the snake."]), plain(image, ["Steer the snake."])
+    for head in ("type", "key"):
+        assert torch.count_nonzero(out[head]) == 0 and torch.count_nonzero(plain_out[head]) == 0
     assert_acts_as_it_evaluates(policy)
 
 
-def assert_acts_as_it_evaluates(policy) -> None:
+def test_every_head_reading_the_hidden_layer_acts_as_it_evaluates():
+    # a run mixing MiniWoB++ and the games: the typed span and the scroll direction read it too
+    types = [*MULTI_STEP_ACTIONS, "hotkey"]
+    policy = build_policy("pixel", "p", {**pixel_config(types), "head_hidden": 32, "seed": 5})
+    assert policy.span_query.in_features == policy.direction_head.in_features == 32
+    assert_acts_as_it_evaluates(policy, "Type \"hello world\" in the box, then scroll down.")
+
+
+def assert_acts_as_it_evaluates(policy, instruction: str = "Steer the snake.") -> None:
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.3 * torch.randn_like(p, generator=torch.Generator().manual_seed(p.numel())))
     rng = np.random.default_rng(0)
-    inputs = [PolicyInput(rng.integers(0, 255, (210, 160, 3), dtype=np.uint8), "Steer the snake.", 160, 210)
-              for _ in range(6)]
+    inputs = [PolicyInput(rng.integers(0, 255, (210, 160, 3), dtype=np.uint8), instruction, 160, 210) for _ in range(12)]
     decisions = policy.act(inputs)
     images = torch.stack([policy.preprocess(i.image, [], i.instruction) for i in inputs])
     logprob, value, _ = policy.evaluate(images, [i.instruction for i in inputs], [d.action for d in decisions])

@@ -12,10 +12,12 @@ fourth, at grid resolution, also sees the grounding maps weighed per word (which
 for is learnt from the word, its neighbours and the history) and, with ``coords``, each cell's
 row and column (which "2nd textbox" is needs where, not only what). The instruction and the
 counts modulate the features (FiLM), so one policy serves several tasks and knows what it
-already did. The heads other than the pointers' read each channel's mean and maximum over the
-grid and, with ``keypoints``, where it peaks: the expected row and column under a softmax over
-the cells (spatial softmax, Levine et al., 2016): where a snake's head is against the apple and
-the walls, which a mean or a maximum loses.
+already did. The type, key and scroll-direction heads and the typed span's query (not the cell
+maps) read each channel's mean and maximum over the grid and, with ``keypoints``, where it peaks:
+the expected row and column under a softmax over the cells (spatial softmax, Levine et al.,
+2016): where a snake's head is against the apple and the walls, which a mean or a maximum loses;
+with ``head_hidden``, through a ReLU layer of that width rather than linearly. The critic reads
+them through its own layer.
 
 Action heads, each factor a categorical, the action's log-prob the sum of its factors':
 - ``type``: which action type (a subset of the unified action space, ``action_types``);
@@ -86,7 +88,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "ground_dim": 4,             # channels the weighed maps give the grid-level convolution
     "coords": False,             # each cell's row and column as two more channels there
     "keypoints": False,          # each channel's spatial-softmax position (x, y) beside its mean and max
-    "head_hidden": 0,            # > 0: the heads other than the pointers' read a ReLU layer this wide, not the pooled features
+    "head_hidden": 0,            # > 0: type, key, direction and span query read a ReLU layer this wide over the pooled features
     "seed": 0,                   # initial weights
 }
 
