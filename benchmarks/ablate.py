@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+from ablate_effects import effects_table
 from clean_stop import end_stopping, run_child, stop_on_signals
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -321,6 +322,11 @@ def write_report(results: list[dict], out: Path, args) -> Path:
                      f"{spread([r.get('ppo_gain') for r in rs])} | {spread(minutes)} | "
                      f"{spread([r['ev_at_ppo_start'] for r in rs])} | {spread([r['corr_at_ppo_start'] for r in rs])} | "
                      f"{spread([r['entropy_last'] for r in rs])} |")
+    effects = effects_table(results)
+    if effects:
+        lines += ["", "Each configuration against the full recipe: its mean over seeds less full's, ± the standard "
+                  "error of that difference (Welch's, unpaired); told apart when the difference is above twice "
+                  "its standard error (`benchmarks/ablate_effects.py`).", "", *effects]
     lines += ["", "![success against episodes and wall-clock](ablations.png)", "",
               "Each run's own report (phases, success per task and phase, trainer metrics) is written under "
               "`runs/` of the output folder (`--out`; about 0.8 MB a run, not kept beside a committed table).", "",
