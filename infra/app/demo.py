@@ -603,8 +603,9 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
           f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min; logs in {logs}", flush=True)
     log.info("demo config %s", describe(cfg))
     ensure_platform(settings, broker)
-    if _published(settings, policy):  # its topics, versions, checkpoint and rows would mix with this run's
-        raise UserError(f"run id {run_id!r} was used before in this data dir ({policy} has published versions): "
+    used = _used_before(settings, policy)
+    if used:  # its topics, versions, checkpoint and rows would mix with this run's
+        raise UserError(f"run id {run_id!r} was used before in this data dir ({policy} {used}): "
                         "give another --run-id, or leave it out for a fresh one")
     children += plan_children(cfg, settings, prefix, policy, logs, plan)
     env = child_env(settings, prefix)
@@ -746,6 +747,17 @@ def _published(settings: Settings, policy: str) -> bool:
         return versions.latest(settings, policy) is not None
     except Exception:  # noqa: BLE001 - not yet readable
         return False
+
+
+def _used_before(settings: Settings, policy: str) -> str:
+    """How ``policy``'s name shows it was used before in this data dir, or '' when it was not. A
+    broker started afresh (a benchmark's own) holds no versions of earlier runs, but the data dir
+    keeps their trainer's checkpoint, which the trainer would resume from."""
+    if _published(settings, policy):
+        return "has published versions"
+    if (settings.checkpoint_root / policy).exists():
+        return f"has a trainer checkpoint in {settings.checkpoint_root / policy}"
+    return ""
 
 
 def _latest_version(settings: Settings, policy: str) -> int:

@@ -61,6 +61,11 @@ class Settings:
         return self.blob_url or str(self.data_path / "blobs")
 
     @property
+    def checkpoint_root(self) -> Path:
+        """Where trainers keep their checkpoints, one folder per policy (and mode)."""
+        return self.data_path / "checkpoints"
+
+    @property
     def chdb_path(self) -> Path:
         return self.data_path / "clickhouse"
 

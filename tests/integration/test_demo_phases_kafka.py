@@ -69,3 +69,26 @@ def test_a_demo_refuses_a_run_id_used_before_in_the_data_dir(settings, tmp_path)
         assert not (tmp_path / "report" / "logs" / "trainer.log").exists()  # nothing was started
     finally:
         delete_topics(earlier, created)
+
+
+def test_a_demo_refuses_a_run_id_whose_checkpoint_the_data_dir_keeps(settings, tmp_path):
+    """A benchmark's broker starts afresh (no versions of earlier runs on it), but the data dir
+    keeps the earlier run's checkpoint and rows: the run id is refused all the same."""
+    import uuid
+
+    import pytest
+
+    from infra.app.demo import DemoConfig, run_demo
+    from infra.runtime.errors import UserError
+
+    run_id = f"reused-{uuid.uuid4().hex[:6]}"
+    folder = settings.checkpoint_root / f"pixel-{run_id}"
+    folder.mkdir(parents=True)
+    try:
+        (folder / "checkpoint.json").write_text("{}")
+        with pytest.raises(UserError, match="was used before .* has a trainer checkpoint"):
+            run_demo(DemoConfig(run_id=run_id, minutes=1.0, report_dir=str(tmp_path / "report")), settings)
+        assert not (tmp_path / "report" / "logs" / "trainer.log").exists()  # nothing was started
+    finally:
+        (folder / "checkpoint.json").unlink()
+        folder.rmdir()

@@ -40,7 +40,7 @@ class LearnerState(BaseModel):
 
 
 def checkpoint_file(settings: Settings, folder_name: str) -> Path:
-    return settings.data_path / "checkpoints" / folder_name / "checkpoint.json"
+    return settings.checkpoint_root / folder_name / "checkpoint.json"
 
 
 def save_torch_atomic(obj: Any, path: Path) -> None:
