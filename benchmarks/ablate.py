@@ -16,7 +16,9 @@ Ctrl-C or SIGTERM stops the benchmark: the running demo stops as it does on its 
 processes stopped, its report written; a further Ctrl-C only says so, `benchmarks/clean_stop.py`),
 no further run starts, the broker it started stops, and the runs that finished are measured; the
 cut-short run keeps its mark (`runs/<run>/unfinished.txt`, as does a run whose demo failed) and is
-left out of the table.
+left out of the table. To end after the running demo instead, create `stop-after-run` in the
+output folder (`touch var/ablations/stop-after-run`): no further run starts, the broker stops and
+the finished runs are measured.
 
 Configurations (CONFIGS), on today's recipe (the demo's defaults: curriculum, RFT rounds every 4
 PPO updates; on the games DAgger's rounds instead, so no-rft is left out there): the full
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 from ablate_effects import effects_table
 from clean_stop import end_stopping, run_child, stop_on_signals
@@ -154,6 +157,20 @@ def sql(statement: str) -> list[dict]:
 # stopped, failed or cut short by a crash of the benchmark keeps it and is not measured
 UNFINISHED = "unfinished.txt"
 RECIPE_FILE = "recipe.txt"  # the recipe a run ran on, written before it starts
+STOP_AFTER = "stop-after-run"  # created in --out by someone: no further run starts
+
+
+def runs_in_order(seeds: list[int], configs: list[str], out: Path) -> Iterator[tuple[int, str]]:
+    """(seed, configuration) seed-major (a cut-short invocation still has every configuration
+    once), until ``out / STOP_AFTER`` exists: then no further run starts, and the file is removed
+    so that the next invocation runs."""
+    for seed in seeds:
+        for config in configs:
+            if (out / STOP_AFTER).exists():
+                (out / STOP_AFTER).unlink()
+                print(f"{out / STOP_AFTER} found (and removed): no further run", flush=True)
+                return
+            yield seed, config
 
 
 def recipe_of(report_dir: Path) -> str:
@@ -373,9 +390,8 @@ def main() -> int:
         stop_on_signals()
         try:
             with broker_for_benchmarks():  # stopped on the way out, a stop included
-                for seed in seeds:  # seed-major: a cut-short run still has every configuration once
-                    for config in configs:
-                        run_one(config, seed, args, out)
+                for seed, config in runs_in_order(seeds, configs, out):
+                    run_one(config, seed, args, out)
         except KeyboardInterrupt:
             print("stopped: the runs that finished are measured below", file=sys.stderr)
         finally:

@@ -78,3 +78,13 @@ def test_no_rft_is_left_out_where_the_recipe_has_no_rft_rounds():
     assert "no-rft" in ablate.default_configs("default") and "no-rft" in ablate.default_configs("starter")
     games = ablate.default_configs("games")
     assert "no-rft" not in games and "full" in games and "no-value-pretrain" in games
+
+
+def test_a_stop_file_ends_the_invocation_after_the_running_run_and_is_removed(tmp_path, capsys):
+    order = ablate.runs_in_order([0, 1], ["full", "sync"], tmp_path)
+    assert next(order) == (0, "full") and next(order) == (0, "sync")
+    (tmp_path / ablate.STOP_AFTER).touch()  # while (0, "sync") runs
+    assert list(order) == []
+    assert not (tmp_path / ablate.STOP_AFTER).exists()  # the next invocation runs
+    assert "no further run" in capsys.readouterr().out
+    assert list(ablate.runs_in_order([0, 1], ["full"], tmp_path)) == [(0, "full"), (1, "full")]
