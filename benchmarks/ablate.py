@@ -17,8 +17,8 @@ processes stopped, its report written; a further Ctrl-C only says so, `benchmark
 no further run starts, the broker it started stops, and the runs that finished are measured; the
 cut-short run keeps its mark (`runs/<run>/unfinished.txt`, as does a run whose demo failed) and is
 left out of the table. To end after the running demo instead, create `stop-after-run` in the
-output folder (`touch var/ablations/stop-after-run`): no further run starts, the broker stops and
-the finished runs are measured.
+output folder (the benchmark prints the command at its start): no further run starts, the broker
+stops and the finished runs are measured; the file is removed on the way out.
 
 Configurations (CONFIGS), on today's recipe (the demo's defaults: curriculum, RFT rounds every 4
 PPO updates; on the games DAgger's rounds instead, so no-rft is left out there): the full
@@ -163,7 +163,7 @@ STOP_AFTER = "stop-after-run"  # created in --out by someone: no further run sta
 def runs_in_order(seeds: list[int], configs: list[str], out: Path) -> Iterator[tuple[int, str]]:
     """(seed, configuration) seed-major (a cut-short invocation still has every configuration
     once), until ``out / STOP_AFTER`` exists: then no further run starts, and the file is removed
-    so that the next invocation runs."""
+    (main also removes one left at its start or made during the last run)."""
     for seed in seeds:
         for config in configs:
             if (out / STOP_AFTER).exists():
@@ -342,8 +342,9 @@ def write_report(results: list[dict], out: Path, args) -> Path:
     effects = effects_table(results)
     if effects:
         lines += ["", "Each configuration against the full recipe: its mean over seeds less full's, ± the standard "
-                  "error of that difference (Welch's, unpaired); told apart when the difference is above twice "
-                  "its standard error (`benchmarks/ablate_effects.py`).", "", *effects]
+                  "error of that difference (Welch's, unpaired), marked `> 2 SE` when the difference is above twice "
+                  "it, and the values each side had (configuration / full). With 3 seeds a side a difference of "
+                  "nothing passes that test about one time in seven (`benchmarks/ablate_effects.py`).", "", *effects]
     lines += ["", "![success against episodes and wall-clock](ablations.png)", "",
               "Each run's own report (phases, success per task and phase, trainer metrics) is written under "
               "`runs/` of the output folder (`--out`; about 0.8 MB a run, not kept beside a committed table).", "",
@@ -387,6 +388,11 @@ def main() -> int:
     if not args.report_only:
         from own_broker import broker_for_benchmarks
 
+        stop_file = (out / STOP_AFTER).resolve()
+        if stop_file.exists():
+            stop_file.unlink()
+            print(f"removed {stop_file}, left by an earlier invocation", flush=True)
+        print(f"to end after the running demo: touch {stop_file}", flush=True)
         stop_on_signals()
         try:
             with broker_for_benchmarks():  # stopped on the way out, a stop included
@@ -396,6 +402,7 @@ def main() -> int:
             print("stopped: the runs that finished are measured below", file=sys.stderr)
         finally:
             end_stopping()  # measuring: Ctrl-C and SIGTERM end it as usual
+            stop_file.unlink(missing_ok=True)  # one made during the last run has had its effect
     results, today = [], recipe(args.tasks)
     for seed in seeds:
         for config in configs:

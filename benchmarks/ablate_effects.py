@@ -4,7 +4,8 @@ The issue's test of a mechanism is "a difference above twice its standard error 
 The difference is the configuration's mean over seeds less the full recipe's; its standard error
 is Welch's, sqrt(sd_a^2 / n_a + sd_b^2 / n_b), unpaired: the same seed gives the same
 demonstrations but not the same run (the broker, the clock and the scheduler differ), so no
-pairing by seed is assumed.
+pairing by seed is assumed. With 3 seeds a side the test is weak: a difference of nothing passes
+it about one time in seven, so a table of 5 configurations x 3 measures shows about two by chance.
 
     python benchmarks/ablate_effects.py docs/ablations/m33-15min/results.json   # a table's effects
 """
@@ -24,42 +25,46 @@ MEASURES = (("mean_task_success_last_100", "mean last-100 per task"),
 BASE = "full"
 
 
-def effect(base: list, other: list) -> tuple[float, float] | None:
-    """``other``'s mean less ``base``'s and the standard error of that difference, or None when
-    either side has fewer than two values (no spread to measure). None values are left out."""
-    a = [x for x in base if x is not None]
-    b = [x for x in other if x is not None]
+def effect(base: list, other: list) -> tuple[float, float, int, int] | None:
+    """``other``'s mean less ``base``'s, the standard error of that difference and how many values
+    each side had; None when either side has fewer than two values (no spread to measure) or the
+    standard error is 0 (constant samples: nothing to compare the difference with). None and NaN
+    values are left out."""
+    a = [x for x in base if x is not None and math.isfinite(x)]
+    b = [x for x in other if x is not None and math.isfinite(x)]
     if len(a) < 2 or len(b) < 2:
         return None
     se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
-    return statistics.mean(b) - statistics.mean(a), se
-
-
-def verdict(diff: float, se: float) -> str:
-    """Told apart when the difference is above twice its standard error."""
     if se == 0:
-        return "told apart" if diff else "not told apart"
-    return "told apart" if abs(diff) > 2 * se else "not told apart"
+        return None
+    return statistics.mean(b) - statistics.mean(a), se, len(a), len(b)
 
 
-def cell(values: tuple[float, float] | None) -> str:
+def above(diff: float, se: float) -> bool:
+    """The issue's test: the difference is above twice its standard error. With 3 seeds a side
+    (2-4 degrees of freedom) a difference of nothing passes it about one time in seven."""
+    return abs(diff) > 2 * se
+
+
+def cell(values: tuple[float, float, int, int] | None) -> str:
     if values is None:
-        return "- (fewer than 2 seeds)"
-    diff, se = values
-    return f"{diff:+.3f} ± {se:.3f} ({verdict(diff, se)})"
+        return "- (fewer than 2 values a side, or no spread)"
+    diff, se, n_base, n = values
+    return f"{diff:+.3f} ± {se:.3f} ({'> 2 SE' if above(diff, se) else 'within 2 SE'}; n {n}/{n_base})"
 
 
 def effects_table(results: list[dict]) -> list[str]:
     """Markdown lines: one row per configuration other than the full recipe, one column per
-    measure: the configuration less the full recipe ± its standard error, and whether the two
-    are told apart. Empty when the full recipe is not in ``results``."""
+    measure: the configuration less the full recipe ± its standard error, whether the difference
+    is above twice that, and the values each side had (configuration / full). Empty when the full
+    recipe is not in ``results``."""
     def values(config: str, key: str) -> list:
         return [r.get(key) for r in results if r["config"] == config]
 
     configs = [c for c in dict.fromkeys(r["config"] for r in results) if c != BASE]
     if BASE not in {r["config"] for r in results} or not configs:
         return []
-    lines = ["| configuration less full | seeds | " + " | ".join(title for _, title in MEASURES) + " |",
+    lines = ["| configuration less full | runs | " + " | ".join(title for _, title in MEASURES) + " |",
              "|---" * (len(MEASURES) + 2) + "|"]
     for config in configs:
         n = sum(r["config"] == config for r in results)

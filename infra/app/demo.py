@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import time
@@ -49,6 +50,7 @@ from infra.kafka.jars import fetch_jars
 from infra.runtime import versions
 
 log = logging.getLogger("flywheel.demo")
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # a Kafka topic prefix and a folder name
 
 
 @dataclass
@@ -117,6 +119,9 @@ class DemoConfig:
     ui: bool = opt(True, "start `flywheel ui` on a free loopback port and print its URL")
 
     def validate(self) -> "DemoConfig":
+        if self.run_id and not RUN_ID.fullmatch(self.run_id):
+            raise UserError(f"--run-id names the run's topics and folders: letters, digits, '.', '_' and '-', "
+                            f"starting with a letter or digit, at most 100; got {self.run_id!r}")
         if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
             raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
         if self.demo_noise != -1 and noise_error(self.demo_noise):
@@ -603,10 +608,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
           f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min; logs in {logs}", flush=True)
     log.info("demo config %s", describe(cfg))
     ensure_platform(settings, broker)
-    used = _used_before(settings, policy)
-    if used:  # its topics, versions, checkpoint and rows would mix with this run's
-        raise UserError(f"run id {run_id!r} was used before in this data dir ({policy} {used}): "
-                        "give another --run-id, or leave it out for a fresh one")
+    claim_run_id(settings, run_id, policy)  # its topics, versions, checkpoint and rows would mix with this run's
     children += plan_children(cfg, settings, prefix, policy, logs, plan)
     env = child_env(settings, prefix)
     if cfg.ui:  # first to start, last to stop: the page shows the whole run
@@ -749,15 +751,28 @@ def _published(settings: Settings, policy: str) -> bool:
         return False
 
 
-def _used_before(settings: Settings, policy: str) -> str:
-    """How ``policy``'s name shows it was used before in this data dir, or '' when it was not. A
-    broker started afresh (a benchmark's own) holds no versions of earlier runs, but the data dir
-    keeps their trainer's checkpoint, which the trainer would resume from."""
+def claim_run_id(settings: Settings, run_id: str, policy: str) -> None:
+    """Claim ``run_id`` in this data dir, or UserError where it was used before: ``policy`` has
+    versions on the broker, or its trainer's checkpoint is kept (a broker started afresh, as a
+    benchmark's, holds no versions of earlier runs), or the claim exists (``<data dir>/runs/<id>``,
+    made here atomically before anything starts: a run stopped before its trainer began, or a
+    second demo of the same id at the same time)."""
+    claim = settings.data_path / "runs" / run_id
     if _published(settings, policy):
-        return "has published versions"
-    if (settings.checkpoint_root / policy).exists():
-        return f"has a trainer checkpoint in {settings.checkpoint_root / policy}"
-    return ""
+        used = f"{policy} has published versions"
+    elif (settings.checkpoint_root / policy).exists():
+        used = f"{policy} has a trainer checkpoint in {settings.checkpoint_root / policy}"
+    else:
+        claim.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            claim.mkdir()
+        except FileExistsError:
+            used = f"claimed by a demo: {claim}"
+        else:
+            (claim / "started.txt").write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}\n")
+            return
+    raise UserError(f"run id {run_id!r} was used before in this data dir ({used}): give another --run-id, or "
+                    "leave it out for a fresh one")
 
 
 def _latest_version(settings: Settings, policy: str) -> int:

@@ -1,8 +1,9 @@
 """benchmarks/ablate_effects.py: an ablation's effect is its difference from the full recipe with
-Welch's standard error, and "told apart" needs the difference above twice that error."""
+Welch's standard error, marked when the difference is above twice that error."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -14,19 +15,20 @@ import ablate_effects  # noqa: E402
 
 
 def test_the_difference_and_its_welch_standard_error():
-    diff, se = ablate_effects.effect([0.5, 0.6, 0.7], [0.2, 0.3, 0.4, None])
-    assert diff == pytest.approx(-0.3)
+    diff, se, n_base, n = ablate_effects.effect([0.5, 0.6, 0.7], [0.2, 0.3, 0.4, None])
+    assert diff == pytest.approx(-0.3) and (n_base, n) == (3, 3)
     assert se == pytest.approx(math.sqrt(0.01 / 3 + 0.01 / 3))  # each side's sample variance is 0.01
-    assert ablate_effects.verdict(diff, se) == "told apart"  # 0.3 > 2 * 0.0816
+    assert ablate_effects.above(diff, se)  # 0.3 > 2 * 0.0816
     assert ablate_effects.effect([0.5], [0.2, 0.3]) is None  # one seed of full: no spread to measure
     assert ablate_effects.effect([0.5, None], [0.2, 0.3]) is None
+    assert ablate_effects.effect([0.5, float("nan")], [0.2, 0.3]) is None
+    assert ablate_effects.effect([0.1, 0.1], [0.2, 0.2]) is None  # constant samples: nothing to compare with
 
 
-def test_a_difference_inside_twice_its_standard_error_is_not_told_apart():
-    diff, se = ablate_effects.effect([0.2, 0.6, 0.4], [0.5, 0.3, 0.7])
-    assert diff == pytest.approx(0.1) and ablate_effects.verdict(diff, se) == "not told apart"
-    assert ablate_effects.verdict(0.0, 0.0) == "not told apart"
-    assert ablate_effects.verdict(0.1, 0.0) == "told apart"
+def test_a_difference_inside_twice_its_standard_error_is_not_marked():
+    diff, se, _, _ = ablate_effects.effect([0.2, 0.6, 0.4], [0.5, 0.3, 0.7])
+    assert diff == pytest.approx(0.1) and not ablate_effects.above(diff, se)
+    assert "(within 2 SE; n 3/3)" in ablate_effects.cell((diff, se, 3, 3))
 
 
 def _row(config: str, seed: int, score, gain=0.1, ev=0.5) -> dict:
@@ -36,16 +38,17 @@ def _row(config: str, seed: int, score, gain=0.1, ev=0.5) -> dict:
 
 def test_the_table_has_a_row_per_ablation_and_a_cell_per_measure():
     results = [_row("full", s, 0.5 + 0.1 * s, ev=0.4 + 0.1 * s) for s in range(3)]
-    results += [_row("no-value-pretrain", s, 0.2 + 0.1 * s, ev=-5.0 - s) for s in range(3)]
+    results += [_row("no-value-pretrain", s, 0.2 + 0.1 * s, ev=-5.0 - s, gain=None if s == 2 else 0.1 * s)
+                for s in range(3)]
     results += [_row("coupled-gae", 0, 0.9)]
     lines = ablate_effects.effects_table(results)
     assert lines[0].count("|") == len(ablate_effects.MEASURES) + 3
     vp = next(line for line in lines if line.startswith("| no-value-pretrain |"))
-    assert "| 3 | -0.300 ± 0.082 (told apart)" in vp
-    assert "+0.000 ± 0.000 (not told apart)" in vp  # the same gain on every run
+    assert "| 3 | -0.300 ± 0.082 (> 2 SE; n 3/3)" in vp
+    assert "(within 2 SE; n 2/3)" in vp  # the gain: one run without it, counted per cell
     assert "-6.500 ±" in vp  # the critic's EV at PPO start without pretraining
     gae = next(line for line in lines if line.startswith("| coupled-gae |"))
-    assert gae.count("fewer than 2 seeds") == len(ablate_effects.MEASURES)
+    assert gae.count("fewer than 2 values") == len(ablate_effects.MEASURES)
     assert not any(line.startswith("| full |") for line in lines)
 
 
@@ -55,14 +58,12 @@ def test_no_table_without_the_full_recipe_or_without_an_ablation():
 
 
 def test_the_command_prints_a_tables_effects_and_refuses_what_is_not_one(tmp_path, capsys):
-    import json
-
     path = tmp_path / "results.json"
-    path.write_text(json.dumps([_row("full", 0, 0.5), _row("full", 1, 0.6),
+    path.write_text(json.dumps([_row("full", 0, 0.5, gain=0.1), _row("full", 1, 0.6, gain=0.2),
                                 _row("sync", 0, 0.5), _row("sync", 1, 0.7)]))
     assert ablate_effects.main([str(path)]) == 0
     # sqrt(0.005 / 2 + 0.02 / 2)
-    assert "| sync | 2 | +0.050 ± 0.112 (not told apart)" in capsys.readouterr().out
+    assert "| sync | 2 | +0.050 ± 0.112 (within 2 SE; n 2/2)" in capsys.readouterr().out
     path.write_text(json.dumps({"config": "full"}))
     with pytest.raises(SystemExit):
         ablate_effects.main([str(path)])
