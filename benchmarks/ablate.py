@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -46,6 +47,7 @@ from clean_stop import end_stopping, run_child, stop_on_signals
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from infra.app.phases import last_sql, phase_sql, run_gains  # noqa: E402
 from producers.games import GAMES  # noqa: E402
 from producers.suites import ARROW_VISION, expand, setting  # noqa: E402
 from streams.score import SCORING_VERSION  # noqa: E402
@@ -242,6 +244,7 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
     vp = summary.get("value_pretraining", {})
     ent = sql(entropy_sql(p))
     after = summary.get("after", {})
+    gain_last = ppo_gain_last(p, summary)
     return {"config": config, "seed": seed, "curve": curve, "episodes": curve[-1]["episodes"] if curve else 0,
             "final_success": curve[-1][key] if curve else None,  # of the measure: success or normalised score
             "mean_task_success_last_100": statistics.mean(after.values()) if after else None,
@@ -252,7 +255,31 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
             # the mean over tasks of PPO's episodes' success less pi_sft's (infra.app.phases.phase_gain)
             "ppo_gain": (summary.get("ppo_gain") or {}).get("gain"),
             "ppo_gain_se": (summary.get("ppo_gain") or {}).get("standard_error"),
+            # the same over each task's last 100 PPO episodes: the issues' "last 100" read at the run's end
+            "ppo_gain_last_100": gain_last[0] if gain_last else None,
+            "ppo_gain_last_100_se": gain_last[1] if gain_last else None,
             "entropy_last": ent[0]["entropy_last_5"] if ent else None}
+
+
+def base_version_of(summary: dict) -> int | None:
+    """The version the run's trainer started from (pi_sft's, or the random init's): the summary's
+    since it records it, else from its phases' "the trainer starts from vN"."""
+    if summary.get("base_version") is not None:
+        return int(summary["base_version"])
+    found = (re.search(r"the trainer starts from v(\d+)", str(r.get("detail", ""))) for r in summary.get("phases", []))
+    return next((int(m.group(1)) for m in found if m), None)
+
+
+def ppo_gain_last(policy: str, summary: dict) -> tuple | None:
+    """PPO's gain over the starting policy's episodes, read over each task's last 100 PPO
+    episodes (``phases.run_gains``), from ClickHouse: so runs from before the report gave it are
+    measured alike. None without a starting version or either phase."""
+    base = base_version_of(summary)
+    if base is None:
+        return None
+    rows = [tuple(r.values()) for r in sql(phase_sql(policy, base, True, False))]
+    last = [tuple(r.values()) for r in sql(last_sql(policy, base))]
+    return run_gains(rows, last)[1]
 
 
 def spread(values: list) -> str:
@@ -327,16 +354,17 @@ def write_report(results: list[dict], out: Path, args) -> Path:
              "across seeds." + (f" {kept} of the {len(results)} runs were measured by an earlier invocation "
                                 "(`--keep`); their rows are marked `kept` in results.json." if kept else ""), "",
              f"| configuration | options | seeds | RL episodes | final {args.measure.replace('_', ' ')} | mean last-100 per task | "
-             "PPO's gain over pi_sft | minutes to target | critic EV at PPO start | value-return corr at PPO start | "
-             "entropy (last 5 updates) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "PPO's gain over pi_sft | PPO's last 100 over pi_sft | minutes to target | critic EV at PPO start | "
+             "value-return corr at PPO start | entropy (last 5 updates) |",
+             "|---" * 12 + "|"]
     for config in dict.fromkeys(r["config"] for r in results):
         rs = [r for r in results if r["config"] == config]
         minutes = [r["seconds_to_target"] / 60 if r["seconds_to_target"] is not None else None for r in rs]
         lines.append(f"| {config} | `{' '.join(options(config))}` | {len(rs)} | "
                      f"{spread([r['episodes'] for r in rs])} | {spread([r['final_success'] for r in rs])} | "
                      f"{spread([r['mean_task_success_last_100'] for r in rs])} | "
-                     f"{spread([r.get('ppo_gain') for r in rs])} | {spread(minutes)} | "
+                     f"{spread([r.get('ppo_gain') for r in rs])} | {spread([r.get('ppo_gain_last_100') for r in rs])} | "
+                     f"{spread(minutes)} | "
                      f"{spread([r['ev_at_ppo_start'] for r in rs])} | {spread([r['corr_at_ppo_start'] for r in rs])} | "
                      f"{spread([r['entropy_last'] for r in rs])} |")
     effects = effects_table(results)

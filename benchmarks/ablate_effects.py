@@ -21,6 +21,7 @@ from pathlib import Path
 # the measures compared, as (key in a result row, column title)
 MEASURES = (("mean_task_success_last_100", "mean last-100 per task"),
             ("ppo_gain", "PPO's gain over pi_sft"),
+            ("ppo_gain_last_100", "PPO's last 100 over pi_sft"),
             ("ev_at_ppo_start", "critic EV at PPO start"))
 BASE = "full"
 

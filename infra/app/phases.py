@@ -136,6 +136,29 @@ FROM (
 GROUP BY task_name, phase ORDER BY task_name, phase"""
 
 
+LAST = 100  # the issue's "each task's last 100 episodes"
+LAST_PHASE = f"3 PPO, last {LAST}"
+
+
+def last_sql(policy: str, base_version: int, dpo_version: int | None = None) -> str:
+    """``phase_sql``'s rows for one more phase: each task's last LAST episodes of PPO (or as many as
+    it had), by when they ended; so a gain can be read at the run's end, not over the whole phase."""
+    dpo = f" AND policy_version_min < {int(dpo_version)}" if dpo_version is not None else ""
+    return f"""SELECT task_name, '{LAST_PHASE}' AS phase, count() AS episodes, round(avg(measure), 4) AS success_or_score,
+    round(avg(num_steps), 2) AS mean_steps, varSamp(measure) AS measure_var
+FROM (
+    SELECT task_name, num_steps, if(isNull(normalised_score), toFloat64(success), assumeNotNull(normalised_score)) AS measure,
+        row_number() OVER (PARTITION BY task_name ORDER BY ended_at DESC, episode_id) AS k
+    FROM (SELECT episode_id, task_name, success, num_steps, ended_at FROM scored FINAL
+          WHERE policy = {Q.q(policy)} AND NOT infra_failure AND {Q.own_scorer(policy)}
+              AND policy_version_min > {int(base_version)}{dpo}) AS s
+    LEFT JOIN (SELECT episode_id, normalised_score FROM trajectories FINAL WHERE policy = {Q.q(policy)}) AS t
+        USING (episode_id)
+)
+WHERE k <= {LAST}
+GROUP BY task_name ORDER BY task_name"""
+
+
 def pivot(rows: list[tuple]) -> tuple[list[str], list[list[str]]]:
     """(task, phase, episodes, success, ...) rows -> a task x phase table of 'success (episodes)'."""
     phases = sorted({r[1] for r in rows})
@@ -162,6 +185,16 @@ def phase_gain(rows: list[tuple], before: str, after: str) -> tuple[float, float
         diffs.append(p1 - p0)
         var += (p0 * (1 - p0) if v0 is None else v0) / max(n0, 1) + (p1 * (1 - p1) if v1 is None else v1) / max(n1, 1)
     return sum(diffs) / len(tasks), var ** 0.5 / len(tasks), len(tasks)
+
+
+def run_gains(rows: list[tuple], last_rows: list[tuple]) -> tuple[tuple | None, tuple | None]:
+    """PPO's gain over the starting policy's episodes (``phase_sql``'s rows): over the whole PPO
+    phase, and over each task's last LAST episodes (``last_sql``'s rows); None where either phase
+    is missing."""
+    start = next((r[1] for r in sorted(rows) if str(r[1]).startswith("2 ")), None)
+    if start is None:
+        return None, None
+    return phase_gain(rows, start, "3 PPO"), phase_gain(list(rows) + list(last_rows), start, LAST_PHASE)
 
 
 def _sample_var(row: tuple) -> float | None:
@@ -515,13 +548,22 @@ def report_section(settings, policy: str, base_version: int, cold_start: bool, v
               f"variance was {fmt(vp['explained_variance_at_ppo_start'])} and the value-return correlation "
               f"{fmt(vp['value_return_corr_at_ppo_start'])}{corr_verdict(vp['value_return_corr_at_ppo_start'])}.", "",
               "<details><summary>SQL</summary>", "", "```sql", sql, "```", "</details>", ""]
-    start = next((c for c in cols[1:] if c.startswith("2 ")), None)
-    gain = phase_gain(rows, start, "3 PPO") if start else None
+    last = last_sql(policy, base_version, dpo_version)
+    _, last_rows, _ = execute(settings, last)
+    gain, gain_last = run_gains(rows, last_rows)
+    said = []
     if gain is not None:
-        lines[lines.index("<details><summary>SQL</summary>"):lines.index("<details><summary>SQL</summary>")] = [
-            f"PPO's gain over the starting policy's episodes: {gain[0]:+.3f} ± {gain[1]:.3f} (standard error; the mean "
-            f"over the {gain[2]} tasks played in both phases of each task's difference in success, a game's in normalised "
-            f"score; the PPO phase's updates include the RFT and DAgger rounds the run's plan names)", ""]
+        said += [f"PPO's gain over the starting policy's episodes: {gain[0]:+.3f} ± {gain[1]:.3f} (standard error; the "
+                 f"mean over the {gain[2]} tasks played in both phases of each task's difference in success, a game's in "
+                 f"normalised score; the PPO phase's updates include the RFT and DAgger rounds the run's plan names)", ""]
+    if gain_last is not None:
+        said += [f"At the run's end, each task's last {LAST} PPO episodes (or as many as it had: "
+                 f"{', '.join(f'{r[0]} {r[2]}' for r in last_rows)}) over the starting policy's: {gain_last[0]:+.3f} ± "
+                 f"{gain_last[1]:.3f}, the same mean over tasks", ""]
+    at = lines.index("<details><summary>SQL</summary>")
+    lines[at:at] = said
+    lines[-3:-3] = ["", last]  # inside the SQL block
     by_phase = {t[0]: dict(zip(cols[1:], t[1:])) for t in table}
+    as_dict = lambda g: None if g is None else {"gain": g[0], "standard_error": g[1], "tasks": g[2]}  # noqa: E731
     return lines, {"phases": clock.rows(), "success_by_task_and_phase": by_phase, "value_pretraining": vp,
-                   "ppo_gain": None if gain is None else {"gain": gain[0], "standard_error": gain[1], "tasks": gain[2]}}
+                   "base_version": base_version, "ppo_gain": as_dict(gain), "ppo_gain_last_100": as_dict(gain_last)}

@@ -77,3 +77,24 @@ def test_a_database_from_before_gets_the_staleness_view_that_counts_an_episode_o
         client.close()
     assert sum(r[1] for r in before) == 8  # 002's view: the rescored copies too
     assert [(r[0], r[1]) for r in after] == [(0, 4)]
+
+
+def test_the_last_100_are_each_tasks_newest_episodes_counted_once(tmp_path):
+    from infra.app.phases import LAST_PHASE, last_sql
+
+    settings = load_settings({"data_dir": str(tmp_path)})
+    # task "a" (scored() names every task "a"): 130 episodes, the first 30 successes, the newest 100
+    # failures; a rescore of all of them by another scorer; the annotator's demonstrations are
+    # not PPO's
+    own = [scored(k, "pixel-r", k < 30, "rule-v1", T0 + 10) for k in range(130)]
+    rescore = [scored(k, "pixel-r", True, "judge-v1", T0 + 3600) for k in range(130)]
+    demos = [scored(k, "scripted-pixel-r", True, "rule-v1", T0) for k in range(200, 205)]
+    client = make_client(settings)
+    try:
+        insert(client, own + rescore + demos)
+        rows = client.query(last_sql("pixel-r", -1)).result_rows  # no steps: version 0, PPO's
+        none = client.query(last_sql("pixel-r", 0)).result_rows  # version 0 is the starting policy's
+    finally:
+        client.close()
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [("a", LAST_PHASE, 100, 0.0)]
+    assert none == []

@@ -88,3 +88,12 @@ def test_a_stop_file_ends_the_invocation_after_the_running_run_and_is_removed(tm
     assert not (tmp_path / ablate.STOP_AFTER).exists()  # the next invocation runs
     assert "no further run" in capsys.readouterr().out
     assert list(ablate.runs_in_order([0, 1], ["full"], tmp_path)) == [(0, "full"), (1, "full")]
+
+
+def test_the_starting_version_is_read_from_the_summary_or_its_phases():
+    assert ablate.base_version_of({"base_version": 3, "phases": []}) == 3
+    phases = [{"phase": "SFT", "detail": "published v0"},
+              {"phase": "value pretraining", "detail": "the trainer starts from v2"}]
+    assert ablate.base_version_of({"phases": phases}) == 2  # a run from before the summary recorded it
+    assert ablate.base_version_of({"phases": phases[:1]}) is None
+    assert ablate.base_version_of({}) is None
