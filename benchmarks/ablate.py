@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,7 @@ from clean_stop import end_stopping, run_child, stop_on_signals
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from infra.app.demo import RUN_ID  # noqa: E402
 from infra.app.phases import last_sql, phase_sql, run_gains  # noqa: E402
 from producers.games import GAMES  # noqa: E402
 from producers.suites import ARROW_VISION, expand, setting  # noqa: E402
@@ -261,24 +261,25 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
             "entropy_last": ent[0]["entropy_last_5"] if ent else None}
 
 
-def base_version_of(summary: dict) -> int | None:
+def base_version_of(policy: str, summary: dict) -> int | None:
     """The version the run's trainer started from (pi_sft's, or the random init's): the summary's
-    since it records it, else from its phases' "the trainer starts from vN"."""
+    since it records it, else the policy's first published version (ClickHouse), which is the one
+    the trainer of a fresh run id starts from."""
     if summary.get("base_version") is not None:
         return int(summary["base_version"])
-    found = (re.search(r"the trainer starts from v(\d+)", str(r.get("detail", ""))) for r in summary.get("phases", []))
-    return next((int(m.group(1)) for m in found if m), None)
+    rows = sql(f"SELECT min(version) AS v, count() AS n FROM policy_versions FINAL WHERE policy = '{policy}'")
+    return int(rows[0]["v"]) if rows and rows[0]["n"] else None
 
 
 def ppo_gain_last(policy: str, summary: dict) -> tuple | None:
     """PPO's gain over the starting policy's episodes, read over each task's last 100 PPO
     episodes (``phases.run_gains``), from ClickHouse: so runs from before the report gave it are
     measured alike. None without a starting version or either phase."""
-    base = base_version_of(summary)
+    base = base_version_of(policy, summary)
     if base is None:
         return None
-    rows = [tuple(r.values()) for r in sql(phase_sql(policy, base, True, False))]
-    last = [tuple(r.values()) for r in sql(last_sql(policy, base))]
+    rows = [tuple(r.values()) for r in sql(phase_sql(policy, base, True, False, summary.get("dpo_version")))]
+    last = [tuple(r.values()) for r in sql(last_sql(policy, base, summary.get("dpo_version")))]
     return run_gains(rows, last)[1]
 
 
@@ -372,7 +373,8 @@ def write_report(results: list[dict], out: Path, args) -> Path:
         lines += ["", "Each configuration against the full recipe: its mean over seeds less full's, ± the standard "
                   "error of that difference (Welch's, unpaired), marked `> 2 SE` when the difference is above twice "
                   "it, and the values each side had (configuration / full). With 3 seeds a side a difference of "
-                  "nothing passes that test about one time in seven (`benchmarks/ablate_effects.py`).", "", *effects]
+                  "nothing passes that test about one time in seven; the two gains are read from the same episodes, "
+                  "so they are not two pieces of evidence (`benchmarks/ablate_effects.py`).", "", *effects]
     lines += ["", "![success against episodes and wall-clock](ablations.png)", "",
               "Each run's own report (phases, success per task and phase, trainer metrics) is written under "
               "`runs/` of the output folder (`--out`; about 0.8 MB a run, not kept beside a committed table).", "",
@@ -410,6 +412,8 @@ def main() -> int:
     if "no-rft" in configs and "no-rft" not in default_configs(args.tasks):
         ap.error(f"no-rft is the full recipe on {args.tasks} (DAgger's rounds take RFT's place there): leave it out")
     seeds = [int(s) for s in args.seeds.split(",") if s]
+    if not RUN_ID.fullmatch(run_of(max(configs, key=len), max(seeds, default=0), args.tag)):
+        ap.error(f"--tag {args.tag!r} would give run ids the demo refuses (letters, digits, '.', '_', '-', at most 100)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("FLYWHEEL_DATA_DIR", str(ROOT / "var"))

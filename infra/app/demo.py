@@ -593,7 +593,6 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     tasks = list(plan.tasks)
     out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id
     logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
     cold_start = cfg.cold_start_demos > 0
     dpo_s = cfg.dpo_span_s()
     print(f"Flywheel demo {run_id}: mode {'sync' if cfg.sync else 'async'}, policy {policy}, {len(tasks)} tasks "
@@ -609,6 +608,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     log.info("demo config %s", describe(cfg))
     ensure_platform(settings, broker)
     claim_run_id(settings, run_id, policy)  # its topics, versions, checkpoint and rows would mix with this run's
+    logs.mkdir(parents=True, exist_ok=True)  # after the claim: a run's logs mean its run id is spent
     children += plan_children(cfg, settings, prefix, policy, logs, plan)
     env = child_env(settings, prefix)
     if cfg.ui:  # first to start, last to stop: the page shows the whole run
@@ -754,25 +754,39 @@ def _published(settings: Settings, policy: str) -> bool:
 def claim_run_id(settings: Settings, run_id: str, policy: str) -> None:
     """Claim ``run_id`` in this data dir, or UserError where it was used before: ``policy`` has
     versions on the broker, or its trainer's checkpoint is kept (a broker started afresh, as a
-    benchmark's, holds no versions of earlier runs), or the claim exists (``<data dir>/runs/<id>``,
-    made here atomically before anything starts: a run stopped before its trainer began, or a
-    second demo of the same id at the same time)."""
+    benchmark's, holds no versions of earlier runs), or a ClickHouse server holds its episodes
+    (they outlive a data dir), or the claim exists (``<data dir>/runs/<id>``, made here atomically
+    before anything starts: a run stopped before its trainer began, or a second demo of the same
+    id at the same time)."""
     claim = settings.data_path / "runs" / run_id
     if _published(settings, policy):
         used = f"{policy} has published versions"
     elif (settings.checkpoint_root / policy).exists():
         used = f"{policy} has a trainer checkpoint in {settings.checkpoint_root / policy}"
+    elif settings.clickhouse_url and _scored_on_server(settings, policy):
+        used = f"the ClickHouse server holds episodes of {policy}"
     else:
-        claim.parent.mkdir(parents=True, exist_ok=True)
         try:
+            claim.parent.mkdir(parents=True, exist_ok=True)
             claim.mkdir()
-        except FileExistsError:
-            used = f"claimed by a demo: {claim}"
-        else:
             (claim / "started.txt").write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}\n")
             return
+        except FileExistsError:
+            used = (f"claimed by a demo: {claim}; if that demo failed before it played anything, deleting the "
+                    "folder frees the id")
+        except OSError as exc:
+            raise UserError(f"cannot claim run id {run_id!r} in the data dir ({exc}): is it writable?") from None
     raise UserError(f"run id {run_id!r} was used before in this data dir ({used}): give another --run-id, or "
                     "leave it out for a fresh one")
+
+
+def _scored_on_server(settings: Settings, policy: str) -> bool:
+    # local: loads clickhouse-connect, needed only on this path
+    from infra.clickhouse.query import execute
+
+    names = ", ".join(Q.q(p) for p in (policy, phases.scripted_policy(policy)))
+    _, rows, _ = execute(settings, f"SELECT count() FROM scored WHERE policy IN ({names})")
+    return bool(rows and rows[0][0])
 
 
 def _latest_version(settings: Settings, policy: str) -> int:

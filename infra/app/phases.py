@@ -31,6 +31,7 @@ per-phase table needs no clock; the wall-clock of each phase is kept by ``PhaseC
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import signal
@@ -55,6 +56,8 @@ from infra.runtime import versions
 from infra.runtime.dlq import read_snapshot
 from infra.runtime.kafka_clients import DeliveryTracker, client_config, flush_or_raise, high_watermarks, make_consumer, make_producer
 from producers.human import HUMAN
+
+log = logging.getLogger("flywheel.phases")
 
 COLD_START, SFT, VALUE_PRETRAIN, PPO, DPO = "cold start", "SFT", "value pretraining", "PPO", "DPO"
 DEMO_SEED_BASE = 10_000_000  # demonstrations use seeds the RL tasks (seed * 100_000 + k) never reach
@@ -549,7 +552,11 @@ def report_section(settings, policy: str, base_version: int, cold_start: bool, v
               f"{fmt(vp['value_return_corr_at_ppo_start'])}{corr_verdict(vp['value_return_corr_at_ppo_start'])}.", "",
               "<details><summary>SQL</summary>", "", "```sql", sql, "```", "</details>", ""]
     last = last_sql(policy, base_version, dpo_version)
-    _, last_rows, _ = execute(settings, last)
+    try:
+        _, last_rows, _ = execute(settings, last)
+    except Exception as exc:  # noqa: BLE001 - the phase table above stands without it
+        last_rows = []
+        log.warning("each task's last %d PPO episodes not read: %s", LAST, exc)
     gain, gain_last = run_gains(rows, last_rows)
     said = []
     if gain is not None:
@@ -562,8 +569,8 @@ def report_section(settings, policy: str, base_version: int, cold_start: bool, v
                  f"{gain_last[1]:.3f}, the same mean over tasks", ""]
     at = lines.index("<details><summary>SQL</summary>")
     lines[at:at] = said
-    lines[-3:-3] = ["", last]  # inside the SQL block
+    lines[-3:-3] = ["```", "", "```sql", last]  # a block of its own in the SQL details
     by_phase = {t[0]: dict(zip(cols[1:], t[1:])) for t in table}
     as_dict = lambda g: None if g is None else {"gain": g[0], "standard_error": g[1], "tasks": g[2]}  # noqa: E731
     return lines, {"phases": clock.rows(), "success_by_task_and_phase": by_phase, "value_pretraining": vp,
-                   "base_version": base_version, "ppo_gain": as_dict(gain), "ppo_gain_last_100": as_dict(gain_last)}
+                   "base_version": base_version, "dpo_version": dpo_version, "ppo_gain": as_dict(gain), "ppo_gain_last_100": as_dict(gain_last)}

@@ -81,20 +81,29 @@ def test_a_database_from_before_gets_the_staleness_view_that_counts_an_episode_o
 
 def test_the_last_100_are_each_tasks_newest_episodes_counted_once(tmp_path):
     from infra.app.phases import LAST_PHASE, last_sql
+    from infra.clickhouse.query import execute
 
     settings = load_settings({"data_dir": str(tmp_path)})
     # task "a" (scored() names every task "a"): 130 episodes, the first 30 successes, the newest 100
-    # failures; a rescore of all of them by another scorer; the annotator's demonstrations are
-    # not PPO's
+    # failures; a rescore of all of them by another scorer, which the run's own scorer outranks;
+    # a game's 3 episodes are read by their normalised score (the trajectories table), not success
     own = [scored(k, "pixel-r", k < 30, "rule-v1", T0 + 10) for k in range(130)]
     rescore = [scored(k, "pixel-r", True, "judge-v1", T0 + 3600) for k in range(130)]
-    demos = [scored(k, "scripted-pixel-r", True, "rule-v1", T0) for k in range(200, 205)]
+    game = []
+    for k, norm in zip(range(300, 303), (0.2, 0.5, 0.8)):
+        g = scored(k, "pixel-r", False, "rule-v1", T0 + 10)
+        traj = g.trajectory.model_copy(update={"task": TaskSpec(task_id=f"g-{k}", suite="games", name="games.x"),
+                                               "score": 10.0 * norm, "normalised_score": norm})
+        game.append(g.model_copy(update={"trajectory": traj}))
     client = make_client(settings)
     try:
-        insert(client, own + rescore + demos)
-        rows = client.query(last_sql("pixel-r", -1)).result_rows  # no steps: version 0, PPO's
-        none = client.query(last_sql("pixel-r", 0)).result_rows  # version 0 is the starting policy's
+        insert(client, own + rescore + game)
+        rows = [rows_for("trajectories", g.trajectory)["trajectories"][0] for g in game]
+        client.insert("trajectories", [list(r.values()) for r in rows], column_names=list(rows[0]))
     finally:
         client.close()
-    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [("a", LAST_PHASE, 100, 0.0)]
+    # through the readonly SQL policy, as the report and `flywheel sql` run it
+    _, got, _ = execute(settings, last_sql("pixel-r", -1))  # no steps: version 0, PPO's
+    _, none, _ = execute(settings, last_sql("pixel-r", 0))  # version 0 is the starting policy's
+    assert [(r[0], r[1], r[2], r[3]) for r in got] == [("a", LAST_PHASE, 100, 0.0), ("games.x", LAST_PHASE, 3, 0.5)]
     assert none == []

@@ -90,10 +90,22 @@ def test_a_stop_file_ends_the_invocation_after_the_running_run_and_is_removed(tm
     assert list(ablate.runs_in_order([0, 1], ["full"], tmp_path)) == [(0, "full"), (1, "full")]
 
 
-def test_the_starting_version_is_read_from_the_summary_or_its_phases():
-    assert ablate.base_version_of({"base_version": 3, "phases": []}) == 3
-    phases = [{"phase": "SFT", "detail": "published v0"},
-              {"phase": "value pretraining", "detail": "the trainer starts from v2"}]
-    assert ablate.base_version_of({"phases": phases}) == 2  # a run from before the summary recorded it
-    assert ablate.base_version_of({"phases": phases[:1]}) is None
-    assert ablate.base_version_of({}) is None
+def test_the_starting_version_is_the_summarys_or_the_first_published(monkeypatch):
+    asked = []
+
+    def sql(statement):
+        asked.append(statement)
+        return [{"v": 2, "n": 5}] if "'pixel-old'" in statement else [{"v": 0, "n": 0}]
+
+    monkeypatch.setattr(ablate, "sql", sql)
+    assert ablate.base_version_of("pixel-new", {"base_version": 3}) == 3 and not asked
+    assert ablate.base_version_of("pixel-old", {"phases": []}) == 2  # a run from before the summary recorded it
+    assert "policy_versions" in asked[-1]
+    assert ablate.base_version_of("pixel-none", {}) is None  # nothing published: no starting version
+
+
+def test_a_tag_that_would_give_run_ids_the_demo_refuses_is_refused_before_anything_runs(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["ablate.py", "--tag", "a/b", "--report-only", "--out", "/nonexistent/x"])
+    with pytest.raises(SystemExit):
+        ablate.main()
+    assert "would give run ids the demo refuses" in capsys.readouterr().err

@@ -443,3 +443,15 @@ def test_dagger_rounds_take_the_place_of_rft_rounds_unless_asked_for():
     assert rft_every(effective(DemoConfig(tasks=["games"], dagger_every=0))[0]) == 4  # the recipe before them
     assert rft_every(effective(DemoConfig(tasks=["games"], rft_every=3))[0]) == 3  # the user's setting wins
     assert rft_every(effective(DemoConfig(tasks=["default"]))[0]) == 4  # no DAgger there
+
+
+def test_the_gain_at_the_runs_end_reads_each_tasks_last_episodes_against_the_same_start():
+    rows = [("a", "2 pi_sft (value pretraining)", 100, 0.5, 2.0), ("a", "3 PPO", 300, 0.6, 2.0),
+            ("b", "2 pi_sft (value pretraining)", 25, 0.8, 1.0), ("b", "3 PPO", 400, 0.85, 1.0)]
+    last = [("a", phases.LAST_PHASE, 100, 0.9, 2.0), ("b", phases.LAST_PHASE, 100, 0.9, 1.0)]
+    whole, at_end = phases.run_gains(rows, last)
+    assert whole[0] == pytest.approx((0.1 + 0.05) / 2) and whole[2] == 2
+    assert at_end[0] == pytest.approx((0.4 + 0.1) / 2) and at_end[2] == 2
+    assert at_end[1] == pytest.approx((0.25 / 100 + 0.09 / 100 + 0.16 / 25 + 0.09 / 100) ** 0.5 / 2)
+    assert phases.run_gains(rows, [])[1] is None  # no episode read at the end: no gain, not a zero
+    assert phases.run_gains([r for r in rows if r[1] == "3 PPO"], last) == (None, None)  # no starting phase
