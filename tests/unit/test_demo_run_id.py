@@ -48,3 +48,18 @@ def test_a_run_id_that_cannot_name_topics_and_folders_is_refused(run_id):
 def test_the_run_ids_in_use_are_accepted():
     for run_id in ("abl-g52-full-s0", "mj31-s0", "20261129-101334-ab12", "x" * 100, "a.b_c-d"):
         assert DemoConfig(run_id=run_id).validate().run_id == run_id
+
+
+def test_episodes_on_a_clickhouse_server_refuse_the_run_id(settings, monkeypatch):
+    """A server's rows outlive the data dir: a fresh data dir and broker do not free the id."""
+    from dataclasses import replace
+
+    asked = []
+    monkeypatch.setattr(demo, "_scored_on_server", lambda s, policy: asked.append(policy) or policy == "pixel-old")
+    claim_run_id(settings, "old", "pixel-old")  # embedded chDB: its rows are in this data dir, the claim covers them
+    assert not asked
+    server = replace(settings, clickhouse_url="http://clickhouse:8123")
+    with pytest.raises(UserError, match="ClickHouse server holds episodes of pixel-old"):
+        claim_run_id(server, "old2", "pixel-old")
+    claim_run_id(server, "new", "pixel-new")
+    assert asked == ["pixel-old", "pixel-new"]
