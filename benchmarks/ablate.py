@@ -354,7 +354,7 @@ def write_report(results: list[dict], out: Path, args) -> Path:
              f"window); the target is {args.target}. Mean ± standard deviation "
              "across seeds." + (f" {kept} of the {len(results)} runs were measured by an earlier invocation "
                                 "(`--keep`); their rows are marked `kept` in results.json." if kept else ""), "",
-             f"| configuration | options | seeds | RL episodes | final {args.measure.replace('_', ' ')} | mean last-100 per task | "
+             f"| configuration | options | seeds | RL episodes (in whole windows) | final {args.measure.replace('_', ' ')} | mean last-100 per task | "
              "PPO's gain over pi_sft | PPO's last 100 over pi_sft | minutes to target | critic EV at PPO start | "
              "value-return corr at PPO start | entropy (last 5 updates) |",
              "|---" * 12 + "|"]
