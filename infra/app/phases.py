@@ -114,6 +114,10 @@ class PhaseClock:
                 for n, s, e, d in self.spans]
 
 
+# an episode's measure: a game's normalised score (the trajectories row), else its success
+MEASURE = "if(isNull(normalised_score), toFloat64(success), assumeNotNull(normalised_score))"
+
+
 def phase_sql(policy: str, base_version: int, cold_start: bool, value_pretrain: bool,
               dpo_version: int | None = None) -> str:
     """Success per task and phase over every ended episode of the run (demonstrations included;
@@ -128,7 +132,7 @@ def phase_sql(policy: str, base_version: int, cold_start: bool, value_pretrain: 
     return f"""SELECT task_name, phase, count() AS episodes, round(avg(measure), 4) AS success_or_score,
     round(avg(num_steps), 2) AS mean_steps, varSamp(measure) AS measure_var
 FROM (
-    SELECT task_name, num_steps, if(isNull(normalised_score), toFloat64(success), assumeNotNull(normalised_score)) AS measure,
+    SELECT task_name, num_steps, {MEASURE} AS measure,
         multiIf(policy = {Q.q(scripted_policy(policy))}, '1 demonstrations (scripted)',
                 policy_version_min <= {int(base_version)}, '{start}', {dpo}'3 PPO') AS phase
     FROM (SELECT episode_id, task_name, success, num_steps, policy, policy_version_min FROM scored FINAL
@@ -150,7 +154,7 @@ def last_sql(policy: str, base_version: int, dpo_version: int | None = None) -> 
     return f"""SELECT task_name, '{LAST_PHASE}' AS phase, count() AS episodes, round(avg(measure), 4) AS success_or_score,
     round(avg(num_steps), 2) AS mean_steps, varSamp(measure) AS measure_var
 FROM (
-    SELECT task_name, num_steps, if(isNull(normalised_score), toFloat64(success), assumeNotNull(normalised_score)) AS measure,
+    SELECT task_name, num_steps, {MEASURE} AS measure,
         row_number() OVER (PARTITION BY task_name ORDER BY ended_at DESC, episode_id) AS k
     FROM (SELECT episode_id, task_name, success, num_steps, ended_at FROM scored FINAL
           WHERE policy = {Q.q(policy)} AND NOT infra_failure AND {Q.own_scorer(policy)}
