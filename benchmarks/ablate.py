@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ablate_effects import effects_table
+from ablate_plot import curve_key, plot, plot_by_task
 from clean_stop import end_stopping, run_child, stop_on_signals
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,6 +105,7 @@ def options(config: str) -> list[str]:
 
 
 WINDOW = 100  # episodes per point of the curves (all tasks together: they are interleaved)
+TASK_WINDOW = 10  # episodes per point of the per-task curves (a game has 50-150 in a 30-minute run)
 
 
 def run_of(config: str, seed: int, tag: str = "") -> str:
@@ -125,10 +127,6 @@ def default_measure(tasks: str) -> str:
     return "normalised_score" if all(t == "games" or t.startswith("games.") for t in tasks.split(",")) else "success"
 
 
-def curve_key(measure: str) -> str:
-    return "success_rate" if measure == "success" else measure
-
-
 def curve_sql(policy: str, measure: str = "success") -> str:
     """The measure's mean per window of WINDOW ended episodes of the run (RL only: the annotator's
     demonstrations are under another policy name), with the episodes and seconds at its end."""
@@ -139,6 +137,18 @@ FROM (SELECT {MEASURES[measure]} AS m, toUnixTimestamp64Milli(ended_at) / 1000 A
              row_number() OVER (ORDER BY ended_at) AS k
       FROM trajectories FINAL WHERE policy = '{policy}' AND status = 'ended')
 GROUP BY window HAVING count() = {WINDOW} ORDER BY window"""
+
+
+def task_curve_sql(policy: str, measure: str = "success") -> str:
+    """The measure's mean per window of TASK_WINDOW ended episodes of each task (pi_sft's and
+    PPO's, as curve_sql), with the seconds since the run's first demonstration at its end."""
+    return f"""SELECT task, intDiv(k - 1, {TASK_WINDOW}) AS window, max(k) AS episodes, round(avg(m), 4) AS {curve_key(measure)},
+    round(max(t) - (SELECT toUnixTimestamp64Milli(min(started_at)) / 1000 FROM trajectories FINAL
+                    WHERE policy IN ('{policy}', 'scripted-{policy}')), 1) AS seconds
+FROM (SELECT task_name AS task, {MEASURES[measure]} AS m, toUnixTimestamp64Milli(ended_at) / 1000 AS t,
+             row_number() OVER (PARTITION BY task_name ORDER BY ended_at) AS k
+      FROM trajectories FINAL WHERE policy = '{policy}' AND status = 'ended')
+GROUP BY task, window HAVING count() = {TASK_WINDOW} ORDER BY task, window"""
 
 
 def entropy_sql(policy: str) -> str:
@@ -245,7 +255,7 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
     ent = sql(entropy_sql(p))
     after = summary.get("after", {})
     gain_last = ppo_gain_last(p, summary)
-    return {"config": config, "seed": seed, "curve": curve, "episodes": curve[-1]["episodes"] if curve else 0,
+    return {"config": config, "seed": seed, "curve": curve, "task_curves": task_curves(sql(task_curve_sql(p, measured))), "episodes": curve[-1]["episodes"] if curve else 0,
             "final_success": curve[-1][key] if curve else None,  # of the measure: success or normalised score
             "mean_task_success_last_100": statistics.mean(after.values()) if after else None,
             "seconds_to_target": reached["seconds"] if reached else None,
@@ -259,6 +269,14 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
             "ppo_gain_last_100": gain_last[0] if gain_last else None,
             "ppo_gain_last_100_se": gain_last[1] if gain_last else None,
             "entropy_last": ent[0]["entropy_last_5"] if ent else None}
+
+
+def task_curves(rows: list[dict]) -> dict[str, list[dict]]:
+    """task_curve_sql's rows as one curve per task, in its order."""
+    curves: dict[str, list[dict]] = {}
+    for r in rows:
+        curves.setdefault(r["task"], []).append({k: v for k, v in r.items() if k != "task"})
+    return curves
 
 
 def base_version_of(policy: str, summary: dict) -> int | None:
@@ -293,36 +311,6 @@ def spread(values: list) -> str:
     return s + ("" if len(xs) == len(values) else f" ({len(values) - len(xs)} none)")
 
 
-def plot(results: list[dict], path: Path, measured: str = "success") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    for config in dict.fromkeys(r["config"] for r in results):
-        runs = [r for r in results if r["config"] == config and r["curve"]]
-        for i, r in enumerate(runs):
-            xs_e = [c["episodes"] for c in r["curve"]]
-            xs_t = [c["seconds"] / 60 for c in r["curve"]]
-            ys = [c[curve_key(measured)] for c in r["curve"]]
-            label = config if i == 0 else None
-            color = f"C{list(CONFIGS).index(config) % 10}"
-            axes[0].plot(xs_e, ys, color=color, alpha=0.8, lw=1.2, label=label)
-            axes[1].plot(xs_t, ys, color=color, alpha=0.8, lw=1.2, label=label)
-    name = measured.replace("_", " ")
-    axes[0].set(xlabel="RL episodes", ylabel=f"{name} (windows of {WINDOW})", title=f"{name} against episodes")
-    axes[1].set(xlabel="minutes since the first demonstration", title=f"{name} against wall-clock")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        if measured == "success":
-            ax.set_ylim(0, 1)
-    axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 SETTINGS = ("tasks", "minutes", "target", "demo_args", "measure", "recipe")  # what makes two runs comparable
 
 
@@ -344,7 +332,8 @@ def merge_kept(results: list[dict], kept: list[dict], configs: list[str], settin
 
 
 def write_report(results: list[dict], out: Path, args) -> Path:
-    plot(results, out / "ablations.png", args.measure)
+    plot(results, out / "ablations.png", args.measure, WINDOW, list(CONFIGS))
+    by_task = plot_by_task(results, out / "ablations_by_task.png", args.measure, TASK_WINDOW, list(CONFIGS))
     seeds = ",".join(str(s) for s in sorted({r["seed"] for r in results}))
     kept = sum(bool(r.get("kept")) for r in results)
     lines = [f"# Ablations: {args.tasks}, {args.minutes:g} min per run, seeds {seeds}", "",
@@ -375,7 +364,11 @@ def write_report(results: list[dict], out: Path, args) -> Path:
                   "it, and the values each side had (configuration / full). With 3 seeds a side a difference of "
                   "nothing passes that test about one time in seven; the two gains are read from the same episodes, "
                   "so they are not two pieces of evidence (`benchmarks/ablate_effects.py`).", "", *effects]
-    lines += ["", "![success against episodes and wall-clock](ablations.png)", "",
+    lines += ["", "![success against episodes and wall-clock](ablations.png)", ""]
+    if by_task:
+        lines += [f"Per task, windows of {TASK_WINDOW} of its episodes (pi_sft's, then PPO's) against wall-clock, "
+                  "one line per run:", "", "![per task against wall-clock](ablations_by_task.png)", ""]
+    lines += [
               "Each run's own report (phases, success per task and phase, trainer metrics) is written under "
               "`runs/` of the output folder (`--out`; about 0.8 MB a run, not kept beside a committed table).", "",
               "<details><summary>SQL (for run <code>P</code>)</summary>", "", "```sql",

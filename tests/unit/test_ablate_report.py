@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -109,3 +110,32 @@ def test_a_tag_that_would_give_run_ids_the_demo_refuses_is_refused_before_anythi
     with pytest.raises(SystemExit):
         ablate.main()
     assert "would give run ids the demo refuses" in capsys.readouterr().err
+
+
+def test_per_task_rows_become_one_curve_per_task_and_a_panel_each(tmp_path):
+    rows = [{"task": "games.snake", "window": 0, "episodes": 10, "normalised_score": 0.2, "seconds": 60.0},
+            {"task": "games.2048", "window": 0, "episodes": 10, "normalised_score": 0.5, "seconds": 90.0},
+            {"task": "games.snake", "window": 1, "episodes": 20, "normalised_score": 0.4, "seconds": 120.0}]
+    curves = ablate.task_curves(rows)
+    assert list(curves) == ["games.snake", "games.2048"]
+    assert [c["normalised_score"] for c in curves["games.snake"]] == [0.2, 0.4] and "task" not in curves["games.snake"][0]
+    results = [{"config": "full", "seed": 0, "curve": [], "task_curves": curves},
+               {"config": "coupled-gae", "seed": 0, "curve": [], "task_curves": {"games.snake": curves["games.snake"]}}]
+    assert ablate.plot_by_task(results, tmp_path / "t.png", "normalised_score", 10, list(ablate.CONFIGS))
+    assert (tmp_path / "t.png").stat().st_size > 1000
+    kept = [{"config": "full", "seed": 0, "curve": []}]  # a row measured before per-task curves were: no figure
+    assert not ablate.plot_by_task(kept, tmp_path / "k.png", "success", 10, list(ablate.CONFIGS))
+    assert not (tmp_path / "k.png").exists()
+
+
+def test_the_report_shows_the_per_task_figure_only_when_it_was_drawn(tmp_path):
+    args = argparse.Namespace(tasks="games", minutes=30.0, target=0.8, measure="normalised_score")
+    row = {"config": "full", "seed": 0, "curve": [{"episodes": 100, "normalised_score": 0.3, "seconds": 600.0}],
+           "episodes": 100, "final_success": 0.3, "mean_task_success_last_100": 0.3, "seconds_to_target": None,
+           "ev_at_ppo_start": 0.5, "corr_at_ppo_start": 0.9, "entropy_last": 1.0}
+    with_tasks = {**row, "task_curves": {"games.snake": [{"episodes": 10, "normalised_score": 0.3, "seconds": 60.0}]}}
+    text = ablate.write_report([with_tasks], tmp_path, args).read_text()
+    assert "ablations_by_task.png" in text and (tmp_path / "ablations_by_task.png").exists()
+    (tmp_path / "ablations_by_task.png").unlink()
+    text = ablate.write_report([row], tmp_path, args).read_text()
+    assert "ablations_by_task.png" not in text and not (tmp_path / "ablations_by_task.png").exists()

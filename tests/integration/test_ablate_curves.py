@@ -1,0 +1,52 @@
+"""benchmarks/ablate.py's curves, in real embedded chDB: the run's curve windows every task's
+episodes together, the per-task curves each task's own, both over the run's RL policy only."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from consumers.rows import rows_for
+from infra.clickhouse.client import make_client
+from infra.runtime.settings import load_settings
+from schemas.events import TaskSpec, Trajectory
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import ablate  # noqa: E402
+
+T0 = 1.8e9
+
+
+def episode(k: int, policy: str, game: str, score: float) -> Trajectory:
+    return Trajectory(episode_id=f"{policy}-{k}", task=TaskSpec(task_id=f"t-{k}", suite="games", name=game),
+                      sandbox="s", worker_id="w", policy=policy, steps=[], status="ended", success=False,
+                      started_at=T0 + k, ended_at=T0 + k + 1, score=score * 10, normalised_score=score)
+
+
+def test_the_curves_window_the_runs_episodes_overall_and_per_task(tmp_path, monkeypatch):
+    settings = load_settings({"data_dir": str(tmp_path)})
+    # 30 snake episodes at 0.1 then 0.5 then 0.9 (windows of 10), 15 of 2048 at 0.3 (one whole
+    # window), interleaved; 5 demonstrations of the annotator start the run 100 s earlier; another
+    # run's episodes are not read
+    snake = [episode(2 * k, "pixel-r", "games.snake", (0.1, 0.5, 0.9)[k // 10]) for k in range(30)]
+    g2048 = [episode(2 * k + 1, "pixel-r", "games.2048", 0.3) for k in range(15)]
+    demos = [episode(k - 100, "scripted-pixel-r", "games.snake", 1.0) for k in range(5)]
+    other = [episode(k, "pixel-other", "games.snake", 0.0) for k in range(20)]
+    rows = [r for t in snake + g2048 + demos + other for r in rows_for("trajectories", t)["trajectories"]]
+    client = make_client(settings)
+    try:
+        client.insert("trajectories", [list(r.values()) for r in rows], column_names=list(rows[0]))
+        monkeypatch.setattr(ablate, "TASK_WINDOW", 10)
+        monkeypatch.setattr(ablate, "WINDOW", 10)
+        per_task = client.query(ablate.task_curve_sql("pixel-r", "normalised_score")).named_results()
+        overall = client.query(ablate.curve_sql("pixel-r", "normalised_score")).named_results()
+    finally:
+        client.close()
+    curves = ablate.task_curves([dict(r) for r in per_task])
+    assert [c["normalised_score"] for c in curves["games.snake"]] == [0.1, 0.5, 0.9]
+    assert [c["episodes"] for c in curves["games.snake"]] == [10, 20, 30]
+    assert [c["normalised_score"] for c in curves["games.2048"]] == [0.3]  # its last 5 are no whole window
+    # the last snake episode ends at T0 + 59 s, the annotator's first started at T0 - 100 s
+    assert curves["games.snake"][-1]["seconds"] == 159.0
+    overall = list(overall)  # windows of 10 over both games: the first 5 of each, then ...
+    assert [r["normalised_score"] for r in overall][:1] == [0.2] and [r["episodes"] for r in overall] == [10, 20, 30, 40]
