@@ -140,14 +140,15 @@ GROUP BY window HAVING count() = {WINDOW} ORDER BY window"""
 
 
 def task_curve_sql(policy: str, measure: str = "success") -> str:
-    """The measure's mean per window of TASK_WINDOW ended episodes of each task (pi_sft's and
-    PPO's, as curve_sql), with the seconds since the run's first demonstration at its end."""
+    """The measure's mean per window of TASK_WINDOW ended episodes of each task that have the
+    measure (the starting policy's and PPO's, as curve_sql), with the seconds since the run's
+    first episode (its first demonstration after a cold start) at the window's end."""
     return f"""SELECT task, intDiv(k - 1, {TASK_WINDOW}) AS window, max(k) AS episodes, round(avg(m), 4) AS {curve_key(measure)},
     round(max(t) - (SELECT toUnixTimestamp64Milli(min(started_at)) / 1000 FROM trajectories FINAL
                     WHERE policy IN ('{policy}', 'scripted-{policy}')), 1) AS seconds
 FROM (SELECT task_name AS task, {MEASURES[measure]} AS m, toUnixTimestamp64Milli(ended_at) / 1000 AS t,
-             row_number() OVER (PARTITION BY task_name ORDER BY ended_at) AS k
-      FROM trajectories FINAL WHERE policy = '{policy}' AND status = 'ended')
+             row_number() OVER (PARTITION BY task_name ORDER BY ended_at, episode_id) AS k
+      FROM trajectories FINAL WHERE policy = '{policy}' AND status = 'ended' AND {MEASURES[measure]} IS NOT NULL)
 GROUP BY task, window HAVING count() = {TASK_WINDOW} ORDER BY task, window"""
 
 
@@ -255,7 +256,13 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
     ent = sql(entropy_sql(p))
     after = summary.get("after", {})
     gain_last = ppo_gain_last(p, summary)
-    return {"config": config, "seed": seed, "curve": curve, "task_curves": task_curves(sql(task_curve_sql(p, measured))), "episodes": curve[-1]["episodes"] if curve else 0,
+    try:
+        by_task = task_curves(sql(task_curve_sql(p, measured)))
+    except RuntimeError as exc:  # the figure's query alone: the run's table row stands without it
+        print(f"{config} seed {seed}: no per-task curves: {exc}", file=sys.stderr)
+        by_task = None
+    return {"config": config, "seed": seed, "curve": curve, "task_curves": by_task, "task_window": TASK_WINDOW,
+            "episodes": curve[-1]["episodes"] if curve else 0,
             "final_success": curve[-1][key] if curve else None,  # of the measure: success or normalised score
             "mean_task_success_last_100": statistics.mean(after.values()) if after else None,
             "seconds_to_target": reached["seconds"] if reached else None,
@@ -333,7 +340,9 @@ def merge_kept(results: list[dict], kept: list[dict], configs: list[str], settin
 
 def write_report(results: list[dict], out: Path, args) -> Path:
     plot(results, out / "ablations.png", args.measure, WINDOW, list(CONFIGS))
-    by_task = plot_by_task(results, out / "ablations_by_task.png", args.measure, TASK_WINDOW, list(CONFIGS))
+    # runs measured with other windows (kept from an earlier invocation) are not drawn beside these
+    per_task = [r for r in results if r.get("task_curves") and r.get("task_window") == TASK_WINDOW]
+    by_task = plot_by_task(per_task, out / "ablations_by_task.png", args.measure, TASK_WINDOW, list(CONFIGS))
     seeds = ",".join(str(s) for s in sorted({r["seed"] for r in results}))
     kept = sum(bool(r.get("kept")) for r in results)
     lines = [f"# Ablations: {args.tasks}, {args.minutes:g} min per run, seeds {seeds}", "",
@@ -366,13 +375,16 @@ def write_report(results: list[dict], out: Path, args) -> Path:
                   "so they are not two pieces of evidence (`benchmarks/ablate_effects.py`).", "", *effects]
     lines += ["", "![success against episodes and wall-clock](ablations.png)", ""]
     if by_task:
-        lines += [f"Per task, windows of {TASK_WINDOW} of its episodes (pi_sft's, then PPO's) against wall-clock, "
-                  "one line per run:", "", "![per task against wall-clock](ablations_by_task.png)", ""]
+        drawn = len(per_task)
+        lines += [f"Per task, windows of {TASK_WINDOW} of its episodes (the starting policy's, then PPO's) against "
+                  f"wall-clock, one line for each of {drawn} runs" + (
+                      f" ({len(results) - drawn} measured without them, or with other windows, are not drawn)"
+                      if drawn < len(results) else "") + ":", "", "![per task against wall-clock](ablations_by_task.png)", ""]
     lines += [
               "Each run's own report (phases, success per task and phase, trainer metrics) is written under "
               "`runs/` of the output folder (`--out`; about 0.8 MB a run, not kept beside a committed table).", "",
               "<details><summary>SQL (for run <code>P</code>)</summary>", "", "```sql",
-              curve_sql("P", args.measure), "", entropy_sql("P"), "```", "</details>", ""]
+              curve_sql("P", args.measure), "", task_curve_sql("P", args.measure), "", entropy_sql("P"), "```", "</details>", ""]
     path = out / "README.md"
     path.write_text("\n".join(lines))
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))

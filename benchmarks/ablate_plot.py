@@ -41,7 +41,7 @@ def plot(results: list[dict], path: Path, measured: str, window: int, order: lis
                          lw=1.2, label=label)
     name = measured.replace("_", " ")
     axes[0].set(xlabel="RL episodes", ylabel=f"{name} (windows of {window})", title=f"{name} against episodes")
-    axes[1].set(xlabel="minutes since the first demonstration", title=f"{name} against wall-clock")
+    axes[1].set(xlabel="minutes since the run's first episode", title=f"{name} against wall-clock")
     for ax in axes:
         ax.grid(alpha=0.3)
         if measured == "success":
@@ -52,12 +52,14 @@ def plot(results: list[dict], path: Path, measured: str, window: int, order: lis
     plt.close(fig)
 
 
-def plot_by_task(results: list[dict], path: Path, measured: str, window: int, order: list[str]) -> bool:
+def plot_by_task(results: list[dict], path: Path, measured: str, window: int, order: list[str]) -> list[str]:
     """One panel per task (``task_curves`` of each result: rows kept from before it was measured
-    have none and are left out). False, and no file, when no run has a per-task curve."""
+    have none and are left out); the tasks drawn, in the panels' order. None drawn: no file (one
+    left by an earlier report is removed)."""
     tasks = sorted({t for r in results for t, c in (r.get("task_curves") or {}).items() if c})
     if not tasks:
-        return False
+        path.unlink(missing_ok=True)
+        return []
     plt = _pyplot()
     cols = min(len(tasks), 4)
     rows = math.ceil(len(tasks) / cols)
@@ -71,8 +73,8 @@ def plot_by_task(results: list[dict], path: Path, measured: str, window: int, or
             label = None if r["config"] in labelled else r["config"]
             labelled.add(r["config"])
             ax.plot([c["seconds"] / 60 for c in curve], [c[key] for c in curve], color=_color(r["config"], order),
-                    alpha=0.75, lw=1.1, label=label)
-        ax.set(title=task, xlabel="minutes since the first demonstration")
+                    alpha=0.75, lw=1.1, marker="o", ms=2.5, label=label)  # a run with one window: a dot
+        ax.set(title=task, xlabel="minutes since the run's first episode")
         ax.grid(alpha=0.3)
         if measured == "success":
             ax.set_ylim(0, 1)
@@ -80,8 +82,10 @@ def plot_by_task(results: list[dict], path: Path, measured: str, window: int, or
         ax.axis("off")
     axes[0][0].set_ylabel(f"{measured.replace('_', ' ')} (windows of {window})")
     handles = [h for ax in axes.flat for h in ax.get_legend_handles_labels()[0]]
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=8)
-    fig.savefig(path, dpi=110)
+    fig.tight_layout()
+    # above the panels, outside them; the saved figure grows to hold it
+    legend = fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(handles), 4),
+                        fontsize=8)
+    fig.savefig(path, dpi=110, bbox_inches="tight", bbox_extra_artists=[legend])
     plt.close(fig)
-    return True
+    return tasks

@@ -36,8 +36,7 @@ def test_the_curves_window_the_runs_episodes_overall_and_per_task(tmp_path, monk
     client = make_client(settings)
     try:
         client.insert("trajectories", [list(r.values()) for r in rows], column_names=list(rows[0]))
-        monkeypatch.setattr(ablate, "TASK_WINDOW", 10)
-        monkeypatch.setattr(ablate, "WINDOW", 10)
+        monkeypatch.setattr(ablate, "WINDOW", 10)  # TASK_WINDOW is 10 already
         per_task = client.query(ablate.task_curve_sql("pixel-r", "normalised_score")).named_results()
         overall = client.query(ablate.curve_sql("pixel-r", "normalised_score")).named_results()
     finally:
@@ -46,7 +45,11 @@ def test_the_curves_window_the_runs_episodes_overall_and_per_task(tmp_path, monk
     assert [c["normalised_score"] for c in curves["games.snake"]] == [0.1, 0.5, 0.9]
     assert [c["episodes"] for c in curves["games.snake"]] == [10, 20, 30]
     assert [c["normalised_score"] for c in curves["games.2048"]] == [0.3]  # its last 5 are no whole window
+    assert ablate.TASK_WINDOW == 10
     # the last snake episode ends at T0 + 59 s, the annotator's first started at T0 - 100 s
     assert curves["games.snake"][-1]["seconds"] == 159.0
-    overall = list(overall)  # windows of 10 over both games: the first 5 of each, then ...
-    assert [r["normalised_score"] for r in overall][:1] == [0.2] and [r["episodes"] for r in overall] == [10, 20, 30, 40]
+    # windows of 10 over both games in the order they ended: snake 0-4 and 2048 0-4, snake 5-9 and
+    # 2048 5-9, snake 10-14 (0.5) and 2048 10-14, snake 15-24 (0.5, then 0.9); the last 5: no window
+    overall = list(overall)
+    assert [r["normalised_score"] for r in overall] == [0.2, 0.2, 0.4, 0.7]
+    assert [r["episodes"] for r in overall] == [10, 20, 30, 40]

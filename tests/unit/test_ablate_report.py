@@ -121,11 +121,11 @@ def test_per_task_rows_become_one_curve_per_task_and_a_panel_each(tmp_path):
     assert [c["normalised_score"] for c in curves["games.snake"]] == [0.2, 0.4] and "task" not in curves["games.snake"][0]
     results = [{"config": "full", "seed": 0, "curve": [], "task_curves": curves},
                {"config": "coupled-gae", "seed": 0, "curve": [], "task_curves": {"games.snake": curves["games.snake"]}}]
-    assert ablate.plot_by_task(results, tmp_path / "t.png", "normalised_score", 10, list(ablate.CONFIGS))
-    assert (tmp_path / "t.png").stat().st_size > 1000
+    drawn = ablate.plot_by_task(results, tmp_path / "t.png", "normalised_score", 10, list(ablate.CONFIGS))
+    assert drawn == ["games.2048", "games.snake"] and (tmp_path / "t.png").stat().st_size > 1000
     kept = [{"config": "full", "seed": 0, "curve": []}]  # a row measured before per-task curves were: no figure
-    assert not ablate.plot_by_task(kept, tmp_path / "k.png", "success", 10, list(ablate.CONFIGS))
-    assert not (tmp_path / "k.png").exists()
+    assert ablate.plot_by_task(kept, tmp_path / "t.png", "success", 10, list(ablate.CONFIGS)) == []
+    assert not (tmp_path / "t.png").exists()  # and none left from an earlier report
 
 
 def test_the_report_shows_the_per_task_figure_only_when_it_was_drawn(tmp_path):
@@ -133,9 +133,11 @@ def test_the_report_shows_the_per_task_figure_only_when_it_was_drawn(tmp_path):
     row = {"config": "full", "seed": 0, "curve": [{"episodes": 100, "normalised_score": 0.3, "seconds": 600.0}],
            "episodes": 100, "final_success": 0.3, "mean_task_success_last_100": 0.3, "seconds_to_target": None,
            "ev_at_ppo_start": 0.5, "corr_at_ppo_start": 0.9, "entropy_last": 1.0}
-    with_tasks = {**row, "task_curves": {"games.snake": [{"episodes": 10, "normalised_score": 0.3, "seconds": 60.0}]}}
-    text = ablate.write_report([with_tasks], tmp_path, args).read_text()
+    with_tasks = {**row, "task_curves": {"games.snake": [{"episodes": 10, "normalised_score": 0.3, "seconds": 60.0}]},
+                  "task_window": ablate.TASK_WINDOW}
+    other_window = {**with_tasks, "seed": 1, "task_window": ablate.TASK_WINDOW + 5}
+    text = ablate.write_report([with_tasks, other_window], tmp_path, args).read_text()
     assert "ablations_by_task.png" in text and (tmp_path / "ablations_by_task.png").exists()
-    (tmp_path / "ablations_by_task.png").unlink()
-    text = ablate.write_report([row], tmp_path, args).read_text()
+    assert "one line for each of 1 runs (1 measured without them, or with other windows, are not drawn)" in text
+    text = ablate.write_report([row, other_window], tmp_path, args).read_text()  # e.g. every row kept from before
     assert "ablations_by_task.png" not in text and not (tmp_path / "ablations_by_task.png").exists()
