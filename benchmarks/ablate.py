@@ -127,12 +127,17 @@ def default_measure(tasks: str) -> str:
     return "normalised_score" if all(t == "games" or t.startswith("games.") for t in tasks.split(",")) else "success"
 
 
+def run_start_sql(policy: str) -> str:
+    """The run's first episode's start, in seconds (its first demonstration after a cold start)."""
+    return f"""(SELECT toUnixTimestamp64Milli(min(started_at)) / 1000 FROM trajectories FINAL
+                    WHERE policy IN ('{policy}', 'scripted-{policy}'))"""
+
+
 def curve_sql(policy: str, measure: str = "success") -> str:
     """The measure's mean per window of WINDOW ended episodes of the run (RL only: the annotator's
     demonstrations are under another policy name), with the episodes and seconds at its end."""
     return f"""SELECT intDiv(k - 1, {WINDOW}) AS window, max(k) AS episodes, round(avg(m), 4) AS {curve_key(measure)},
-    round(max(t) - (SELECT toUnixTimestamp64Milli(min(started_at)) / 1000 FROM trajectories FINAL
-                    WHERE policy IN ('{policy}', 'scripted-{policy}')), 1) AS seconds
+    round(max(t) - {run_start_sql(policy)}, 1) AS seconds
 FROM (SELECT {MEASURES[measure]} AS m, toUnixTimestamp64Milli(ended_at) / 1000 AS t,
              row_number() OVER (ORDER BY ended_at) AS k
       FROM trajectories FINAL WHERE policy = '{policy}' AND status = 'ended')
@@ -144,8 +149,7 @@ def task_curve_sql(policy: str, measure: str = "success") -> str:
     measure (the starting policy's and PPO's, as curve_sql), with the seconds since the run's
     first episode (its first demonstration after a cold start) at the window's end."""
     return f"""SELECT task, intDiv(k - 1, {TASK_WINDOW}) AS window, max(k) AS episodes, round(avg(m), 4) AS {curve_key(measure)},
-    round(max(t) - (SELECT toUnixTimestamp64Milli(min(started_at)) / 1000 FROM trajectories FINAL
-                    WHERE policy IN ('{policy}', 'scripted-{policy}')), 1) AS seconds
+    round(max(t) - {run_start_sql(policy)}, 1) AS seconds
 FROM (SELECT task_name AS task, {MEASURES[measure]} AS m, toUnixTimestamp64Milli(ended_at) / 1000 AS t,
              row_number() OVER (PARTITION BY task_name ORDER BY ended_at, episode_id) AS k
       FROM trajectories FINAL WHERE policy = '{policy}' AND status = 'ended' AND {MEASURES[measure]} IS NOT NULL)
@@ -375,13 +379,12 @@ def write_report(results: list[dict], out: Path, args) -> Path:
                   "so they are not two pieces of evidence (`benchmarks/ablate_effects.py`).", "", *effects]
     lines += ["", "![success against episodes and wall-clock](ablations.png)", ""]
     if by_task:
-        drawn = len(per_task)
+        left_out = len(results) - len(per_task)
         lines += [f"Per task, windows of {TASK_WINDOW} of its episodes (the starting policy's, then PPO's) against "
-                  f"wall-clock, one line for each of {drawn} runs" + (
-                      f" ({len(results) - drawn} measured without them, or with other windows, are not drawn)"
-                      if drawn < len(results) else "") + ":", "", "![per task against wall-clock](ablations_by_task.png)", ""]
-    lines += [
-              "Each run's own report (phases, success per task and phase, trainer metrics) is written under "
+                  f"wall-clock, one line for each of {len(per_task)} runs" + (
+                      f" ({left_out} measured without them, or with other windows, are not drawn)" if left_out else "")
+                  + ":", "", "![per task against wall-clock](ablations_by_task.png)", ""]
+    lines += ["Each run's own report (phases, success per task and phase, trainer metrics) is written under "
               "`runs/` of the output folder (`--out`; about 0.8 MB a run, not kept beside a committed table).", "",
               "<details><summary>SQL (for run <code>P</code>)</summary>", "", "```sql",
               curve_sql("P", args.measure), "", task_curve_sql("P", args.measure), "", entropy_sql("P"), "```", "</details>", ""]
