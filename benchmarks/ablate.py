@@ -139,7 +139,7 @@ def curve_sql(policy: str, measure: str = "success") -> str:
     return f"""SELECT intDiv(k - 1, {WINDOW}) AS window, max(k) AS episodes, round(avg(m), 4) AS {curve_key(measure)},
     round(max(t) - {run_start_sql(policy)}, 1) AS seconds
 FROM (SELECT {MEASURES[measure]} AS m, toUnixTimestamp64Milli(ended_at) / 1000 AS t,
-             row_number() OVER (ORDER BY ended_at) AS k
+             row_number() OVER (ORDER BY ended_at, episode_id) AS k
       FROM trajectories FINAL WHERE policy = '{policy}' AND status = 'ended')
 GROUP BY window HAVING count() = {WINDOW} ORDER BY window"""
 
