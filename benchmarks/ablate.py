@@ -48,7 +48,8 @@ from clean_stop import end_stopping, run_child, stop_on_signals
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from infra.app.demo import RUN_ID  # noqa: E402
-from infra.app.phases import last_sql, phase_sql, run_gains  # noqa: E402
+from infra.app.demo_queries import trainer_metrics  # noqa: E402
+from infra.app.phases import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary  # noqa: E402
 from producers.games import GAMES  # noqa: E402
 from producers.suites import ARROW_VISION, expand, setting  # noqa: E402
 from streams.score import SCORING_VERSION  # noqa: E402
@@ -256,7 +257,8 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     curve, key = sql(curve_sql(p, measured)), curve_key(measured)
     reached = next((r for r in curve if r[key] >= target), None)
-    vp = summary.get("value_pretraining", {})
+    # from ClickHouse, not the summary: runs from before the pooled critic check are measured alike
+    vp = value_pretraining_summary([tuple(r.values()) for r in sql(trainer_metrics(p))])
     ent = sql(entropy_sql(p))
     after = summary.get("after", {})
     gain_last = ppo_gain_last(p, summary)
@@ -273,6 +275,11 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
             "episodes_to_target": reached["episodes"] if reached else None,
             "ev_at_ppo_start": vp.get("explained_variance_at_ppo_start"),
             "corr_at_ppo_start": vp.get("value_return_corr_at_ppo_start"),
+            "episodes_at_ppo_start": vp.get("episodes_at_ppo_start"),
+            # pooled over PPO's first batches: a game's first batch may hold 2 episodes (a correlation of +-1)
+            "ev_ppo_start_pooled": vp.get("explained_variance_ppo_start_pooled"),
+            "corr_ppo_start_pooled": vp.get("value_return_corr_ppo_start_pooled"),
+            "ppo_start_episodes": vp.get("ppo_start_episodes"),
             # the mean over tasks of PPO's episodes' success less pi_sft's (infra.app.phases.phase_gain)
             "ppo_gain": (summary.get("ppo_gain") or {}).get("gain"),
             "ppo_gain_se": (summary.get("ppo_gain") or {}).get("standard_error"),
@@ -358,8 +365,10 @@ def write_report(results: list[dict], out: Path, args) -> Path:
                                 "(`--keep`); their rows are marked `kept` in results.json." if kept else ""), "",
              f"| configuration | options | seeds | RL episodes (in whole windows) | final {args.measure.replace('_', ' ')} | mean last-100 per task | "
              "PPO's gain over pi_sft | PPO's last 100 over pi_sft | minutes to target | critic EV at PPO start | "
-             "value-return corr at PPO start | entropy (last 5 updates) |",
-             "|---" * 12 + "|"]
+             "value-return corr at PPO start | episodes in PPO's first batch | critic EV, first "
+             f"{PPO_START_BATCHES} PPO batches | value-return corr, first {PPO_START_BATCHES} PPO batches (by "
+             "episodes) | episodes in them | entropy (last 5 updates) |",
+             "|---" * 16 + "|"]
     for config in dict.fromkeys(r["config"] for r in results):
         rs = [r for r in results if r["config"] == config]
         minutes = [r["seconds_to_target"] / 60 if r["seconds_to_target"] is not None else None for r in rs]
@@ -369,6 +378,8 @@ def write_report(results: list[dict], out: Path, args) -> Path:
                      f"{spread([r.get('ppo_gain') for r in rs])} | {spread([r.get('ppo_gain_last_100') for r in rs])} | "
                      f"{spread(minutes)} | "
                      f"{spread([r['ev_at_ppo_start'] for r in rs])} | {spread([r['corr_at_ppo_start'] for r in rs])} | "
+                     f"{spread([r.get('episodes_at_ppo_start') for r in rs])} | {spread([r.get('ev_ppo_start_pooled') for r in rs])} | "
+                     f"{spread([r.get('corr_ppo_start_pooled') for r in rs])} | {spread([r.get('ppo_start_episodes') for r in rs])} | "
                      f"{spread([r['entropy_last'] for r in rs])} |")
     effects = effects_table(results)
     if effects:

@@ -23,7 +23,9 @@ from pathlib import Path
 MEASURES = (("mean_task_success_last_100", "mean last-100 per task"),
             ("ppo_gain", "PPO's gain over pi_sft"),
             ("ppo_gain_last_100", "PPO's last 100 over pi_sft"),
-            ("ev_at_ppo_start", "critic EV at PPO start"))
+            ("ev_at_ppo_start", "critic EV at PPO start"),
+            ("ev_ppo_start_pooled", "critic EV, PPO's first batches"),
+            ("corr_ppo_start_pooled", "value-return corr, PPO's first batches"))
 BASE = "full"
 
 

@@ -509,17 +509,49 @@ def send_tasks(settings, specs: list) -> int:
 # ---------------------------------------------------------------- the report's section
 
 
-def value_pretraining_summary(trainer_rows: list[tuple]) -> dict[str, float | int | None]:
+PPO_START_BATCHES = 3  # the critic check pooled over PPO's first batches (a game's batch may hold 2 episodes)
+
+
+def value_pretraining_summary(trainer_rows: list[tuple], batches: int = PPO_START_BATCHES) -> dict[str, float | int | None]:
     """From the run's TrainerMetrics rows (update, version, t, metrics): how many critic-only
-    batches ran, the critic's explained variance at the last of them, and the value-return
-    correlation of the first PPO batch (UI-TARS-2's failure signature is a negative one)."""
+    batches ran, the critic's explained variance at the last of them, and the critic at PPO's
+    start (UI-TARS-2's failure signature is a negative value-return correlation): at the first
+    PPO batch, and pooled over the first ``batches``. The correlation is over the batch's
+    episodes (each one's first value against its return), so a batch of two long game episodes
+    has one of +-1 whatever the critic: the pooled figure weighs each batch's by its episodes
+    (the explained variance is over steps: a plain mean)."""
     rows = [(r[0], {M.current(k): v for k, v in (r[3] or {}).items()}) for r in trainer_rows]
     critic = [m for _, m in rows if m.get(M.CRITIC_ONLY) == 1]
     ppo = [m for _, m in rows if m.get(M.CRITIC_ONLY) == 0 and M.REWARD_CORR in m]
+    first = ppo[:max(1, batches)]
+    episodes = [m.get(M.EPISODES) for m in first]
+    weights = episodes if first and all(e for e in episodes) else [1.0] * len(first)  # older runs: no count
+    evs = [m[M.EXPLAINED_VARIANCE] for m in first if M.EXPLAINED_VARIANCE in m]
     return {"critic_only_batches": len(critic),
             "explained_variance_at_end": critic[-1].get(M.EXPLAINED_VARIANCE) if critic else None,
             "value_return_corr_at_ppo_start": ppo[0].get(M.REWARD_CORR) if ppo else None,
-            "explained_variance_at_ppo_start": ppo[0].get(M.EXPLAINED_VARIANCE) if ppo else None}
+            "explained_variance_at_ppo_start": ppo[0].get(M.EXPLAINED_VARIANCE) if ppo else None,
+            "episodes_at_ppo_start": episodes[0] if first else None,
+            "ppo_start_batches": len(first),
+            "ppo_start_episodes": sum(episodes) if first and all(e for e in episodes) else None,
+            "value_return_corr_ppo_start_pooled":
+                sum(w * m[M.REWARD_CORR] for w, m in zip(weights, first)) / sum(weights) if first else None,
+            "explained_variance_ppo_start_pooled": sum(evs) / len(evs) if evs else None}
+
+
+def critic_sentence(vp: dict) -> str:
+    """The report's line on value pretraining and the critic at PPO's start (value_pretraining_summary)."""
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    of = lambda n: "" if n is None else f" ({int(n)} episodes)"  # noqa: E731
+    said = (f"Value pretraining: {vp['critic_only_batches']} critic-only batches, explained variance at their end "
+            f"{fmt(vp['explained_variance_at_end'])}; at PPO's first batch{of(vp['episodes_at_ppo_start'])} the "
+            f"critic's explained variance was {fmt(vp['explained_variance_at_ppo_start'])} and the value-return "
+            f"correlation {fmt(vp['value_return_corr_at_ppo_start'])}{corr_verdict(vp['value_return_corr_at_ppo_start'])}")
+    if vp["ppo_start_batches"] > 1:
+        said += (f"; over PPO's first {vp['ppo_start_batches']} batches{of(vp['ppo_start_episodes'])} "
+                 f"{fmt(vp['explained_variance_ppo_start_pooled'])} and {fmt(vp['value_return_corr_ppo_start_pooled'])} "
+                 "(the correlation weighed by each batch's episodes: a batch of two has one of ±1 whatever the critic)")
+    return said + "."
 
 
 def corr_verdict(corr: float | None) -> str:
@@ -543,17 +575,13 @@ def report_section(settings, policy: str, base_version: int, cold_start: bool, v
     cols, table = pivot(rows)
     _, trainer_rows, _ = execute(settings, Q.trainer_metrics(policy))
     vp = value_pretraining_summary(trainer_rows)
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     lines = ["## Phases", "", "| phase | minutes | what |", "|---|---|---|"]
     lines += [f"| {r['phase']} | {r['seconds'] / 60:.1f} | {r['detail']} |" for r in clock.rows()]
     lines += ["", "Success rate (episodes) per task and phase, every ended episode of the phase "
               "(sampled actions; the demonstrations are the scripted annotator's; a game's cell is its mean "
               "normalised score, 0 = the random policy, 1 = the heuristic):", "",
               "```", render(cols, table, "table") if table else "(no rows)", "```", "",
-              f"Value pretraining: {vp['critic_only_batches']} critic-only batches, explained variance at "
-              f"their end {fmt(vp['explained_variance_at_end'])}; at PPO's first batch the critic's explained "
-              f"variance was {fmt(vp['explained_variance_at_ppo_start'])} and the value-return correlation "
-              f"{fmt(vp['value_return_corr_at_ppo_start'])}{corr_verdict(vp['value_return_corr_at_ppo_start'])}.", "",
+              critic_sentence(vp), "",
               "<details><summary>SQL</summary>", "", "```sql", sql, "```", "</details>", ""]
     last = last_sql(policy, base_version, dpo_version)
     try:
