@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.runtime.errors import UserError
+from infra.runtime.topics import MAX_MESSAGE_BYTES
 from infra.kafka.tls import MECHANISM, Security
 from infra.kafka.jars import java_executable, jars_ready
 
@@ -180,8 +181,8 @@ def server_properties(node: Node, nodes: list[Node], security: Security | None =
         "group.initial.rebalance.delay.ms": 0,  # tests and demos start consumers right away
         "num.network.threads": 2,
         "num.io.threads": 4,
-        "message.max.bytes": 8 * 1024 * 1024 + 1024,
-        "replica.fetch.max.bytes": 8 * 1024 * 1024 + 1024,
+        "message.max.bytes": MAX_MESSAGE_BYTES + 1024,  # a batch's overhead above the largest record
+        "replica.fetch.max.bytes": MAX_MESSAGE_BYTES + 1024,
         "log.retention.check.interval.ms": 60000,
     }
     return "".join(f"{k}={v}\n" for k, v in props.items())

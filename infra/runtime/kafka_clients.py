@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from infra.runtime.settings import Settings
+from infra.runtime.topics import MAX_MESSAGE_BYTES
 from infra.kafka.tls import MECHANISM
 from infra.runtime.probe import check_login
 
@@ -73,7 +74,7 @@ def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
         "acks": "all",
         "linger.ms": 5,
         "compression.type": "lz4",
-        "message.max.bytes": 8 * 1024 * 1024,
+        "message.max.bytes": MAX_MESSAGE_BYTES,
     })
     cfg.update(overrides)
     return cfg
