@@ -257,8 +257,11 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     curve, key = sql(curve_sql(p, measured)), curve_key(measured)
     reached = next((r for r in curve if r[key] >= target), None)
-    # from ClickHouse, not the summary: runs from before the pooled critic check are measured alike
-    vp = value_pretraining_summary([tuple(r.values()) for r in sql(trainer_metrics(p))])
+    try:  # from ClickHouse: runs from before the pooled critic check are measured alike
+        vp = value_pretraining_summary([tuple(r.values()) for r in sql(trainer_metrics(p))])
+    except RuntimeError as exc:  # the run's summary has the first batch's figures
+        print(f"{config} seed {seed}: the critic check from the run's summary only: {exc}", file=sys.stderr)
+        vp = summary.get("value_pretraining", {})
     ent = sql(entropy_sql(p))
     after = summary.get("after", {})
     gain_last = ppo_gain_last(p, summary)

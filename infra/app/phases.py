@@ -516,41 +516,57 @@ def value_pretraining_summary(trainer_rows: list[tuple], batches: int = PPO_STAR
     """From the run's TrainerMetrics rows (update, version, t, metrics): how many critic-only
     batches ran, the critic's explained variance at the last of them, and the critic at PPO's
     start (UI-TARS-2's failure signature is a negative value-return correlation): at the first
-    PPO batch, and pooled over the first ``batches``. The correlation is over the batch's
-    episodes (each one's first value against its return), so a batch of two long game episodes
-    has one of +-1 whatever the critic: the pooled figure weighs each batch's by its episodes
-    (the explained variance is over steps: a plain mean)."""
+    PPO batch, and pooled over the first ``batches``. "PPO batch" here is one with a correlation:
+    a batch of one episode, or of equal returns, has none (nothing non-finite is recorded).
+
+    The correlation is over the batch's episodes (each one's first value against its return), so
+    a batch of two long game episodes has one of +-1 whatever the critic: the pooled figure
+    weighs each batch's by its episodes less two (a batch of two counts for nothing; None when
+    none counts). The explained variance is over the batch's steps: weighed by its steps. Runs
+    recorded without those counts get plain means."""
     rows = [(r[0], {M.current(k): v for k, v in (r[3] or {}).items()}) for r in trainer_rows]
     critic = [m for _, m in rows if m.get(M.CRITIC_ONLY) == 1]
     ppo = [m for _, m in rows if m.get(M.CRITIC_ONLY) == 0 and M.REWARD_CORR in m]
     first = ppo[:max(1, batches)]
-    episodes = [m.get(M.EPISODES) for m in first]
-    weights = episodes if first and all(e for e in episodes) else [1.0] * len(first)  # older runs: no count
-    evs = [m[M.EXPLAINED_VARIANCE] for m in first if M.EXPLAINED_VARIANCE in m]
+    counted = bool(first) and all(M.EPISODES in m for m in first)
+    corr = _weighted([(m[M.REWARD_CORR], max(m[M.EPISODES] - 2, 0) if counted else 1.0) for m in first])
+    ev = _weighted([(m[M.EXPLAINED_VARIANCE], m.get(M.STEPS, 1.0)) for m in first if M.EXPLAINED_VARIANCE in m])
     return {"critic_only_batches": len(critic),
             "explained_variance_at_end": critic[-1].get(M.EXPLAINED_VARIANCE) if critic else None,
             "value_return_corr_at_ppo_start": ppo[0].get(M.REWARD_CORR) if ppo else None,
             "explained_variance_at_ppo_start": ppo[0].get(M.EXPLAINED_VARIANCE) if ppo else None,
-            "episodes_at_ppo_start": episodes[0] if first else None,
+            "episodes_at_ppo_start": first[0].get(M.EPISODES) if first else None,
             "ppo_start_batches": len(first),
-            "ppo_start_episodes": sum(episodes) if first and all(e for e in episodes) else None,
-            "value_return_corr_ppo_start_pooled":
-                sum(w * m[M.REWARD_CORR] for w, m in zip(weights, first)) / sum(weights) if first else None,
-            "explained_variance_ppo_start_pooled": sum(evs) / len(evs) if evs else None}
+            "ppo_start_episodes": sum(m[M.EPISODES] for m in first) if counted else None,
+            "value_return_corr_ppo_start_pooled": corr,
+            "explained_variance_ppo_start_pooled": ev}
+
+
+def _weighted(pairs: list[tuple[float, float]]) -> float | None:
+    """The weighted mean of (value, weight) pairs; None when the weights add up to nothing."""
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total > 0 else None
 
 
 def critic_sentence(vp: dict) -> str:
-    """The report's line on value pretraining and the critic at PPO's start (value_pretraining_summary)."""
+    """The report's line on value pretraining and the critic at PPO's start (value_pretraining_summary):
+    the verdict on the correlation is the pooled one's where there is one (a first batch of two
+    episodes says +-1 whatever the critic)."""
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     of = lambda n: "" if n is None else f" ({int(n)} episodes)"  # noqa: E731
+    pooled = vp["ppo_start_batches"] > 1 and vp["value_return_corr_ppo_start_pooled"] is not None
+    first = vp["value_return_corr_at_ppo_start"]
     said = (f"Value pretraining: {vp['critic_only_batches']} critic-only batches, explained variance at their end "
             f"{fmt(vp['explained_variance_at_end'])}; at PPO's first batch{of(vp['episodes_at_ppo_start'])} the "
             f"critic's explained variance was {fmt(vp['explained_variance_at_ppo_start'])} and the value-return "
-            f"correlation {fmt(vp['value_return_corr_at_ppo_start'])}{corr_verdict(vp['value_return_corr_at_ppo_start'])}")
+            f"correlation {fmt(first)}{'' if pooled else corr_verdict(first)}")
     if vp["ppo_start_batches"] > 1:
         said += (f"; over PPO's first {vp['ppo_start_batches']} batches{of(vp['ppo_start_episodes'])} "
-                 f"{fmt(vp['explained_variance_ppo_start_pooled'])} and {fmt(vp['value_return_corr_ppo_start_pooled'])} "
-                 "(the correlation weighed by each batch's episodes: a batch of two has one of ±1 whatever the critic)")
+                 f"{fmt(vp['explained_variance_ppo_start_pooled'])} and "
+                 f"{fmt(vp['value_return_corr_ppo_start_pooled'])}"
+                 f"{corr_verdict(vp['value_return_corr_ppo_start_pooled'])} (the explained variance weighed by "
+                 "each batch's steps, the correlation by its episodes less two: a batch of two has one of ±1 "
+                 "whatever the critic)")
     return said + "."
 
 

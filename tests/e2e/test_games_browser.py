@@ -86,6 +86,7 @@ def test_a_seed_and_the_same_actions_replay_the_same_game_step_by_step(env, name
             board = loop.run(sandbox.query(BOARD_JS))
             act = game.random_action(rng, board) if k % 3 == 2 and k > 12 else game.player(board)
             result = loop.run(sandbox.step(act))
+            assert result.error is None, result.error
             seen.append((board, result.reward, result.score, result.done, result.obs.observation.screenshot.sha256))
             if result.done:
                 break

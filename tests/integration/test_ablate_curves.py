@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from consumers.rows import rows_for
 from infra.clickhouse.client import make_client
 from infra.runtime.settings import load_settings
@@ -53,3 +55,30 @@ def test_the_curves_window_the_runs_episodes_overall_and_per_task(tmp_path, monk
     overall = list(overall)
     assert [r["normalised_score"] for r in overall] == [0.2, 0.2, 0.4, 0.7]
     assert [r["episodes"] for r in overall] == [10, 20, 30, 40]
+
+
+def test_the_critic_check_is_read_from_the_runs_trainer_metrics_through_flywheel_sql(tmp_path, monkeypatch):
+    """ablate measures the critic at PPO's start from ClickHouse (as `flywheel sql` returns the
+    rows: JSON, the metrics a map), so runs from before the pooled figures are measured alike."""
+    from schemas.events import TrainerMetrics
+    from trainer.core import metric_names as M
+
+    def update(k: int, critic_only: bool, ev: float, corr: float, episodes: float) -> TrainerMetrics:
+        return TrainerMetrics(run_id="r", update=k, policy=ablate.policy_of("full", 0), policy_version=0 if critic_only else k, ts=T0 + k,
+                              metrics={M.CRITIC_ONLY: float(critic_only), M.EXPLAINED_VARIANCE: ev,
+                                       M.REWARD_CORR: corr, M.EPISODES: episodes, M.STEPS: 1000.0})
+
+    events = [update(1, True, 0.2, 0.5, 8.0), update(2, False, -4.0, 1.0, 2.0), update(3, False, 0.4, 0.8, 6.0),
+              update(4, False, 0.6, 0.6, 6.0)]
+    rows = [r for e in events for r in rows_for("metrics", e)["trainer_metrics"]]
+    client = make_client(load_settings({"data_dir": str(tmp_path)}))
+    try:
+        client.insert("trainer_metrics", [list(r.values()) for r in rows], column_names=list(rows[0]))
+    finally:
+        client.close()
+    monkeypatch.setenv("FLYWHEEL_DATA_DIR", str(tmp_path))
+    got = ablate.measure("full", 0, tmp_path / "out", 0.5)  # no run folder, no summary: ClickHouse alone
+    assert got["ev_at_ppo_start"] == -4.0 and got["corr_at_ppo_start"] == 1.0 and got["episodes_at_ppo_start"] == 2.0
+    assert got["ev_ppo_start_pooled"] == pytest.approx((-4.0 + 0.4 + 0.6) / 3)
+    assert got["corr_ppo_start_pooled"] == pytest.approx(0.7)  # the two-episode batch's 1.0 counts for nothing
+    assert got["ppo_start_episodes"] == 14.0

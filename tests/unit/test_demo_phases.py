@@ -58,7 +58,7 @@ def test_value_pretraining_summary_reads_the_first_ppo_batch():
     got = phases.value_pretraining_summary(rows)
     assert got == {"critic_only_batches": 2, "explained_variance_at_end": 0.55,
                    "value_return_corr_at_ppo_start": 0.7, "explained_variance_at_ppo_start": 0.5,
-                   # no episode counts recorded: the pooled figures are plain means
+                   # no episode or step counts recorded: the pooled figures are plain means
                    "episodes_at_ppo_start": None, "ppo_start_batches": 2, "ppo_start_episodes": None,
                    "value_return_corr_ppo_start_pooled": pytest.approx(0.3),
                    "explained_variance_ppo_start_pooled": pytest.approx(0.55)}
@@ -461,21 +461,32 @@ def test_the_gain_at_the_runs_end_reads_each_tasks_last_episodes_against_the_sam
     assert phases.run_gains([r for r in rows if r[1] == "3 PPO"], last) == (None, None)  # no starting phase
 
 
-def test_the_critic_at_ppo_start_is_pooled_over_its_first_batches_by_episodes():
+def test_the_critic_at_ppo_start_is_pooled_over_its_first_batches():
     """A game's batch may hold two episodes, whose correlation is +-1 whatever the critic: the
-    pooled figure weighs each of the first three PPO batches' by its episodes."""
-    ppo = lambda ev, corr, n: {M.CRITIC_ONLY: 0.0, M.EXPLAINED_VARIANCE: ev, M.REWARD_CORR: corr, M.EPISODES: n}  # noqa: E731
+    pooled figure weighs each of the first three PPO batches' correlation by its episodes less
+    two, and its explained variance (over steps) by its steps; the verdict goes by the pooled one."""
+    def ppo(ev, corr, n, steps):
+        return {M.CRITIC_ONLY: 0.0, M.EXPLAINED_VARIANCE: ev, M.REWARD_CORR: corr, M.EPISODES: n, M.STEPS: steps}
+
     rows = [(1, 0, 0, {M.CRITIC_ONLY: 1.0, M.EXPLAINED_VARIANCE: 0.4, M.REWARD_CORR: 0.9, M.EPISODES: 8.0}),
-            (2, 1, 0, ppo(-10.0, 1.0, 2.0)), (3, 2, 0, ppo(0.5, 0.5, 6.0)), (4, 3, 0, ppo(0.8, 0.0, 2.0)),
-            (5, 4, 0, ppo(0.9, -1.0, 30.0))]  # the fourth PPO batch is past the pool
+            (2, 1, 0, ppo(-10.0, -1.0, 2.0, 100.0)), (3, 2, 0, ppo(0.5, 0.5, 6.0, 1000.0)),
+            (4, 3, 0, ppo(0.8, 0.0, 3.0, 900.0)),
+            (5, 4, 0, ppo(0.9, -1.0, 30.0, 1000.0))]  # the fourth PPO batch is past the pool
     got = phases.value_pretraining_summary(rows)
-    assert got["episodes_at_ppo_start"] == 2.0 and got["value_return_corr_at_ppo_start"] == 1.0
-    assert got["ppo_start_batches"] == 3 and got["ppo_start_episodes"] == 10.0
-    assert got["value_return_corr_ppo_start_pooled"] == pytest.approx((2 * 1.0 + 6 * 0.5 + 2 * 0.0) / 10)
-    assert got["explained_variance_ppo_start_pooled"] == pytest.approx((-10.0 + 0.5 + 0.8) / 3)
+    assert got["episodes_at_ppo_start"] == 2.0 and got["value_return_corr_at_ppo_start"] == -1.0
+    assert got["ppo_start_batches"] == 3 and got["ppo_start_episodes"] == 11.0
+    assert got["value_return_corr_ppo_start_pooled"] == pytest.approx((0 * -1.0 + 4 * 0.5 + 1 * 0.0) / 5)
+    assert got["explained_variance_ppo_start_pooled"] == pytest.approx((-10.0 * 100 + 0.5 * 1000 + 0.8 * 900) / 2000)
     said = phases.critic_sentence(got)
     assert "at PPO's first batch (2 episodes) the critic's explained variance was -10.000" in said
-    assert "over PPO's first 3 batches (10 episodes) -2.900 and 0.500" in said
+    assert "over PPO's first 3 batches (11 episodes) 0.110 and 0.400 (positive" in said
+    assert "failure signature" not in said  # the two-episode batch's -1 is not read as the critic's failing
+    # only two-episode batches: no pooled correlation to give, and the first batch's figure stands alone
+    twos = phases.value_pretraining_summary(rows[:3] + [(9, 5, 0, ppo(0.1, -1.0, 2.0, 10.0))])
+    assert twos["ppo_start_batches"] == 3 and twos["value_return_corr_ppo_start_pooled"] == pytest.approx(0.5)
+    only_twos = phases.value_pretraining_summary([rows[1], (9, 5, 0, ppo(0.1, 1.0, 2.0, 10.0))])
+    assert only_twos["value_return_corr_ppo_start_pooled"] is None
+    assert "failure signature" in phases.critic_sentence(only_twos)
     # a run with one PPO batch, or none: no pooled clause, nothing invented
     one = phases.value_pretraining_summary(rows[:2])
     assert one["ppo_start_batches"] == 1 and "first 1 batches" not in phases.critic_sentence(one)
