@@ -369,8 +369,8 @@ def write_report(results: list[dict], out: Path, args) -> Path:
              f"| configuration | options | seeds | RL episodes (in whole windows) | final {args.measure.replace('_', ' ')} | mean last-100 per task | "
              "PPO's gain over pi_sft | PPO's last 100 over pi_sft | minutes to target | critic EV at PPO start | "
              "value-return corr at PPO start | episodes in PPO's first batch | critic EV, first "
-             f"{PPO_START_BATCHES} PPO batches | value-return corr, first {PPO_START_BATCHES} PPO batches (by "
-             "episodes) | episodes in them | entropy (last 5 updates) |",
+             f"{PPO_START_BATCHES} PPO batches (by steps) | value-return corr, first {PPO_START_BATCHES} PPO batches "
+             "(by episodes less two) | episodes in them | entropy (last 5 updates) |",
              "|---" * 16 + "|"]
     for config in dict.fromkeys(r["config"] for r in results):
         rs = [r for r in results if r["config"] == config]

@@ -64,8 +64,8 @@ def test_the_critic_check_is_read_from_the_runs_trainer_metrics_through_flywheel
     from trainer.core import metric_names as M
 
     def update(k: int, critic_only: bool, ev: float, corr: float, episodes: float) -> TrainerMetrics:
-        return TrainerMetrics(run_id="r", update=k, policy=ablate.policy_of("full", 0), policy_version=0 if critic_only else k, ts=T0 + k,
-                              metrics={M.CRITIC_ONLY: float(critic_only), M.EXPLAINED_VARIANCE: ev,
+        return TrainerMetrics(run_id="r", update=k, policy=ablate.policy_of("full", 0),
+                              policy_version=0 if critic_only else k, ts=T0 + k, metrics={M.CRITIC_ONLY: float(critic_only), M.EXPLAINED_VARIANCE: ev,
                                        M.REWARD_CORR: corr, M.EPISODES: episodes, M.STEPS: 1000.0})
 
     events = [update(1, True, 0.2, 0.5, 8.0), update(2, False, -4.0, 1.0, 2.0), update(3, False, 0.4, 0.8, 6.0),
