@@ -47,9 +47,9 @@ from clean_stop import end_stopping, run_child, stop_on_signals
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from infra.app.demo import RUN_ID  # noqa: E402
-from infra.app.demo_queries import trainer_metrics  # noqa: E402
-from infra.app.phases import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary  # noqa: E402
+from app.demo import RUN_ID  # noqa: E402
+from app.demo_queries import trainer_metrics  # noqa: E402
+from app.phases import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary  # noqa: E402
 from producers.games import GAMES  # noqa: E402
 from producers.suites import ARROW_VISION, expand, setting  # noqa: E402
 from streams.score import SCORING_VERSION  # noqa: E402
@@ -90,7 +90,7 @@ def recipe(tasks: str) -> str:
     vision = ("+lastkey" if ARROW_VISION.get("last_key") else "") + "+sharedlabels" + \
         (f"+hidden{ARROW_VISION['head_hidden']}" if ARROW_VISION.get("head_hidden") else "")
     dagger = f"+dagger{rounds:g}+expert{setting(names, 'expert_coef'):g}{vision}"
-    base = "curriculum+rft0" if rounds else RECIPE  # DAgger's rounds take RFT's place (infra.app.demo.rft_every)
+    base = "curriculum+rft0" if rounds else RECIPE  # DAgger's rounds take RFT's place (app.demo.rft_every)
     return f"{base}+noise{setting(names, 'demo_noise'):g}+scoring{SCORING_VERSION}{dagger}"
 
 
@@ -163,7 +163,7 @@ FROM (SELECT metrics FROM trainer_metrics FINAL WHERE policy = '{policy}' ORDER 
 
 
 def sql(statement: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "infra.app.cli", "sql", "--format", "json", statement],
+    out = subprocess.run([sys.executable, "-m", "app.cli", "sql", "--format", "json", statement],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip()[-500:])
@@ -209,7 +209,7 @@ def run_one(config: str, seed: int, args, out: Path) -> Path:
     if (report_dir / "summary.json").exists():  # a finished run is kept: rerunning resumes the table
         print(f"== {run_id}: finished before, kept (delete {report_dir} to run it again in a fresh data dir)")
         return report_dir
-    argv = [sys.executable, "-m", "infra.app.cli", "demo", "--run-id", run_id, "--minutes", str(args.minutes),
+    argv = [sys.executable, "-m", "app.cli", "demo", "--run-id", run_id, "--minutes", str(args.minutes),
             "--seed", str(seed), "--tasks", args.tasks, "--report-dir", str(report_dir), "--keep-broker",
             "--progress-s", "30", *options(config), *args.demo_args.split()]
     print(f"== {run_id}: {' '.join(argv[3:])}", flush=True)
@@ -283,7 +283,7 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
             "ev_ppo_start_pooled": vp.get("explained_variance_ppo_start_pooled"),
             "corr_ppo_start_pooled": vp.get("value_return_corr_ppo_start_pooled"),
             "ppo_start_episodes": vp.get("ppo_start_episodes"),
-            # the mean over tasks of PPO's episodes' success less pi_sft's (infra.app.phases.phase_gain)
+            # the mean over tasks of PPO's episodes' success less pi_sft's (app.phases.phase_gain)
             "ppo_gain": (summary.get("ppo_gain") or {}).get("gain"),
             "ppo_gain_se": (summary.get("ppo_gain") or {}).get("standard_error"),
             # the same over each task's last 100 PPO episodes: the issues' "last 100" read at the run's end

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 from pydantic import TypeAdapter
 
-from infra.app.report import query
+from app.report import query
 from infra.runtime.config import ConfigError, json_object
 from infra.runtime.policy import PastStep, SeenScreen, build_policy
 from infra.runtime.settings import Settings

@@ -33,8 +33,8 @@ from pathlib import Path
 from aiohttp import web
 
 from own_broker import ROOT, broker_for_benchmarks  # a sibling script: this folder is on sys.path
-from infra.app.ui.annotate import SESSIONS_KEY
-from infra.app.ui.server import make_app
+from app.ui.annotate import SESSIONS_KEY
+from app.ui.server import make_app
 from infra.runtime import versions
 from infra.runtime.admin import ensure_topics
 from infra.runtime.dlq import read_snapshot
@@ -174,7 +174,7 @@ def main() -> int:
         ensure_topics(settings)
         env = {**os.environ, "FLYWHEEL_KAFKA_BOOTSTRAP": bootstrap, "FLYWHEEL_TOPIC_PREFIX": prefix,
                "FLYWHEEL_DATA_DIR": data_dir, "PYTHONPATH": str(ROOT)}
-        streams = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "streams"], cwd=ROOT, env=env,
+        streams = subprocess.Popen([sys.executable, "-m", "app.cli", "streams"], cwd=ROOT, env=env,
                                    stdout=open(Path(data_dir) / "streams.log", "wb"), stderr=subprocess.STDOUT)
         try:
             t_rec = time.monotonic()
@@ -185,7 +185,7 @@ def main() -> int:
             streams.terminate()
             streams.wait(60)
         policy = f"bench-annotate-{uuid.uuid4().hex[:6]}"
-        bc = subprocess.run([sys.executable, "-m", "infra.app.cli", "bc", "--tasks", args.task, "--suite", "quick",
+        bc = subprocess.run([sys.executable, "-m", "app.cli", "bc", "--tasks", args.task, "--suite", "quick",
                              "--demos-from", "human", "--demos-per-task", str(args.demos), "--policy-name", policy],
                             cwd=ROOT, env=env, capture_output=True, text=True)
         if bc.returncode != 0:

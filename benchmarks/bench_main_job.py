@@ -88,7 +88,7 @@ def main() -> int:
     before = bare(n, args.tasks, args.bare_steps)
     print(f"bare capacity: {n} sandboxes, random clicks: {before.steps_per_s:.1f} env steps/s "
           f"({before.steps_per_episode:.1f} steps per episode)", flush=True)
-    argv = [sys.executable, "-m", "infra.app.cli", "demo", "--run-id", run_id, "--minutes", str(args.minutes),
+    argv = [sys.executable, "-m", "app.cli", "demo", "--run-id", run_id, "--minutes", str(args.minutes),
             "--seed", str(args.seed), "--tasks", args.tasks, "--report-dir", str(out / "report"),
             "--progress-s", "30", "--sandboxes", str(n), *args.demo_args.split()]
     print(f"main job: {' '.join(argv[3:])}", flush=True)

@@ -221,7 +221,7 @@ def measure_worker(src: Path, label: str, args, run_id: str, data_dir: str) -> d
     workers: list[subprocess.Popen] = []
     result = {"settings": settings, "created": created, "events": len(events), "lat_ms": []}
     try:
-        workers = [subprocess.Popen([sys.executable, "-m", "infra.app.cli", "streams"], cwd=src, env=env,
+        workers = [subprocess.Popen([sys.executable, "-m", "app.cli", "streams"], cwd=src, env=env,
                                     stdout=open(Path(data_dir) / f"worker-{label}-{i}.log", "wb"),
                                     stderr=subprocess.STDOUT)
                    for i in range(args.workers)]

@@ -5,15 +5,15 @@ labels, the policy's agreement with the heuristic on its own states per bucket o
     python benchmarks/games_table.py --run-id i48a [--split 10] [--bucket 5]
 
 Reads the platform's ClickHouse (FLYWHEEL_DATA_DIR / FLYWHEEL_CLICKHOUSE_URL, as `flywheel sql`);
-the queries are infra.app.demo_queries.game_phases and expert_agreement, printed with the tables.
+the queries are app.demo_queries.game_phases and expert_agreement, printed with the tables.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from infra.app.demo_queries import expert_agreement, game_phases
-from infra.app.report import query
+from app.demo_queries import expert_agreement, game_phases
+from app.report import query
 from infra.runtime.settings import load_settings
 from trainer.sft.rft import annotator_of
 

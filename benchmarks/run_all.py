@@ -141,7 +141,7 @@ def demo_speedup(args) -> list[Row]:
     cmds = []
     for mode in ("async", "sync"):
         run_id = f"bench-{mode}-{int(time.time())}"
-        cmd = [sys.executable, "-m", "infra.app.cli", "demo", "--minutes", str(args.demo_minutes), "--until-target",
+        cmd = [sys.executable, "-m", "app.cli", "demo", "--minutes", str(args.demo_minutes), "--until-target",
                "--run-id", run_id, "--tasks", "quick", "--max-steps", "1", "--cold-start-demos", "0",
                "--value-pretrain-batches", "0", *(["--sync"] if mode == "sync" else [])]
         shown = " ".join(["flywheel", *cmd[3:]])

@@ -47,7 +47,7 @@ def main() -> None:
         report = ensure_topics(settings)
         env = dict(os.environ, FLYWHEEL_DATA_DIR=tmp, FLYWHEEL_KAFKA_BOOTSTRAP=settings.bootstrap,
                    FLYWHEEL_TOPIC_PREFIX=settings.topic_prefix)
-        sink = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "sink", "--query-port", "0"], env=env,
+        sink = subprocess.Popen([sys.executable, "-m", "app.cli", "sink", "--query-port", "0"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             while not endpoint_file(settings).exists():
@@ -59,7 +59,7 @@ def main() -> None:
             producer.flush(10)
             time.sleep(8)
             for sql in QUERIES:
-                out = subprocess.run([sys.executable, "-m", "infra.app.cli", "sql", sql], env=env,
+                out = subprocess.run([sys.executable, "-m", "app.cli", "sql", sql], env=env,
                                      capture_output=True, text=True, timeout=60)
                 print(f"```\n$ flywheel sql \"{sql}\"\n{out.stdout.rstrip() or out.stderr.rstrip()}\n```\n")
         finally:

@@ -74,7 +74,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def flywheel_argv(*args: str) -> list[str]:
     """Run a sub-command with the same interpreter (works inside or outside the venv)."""
-    return [sys.executable, "-m", "infra.app.cli", *args]
+    return [sys.executable, "-m", "app.cli", *args]
 
 
 def wait_until(pred, timeout: float, interval: float = 0.5) -> bool:

@@ -24,7 +24,7 @@ log = logging.getLogger("flywheel.browser")
 # --no-sandbox: Chromium's setuid/namespace sandbox cannot start as root (CI and the demo run as
 # root) without it. Containment comes from outside: the pages are MiniWoB++ files served on
 # loopback, --disable-background-networking and no extensions; in production the rollout
-# Deployment runs as an unprivileged user (infra.app.deploy) where the flag could be dropped.
+# Deployment runs as an unprivileged user (app.deploy) where the flag could be dropped.
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -16,7 +16,7 @@ def start_random_rollout(settings, group_id: str, worker_id: str, sandboxes: int
     """`flywheel rollout` with the random policy as a subprocess; -> it and its status file."""
     env = {**os.environ, "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap, "FLYWHEEL_TOPIC_PREFIX": settings.topic_prefix,
            "FLYWHEEL_DATA_DIR": settings.data_dir, **env}
-    proc = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "rollout", "--sandboxes", str(sandboxes),
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "rollout", "--sandboxes", str(sandboxes),
                              "--policy-backend", "random", "--policy-name", "random", "--group-id", group_id,
                              "--worker-id", worker_id, "--status-interval-s", "0.5", "--no-reload"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _sql(env: dict, statement: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "infra.app.cli", "sql", "--format", "json", statement],
+    out = subprocess.run([sys.executable, "-m", "app.cli", "sql", "--format", "json", statement],
                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -58,7 +58,7 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
     env = {**os.environ, "FLYWHEEL_DATA_DIR": str(tmp_path), "FLYWHEEL_KAFKA_BOOTSTRAP": kafka_bootstrap}
     run_id = f"e2e{uuid.uuid4().hex[:8]}"  # its own topics, even on a shared broker
     proc = subprocess.run(
-        [sys.executable, "-m", "infra.app.cli", "demo", "--minutes", "4", "--run-id", run_id, "--tasks", "quick",
+        [sys.executable, "-m", "app.cli", "demo", "--minutes", "4", "--run-id", run_id, "--tasks", "quick",
          "--max-steps", "1", "--cold-start-demos", "4", "--value-pretrain-batches", "2",
          "--batch-episodes", "16", "--sandboxes", "2", "--episodes", "400", "--progress-s", "10",
          "--until-version", "3"],
@@ -69,7 +69,7 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
     report = tmp_path / "reports" / run_id / "report.md"
     assert report.exists() and "Before and after" in report.read_text() and "## Phases" in report.read_text()
     text = report.read_text()
-    assert "RL tasks fed by failure rate" in text, "the curriculum fed the RL tasks (infra.app.curriculum)"
+    assert "RL tasks fed by failure rate" in text, "the curriculum fed the RL tasks (app.curriculum)"
     assert "PPO's gain over the starting policy's episodes" in text, "the phase section states PPO's gain"
     summary = json.loads((report.parent / "summary.json").read_text())
     assert [p["phase"] for p in summary["phases"]] == ["cold start", "SFT", "value pretraining", "PPO"], summary

@@ -37,7 +37,7 @@ def test_a_short_games_demo_learns_on_scores(kafka_bootstrap, tmp_path):
     env = {**os.environ, "FLYWHEEL_DATA_DIR": str(tmp_path), "FLYWHEEL_KAFKA_BOOTSTRAP": kafka_bootstrap}
     run_id = f"e2eg{uuid.uuid4().hex[:8]}"
     proc = subprocess.run(
-        [sys.executable, "-m", "infra.app.cli", "demo", "--minutes", "3", "--run-id", run_id,
+        [sys.executable, "-m", "app.cli", "demo", "--minutes", "3", "--run-id", run_id,
          "--tasks", "games.2048", "--max-steps", "40", "--cold-start-demos", "0", "--batch-episodes", "4",
          "--sandboxes", "2", "--episodes", "400", "--progress-s", "10",
          "--until-version", "3", "--expert-coef", "0.5", "--dagger-every", "1", "--policy-config", '{"last_key": true}'],

@@ -17,8 +17,8 @@ import pytest
 from aiohttp import web
 
 from consumers.rows import COLUMNS, row_for
-from infra.app.ui.annotate import SESSIONS_KEY
-from infra.app.ui.server import make_app
+from app.ui.annotate import SESSIONS_KEY
+from app.ui.server import make_app
 from infra.clickhouse.client import make_client
 from infra.clickhouse.endpoint import QueryEndpoint
 from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer, read_to_end

@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 from PIL import Image
 
-from infra.app.ui.server import make_app
+from app.ui.server import make_app
 from infra.clickhouse.client import make_client
 from infra.clickhouse.endpoint import QueryEndpoint
 from producers.sandboxes.browser_host import find_chromium

@@ -9,7 +9,7 @@ import json
 
 from aiohttp import web
 
-from infra.app.ui.server import make_app
+from app.ui.server import make_app
 from infra.runtime.procs import free_port
 from infra.runtime.settings import load_settings
 from producers.sandboxes.browser_host import find_chromium

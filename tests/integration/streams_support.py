@@ -28,7 +28,7 @@ def start_worker(settings, log_path: Path, **config) -> subprocess.Popen:
                FLYWHEEL_STANDBY_REPLICAS="0")
     env.update({f"FLYWHEEL_{k.upper()}": str(v) for k, v in config.items()})
     log = open(log_path, "ab")
-    return subprocess.Popen([sys.executable, "-m", "infra.app.cli", "streams"], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "streams"], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
 
 

@@ -3,7 +3,7 @@ annotator stops, the rollout group's offsets on the tasks topic are moved to its
 
 from __future__ import annotations
 
-from infra.app.phases import skip_leftover_tasks
+from app.phases import skip_leftover_tasks
 from infra.runtime.kafka_clients import make_consumer
 from infra.runtime.topics import TOPICS, topic_name
 from producers.tasks import build_tasks, submit
@@ -49,7 +49,7 @@ def test_a_demo_refuses_a_run_id_used_before_in_the_data_dir(settings, tmp_path)
 
     from infra.runtime import versions
     from infra.runtime.admin import delete_topics, ensure_topics
-    from infra.app.demo import DemoConfig, run_demo
+    from app.demo import DemoConfig, run_demo
     from infra.runtime.errors import UserError
     from infra.runtime.kafka_clients import DeliveryTracker, make_producer
     from infra.runtime.policy import build_policy
@@ -78,7 +78,7 @@ def test_a_demo_refuses_a_run_id_whose_checkpoint_the_data_dir_keeps(settings, t
 
     import pytest
 
-    from infra.app.demo import DemoConfig, run_demo
+    from app.demo import DemoConfig, run_demo
     from infra.runtime.errors import UserError
 
     run_id = f"reused-{uuid.uuid4().hex[:6]}"

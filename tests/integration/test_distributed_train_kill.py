@@ -55,9 +55,9 @@ def pixel_trajectories(settings, n: int) -> list[ScoredTrajectory]:
             for k, (e, d) in enumerate(zip(eps, decisions))]
 
 
-OWN = [sys.executable, "-m", "infra.app.cli", "train", "--nproc-per-node", "2"]
+OWN = [sys.executable, "-m", "app.cli", "train", "--nproc-per-node", "2"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            "-m", "infra.app.cli", "train"]
+            "-m", "app.cli", "train"]
 
 
 class Job:

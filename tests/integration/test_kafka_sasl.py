@@ -64,7 +64,7 @@ def test_producer_consumer_admin_and_faust_over_sasl_ssl(sasl_cluster, tmp_path)
     flush_or_raise(producer, tracker)  # idempotent producer, acks=all, over TLS + SCRAM
     assert tracker.acked == len(events)
 
-    worker = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "streams"], cwd=ROOT, env=env_for(settings),
+    worker = subprocess.Popen([sys.executable, "-m", "app.cli", "streams"], cwd=ROOT, env=env_for(settings),
                               stdout=open(tmp_path / "streams.log", "wb"), stderr=subprocess.STDOUT)
     consumer = make_consumer(settings, f"g{uuid.uuid4().hex[:8]}")
     consumer.subscribe([topic_name(TOPICS.trajectories, settings)])
@@ -93,7 +93,7 @@ def test_producer_consumer_admin_and_faust_over_sasl_ssl(sasl_cluster, tmp_path)
 def test_a_wrong_password_is_one_clear_line(sasl_cluster, tmp_path, command):
     settings = settings_for(sasl_cluster, tmp_path, kafka_sasl_password="not-the-password")
     # without the check a refused login is retried (and logged) by librdkafka for ever
-    out = subprocess.run([sys.executable, "-m", "infra.app.cli", *command], cwd=ROOT, env=env_for(settings),
+    out = subprocess.run([sys.executable, "-m", "app.cli", *command], cwd=ROOT, env=env_for(settings),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     lines = [ln for ln in out.stderr.strip().splitlines() if ln and "INFO" not in ln]
@@ -114,7 +114,7 @@ def test_flywheel_up_sasl_writes_the_client_settings_and_flywheel_commands_use_t
            "FLYWHEEL_KAFKA_CONTROLLER_PORT": str(port + 1)}
     env.pop("FLYWHEEL_KAFKA_BOOTSTRAP", None)
     sasl_env = data / "kafka" / "sasl.env"
-    up = subprocess.run([sys.executable, "-m", "infra.app.cli", "up", "--sasl"], cwd=ROOT, env=env,
+    up = subprocess.run([sys.executable, "-m", "app.cli", "up", "--sasl"], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=180)
     try:
         assert up.returncode == 0, up.stderr[-2000:]
@@ -123,17 +123,17 @@ def test_flywheel_up_sasl_writes_the_client_settings_and_flywheel_commands_use_t
         assert client["FLYWHEEL_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
         assert client["FLYWHEEL_KAFKA_SASL_PASSWORD"] not in up.stdout + up.stderr
         # no security settings given: the command reads them from the data dir by itself
-        topics = subprocess.run([sys.executable, "-m", "infra.app.cli", "topics"], cwd=ROOT, env=env,
+        topics = subprocess.run([sys.executable, "-m", "app.cli", "topics"], cwd=ROOT, env=env,
                                 capture_output=True, text=True, timeout=180)
         assert topics.returncode == 0, topics.stderr[-2000:]
         # a client elsewhere sources the file (the documented way) and names the bootstrap
-        topics = subprocess.run([sys.executable, "-m", "infra.app.cli", "topics"], cwd=ROOT,
+        topics = subprocess.run([sys.executable, "-m", "app.cli", "topics"], cwd=ROOT,
                                 env={**env, **client, "FLYWHEEL_DATA_DIR": str(tmp_path / "elsewhere"),
                                      "FLYWHEEL_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}"},
                                 capture_output=True, text=True, timeout=180)
         assert topics.returncode == 0, topics.stderr[-2000:]
     finally:
-        down = subprocess.run([sys.executable, "-m", "infra.app.cli", "down"], cwd=ROOT, env=env,
+        down = subprocess.run([sys.executable, "-m", "app.cli", "down"], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=120)
     assert "Kafka stopped" in down.stdout, down.stdout + down.stderr
     assert not sasl_env.exists()  # a later PLAINTEXT broker is not mistaken for this one

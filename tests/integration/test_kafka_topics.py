@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from infra.runtime.admin import consumer_lag, delete_topics, desired_config, ensure_topics
-from infra.app.cli import main as flywheel
+from app.cli import main as flywheel
 from infra.runtime.kafka_clients import DeliveryTracker, client_config, flush_or_raise, make_consumer, make_producer
 from infra.runtime.settings import load_settings
 from infra.runtime.topics import TOPICS, topic_name

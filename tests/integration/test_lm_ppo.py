@@ -40,7 +40,7 @@ def test_lm_ppo_update_moves_logprobs_toward_advantages(settings, group_id):
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FLYWHEEL_DATA_DIR": settings.data_dir,
            "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap, "FLYWHEEL_TOPIC_PREFIX": settings.topic_prefix}
-    cmd = [sys.executable, "-m", "infra.app.cli", "train", "--policy-kind", "lm", "--pretrained", "",
+    cmd = [sys.executable, "-m", "app.cli", "train", "--policy-kind", "lm", "--pretrained", "",
            "--policy-name", POLICY, "--policy-config", json.dumps(CONFIG), "--min-batch", "8", "--max-wait-s", "60",
            "--max-updates", "1", "--group-id", group_id, "--lr", "1e-4", "--epochs", "2", "--minibatch-size", "4",
            "--torch-threads", "1"]

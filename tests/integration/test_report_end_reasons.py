@@ -5,7 +5,7 @@ long episodes were before their limit followed their step budget."""
 from __future__ import annotations
 
 from consumers.rows import rows_for
-from infra.app.demo_queries import totals
+from app.demo_queries import totals
 from infra.clickhouse.client import make_client
 from infra.runtime.settings import load_settings
 from schemas.events import TaskSpec, Trajectory

@@ -1,4 +1,4 @@
-"""The games tables' queries (infra.app.demo_queries: game_phases, expert_agreement, printed by
+"""The games tables' queries (app.demo_queries: game_phases, expert_agreement, printed by
 benchmarks/games_table.py) in real embedded chDB: the policy's agreement with the solver's key
 labels per bucket of versions, click labels left out; the normalised score per phase."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from consumers.rows import rows_for
-from infra.app.demo_queries import expert_agreement, game_phases
+from app.demo_queries import expert_agreement, game_phases
 from infra.clickhouse.client import make_client
 from infra.runtime.settings import load_settings
 from schemas.actions import Click, Hotkey

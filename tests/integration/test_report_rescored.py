@@ -5,9 +5,9 @@ scorer that scored it first (its run's stream processors), in real embedded chDB
 from __future__ import annotations
 
 from consumers.rows import rows_for
-from infra.app.demo_queries import staleness, success_by_version
-from infra.app.phases import count_scored, phase_sql
-from infra.app.ui.queries import run_queries
+from app.demo_queries import staleness, success_by_version
+from app.phases import count_scored, phase_sql
+from app.ui.queries import run_queries
 from infra.clickhouse.client import make_client
 from infra.runtime.settings import load_settings
 from schemas.events import ScoredTrajectory, TaskSpec, Trajectory
@@ -80,7 +80,7 @@ def test_a_database_from_before_gets_the_staleness_view_that_counts_an_episode_o
 
 
 def test_the_last_100_are_each_tasks_newest_episodes_counted_once(tmp_path):
-    from infra.app.phases import LAST_PHASE, last_sql
+    from app.phases import LAST_PHASE, last_sql
     from infra.clickhouse.query import execute
 
     settings = load_settings({"data_dir": str(tmp_path)})

@@ -4,7 +4,7 @@ policy and environment quantiles, the rest of each step and the gap between an e
 from __future__ import annotations
 
 from consumers.rows import rows_for
-from infra.app.demo_queries import step_latency
+from app.demo_queries import step_latency
 from infra.clickhouse.client import make_client
 from infra.runtime.settings import load_settings
 from schemas.actions import Click

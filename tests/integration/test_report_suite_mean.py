@@ -4,8 +4,8 @@ tasks of each task's last 100 episodes ended by then, and when it first reached 
 from __future__ import annotations
 
 from consumers.rows import rows_for
-from infra.app.demo_queries import suite_mean_over_time
-from infra.app.report import suite_mean_reached
+from app.demo_queries import suite_mean_over_time
+from app.report import suite_mean_reached
 from infra.clickhouse.client import make_client
 from infra.runtime.settings import load_settings
 from schemas.events import TaskSpec, Trajectory
@@ -45,8 +45,8 @@ def test_suite_mean_follows_each_tasks_last_100_as_of_each_moment(tmp_path):
 
 def test_the_reports_time_axes_are_minutes_since_the_start(tmp_path):
     """Learning curve and suite-mean tables keyed by minutes since the run began, not unix time."""
-    from infra.app.demo_queries import success_over_time
-    from infra.app.report import as_minutes
+    from app.demo_queries import success_over_time
+    from app.report import as_minutes
 
     trajs = [trajectory(k, "a", T0 + 60 * k + 5, k % 2 == 0) for k in range(4)]  # one per minute
     rows = [r for t in trajs for r in rows_for("trajectories", t)["trajectories"]]
@@ -66,8 +66,8 @@ def test_a_games_run_reports_normalised_score_per_game_over_minutes(tmp_path):
     """Issue 31: the report's games section, from trajectories' score columns on chDB: per game and
     minute since the start, mean score and normalised score; a replayed row counted once, other
     policies, other suites and infrastructure failures left out."""
-    from infra.app.demo_queries import game_scores_over_time, last_n_scores
-    from infra.app.report import plot_game_scores
+    from app.demo_queries import game_scores_over_time, last_n_scores
+    from app.report import plot_game_scores
 
     def game(k, name, minute, score, normalised, policy="pixel-r", suite="games", infra=False):
         t = trajectory(k, name, T0 + 60 * minute + 5, normalised >= 1.0, policy)

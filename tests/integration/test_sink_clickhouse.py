@@ -232,7 +232,7 @@ def test_the_demo_counts_only_its_own_runs_dead_letters(tmp_path):
     """The progress line's dlq figure: letters from an earlier run's topics in the same ClickHouse
     are not this run's (they made a fresh run print 'dlq 1')."""
     from consumers.rows import rows_for
-    from infra.app.demo_queries import latest_versions
+    from app.demo_queries import latest_versions
     from infra.runtime.settings import load_settings
     from infra.runtime.dlq import dead_letter
 

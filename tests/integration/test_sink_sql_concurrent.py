@@ -21,7 +21,7 @@ def env_for(settings):
 
 
 def flywheel_sql(settings, statement, fmt="json"):
-    out = subprocess.run([sys.executable, "-m", "infra.app.cli", "sql", statement, "--format", fmt],
+    out = subprocess.run([sys.executable, "-m", "app.cli", "sql", statement, "--format", fmt],
                          env=env_for(settings), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -29,7 +29,7 @@ def flywheel_sql(settings, statement, fmt="json"):
 
 def test_sql_while_sink_runs(settings, group_id, tmp_path):
     log = open(tmp_path / "sink.log", "w")
-    sink = subprocess.Popen([sys.executable, "-m", "infra.app.cli", "sink", "--group-id", group_id, "--query-port", "0",
+    sink = subprocess.Popen([sys.executable, "-m", "app.cli", "sink", "--group-id", group_id, "--query-port", "0",
                              "--flush-interval-s", "0.5"], env=env_for(settings), stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
@@ -51,7 +51,7 @@ def test_sql_while_sink_runs(settings, group_id, tmp_path):
                                        "GROUP BY task_name ORDER BY task_name", fmt="table")
         assert table.splitlines()[0].split() == ["task_name", "episodes"]
         assert table.rstrip().endswith("rows)")
-        refused = subprocess.run([sys.executable, "-m", "infra.app.cli", "sql", "DROP TABLE scored"],
+        refused = subprocess.run([sys.executable, "-m", "app.cli", "sql", "DROP TABLE scored"],
                                  env=env_for(settings), capture_output=True, text=True, timeout=60)
         assert refused.returncode == 2 and "readonly" in refused.stderr.lower()
     finally:

@@ -88,7 +88,7 @@ def test_every_attack_through_flywheel_sql_is_refused(endpoint):
         assert_nothing_leaked_or_written(str(err.value).encode())
     env = {**os.environ, "FLYWHEEL_DATA_DIR": settings.data_dir}
     for sql in ATTACKS[:3] + ["SELECT 1 INTO OUTFILE '/tmp/flywheel-attack-cli'"]:  # the real command, end to end
-        out = subprocess.run([sys.executable, "-m", "infra.app.cli", "sql", sql], cwd=ROOT, env=env,
+        out = subprocess.run([sys.executable, "-m", "app.cli", "sql", sql], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and "refused" in out.stderr and "Traceback" not in out.stderr, out.stderr
         assert_nothing_leaked_or_written((out.stdout + out.stderr).encode())

@@ -151,7 +151,7 @@ def _run_trainer(settings, group_id: str, max_updates: int, log: Path) -> subpro
     updates are exactly the 32 trajectories, however slow the machine."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FLYWHEEL_DATA_DIR": settings.data_dir,
            "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap, "FLYWHEEL_TOPIC_PREFIX": settings.topic_prefix}
-    cmd = [sys.executable, "-m", "infra.app.cli", "train", "--policy-name", POLICY, "--policy-config", POLICY_CONFIG,
+    cmd = [sys.executable, "-m", "app.cli", "train", "--policy-name", POLICY, "--policy-config", POLICY_CONFIG,
            "--min-batch", "4", "--max-wait-s", "300", "--max-updates", str(max_updates), "--group-id", group_id,
            "--session-timeout-s", "6", "--epochs", "1", "--minibatch-size", "4", "--torch-threads", "1",
            "--max-staleness", "100"]

@@ -1,11 +1,11 @@
-"""infra.app.curriculum: RL episodes go to the tasks the policy still fails, every task keeps
+"""app.curriculum: RL episodes go to the tasks the policy still fails, every task keeps
 some, no seed repeats within a task, and nothing is counted as sent that the broker refused."""
 
 from __future__ import annotations
 
 import pytest
 
-from infra.app.curriculum import FLOOR, TaskFeed, share, weights
+from app.curriculum import FLOOR, TaskFeed, share, weights
 
 TASKS = ["click-button", "use-spinner", "focus-text-2", "games.snake"]
 
@@ -103,7 +103,7 @@ def test_one_batch_of_unread_trajectories_is_allowed_beside_a_full_queue():
 
 
 def test_a_share_never_goes_to_a_negative_or_nan_weight_and_nothing_to_share_changes_no_credit():
-    from infra.app.curriculum import share
+    from app.curriculum import share
 
     counts, credit = share({"a": 1.0, "b": -1.0, "c": float("nan")}, 4, {})
     assert counts == {"a": 4, "b": 0, "c": 0} and credit["b"] == 0.0

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.app import phases
-from infra.app.demo import DemoConfig, effective
+from app import phases
+from app.demo import DemoConfig, effective
 from infra.runtime.errors import UserError
 
 SOLVED = frozenset({"click-test", "enter-text"})
@@ -60,7 +60,7 @@ def test_from_random_weights_value_pretraining_is_off_unless_asked():
 
 
 def test_the_run_from_random_weights_takes_the_trainers_defaults():
-    from infra.app.demo import ppo_lr, rft_every, target_kl
+    from app.demo import ppo_lr, rft_every, target_kl
 
     cfg, _, _ = effective(DemoConfig(tasks=["click-link"]), SOLVED)
     assert ppo_lr(cfg) == 0.0 and rft_every(cfg) == 0
@@ -81,7 +81,7 @@ def test_the_scripted_solvers_are_the_demonstrators():
 
 
 def test_the_trainer_of_a_run_from_random_weights_is_told_its_target_kl(tmp_path):
-    from infra.app.demo import plan_children
+    from app.demo import plan_children
     from infra.runtime.settings import load_settings
     from producers.suites import plan as suite_plan
 
@@ -98,7 +98,7 @@ def test_the_trainer_of_a_run_from_random_weights_is_told_its_target_kl(tmp_path
 
 
 def test_the_report_names_what_the_automatic_settings_came_to():
-    from infra.app.demo import resolved
+    from app.demo import resolved
 
     scratch, _, _ = effective(DemoConfig(tasks=["click-link"], sandboxes=3), SOLVED)  # no demonstrator
     assert resolved(scratch) == {"ppo_lr": 0, "rft_every": 0, "target_kl": 0.02, "sandboxes_per_worker": 3}
@@ -108,7 +108,7 @@ def test_the_report_names_what_the_automatic_settings_came_to():
 
 
 def test_each_kind_says_its_automatic_ppo_settings_in_one_record_and_the_user_overrides_them():
-    from infra.app.demo import ppo_lr, rft_every
+    from app.demo import ppo_lr, rft_every
 
     lm = DemoConfig(policy_kind="lm", minutes=20)  # auto cold start counts as one
     assert (ppo_lr(lm), rft_every(lm), lm.dpo_span_s()) == (1e-6, 0, 20 * 60 * 0.25)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.app import demo, phases
-from infra.app.demo import DemoConfig, run_demo
+from app import demo, phases
+from app.demo import DemoConfig, run_demo
 from infra.runtime.errors import UserError
 from infra.runtime.procs import Child
 from infra.runtime.settings import load_settings
@@ -53,7 +53,7 @@ class Run:
         monkeypatch.setattr(phases, "submit", lambda *a, **k: None)
         monkeypatch.setattr(phases, "send_tasks", lambda settings, specs: len(specs))
         monkeypatch.setattr(phases, "report_section", lambda *a, **k: ([], {}))
-        monkeypatch.setattr("infra.app.report.write_report", self.write_report)
+        monkeypatch.setattr("app.report.write_report", self.write_report)
         self.exiting = exiting  # the name of a child that exits with code 3 soon after it starts
 
     def plan(self, cfg, settings, prefix, policy, logs, plan) -> list[Child]:
@@ -143,7 +143,7 @@ def test_a_failing_report_still_stops_the_broker(monkeypatch, tmp_path):
     def report_fails(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr("infra.app.report.write_report", report_fails)
+    monkeypatch.setattr("app.report.write_report", report_fails)
     with pytest.raises(OSError):
         run_demo(run.config(), run.settings())
     assert len(run.started()) == 4 and run.all_stopped() and run.broker.stopped

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.app import phases
-from infra.app.demo import DemoConfig
+from app import phases
+from app.demo import DemoConfig
 from infra.runtime.errors import UserError
 from trainer.core import metric_names as M
 
@@ -68,7 +68,7 @@ def test_value_pretraining_summary_reads_the_first_ppo_batch():
 
 
 def test_until_version_stops_once_ppo_published_that_many_past_the_start():
-    from infra.app.demo import reached_version
+    from app.demo import reached_version
 
     snap = {"published": 3, "acting": 2}
     assert reached_version(2, snap, base_version=1, phase=phases.PPO)
@@ -96,7 +96,7 @@ def test_demo_config_refuses_negative_phases():
 
 
 def test_ppo_fine_tunes_a_cloned_policy_with_smaller_steps():
-    from infra.app.demo import ppo_lr
+    from app.demo import ppo_lr
 
     assert ppo_lr(DemoConfig()) == 3e-4  # after the cold start
     assert ppo_lr(DemoConfig(cold_start_demos=0)) == 0.0  # the trainer's own default
@@ -105,7 +105,7 @@ def test_ppo_fine_tunes_a_cloned_policy_with_smaller_steps():
 
 def test_sync_runs_without_value_pretraining():
     """A critic-only update publishes no version and the synchronous rollout waits for one."""
-    from infra.app.demo import effective
+    from app.demo import effective
 
     cfg, _, changed = effective(DemoConfig(sync=True))
     assert cfg.value_pretrain_batches == 0 and changed
@@ -142,14 +142,14 @@ def test_the_dpo_phase_is_the_language_policys_last_quarter_by_default():
 
 
 def test_sync_runs_without_a_dpo_phase():
-    from infra.app.demo import effective
+    from app.demo import effective
 
     cfg, _, changed = effective(DemoConfig(sync=True, policy_kind="lm"))
     assert cfg.dpo_span_s() == 0.0 and any("DPO" in c for c in changed)
 
 
 def test_the_language_policy_fine_tunes_with_small_steps():
-    from infra.app.demo import ppo_lr
+    from app.demo import ppo_lr
     from trainer.policies.lm.kind import LM_PPO_ARGS
 
     assert ppo_lr(DemoConfig(policy_kind="lm")) == 1e-6
@@ -192,7 +192,7 @@ def test_a_blocking_step_logs_as_it_runs_and_fails_clearly(tmp_path):
 
 
 def test_a_failed_step_is_one_line_naming_how_it_ended(tmp_path):
-    from infra.app.phases import step_failure
+    from app.phases import step_failure
 
     log = "Loading weights: 100%\n[transformers] a warning\nINFO flywheel.dpo: DPO of p v0 on 32 pairs\n\n"
     line = step_failure("dpo", -9, log, tmp_path / "dpo.log")
@@ -204,7 +204,7 @@ def test_a_failed_step_is_one_line_naming_how_it_ended(tmp_path):
 
 
 def test_progress_line_shows_the_task_queue_apart_from_consumer_lag():
-    from infra.app.demo import format_progress
+    from app.demo import format_progress
 
     snap = {"episodes": 12, "rates": {"click-test": (0.5, 10)}, "published": 2, "acting": 1, "updates": 3,
             "lag": {"rollout": 59941, "trainer": 52, "sink": 0}, "dlq": 1}
@@ -218,7 +218,7 @@ def test_progress_line_shows_the_task_queue_apart_from_consumer_lag():
 
 
 def test_the_dpo_phase_stops_ppo_and_pauses_the_workers_while_dpo_runs(monkeypatch, tmp_path):
-    from infra.app import demo
+    from app import demo
 
     class FakeChild:
         def __init__(self, name):
@@ -255,7 +255,7 @@ def test_the_dpo_phase_stops_ppo_and_pauses_the_workers_while_dpo_runs(monkeypat
 
 
 def test_rft_rounds_are_on_for_the_cloned_pixel_policy_by_default():
-    from infra.app.demo import rft_every
+    from app.demo import rft_every
 
     assert rft_every(DemoConfig()) == 4  # after the cold start
     assert rft_every(DemoConfig(cold_start_demos=0)) == 0  # from random weights: few successes
@@ -310,8 +310,8 @@ def test_the_phase_query_measures_a_game_by_its_normalised_score():
 
 
 def test_the_feed_reads_no_queue_from_a_group_without_commits_and_no_backlog_once_the_trainer_stopped(monkeypatch):
-    from infra.app import demo
-    from infra.app.curriculum import TaskFeed
+    from app import demo
+    from app.curriculum import TaskFeed
 
     lag = {"demo-r.rollout": {}, "demo-r.trainer": {"demo-r.flywheel.rl.v1": 500}, "demo-q.rollout": {"t": 3}}
     asked: list[str] = []
@@ -336,8 +336,8 @@ def test_the_ui_child_takes_a_token_that_starts_with_a_dash():
     the ui exited with code 2, failing the demo (a 15-minute ablation run, 1 in ~64 runs)."""
     import argparse
 
-    from infra.app.demo import ui_child
-    from infra.app.ui.cli import register
+    from app.demo import ui_child
+    from app.ui.cli import register
 
     child = ui_child(1234, "-Ab3_x", Path("logs"), {})
     parser = argparse.ArgumentParser()
@@ -347,8 +347,8 @@ def test_the_ui_child_takes_a_token_that_starts_with_a_dash():
 
 
 def test_bc_args_reach_the_cold_starts_cloning_last(monkeypatch, tmp_path):
-    from infra.app import phases
-    from infra.app.demo import DemoConfig
+    from app import phases
+    from app.demo import DemoConfig
 
     seen = []
     monkeypatch.setattr(phases, "_run_step", lambda name, argv, env, logs: seen.append(argv) or "published pi_sft")
@@ -364,8 +364,8 @@ def test_bc_args_reach_the_cold_starts_cloning_last(monkeypatch, tmp_path):
 
 
 def test_a_suites_options_come_before_the_users_and_only_for_its_kind():
-    from infra.app import phases
-    from infra.app.demo import DemoConfig, trainer_options
+    from app import phases
+    from app.demo import DemoConfig, trainer_options
     from infra.runtime.command import check_argv
     from producers.suites import plan
     from trainer import cli
@@ -388,7 +388,7 @@ def test_a_suites_options_come_before_the_users_and_only_for_its_kind():
 
 
 def test_expert_coef_labels_the_rollouts_and_weighs_the_labels_in_the_trainer(tmp_path):
-    from infra.app.demo import plan_children
+    from app.demo import plan_children
     from infra.runtime.settings import load_settings
     from producers.suites import plan
 
@@ -408,7 +408,7 @@ def test_expert_coef_labels_the_rollouts_and_weighs_the_labels_in_the_trainer(tm
 
 
 def test_dagger_every_labels_the_rollouts_and_sets_the_trainers_rounds(tmp_path):
-    from infra.app.demo import plan_children
+    from app.demo import plan_children
     from infra.runtime.settings import load_settings
     from producers.suites import plan
 
@@ -425,7 +425,7 @@ def test_dagger_every_labels_the_rollouts_and_sets_the_trainers_rounds(tmp_path)
 
 
 def test_dagger_on_auto_is_the_suites_for_a_kind_that_scores_labels():
-    from infra.app.demo import effective, expert_labels
+    from app.demo import effective, expert_labels
 
     games, _, _ = effective(DemoConfig(tasks=["games"]))
     assert (games.expert_coef, games.dagger_every) == (1.0, 2) and expert_labels(games)
@@ -440,7 +440,7 @@ def test_dagger_on_auto_is_the_suites_for_a_kind_that_scores_labels():
 
 
 def test_dagger_rounds_take_the_place_of_rft_rounds_unless_asked_for():
-    from infra.app.demo import effective, rft_every
+    from app.demo import effective, rft_every
 
     games, _, _ = effective(DemoConfig(tasks=["games"]))
     assert rft_every(games) == 0  # the suite's DAgger rounds are on

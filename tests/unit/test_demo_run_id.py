@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.app import demo
-from infra.app.demo import DemoConfig, claim_run_id
+from app import demo
+from app.demo import DemoConfig, claim_run_id
 from infra.runtime.errors import UserError
 from infra.runtime.settings import load_settings
 

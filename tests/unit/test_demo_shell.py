@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from infra.app.demo import child_env
+from app.demo import child_env
 from infra.runtime.config import resolve
 from infra.runtime.settings import Settings, load_settings
 
@@ -25,7 +25,7 @@ def test_children_rebuild_the_same_settings_with_the_run_prefix(tmp_path):
 
 
 def test_report_buckets_are_sized_to_the_run():
-    from infra.app.report import bucket_seconds
+    from app.report import bucket_seconds
 
     assert 60 / bucket_seconds(60) >= 20  # a 1-minute run shows a curve, not 2 points
     assert bucket_seconds(15 * 60) == 30
@@ -33,7 +33,7 @@ def test_report_buckets_are_sized_to_the_run():
 
 
 def test_at_exit_the_demo_says_what_it_leaves_running(tmp_path):
-    from infra.app.demo import leave_platform
+    from app.demo import leave_platform
 
     class Started:
         bootstrap, stopped, nodes = "127.0.0.1:1", False, [1]

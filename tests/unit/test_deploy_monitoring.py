@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from infra.app.deploy import DeployConfig, render
-from infra.app.monitoring import METRICS_PORT
+from app.deploy import DeployConfig, render
+from app.monitoring import METRICS_PORT
 from infra.runtime.metrics import METRICS, PROCESSES, process_metrics
 
 

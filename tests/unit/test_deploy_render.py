@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.app.deploy import DeployConfig, min_insync, render
+from app.deploy import DeployConfig, min_insync, render
 from infra.runtime.config import ConfigError
 from infra.runtime.topics import TOPICS
 
@@ -94,7 +94,7 @@ def test_core_manifests_validate_against_the_kubernetes_schemas():
 
 def test_cli_writes_the_files(tmp_path):
     out = tmp_path / "deploy"
-    proc = subprocess.run([sys.executable, "-m", "infra.app.cli", "deploy", "render", "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "deploy", "render", "--out", str(out),
                            "--kafka-replicas", "3"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["Dockerfile", "clickhouse.yaml", "kafka.yaml", "topics.yaml",
@@ -123,14 +123,14 @@ def test_the_trainer_asks_for_a_gpu_only_for_the_language_policy_and_uses_it():
 def test_every_rendered_flywheel_command_parses_with_the_real_cli(kind):
     """A rendered container command the CLI refuses crash-loops its pod: the policy server's was
     rendered with --policy-name, an option `flywheel serve` does not have (it is --policy)."""
-    from infra.app.cli import build_parser
+    from app.cli import build_parser
 
     commands = []
     for files in render(DeployConfig(policy_kind=kind)).values():
         for d in files if isinstance(files, list) else []:
             template = d.get("spec", {}).get("template", {})
             commands += [c["command"] for c in template.get("spec", {}).get("containers", [])]
-    argvs = [c[1:] if c[0] == "flywheel" else c[c.index("infra.app.cli") + 1:] for c in commands]
+    argvs = [c[1:] if c[0] == "flywheel" else c[c.index("app.cli") + 1:] for c in commands]
     assert {a[0] for a in argvs} >= {"rollout", "streams", "sink", "serve", "train", "migrate"}
     for argv in argvs:
         args = build_parser().parse_args(argv)  # argparse exits (SystemExit) on an unknown option

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from infra.app import demo_queries as Q
-from infra.app import report
-from infra.app.report import RunInfo, bucket_seconds, write_report
+from app import demo_queries as Q
+from app import report
+from app.report import RunInfo, bucket_seconds, write_report
 
 RUN = RunInfo(run_id="r1", policy="pixel-r", mode="async", started_at=0.0, ended_at=600.0)
 GAMES_SQL = Q.game_scores_over_time(RUN.policy, bucket_seconds(600.0), 0.0)

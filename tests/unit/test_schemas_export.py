@@ -12,7 +12,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from infra.app.cli import main
+from app.cli import main
 from schemas.codec import encode
 from schemas.export import COMMITTED_DIR, SCHEMA_TYPES, export_schemas, render
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.app.demo_queries import last_n_scores, last_n_success, latest_versions, success_over_time, suite_mean_over_time, totals
+from app.demo_queries import last_n_scores, last_n_success, latest_versions, success_over_time, suite_mean_over_time, totals
 from infra.clickhouse.sql_policy import SqlRefused, check, check_database
 from tests.unit.sql_attacks import ALLOWED, ATTACKS, documented_queries
 

@@ -10,10 +10,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from confluent_kafka import KafkaException
 
-from infra.app.ui import corrections
-from infra.app.ui.corrections import correction_pair
-from infra.app.ui.queries import UiInputError
-from infra.app.ui.server import make_app
+from app.ui import corrections
+from app.ui.corrections import correction_pair
+from app.ui.queries import UiInputError
+from app.ui.server import make_app
 from infra.runtime.settings import load_settings
 from schemas.actions import Click
 from schemas.codec import encode

@@ -40,7 +40,7 @@ def test_select_demos_keeps_only_the_sources_successes():
 def test_the_demo_cold_start_from_human_demonstrations(monkeypatch, tmp_path):
     """--demos-from human: the people's demonstrations of the planned tasks are copied onto the
     run's sft topic (acknowledged) and `flywheel bc` is asked for human ones only."""
-    from infra.app import demo, phases
+    from app import demo, phases
     from infra.runtime.settings import load_settings
 
     produced, argvs = [], []

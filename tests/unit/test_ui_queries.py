@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from infra.app.ui import queries
-from infra.app.ui.cli import PathAccessLogger, check_bind, token_for
-from infra.app.ui.queries import EpisodeFilter, UiInputError
-from infra.app.ui.replay import marker
+from app.ui import queries
+from app.ui.cli import PathAccessLogger, check_bind, token_for
+from app.ui.queries import EpisodeFilter, UiInputError
+from app.ui.replay import marker
 from infra.clickhouse.sql_policy import check
 from infra.runtime.errors import UserError
 

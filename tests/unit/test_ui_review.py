@@ -7,9 +7,9 @@ import asyncio
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from infra.app.ui.annotate_input import parse_action, parse_session
-from infra.app.ui.queries import UiInputError
-from infra.app.ui.server import make_app
+from app.ui.annotate_input import parse_action, parse_session
+from app.ui.queries import UiInputError
+from app.ui.server import make_app
 from infra.runtime.settings import load_settings
 
 

@@ -8,9 +8,9 @@ import asyncio
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from infra.app.ui import queries
-from infra.app.ui.queries import EpisodeFilter, UiInputError
-from infra.app.ui.server import make_app
+from app.ui import queries
+from app.ui.queries import EpisodeFilter, UiInputError
+from app.ui.server import make_app
 from infra.runtime.settings import load_settings
 
 HOSTILE = ["x' OR 1=1 --", "../../etc/passwd", "a" * 129, "<script>", "run\x00", " ", "a;b"]

@@ -6,7 +6,7 @@
   (it finishes the current step and tells the others to stop). A rank dies with the launcher
   (PR_SET_PDEATHSIG on Linux): no orphan rank 0 keeps reading after a restart.
 - ``run_rank``: one rank of a group named by the environment (torchrun's RANK, WORLD_SIZE,
-  MASTER_ADDR, MASTER_PORT), e.g. ``torchrun --nproc-per-node 2 -m infra.app.cli train ...``.
+  MASTER_ADDR, MASTER_PORT), e.g. ``torchrun --nproc-per-node 2 -m app.cli train ...``.
 
 Either way rank 0 runs trainer.rl.streaming_ppo.train and the others trainer.rl.distributed.follow; the
 exactly-once argument is trainer/rl/streaming_ppo.py's (see trainer/rl/distributed.py for why).

@@ -1,7 +1,7 @@
 -- v_staleness_histogram (002) counted every scored row: after a `flywheel rescore` by another
 -- scorer an episode counted twice, the second time at the newer policy version (the rescore's
 -- scored_at). One row per episode now: the first scorer's, by scored_at (the run's own stream
--- processors; infra.app.demo_queries.first_scorer keeps the same row).
+-- processors; app.demo_queries.first_scorer keeps the same row).
 
 CREATE OR REPLACE VIEW v_staleness_histogram AS
 SELECT

@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.app import demo_queries as Q
+from app import demo_queries as Q
 from trainer.core import metric_names as M
 from infra.runtime.errors import UserError
 from infra.runtime.procs import Child, flywheel_argv

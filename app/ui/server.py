@@ -23,9 +23,9 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from infra.app.ui import annotate, corrections, queries
-from infra.app.ui.queries import UiInputError
-from infra.app.ui.replay import marker
+from app.ui import annotate, corrections, queries
+from app.ui.queries import UiInputError
+from app.ui.replay import marker
 from infra.clickhouse.client import query_client
 from infra.clickhouse.endpoint import find_endpoint
 from infra.clickhouse.sql_policy import check

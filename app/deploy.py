@@ -14,7 +14,7 @@ file name -> content; ``write`` puts the files in a folder. What it renders:
   (Chromium and Xvfb are in the image), the Faust app, the sinks and the policy server (with its
   Service), and the trainer as a Job (the pixel policy's ranks on CPUs; the language policy in
   one process on one GPU, ``--device cuda``); the PodMonitor that scrapes every workload's
-  ``/metrics`` and the Grafana dashboard's ConfigMap (infra.app.monitoring);
+  ``/metrics`` and the Grafana dashboard's ConfigMap (app.monitoring);
 - ``Dockerfile``: the image every workload runs.
 
 Secrets are referenced, never inlined: the SASL password comes from the KafkaUser's Secret, the
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.app.monitoring import METRICS_PORT, PART_OF, dashboard_configmap, pod_monitor
+from app.monitoring import METRICS_PORT, PART_OF, dashboard_configmap, pod_monitor
 from infra.runtime.config import ConfigError, opt
 from infra.runtime.policy import policy_kind
 from infra.runtime.topics import TOPICS, TopicSpec
@@ -61,7 +61,7 @@ class DeployConfig:
         """The trainer's command line and the GPUs it asks for. A kind that is not ``accelerated``
         (the pixel policy) trains on the CPU (trainer.rl.config.check_device), its ranks sharing
         updates over gloo; an accelerated one (the language policy) in one process on one GPU."""
-        argv = ["torchrun", f"--nproc-per-node={self.trainer_ranks}", "-m", "infra.app.cli", "train",
+        argv = ["torchrun", f"--nproc-per-node={self.trainer_ranks}", "-m", "app.cli", "train",
                 "--policy-name", self.policy_name, "--policy-kind", self.policy_kind]
         if not policy_kind(self.policy_kind).accelerated:
             return argv, 0

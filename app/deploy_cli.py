@@ -1,4 +1,4 @@
-"""`flywheel deploy render` (see infra.app.deploy) and `flywheel migrate` (the ClickHouse DDL)."""
+"""`flywheel deploy render` (see app.deploy) and `flywheel migrate` (the ClickHouse DDL)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from infra.runtime.config import add_arguments, describe, resolve
 
 def cmd_render(args: argparse.Namespace) -> int:
     # local: loads numpy, prometheus-client, needed only on this path
-    from infra.app.deploy import DeployConfig, describe_files, render, write
+    from app.deploy import DeployConfig, describe_files, render, write
 
     cfg = resolve(DeployConfig, vars(args))
     files = render(cfg)
@@ -35,7 +35,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     # local: loads numpy, prometheus-client, needed only on this path
-    from infra.app.deploy import DeployConfig
+    from app.deploy import DeployConfig
 
     p = subparsers.add_parser("deploy", help="render a Kubernetes deployment (Strimzi, ClickHouse, workloads) from the topic catalog")
     sub = p.add_subparsers(dest="deploy_command", metavar="ACTION", required=True)

@@ -13,7 +13,7 @@ import secrets
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from infra.app.ui.server import is_loopback, make_app
+from app.ui.server import is_loopback, make_app
 from infra.runtime.config import add_arguments
 from infra.runtime.errors import UserError
 from infra.runtime.settings import Settings, load_settings

@@ -7,7 +7,7 @@ MiniWoB++ tasks; prints one progress line every few seconds (episodes, success o
 100 episodes per task, published vs acting policy version, trainer updates, consumer lag, dead
 letters); stops on Ctrl-C, after --minutes, or (with --until-target) once every task reached its
 target; writes the report and prints its path. The phases (cold start -> SFT -> value
-pretraining -> PPO -> DPO) are infra/app/phases.py's. Before anything starts it says which tasks
+pretraining -> PPO -> DPO) are app/phases.py's. Before anything starts it says which tasks
 have no demonstrator (they go straight to RL; with none, the run starts from random weights and
 skips value pretraining); whatever ends the run, it stops the processes it started.
 
@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from infra.app import demo_queries as Q
-from infra.app import phases
+from app import demo_queries as Q
+from app import phases
 from infra.kafka.broker import free_port_block
 from infra.runtime.command import check_argv
 from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
@@ -43,8 +43,8 @@ from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
 from producers.policy_client import noise_error
 from producers.suites import RunPlan, child_args, plan as suite_plan, setting as suite_setting
-from infra.app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
-from infra.app.commands import local_cluster, running_cluster
+from app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
+from app.commands import local_cluster, running_cluster
 from infra.runtime.admin import consumer_lag, ensure_topics
 from infra.kafka.jars import fetch_jars
 from infra.runtime import versions
@@ -61,7 +61,7 @@ class DemoConfig:
                                 "from (0: run the whole --minutes); a quick check that the loop closes")
     tasks: list[str] = opt(["default"], "MiniWoB++ tasks or suites to train on (producers.suites: default, quick)")
     episodes: int = opt(20000, "episodes submitted per task at most (the run stops before it uses them all)")
-    curriculum: bool = opt(True, "feed RL episodes to the tasks by their failure rate over the last 30 (infra.app.curriculum; "
+    curriculum: bool = opt(True, "feed RL episodes to the tasks by their failure rate over the last 30 (app.curriculum; "
                                  "a solved task keeps a fifth of an unsolved one's share); --no-curriculum: every task "
                                  "the same share, all submitted up front")
     max_steps: int = opt(0, "step budget per episode (0: the suite's; 1 means the first click must succeed)")
@@ -466,7 +466,7 @@ def task_feed(cfg: DemoConfig, settings: Settings, run_id: str, tasks: list[str]
 
 
 def reached_targets(snap: dict, tasks: list[str]) -> bool:
-    from infra.app.report import TARGETS  # matplotlib: imported when the demo runs, not for --help
+    from app.report import TARGETS  # matplotlib: imported when the demo runs, not for --help
 
     rates = snap.get("rates", {})
     return all(t in rates and rates[t][1] >= 100 and rates[t][0] >= TARGETS.get(t, 0.9) for t in tasks)
@@ -655,7 +655,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
             if cfg.curriculum:
                 feed = task_feed(cfg, settings, run_id, tasks, plan.max_steps)
                 feed.refill(0, {}, {})
-                notes.append(f"RL tasks fed by failure rate over the last {CURRICULUM_WINDOW} (infra.app.curriculum), {feed.queue} queued "
+                notes.append(f"RL tasks fed by failure rate over the last {CURRICULUM_WINDOW} (app.curriculum), {feed.queue} queued "
                              "less the trajectories the trainer has not read; "
                              "--no-curriculum gives every task the same share")
             else:
@@ -706,7 +706,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
         _say(stop_children(children) or "no child was running")
     stop["interruptible"] = True  # the processes are stopped: a further Ctrl-C may skip the report
     # local: loads Pillow, clickhouse-connect, needed only on this path
-    from infra.app.report import RunInfo, write_report
+    from app.report import RunInfo, write_report
 
     run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
                   {"demo": asdict(cfg), "resolved": resolved(cfg), "settings": describe(settings)}, notes)

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from infra.app.ui.queries import UiInputError
+from app.ui.queries import UiInputError
 from producers.human import annotation_task, human_policy
 from schemas.actions import Click, Drag, Finished, Hotkey, LeftDouble, RightSingle, Scroll, Type
 from schemas.convert import UnsupportedAction, playwright_combo

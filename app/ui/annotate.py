@@ -16,8 +16,8 @@ import logging
 
 from aiohttp import web
 
-from infra.app.ui.annotate_input import parse_action, parse_session
-from infra.app.ui.queries import UiInputError, checked_id
+from app.ui.annotate_input import parse_action, parse_session
+from app.ui.queries import UiInputError, checked_id
 from infra.runtime.settings import Settings
 from producers.human import BROWSER_FAMILIES, DemoPublisher, HumanSessions, SessionFull, SessionLimits
 from producers.tasks import known_tasks

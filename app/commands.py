@@ -22,7 +22,7 @@ from infra.runtime.settings import Settings, load_settings, local_client_env_pat
 from infra.kafka.broker import LocalCluster
 from infra.kafka.tls import make_security
 from infra.kafka.jars import fetch_jars
-from infra.app.status import print_status
+from app.status import print_status
 from infra.runtime.admin import ensure_topics
 
 log = logging.getLogger("flywheel.kafka")

@@ -23,9 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 from confluent_kafka import TopicPartition
 
-from infra.app.ui.annotate import json_body
-from infra.app.ui.annotate_input import body_dict, int_field, parse_action, parse_name, text_field
-from infra.app.ui.queries import UiInputError, checked_id
+from app.ui.annotate import json_body
+from app.ui.annotate_input import body_dict, int_field, parse_action, parse_name, text_field
+from app.ui.queries import UiInputError, checked_id
 from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_consumer, make_producer
 from infra.runtime.settings import Settings
 from infra.runtime.topics import TOPICS, topic_name

@@ -12,12 +12,12 @@ import logging
 import os
 import sys
 
+import app.commands as commands
+import app.demo_cli as demo_cli
+import app.deploy_cli as deploy_cli
+import app.schemas_cli as schemas_cli
+import app.ui.cli as ui_cli
 import consumers.cli as consumers_cli
-import infra.app.commands as infra_commands
-import infra.app.demo_cli as demo_cli
-import infra.app.deploy_cli as deploy_cli
-import infra.app.schemas_cli as schemas_cli
-import infra.app.ui.cli as ui_cli
 import producers.cli as producers_cli
 import streams.cli as streams_cli
 import trainer.cli as trainer_cli
@@ -29,7 +29,7 @@ from infra.runtime.kafka_clients import DeliveryError
 # Each package's sub-commands, in the order `flywheel --help` lists them. Registering only adds
 # parsers: the heavy imports (torch, Playwright, Faust) happen when a command runs.
 COMMAND_MODULES = (
-    infra_commands,
+    commands,
     schemas_cli,
     producers_cli,
     streams_cli,

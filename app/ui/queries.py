@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from infra.app.demo_queries import first_scorer
+from app.demo_queries import first_scorer
 from trainer.sft.rft import annotator_of
 
 # ids and names the pipeline writes: uuids, task names like "click-button", "human:alice"

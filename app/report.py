@@ -1,5 +1,5 @@
 """The demo's report: Markdown with PNG plots, every figure computed in ClickHouse by a query the
-report prints beside it (infra.app.demo_queries)."""
+report prints beside it (app.demo_queries)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from infra.app import demo_queries as Q  # noqa: E402
+from app import demo_queries as Q  # noqa: E402
 from infra.clickhouse.query import execute, render  # noqa: E402
 from infra.runtime.settings import Settings  # noqa: E402
 from trainer.core import metric_names as M

@@ -1,4 +1,4 @@
-"""`flywheel demo` and `flywheel report` sub-commands (see infra.app.demo)."""
+"""`flywheel demo` and `flywheel report` sub-commands (see app.demo)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from infra.runtime.settings import Settings, load_settings, log_settings
 
 def cmd_demo(args: argparse.Namespace) -> int:
     # local: loads confluent-kafka, numpy, needed only on this path
-    from infra.app.demo import DemoConfig, run_demo
+    from app.demo import DemoConfig, run_demo
 
     settings = load_settings(vars(args))
     log_settings(settings)
@@ -20,7 +20,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     # local: loads confluent-kafka, numpy, needed only on this path
-    from infra.app.demo import DemoConfig
+    from app.demo import DemoConfig
 
     p = subparsers.add_parser("demo", help="the whole closed learning loop, with live progress and a report")
     add_arguments(p, DemoConfig)
