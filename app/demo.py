@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from app import demo_queries as Q
-from app import phases
+from app import measures, phases
 from infra.kafka.broker import free_port_block
 from infra.runtime.command import check_argv
 from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
@@ -712,8 +712,8 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
                   {"demo": asdict(cfg), "resolved": resolved(cfg), "settings": describe(settings)}, notes)
     extra, data = [], {}
     try:
-        extra, data = phases.report_section(settings, policy, base_version, cold_start,
-                                            cfg.value_pretrain_batches > 0, clock, dpo_version)
+        extra, data = measures.report_section(settings, policy, base_version, cold_start,
+                                              cfg.value_pretrain_batches > 0, clock, dpo_version)
     except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
         notes.append(f"the phase section could not be computed: {exc}")
     path = write_report(settings, run, out, extra + [cpu.markdown()], extra_summary=data)

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from app.demo import RUN_ID  # noqa: E402
 from app.demo_queries import trainer_metrics  # noqa: E402
-from app.phases import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary  # noqa: E402
+from app.measures import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary  # noqa: E402
 from producers.games import GAMES  # noqa: E402
 from producers.suites import ARROW_VISION, expand, setting  # noqa: E402
 from streams.score import SCORING_VERSION  # noqa: E402
@@ -283,7 +283,7 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
             "ev_ppo_start_pooled": vp.get("explained_variance_ppo_start_pooled"),
             "corr_ppo_start_pooled": vp.get("value_return_corr_ppo_start_pooled"),
             "ppo_start_episodes": vp.get("ppo_start_episodes"),
-            # the mean over tasks of PPO's episodes' success less pi_sft's (app.phases.phase_gain)
+            # the mean over tasks of PPO's episodes' success less pi_sft's (app.measures.phase_gain)
             "ppo_gain": (summary.get("ppo_gain") or {}).get("gain"),
             "ppo_gain_se": (summary.get("ppo_gain") or {}).get("standard_error"),
             # the same over each task's last 100 PPO episodes: the issues' "last 100" read at the run's end
@@ -312,7 +312,7 @@ def base_version_of(policy: str, summary: dict) -> int | None:
 
 def ppo_gain_last(policy: str, summary: dict) -> tuple | None:
     """PPO's gain over the starting policy's episodes, read over each task's last 100 PPO
-    episodes (``phases.run_gains``), from ClickHouse: so runs from before the report gave it are
+    episodes (``measures.run_gains``), from ClickHouse: so runs from before the report gave it are
     measured alike. None without a starting version or either phase."""
     base = base_version_of(policy, summary)
     if base is None:

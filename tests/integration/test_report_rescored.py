@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from consumers.rows import rows_for
 from app.demo_queries import staleness, success_by_version
-from app.phases import count_scored, phase_sql
+from app.measures import phase_sql
+from app.phases import count_scored
 from app.ui.queries import run_queries
 from infra.clickhouse.client import make_client
 from infra.runtime.settings import load_settings
@@ -80,7 +81,7 @@ def test_a_database_from_before_gets_the_staleness_view_that_counts_an_episode_o
 
 
 def test_the_last_100_are_each_tasks_newest_episodes_counted_once(tmp_path):
-    from app.phases import LAST_PHASE, last_sql
+    from app.measures import LAST_PHASE, last_sql
     from infra.clickhouse.query import execute
 
     settings = load_settings({"data_dir": str(tmp_path)})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app import demo, phases
+from app import demo, measures, phases
 from app.demo import DemoConfig, run_demo
 from infra.runtime.errors import UserError
 from infra.runtime.procs import Child
@@ -52,7 +52,7 @@ class Run:
         monkeypatch.setattr(phases, "clone", lambda *a, **k: "published v1")
         monkeypatch.setattr(phases, "submit", lambda *a, **k: None)
         monkeypatch.setattr(phases, "send_tasks", lambda settings, specs: len(specs))
-        monkeypatch.setattr(phases, "report_section", lambda *a, **k: ([], {}))
+        monkeypatch.setattr(measures, "report_section", lambda *a, **k: ([], {}))
         monkeypatch.setattr("app.report.write_report", self.write_report)
         self.exiting = exiting  # the name of a child that exits with code 3 soon after it starts
 

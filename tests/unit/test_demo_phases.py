@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app import phases
+from app import measures, phases
 from app.demo import DemoConfig
 from infra.runtime.errors import UserError
 from trainer.core import metric_names as M
@@ -37,17 +37,17 @@ def test_the_phase_clock_closes_each_phase_when_the_next_begins():
 def test_the_per_phase_table_is_task_by_phase():
     rows = [("click-test", "1 demonstrations (scripted)", 4, 1.0, 1.0), ("click-test", "3 PPO", 50, 0.82, 1.1),
             ("enter-text", "2 pi_sft", 10, 0.3, 3.0)]
-    cols, table = phases.pivot(rows)
+    cols, table = measures.pivot(rows)
     assert cols == ["task", "1 demonstrations (scripted)", "2 pi_sft", "3 PPO"]
     assert table == [["click-test", "1.00 (4)", "-", "0.82 (50)"], ["enter-text", "-", "0.30 (10)", "-"]]
 
 
 def test_the_phase_query_separates_annotator_start_and_ppo():
-    sql = phases.phase_sql("pixel-r1", 2, cold_start=True, value_pretrain=True)
+    sql = measures.phase_sql("pixel-r1", 2, cold_start=True, value_pretrain=True)
     assert "'scripted-pixel-r1'" in sql and "policy_version_min <= 2" in sql and "2 pi_sft (value pretraining)" in sql
-    assert "'2 random init'" in phases.phase_sql("p", 0, cold_start=False, value_pretrain=False)
+    assert "'2 random init'" in measures.phase_sql("p", 0, cold_start=False, value_pretrain=False)
     with pytest.raises(ValueError):  # a policy name never reaches the SQL unchecked
-        phases.phase_sql("p' OR 1=1 --", 0, cold_start=False, value_pretrain=False)
+        measures.phase_sql("p' OR 1=1 --", 0, cold_start=False, value_pretrain=False)
 
 
 def test_value_pretraining_summary_reads_the_first_ppo_batch():
@@ -55,7 +55,7 @@ def test_value_pretraining_summary_reads_the_first_ppo_batch():
             (2, 0, 0, {M.CRITIC_ONLY: 1.0, M.EXPLAINED_VARIANCE: 0.55, M.REWARD_CORR: 0.6}),
             (3, 1, 0, {M.CRITIC_ONLY: 0.0, M.EXPLAINED_VARIANCE: 0.5, M.REWARD_CORR: 0.7}),
             (4, 2, 0, {M.CRITIC_ONLY: 0.0, M.EXPLAINED_VARIANCE: 0.6, M.REWARD_CORR: -0.1})]
-    got = phases.value_pretraining_summary(rows)
+    got = measures.value_pretraining_summary(rows)
     assert got == {"critic_only_batches": 2, "explained_variance_at_end": 0.55,
                    "value_return_corr_at_ppo_start": 0.7, "explained_variance_at_ppo_start": 0.5,
                    # no episode or step counts recorded: the pooled figures are plain means
@@ -63,7 +63,7 @@ def test_value_pretraining_summary_reads_the_first_ppo_batch():
                    "value_return_corr_ppo_start_pooled": pytest.approx(0.3),
                    "explained_variance_ppo_start_pooled": pytest.approx(0.55)}
     # a run recorded before the metric groups had unprefixed names
-    old = phases.value_pretraining_summary([(1, 0, 0, {"critic_only": 0.0, "value_reward_corr": -0.3})])
+    old = measures.value_pretraining_summary([(1, 0, 0, {"critic_only": 0.0, "value_reward_corr": -0.3})])
     assert old["critic_only_batches"] == 0 and old["value_return_corr_at_ppo_start"] == -0.3
 
 
@@ -125,9 +125,9 @@ def test_a_client_with_its_own_init_never_moves_back():
 
 
 def test_the_correlation_verdict_follows_its_sign():
-    assert "misleads" in phases.corr_verdict(-0.2)
-    assert "positive" in phases.corr_verdict(0.342) and "misleads" not in phases.corr_verdict(0.342)
-    assert phases.corr_verdict(None) == ""
+    assert "misleads" in measures.corr_verdict(-0.2)
+    assert "positive" in measures.corr_verdict(0.342) and "misleads" not in measures.corr_verdict(0.342)
+    assert measures.corr_verdict(None) == ""
 
 
 def test_the_dpo_phase_is_the_language_policys_last_quarter_by_default():
@@ -157,11 +157,11 @@ def test_the_language_policy_fine_tunes_with_small_steps():
 
 
 def test_the_phase_query_labels_dpo_episodes_from_its_version_on():
-    sql = phases.phase_sql("lm-r1", 2, cold_start=True, value_pretrain=True, dpo_version=9)
+    sql = measures.phase_sql("lm-r1", 2, cold_start=True, value_pretrain=True, dpo_version=9)
     assert "policy_version_min >= 9, '4 DPO (from pi_sft)'" in sql
     # the DPO test comes before PPO's catch-all, after pi_sft's
     assert sql.index("policy_version_min <= 2") < sql.index(">= 9") < sql.index("'3 PPO'")
-    assert "DPO" not in phases.phase_sql("lm-r1", 2, cold_start=True, value_pretrain=True)
+    assert "DPO" not in measures.phase_sql("lm-r1", 2, cold_start=True, value_pretrain=True)
 
 
 def test_the_reflection_annotator_replays_at_the_rollouts_page_time():
@@ -288,23 +288,23 @@ def test_ppo_gain_is_the_mean_of_per_task_differences_with_its_standard_error():
     rows = [("a", "2 pi_sft", 100, 0.5, 2.0), ("a", "3 PPO", 100, 0.7, 2.0),
             ("b", "2 pi_sft", 25, 1.0, 1.0), ("b", "3 PPO", 400, 1.0, 1.0),  # the curriculum plays b less: no matter
             ("c", "3 PPO", 50, 0.2, 3.0), ("a", "1 demonstrations (scripted)", 20, 1.0, 2.0)]  # c: PPO only, left out
-    gain, se, n = phases.phase_gain(rows, "2 pi_sft", "3 PPO")
+    gain, se, n = measures.phase_gain(rows, "2 pi_sft", "3 PPO")
     assert n == 2 and gain == pytest.approx(0.1)
     assert se == pytest.approx((0.25 / 100 + 0.21 / 100) ** 0.5 / 2)
-    assert phases.phase_gain(rows, "2 random init", "3 PPO") is None
+    assert measures.phase_gain(rows, "2 random init", "3 PPO") is None
 
 
 def test_a_games_gain_is_in_normalised_score_with_its_sample_variance():
     # phase_sql's rows carry the measure's sample variance: a game's normalised score is no proportion
     rows = [("games.2048", "2 pi_sft", 16, 0.35, 177.0, 0.31), ("games.2048", "3 PPO", 60, 0.48, 185.0, 0.39),
             ("games.snake", "2 pi_sft", 1, 0.09, 109.0, float("nan")), ("games.snake", "3 PPO", 90, 0.12, 127.0, 0.015)]
-    gain, se, n = phases.phase_gain(rows, "2 pi_sft", "3 PPO")
+    gain, se, n = measures.phase_gain(rows, "2 pi_sft", "3 PPO")
     assert n == 2 and gain == pytest.approx((0.13 + 0.03) / 2)
     assert se == pytest.approx((0.31 / 16 + 0.39 / 60 + 0.0 + 0.015 / 90) ** 0.5 / 2)  # one episode: no spread
 
 
 def test_the_phase_query_measures_a_game_by_its_normalised_score():
-    sql = phases.phase_sql("pixel-g", 0, cold_start=True, value_pretrain=False)
+    sql = measures.phase_sql("pixel-g", 0, cold_start=True, value_pretrain=False)
     assert "if(isNull(normalised_score), toFloat64(success), assumeNotNull(normalised_score)) AS measure" in sql
     assert "LEFT JOIN (SELECT episode_id, normalised_score FROM trajectories FINAL" in sql
 
@@ -452,13 +452,13 @@ def test_dagger_rounds_take_the_place_of_rft_rounds_unless_asked_for():
 def test_the_gain_at_the_runs_end_reads_each_tasks_last_episodes_against_the_same_start():
     rows = [("a", "2 pi_sft (value pretraining)", 100, 0.5, 2.0), ("a", "3 PPO", 300, 0.6, 2.0),
             ("b", "2 pi_sft (value pretraining)", 25, 0.8, 1.0), ("b", "3 PPO", 400, 0.85, 1.0)]
-    last = [("a", phases.LAST_PHASE, 100, 0.9, 2.0), ("b", phases.LAST_PHASE, 100, 0.9, 1.0)]
-    whole, at_end = phases.run_gains(rows, last)
+    last = [("a", measures.LAST_PHASE, 100, 0.9, 2.0), ("b", measures.LAST_PHASE, 100, 0.9, 1.0)]
+    whole, at_end = measures.run_gains(rows, last)
     assert whole[0] == pytest.approx((0.1 + 0.05) / 2) and whole[2] == 2
     assert at_end[0] == pytest.approx((0.4 + 0.1) / 2) and at_end[2] == 2
     assert at_end[1] == pytest.approx((0.25 / 100 + 0.09 / 100 + 0.16 / 25 + 0.09 / 100) ** 0.5 / 2)
-    assert phases.run_gains(rows, [])[1] is None  # no episode read at the end: no gain, not a zero
-    assert phases.run_gains([r for r in rows if r[1] == "3 PPO"], last) == (None, None)  # no starting phase
+    assert measures.run_gains(rows, [])[1] is None  # no episode read at the end: no gain, not a zero
+    assert measures.run_gains([r for r in rows if r[1] == "3 PPO"], last) == (None, None)  # no starting phase
 
 
 def test_the_critic_at_ppo_start_is_pooled_over_its_first_batches():
@@ -472,24 +472,24 @@ def test_the_critic_at_ppo_start_is_pooled_over_its_first_batches():
             (2, 1, 0, ppo(-10.0, -1.0, 2.0, 100.0)), (3, 2, 0, ppo(0.5, 0.5, 6.0, 1000.0)),
             (4, 3, 0, ppo(0.8, 0.0, 3.0, 900.0)),
             (5, 4, 0, ppo(0.9, -1.0, 30.0, 1000.0))]  # the fourth PPO batch is past the pool
-    got = phases.value_pretraining_summary(rows)
+    got = measures.value_pretraining_summary(rows)
     assert got["episodes_at_ppo_start"] == 2.0 and got["value_return_corr_at_ppo_start"] == -1.0
     assert got["ppo_start_batches"] == 3 and got["ppo_start_episodes"] == 11.0
     assert got["value_return_corr_ppo_start_pooled"] == pytest.approx((0 * -1.0 + 4 * 0.5 + 1 * 0.0) / 5)
     assert got["explained_variance_ppo_start_pooled"] == pytest.approx((-10.0 * 100 + 0.5 * 1000 + 0.8 * 900) / 2000)
-    said = phases.critic_sentence(got)
+    said = measures.critic_sentence(got)
     assert "at PPO's first batch (2 episodes) the critic's explained variance was -10.000" in said
     assert "over PPO's first 3 batches (11 episodes) 0.110 and 0.400 (positive" in said
     assert "failure signature" not in said  # the two-episode batch's -1 is not read as the critic's failing
     # only two-episode batches: no pooled correlation to give, and the first batch's figure stands alone
-    twos = phases.value_pretraining_summary(rows[:3] + [(9, 5, 0, ppo(0.1, -1.0, 2.0, 10.0))])
+    twos = measures.value_pretraining_summary(rows[:3] + [(9, 5, 0, ppo(0.1, -1.0, 2.0, 10.0))])
     assert twos["ppo_start_batches"] == 3 and twos["value_return_corr_ppo_start_pooled"] == pytest.approx(0.5)
-    only_twos = phases.value_pretraining_summary([rows[1], (9, 5, 0, ppo(0.1, 1.0, 2.0, 10.0))])
+    only_twos = measures.value_pretraining_summary([rows[1], (9, 5, 0, ppo(0.1, 1.0, 2.0, 10.0))])
     assert only_twos["value_return_corr_ppo_start_pooled"] is None
-    assert "failure signature" in phases.critic_sentence(only_twos)
+    assert "failure signature" in measures.critic_sentence(only_twos)
     # a run with one PPO batch, or none: no pooled clause, nothing invented
-    one = phases.value_pretraining_summary(rows[:2])
-    assert one["ppo_start_batches"] == 1 and "first 1 batches" not in phases.critic_sentence(one)
-    none = phases.value_pretraining_summary(rows[:1])
+    one = measures.value_pretraining_summary(rows[:2])
+    assert one["ppo_start_batches"] == 1 and "first 1 batches" not in measures.critic_sentence(one)
+    none = measures.value_pretraining_summary(rows[:1])
     assert none["value_return_corr_ppo_start_pooled"] is None and none["episodes_at_ppo_start"] is None
-    assert phases.critic_sentence(none).endswith("correlation -.")
+    assert measures.critic_sentence(none).endswith("correlation -.")
