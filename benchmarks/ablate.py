@@ -5,11 +5,11 @@ configuration removes a phase), one after the other (one heavy job at a time on 
 all on one broker and one ClickHouse, told apart by their policy names. Every number of the report
 is computed in ClickHouse by the query printed under it.
 
-    python benchmarks/ablate.py --minutes 30 --seeds 0,1,2                     # the full table
-    python benchmarks/ablate.py --minutes 6 --seeds 0 --configs full,no-cold-start
-    python benchmarks/ablate.py --report-only --out docs/ablations             # re-read finished runs
-    python benchmarks/ablate.py --seeds 2 --keep docs/ablations/results.json   # add a seed to a table
-    python benchmarks/ablate.py --tasks starter --demo-args "--cold-start-demos 0" \
+    python -m benchmarks.ablate --minutes 30 --seeds 0,1,2                     # the full table
+    python -m benchmarks.ablate --minutes 6 --seeds 0 --configs full,no-cold-start
+    python -m benchmarks.ablate --report-only --out docs/ablations             # re-read finished runs
+    python -m benchmarks.ablate --seeds 2 --keep docs/ablations/results.json   # add a seed to a table
+    python -m benchmarks.ablate --tasks starter --demo-args "--cold-start-demos 0" \
         --configs full,coupled-gae,value-pretrain --tag st                     # from random weights
 
 Ctrl-C or SIGTERM stops the benchmark: the running demo stops as it does on its own (its
@@ -41,18 +41,17 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from ablate_effects import effects_table
-from ablate_plot import curve_key, plot, plot_by_task
-from clean_stop import end_stopping, run_child, stop_on_signals
+from app.demo import RUN_ID
+from app.demo_queries import trainer_metrics
+from app.measures import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary
+from benchmarks.ablate_effects import effects_table
+from benchmarks.ablate_plot import curve_key, plot, plot_by_task
+from benchmarks.clean_stop import end_stopping, run_child, stop_on_signals
+from producers.games import GAMES
+from producers.suites import ARROW_VISION, expand, setting
+from streams.score import SCORING_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from app.demo import RUN_ID  # noqa: E402
-from app.demo_queries import trainer_metrics  # noqa: E402
-from app.measures import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary  # noqa: E402
-from producers.games import GAMES  # noqa: E402
-from producers.suites import ARROW_VISION, expand, setting  # noqa: E402
-from streams.score import SCORING_VERSION  # noqa: E402
 
 CONFIGS: dict[str, list[str]] = {
     "full": [],
@@ -440,7 +439,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("FLYWHEEL_DATA_DIR", str(ROOT / "var"))
     if not args.report_only:
-        from own_broker import broker_for_benchmarks
+        from benchmarks.own_broker import broker_for_benchmarks
 
         stop_file = (out / STOP_AFTER).resolve()
         if stop_file.exists():

@@ -10,7 +10,7 @@ chance (fewer independent ones: the two gains are read from the same episodes, a
 figures at PPO's first batch are part of its first three's, so each pair tends to pass or fail
 together).
 
-    python benchmarks/ablate_effects.py docs/ablations/m33-15min/results.json   # a table's effects
+    python -m benchmarks.ablate_effects docs/ablations/m33-15min/results.json   # a table's effects
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ demonstrations of each task but the last few (by episode id), then report the gr
 (``trainer.policies.pixel.bc.greedy_match``: the same action, a pointer within one grid cell) on
 the training steps and on the held-out episodes, for each learning rate asked for.
 
-    FLYWHEEL_DATA_DIR=var python benchmarks/bc_holdout.py --demonstrator scripted-pixel-g35t \\
+    FLYWHEEL_DATA_DIR=var python -m benchmarks.bc_holdout --demonstrator scripted-pixel-g35t \\
         --suite games [--held-out 4] [--lrs 1e-2,1e-3] [--epochs 15] [--policy-config JSON] [--out var/bc_holdout.json]
 
 It reads the run's data where the run left it (ClickHouse's ``steps`` and ``scored``, the blob

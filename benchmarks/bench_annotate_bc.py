@@ -11,9 +11,9 @@ quick suite's click head). pi_sft (greedy) and the random policy (uniform clicks
 own episode loop. Prints each annotation action's round trip in the page (request until the new
 screen is decoded) and both success rates, as JSON.
 
-    python benchmarks/bench_annotate_bc.py                       # 10 demos, 50 episodes each
-    python benchmarks/bench_annotate_bc.py --task click-dialog --demos 10 --eval 50
-    python benchmarks/bench_annotate_bc.py --round-trips 40      # the page's round trip only
+    python -m benchmarks.bench_annotate_bc                       # 10 demos, 50 episodes each
+    python -m benchmarks.bench_annotate_bc --task click-dialog --demos 10 --eval 50
+    python -m benchmarks.bench_annotate_bc --round-trips 40      # the page's round trip only
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from own_broker import ROOT, broker_for_benchmarks  # a sibling script: this folder is on sys.path
+from benchmarks.own_broker import ROOT, broker_for_benchmarks
 from app.ui.annotate import SESSIONS_KEY
 from app.ui.server import make_app
 from infra.runtime import versions

@@ -1,6 +1,6 @@
 """Encode+decode throughput of a typical Step event through schemas.codec vs plain orjson.
 
-Run: python benchmarks/bench_codec.py [--n 20000]
+Run: python -m benchmarks.bench_codec [--n 20000]
 Prints events/s for each path measured side by side in one run, and the ratios. The plain
 orjson path is the floor: dumps+loads of the equivalent dict with no validation at all.
 """

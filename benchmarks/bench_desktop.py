@@ -6,7 +6,7 @@ Side by side in one run, on the same display and the same xterm window:
 Memory: RSS and PSS of Xvfb + the executor + the task's programs (whole process trees), for
 the terminal task and for the editor task.
 
-    python benchmarks/bench_desktop.py --steps 40
+    python -m benchmarks.bench_desktop --steps 40
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The floor of one Faust worker: how fast an agent can take events that it does nothing with.
 
-    python benchmarks/bench_faust_floor.py [--events 300000]
+    python -m benchmarks.bench_faust_floor [--events 300000]
 
 The stream processors' throughput target (one worker at 15k events/s, half a bare loop's rate)
 is bounded by what Faust itself costs per event before any of Flywheel's work. This measures it:
@@ -28,7 +28,7 @@ import time
 import uuid
 from pathlib import Path
 
-from own_broker import broker_for_benchmarks  # a sibling script: this folder is on sys.path
+from benchmarks.own_broker import broker_for_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,7 +100,7 @@ def main() -> None:
     from infra.runtime.settings import load_settings
     from infra.runtime.topics import STEP_PARTITIONS
     from schemas.codec import encode
-    from fakes import episode_events  # test fakes: benchmarks/fakes.py
+    from benchmarks.fakes import episode_events  # test fakes: benchmarks/fakes.py
 
     settings = load_settings({})
     topic = f"floor-{uuid.uuid4().hex[:8]}"

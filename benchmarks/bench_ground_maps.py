@@ -5,7 +5,7 @@ screenshot (trainer.policies.pixel.ground.stored_match_maps); the trainer rebuil
 input from the stored screenshot. This times the trainer's rebuild of N distinct screens, with
 the maps read from the blob store against computed again (the raw baseline), in one run.
 
-    python benchmarks/bench_ground_maps.py --screens 200
+    python -m benchmarks.bench_ground_maps --screens 200
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What SASL_SSL (SCRAM-SHA-512 over TLS) costs against PLAINTEXT, measured side by side in one run.
 
-Run: python benchmarks/bench_kafka_sasl.py [--n 20000] [--size 1024] [--rounds 3]
+Run: python -m benchmarks.bench_kafka_sasl [--n 20000] [--size 1024] [--rounds 3]
 Starts two single-node brokers on free ports in a temporary folder, one PLAINTEXT and one
 SASL_SSL (infra.kafka.tls makes its CA, certificate and SCRAM users), then for each, alternately:
 the time to a first metadata answer of a new client (TLS handshake + SCRAM login), and the

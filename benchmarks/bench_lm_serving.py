@@ -1,6 +1,6 @@
 """LM policy update time per batch, and policy-server requests/s with vs without batching.
 
-Run: python benchmarks/bench_lm_serving.py [--trajectories 8] [--requests 32] [--concurrency 8]
+Run: python -m benchmarks.bench_lm_serving [--trajectories 8] [--requests 32] [--concurrency 8]
 Everything on the tiny LM config (hidden 64, 2 layers, byte tokenizer) on CPU:
 1. SFT update (trainer.sft.lm_stream.train_step) over a batch of 2-step trajectories, and one
    PPO-style token-level pass (evaluate + backward) over the same decisions;
@@ -13,25 +13,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from serving_fixtures import scored_trajectory  # noqa: E402
+from tests.serving_fixtures import scored_trajectory  # test support: run from the checkout's root
 
-from schemas.blobs import BlobStore  # noqa: E402
+from schemas.blobs import BlobStore
 from trainer.core import metric_names as M
-from trainer.sft.lm_stream import LMTrainConfig, train_step  # noqa: E402
-from trainer.serving.openai_chat import encode_image  # noqa: E402
-from infra.runtime.policy import build_policy  # noqa: E402
-from trainer.serving.reload import PolicyHolder  # noqa: E402
-from trainer.serving.server import PolicyServer, ServeConfig  # noqa: E402
-from trainer.sft.sft_samples import sft_samples  # noqa: E402
+from trainer.sft.lm_stream import LMTrainConfig, train_step
+from trainer.serving.openai_chat import encode_image
+from infra.runtime.policy import build_policy
+from trainer.serving.reload import PolicyHolder
+from trainer.serving.server import PolicyServer, ServeConfig
+from trainer.sft.sft_samples import sft_samples
 from infra.runtime.procs import free_port
 
 

@@ -1,6 +1,6 @@
 """The whole main job's environment steps/s against the bare capacity of the same sandboxes.
 
-    python benchmarks/bench_main_job.py [--minutes 15] [--seed 0] [--tasks default] [--bare-steps 60] [--run-id R]
+    python -m benchmarks.bench_main_job [--minutes 15] [--seed 0] [--tasks default] [--bare-steps 60] [--run-id R]
         [--sandboxes N] [--bare-only L]
 
 All in one run, on one machine, one after the other (one heavy job at a time):
@@ -30,8 +30,8 @@ import time
 import uuid
 from pathlib import Path
 
-from ablate import ROOT, sql  # sibling scripts: this folder is on sys.path
-from bench_main_loop import Bare, bare_capacity
+from benchmarks.ablate import ROOT, sql
+from benchmarks.bench_main_loop import Bare, bare_capacity
 
 from producers.capacity import machine_sandboxes
 from producers.suites import plan

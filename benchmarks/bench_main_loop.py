@@ -1,6 +1,6 @@
 """The rollout worker's environment steps/s against the bare capacity of the same sandboxes.
 
-    python benchmarks/bench_main_loop.py [--sandboxes 4] [--episodes 48] [--tasks default] [--bare-steps 60]
+    python -m benchmarks.bench_main_loop [--sandboxes 4] [--episodes 48] [--tasks default] [--bare-steps 60]
 
 All in one run, on one machine:
 1. bare capacity: N browser sandboxes (one headless Chromium) stepping concurrently with random
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from own_broker import broker_for_benchmarks  # a sibling script: this folder is on sys.path
+from benchmarks.own_broker import broker_for_benchmarks
 
 from infra.runtime.admin import delete_topics, ensure_topics
 from infra.runtime.kafka_clients import read_to_end

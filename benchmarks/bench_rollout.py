@@ -1,6 +1,6 @@
 """Browser sandbox steps/s vs a bare Playwright loop, memory per sandbox, steps/s with N sandboxes.
 
-    python benchmarks/bench_rollout.py [--steps 200] [--rounds 4] [--sandboxes 1,2,4] [--policy none|pixel]
+    python -m benchmarks.bench_rollout [--steps 200] [--rounds 4] [--sandboxes 1,2,4] [--policy none|pixel]
 
 All in one run, on one headless Chromium:
 1. bare, two ways, in a loop on the sandbox's own page: the same browser work as a sandbox step

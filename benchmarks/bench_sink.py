@@ -1,6 +1,6 @@
 """Sink rows/s vs a bare loop doing the same job by hand, side by side in one run.
 
-    python benchmarks/bench_sink.py [--episodes 14000] [--batch-rows 5000]
+    python -m benchmarks.bench_sink [--episodes 14000] [--batch-rows 5000]
 
 Publishes a synthetic run (about 7.5 events per episode: >= 100k events by default) to fresh
 uuid-prefixed topics on the configured broker (or one started for the run when none answers,
@@ -29,16 +29,16 @@ import uuid
 import orjson
 from confluent_kafka import TopicPartition
 
-from own_broker import broker_for_benchmarks
+from benchmarks.own_broker import broker_for_benchmarks
 
-from consumers.rows import COLUMNS, row_for, ticks  # noqa: E402
-from fakes import publish, synthetic_run  # noqa: E402 - test fakes: benchmarks/fakes.py
-from consumers.sink import Sink, SinkConfig, decode_record  # noqa: E402
-from infra.runtime.admin import delete_topics, ensure_topics  # noqa: E402
-from infra.clickhouse.client import make_client  # noqa: E402
-from infra.runtime.kafka_clients import make_consumer  # noqa: E402
-from infra.runtime.settings import load_settings  # noqa: E402
-from infra.runtime.topics import TOPICS, topic_name  # noqa: E402
+from consumers.rows import COLUMNS, row_for, ticks
+from benchmarks.fakes import publish, synthetic_run  # test fakes: benchmarks/fakes.py
+from consumers.sink import Sink, SinkConfig, decode_record
+from infra.runtime.admin import delete_topics, ensure_topics
+from infra.clickhouse.client import make_client
+from infra.runtime.kafka_clients import make_consumer
+from infra.runtime.settings import load_settings
+from infra.runtime.topics import TOPICS, topic_name
 
 KINDS = ("steps", "trajectories", "scored", "policy", "metrics")
 

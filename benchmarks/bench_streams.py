@@ -1,6 +1,6 @@
 """Stream-processor throughput and latency on the real broker, side by side in one run.
 
-Run: python benchmarks/bench_streams.py [--episodes 8400] [--steps 10] [--latency-episodes 100]
+Run: python -m benchmarks.bench_streams [--episodes 8400] [--steps 10] [--latency-episodes 100]
          [--before-src PATH]
 (8,400 episodes of 10 steps are 100,800 step events: started + 10 steps + ended each.)
 
@@ -41,7 +41,7 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import KafkaException, TopicPartition
-from own_broker import broker_for_benchmarks  # a sibling script: this folder is on sys.path
+from benchmarks.own_broker import broker_for_benchmarks
 
 from infra.runtime.admin import delete_topics, ensure_topics
 from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, high_watermarks, make_consumer, make_producer
@@ -51,7 +51,7 @@ from schemas.base import now
 from schemas.codec import decode, encode
 from streams.route import get_rule
 from streams.score import make_scorer
-from fakes import episode_events  # test fakes: benchmarks/fakes.py
+from benchmarks.fakes import episode_events  # test fakes: benchmarks/fakes.py
 from streams.topology import encoded, pipeline, run_chain, run_keyed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,7 +182,7 @@ def bare_loop(source, scratch, n_episodes: int, group: str, commit_interval_s: f
 def faust_floor(settings, n: int) -> float:
     """Faust's floor on the backlog's steps topic: an agent that only counts ``n`` events."""
     out = Path(tempfile.mkdtemp()) / "floor.txt"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_faust_floor.py"), "--worker",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_faust_floor", "--worker",
                            topic_name(TOPICS.steps, settings), str(n), str(out)],
                           cwd=ROOT, env=dict(os.environ, FLYWHEEL_LOGLEVEL="warning"), timeout=1800,
                           capture_output=True)

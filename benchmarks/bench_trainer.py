@@ -5,7 +5,7 @@ rate (a stand-in for rollout workers) while ``trainer.rl.streaming_ppo.train`` c
 pixel policy's update time per batch and the trainer's idle fraction (time waiting for data /
 wall time), next to the feed rate. Uses the local broker (`flywheel up`) and throw-away topics.
 
-    python benchmarks/bench_trainer.py --rate 8 --updates 10
+    python -m benchmarks.bench_trainer --rate 8 --updates 10
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from infra.runtime.policy import build_policy
 from infra.runtime.policy import PolicyInput
 from infra.runtime.versions import scan as read_versions
 from trainer.rl.streaming_ppo import train
-from fakes import make_episode, scored_trajectory  # test fakes: benchmarks/fakes.py
+from benchmarks.fakes import make_episode, scored_trajectory  # test fakes: benchmarks/fakes.py
 
 
 def feed(settings, policy_name: str, rate: float, stop: threading.Event) -> None:

@@ -14,10 +14,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from infra.runtime.procs import say, stop_signals  # noqa: E402
+from infra.runtime.procs import say, stop_signals
 
 
 def _say(text: str) -> None:

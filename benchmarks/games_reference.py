@@ -1,7 +1,7 @@
 """The games suite's normalisation: mean final score of the random policy and of the scripted
 heuristic per game, played in the real browser sandbox (headless Chromium, fake clock).
 
-    python benchmarks/games_reference.py [--episodes 20] [--games games.2048,games.mines,games.snake]
+    python -m benchmarks.games_reference [--episodes 20] [--games games.2048,games.mines,games.snake]
                                          [--seed 100000] [--sandboxes 2]
 
 Episode k of a game runs from seed ``seed + k`` for both policies (the random policy's own draws

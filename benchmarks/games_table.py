@@ -2,7 +2,7 @@
 normalised score (mean +- standard error, episodes, mean length), and, for a run with expert
 labels, the policy's agreement with the heuristic on its own states per bucket of versions.
 
-    python benchmarks/games_table.py --run-id i48a [--split 10] [--bucket 5]
+    python -m benchmarks.games_table --run-id i48a [--split 10] [--bucket 5]
 
 Reads the platform's ClickHouse (FLYWHEEL_DATA_DIR / FLYWHEEL_CLICKHOUSE_URL, as `flywheel sql`);
 the queries are app.demo_queries.game_phases and expert_agreement, printed with the tables.

@@ -1,6 +1,6 @@
 """The language policy on a GPU: vLLM serving the exported policy, and the learner's phases.
 
-Run on a machine with CUDA: python benchmarks/gpu_lm.py [--parts vllm,torch,learner] [--out DIR]
+Run on a machine with CUDA: python -m benchmarks.gpu_lm [--parts vllm,torch,learner] [--out DIR]
 Figures measured on an H100: docs/language-policy.md ("Measured on a GPU", "The learner on a GPU").
 
 vllm (needs vLLM), torch: what `flywheel serve --backend vllm` runs, without the broker around it.

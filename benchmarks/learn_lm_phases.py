@@ -1,7 +1,7 @@
 """Does PPO, or DPO on reflection pairs, improve the language policy on pi_SFT? Both start from
 the same pi_SFT and are measured on the same unseen MiniWoB++ episodes in a real Chromium.
 
-    python benchmarks/learn_lm_phases.py --tasks click-test-2 --seed 0
+    python -m benchmarks.learn_lm_phases --tasks click-test-2 --seed 0
 
 Every phase runs the main job's own functions, without Kafka in between (so a phase takes minutes,
 not the tens of minutes the main job's processes need sharing 2 cores):

@@ -1,7 +1,7 @@
 """SFT of the pretrained language policy (SmolLM2-135M-Instruct) from scripted demonstrations,
 measured on unseen MiniWoB++ episodes in a real Chromium.
 
-    python benchmarks/learn_lm_sft.py --tasks click-test --demos 50 --epochs 3 --eval 20
+    python -m benchmarks.learn_lm_sft --tasks click-test --demos 50 --epochs 3 --eval 20
 
 The scripted solvers play the annotators, as in the main job's cold start. Each successful
 demonstration step is rendered in the policy's one context format (``LMPolicy.context``:
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 
-from learn_miniwob import LiveEnv
+from benchmarks.learn_miniwob import LiveEnv
 
 from infra.runtime.policy import PolicyInput, build_policy
 from schemas.events import Step, TaskSpec

@@ -15,17 +15,17 @@ buttons' rectangles (from the page's DOM), and ``--replay FILE`` learns on those
 reward computed from the rectangles (inside the target button: 1; inside click-test-2's TWO:
 -1; elsewhere 0) - no browser, seconds per run. Confirm a replay result on the live pages.
 
-    python benchmarks/learn_miniwob.py --max-episodes 4000 --set lr=0.001 --policy '{"grid": 16}'
-    python benchmarks/learn_miniwob.py --record var/bench/miniwob_frames.npz --frames 1000
-    python benchmarks/learn_miniwob.py --replay var/bench/miniwob_frames.npz --set lr=0.003
+    python -m benchmarks.learn_miniwob --max-episodes 4000 --set lr=0.001 --policy '{"grid": 16}'
+    python -m benchmarks.learn_miniwob --record var/bench/miniwob_frames.npz --frames 1000
+    python -m benchmarks.learn_miniwob --replay var/bench/miniwob_frames.npz --set lr=0.003
 
 ``--bc-suite NAME`` measures the cold start on a task suite instead (producers.suites): the
 scripted solvers demonstrate ``--bc-demos`` episodes per task, ``trainer.sft.bc`` clones them into
 the pixel policy (the code ``flywheel bc`` runs), and greedy pi_sft and the untrained policy
 (uniform over its heads: a random agent) each play ``--bc-eval`` unseen episodes per task:
 
-    python benchmarks/learn_miniwob.py --bc-suite default --bc-demos 10 --bc-eval 6
-    python benchmarks/learn_miniwob.py --bc-suite default --bc-demos 20,80 --bc-eval 20 --bc-sampled
+    python -m benchmarks.learn_miniwob --bc-suite default --bc-demos 10 --bc-eval 6
+    python -m benchmarks.learn_miniwob --bc-suite default --bc-demos 20,80 --bc-eval 20 --bc-sampled
 """
 
 from __future__ import annotations

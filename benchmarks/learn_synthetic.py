@@ -4,7 +4,7 @@ Drives trainer.policies.pixel.model and trainer.rl.update (the same PPO code the
 on the synthetic click-test / click-test-2 of tests.fakes.clicks, and prints episodes and
 seconds until the success rate of the last 100 sampled episodes reaches the target.
 
-    python benchmarks/learn_synthetic.py --task click-test-2 --target 0.9
+    python -m benchmarks.learn_synthetic --task click-test-2 --target 0.9
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 
 from trainer.rl.config import TrainConfig
-from fakes import learn  # test fakes: benchmarks/fakes.py
+from benchmarks.fakes import learn  # test fakes: benchmarks/fakes.py
 
 
 def main() -> int:

@@ -5,7 +5,7 @@
 
 Order: FLYWHEEL_KAFKA_BOOTSTRAP (it must answer), else the local broker of `flywheel up` when it
 answers, else a fresh single-node KRaft broker in a temporary folder on free ports, stopped (and
-its folder removed) on exit, so `python benchmarks/run_all.py` needs no set-up step.
+its folder removed) on exit, so `python -m benchmarks.run_all` needs no set-up step.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Does the language policy's click follow the screen? A fast, offline probe of SFT grounding.
 
-    python benchmarks/probe_lm_grounding.py --task click-test --epochs 3
-    python benchmarks/probe_lm_grounding.py --lm-lr-mult 0 --epochs 6   # adapter only, LM frozen
+    python -m benchmarks.probe_lm_grounding --task click-test --epochs 3
+    python -m benchmarks.probe_lm_grounding --lm-lr-mult 0 --epochs 6   # adapter only, LM frozen
 
 The first screens of ``--demos`` scripted click-test episodes and ``--eval`` unseen ones are taken
 once from real Chromium and cached under var/probe/ (with the scripted click and the buttons'
@@ -30,8 +30,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from learn_lm_sft import grounding
-from learn_miniwob import LiveEnv, button_boxes, replay_reward
+from benchmarks.learn_lm_sft import grounding
+from benchmarks.learn_miniwob import LiveEnv, button_boxes, replay_reward
 
 from infra.runtime.policy import PolicyInput, build_policy
 from schemas.events import TaskSpec

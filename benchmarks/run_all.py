@@ -1,8 +1,8 @@
 """Every Flywheel figure against its raw baseline, measured side by side in one run.
 
-    python benchmarks/run_all.py                     # pipeline, Faust's floor, rollout, sink, trainer, codec
-    python benchmarks/run_all.py --demo-minutes 15   # + async vs sync demo to the success target
-    python benchmarks/run_all.py --write docs/performance.md
+    python -m benchmarks.run_all                     # pipeline, Faust's floor, rollout, sink, trainer, codec
+    python -m benchmarks.run_all --demo-minutes 15   # + async vs sync demo to the success target
+    python -m benchmarks.run_all --write docs/performance.md
 
 Each row runs one benchmark script of this folder as a child process (same broker, same
 machine, same minute) and reads the figures it prints; the baseline is measured by the same
@@ -24,10 +24,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from own_broker import broker_for_benchmarks
+from benchmarks.own_broker import broker_for_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
 
 
 @dataclass
@@ -39,9 +38,10 @@ class Row:
     command: str
 
 
-def run(script: str, *args: str, timeout: float = 900) -> tuple[str, str]:
-    cmd = [sys.executable, str(HERE / script), *args]
-    shown = f"python benchmarks/{script} {' '.join(args)}".strip()
+def run(module: str, *args: str, timeout: float = 900) -> tuple[str, str]:
+    """``python -m benchmarks.<module> args`` from the checkout's root; -> (its output, the command shown)."""
+    cmd = [sys.executable, "-m", f"benchmarks.{module}", *args]
+    shown = f"python -m benchmarks.{module} {' '.join(args)}".strip()
     print(f"# {shown}", flush=True)
     try:
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
@@ -67,7 +67,7 @@ def _row(figure: str, value: float | None, base: float | None, unit: str, cmd: s
 
 
 def bench_streams(args) -> list[Row]:
-    text, cmd = run("bench_streams.py", "--episodes", "8400", "--steps", "10", "--latency-episodes", "60")  # 100,800 events
+    text, cmd = run("bench_streams", "--episodes", "8400", "--steps", "10", "--latency-episodes", "60")  # 100,800 events
     worker = _num(r"now worker[^:]*: ([\d,.]+) events/s", text)
     rows = [_row("pipeline: assembler -> scorer -> router fused (1 Faust worker) vs a bare confluent-kafka loop doing the "
                  "same fused work", worker, _num(r"bare confluent-kafka[^:]*: ([\d,.]+) events/s", text),
@@ -81,14 +81,14 @@ def bench_streams(args) -> list[Row]:
 
 
 def bench_faust_floor(args) -> list[Row]:
-    text, cmd = run("bench_faust_floor.py", "--events", "300000")
+    text, cmd = run("bench_faust_floor", "--events", "300000")
     return [_row("Faust's floor: one worker's agent that only counts the events it takes (no decode, no send) vs a bare "
                  "confluent-kafka consumer that only counts", _num(r"faust agent[^:]*: ([\d,.]+) events/s", text),
                  _num(r"bare confluent-kafka consumer[^:]*: ([\d,.]+) events/s", text), "events/s", cmd, text)]
 
 
 def bench_rollout(args) -> list[Row]:
-    text, cmd = run("bench_rollout.py", "--steps", "300", "--rounds", "4", "--sandboxes", "1,2,4")
+    text, cmd = run("bench_rollout", "--steps", "300", "--rounds", "4", "--sandboxes", "1,2,4")
     rows = []
     for what, pattern in (("the same browser work (click, clock advance, reward read, screenshot)",
                            r"bare Playwright click\+clock\+reward\+screenshot\s+([\d.]+) steps/s \| sandbox.step\s+([\d.]+)"),
@@ -107,14 +107,14 @@ def bench_rollout(args) -> list[Row]:
 
 
 def bench_sink(args) -> list[Row]:
-    text, cmd = run("bench_sink.py", "--episodes", "14000")
+    text, cmd = run("bench_sink", "--episodes", "14000")
     return [_row("sink: consume+decode+map+insert+commit vs a bare consume+orjson+rows+insert+commit loop (105k events)",
                  _num(r"sink \(consume[^:]*: ([\d,.]+) rows/s", text), _num(r"bare loop \([^)]*\):\s+([\d,.]+) rows/s", text),
                  "rows/s", cmd, text)]
 
 
 def bench_trainer(args) -> list[Row]:
-    text, cmd = run("bench_trainer.py", "--rate", "8", "--updates", "6")
+    text, cmd = run("bench_trainer", "--rate", "8", "--updates", "6")
     try:
         data = json.loads([ln for ln in text.splitlines() if ln.startswith("{")][-1])
     except (IndexError, ValueError):
@@ -128,7 +128,7 @@ def bench_trainer(args) -> list[Row]:
 
 
 def bench_codec(args) -> list[Row]:
-    text, cmd = run("bench_codec.py", "--n", "20000")
+    text, cmd = run("bench_codec", "--n", "20000")
     m = re.search(r"codec encode\+decode = ([\d,]+)/s, plain orjson = ([\d,]+)/s", text)
     return [_row("codec: typed Step encode+decode vs plain orjson dumps+loads of the same dict",
                  float(m.group(1).replace(",", "")) if m else None, float(m.group(2).replace(",", "")) if m else None,

@@ -1,7 +1,7 @@
 """The starter suite's floor: success of the random policy on each task, played in the real
 browser sandbox (headless Chromium, fake clock), as `flywheel demo` plays it from random weights.
 
-    python benchmarks/starter_reference.py [--episodes 50] [--tasks starter] [--seed 100000]
+    python -m benchmarks.starter_reference [--episodes 50] [--tasks starter] [--seed 100000]
                                            [--sandboxes 2] [--max-steps 0]
 
 The random policy clicks a uniform point of the 160 x 160 task area under the instruction bar
