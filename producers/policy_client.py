@@ -32,8 +32,8 @@ from producers.games import GAMES
 from producers.sandboxes.base import Obs
 from schemas.actions import Action, Click, Wait
 from schemas.blobs import BlobStore
-from schemas.events import PolicyVersion, Step, TaskSpec
-from infra.runtime.policy import build_policy, Decision, load_policy_version, policy_kind, PolicyInput
+from schemas.events import Observation, PolicyVersion, Step, TaskSpec
+from infra.runtime.policy import build_policy, Decision, load_policy_version, past_step_json, past_steps, policy_kind, PolicyInput
 from schemas.prompt import PromptSpec, history_window, to_messages, uitars_turns
 from infra.runtime.errors import UserError
 from schemas.uitars import parse_output
@@ -276,9 +276,18 @@ def chat_request(model: str, spec: PromptSpec, instruction: str, png: bytes, his
     (the one the trainer rebuilds), screenshots as PNG data URLs (lossless: the server decodes
     the pixels the trainer loads from the blob store). ``history_pngs[i]`` is step i's screenshot,
     None outside the context's window."""
-    turns = uitars_turns(spec, instruction, history, history_pngs, png)
+    turns = uitars_turns(spec, instruction, past_steps(history), history_pngs, png)  # what a policy may see
     return {"model": model, "messages": to_messages(turns, png_data_url), "logprobs": True,
             "temperature": temperature, "max_tokens": max_tokens}
+
+
+def act_request(o: Observation, png: bytes, history: list[Step]) -> dict[str, Any]:
+    """A ``/v1/act`` body: the screenshot, the instruction, the screen size and the episode so far
+    (so a language policy acts in exactly the context it is trained in) as a policy may see it
+    (``past_step_json``): no page URL, reward, error or label of an earlier step leaves the worker."""
+    return {"image_b64": base64.b64encode(png).decode("ascii"), "instruction": o.instruction,
+            "screen_width": o.screen_width, "screen_height": o.screen_height,
+            "history": [past_step_json(step) for step in history]}
 
 
 def parse_chat_reply(body: dict[str, Any], width: int, height: int, coord_mode: str) -> tuple[Decision, int | None]:
@@ -376,12 +385,7 @@ class HttpClient(PolicyClient):
             decision, version = parse_chat_reply(await self._post("/v1/chat/completions", body),
                                                  o.screen_width, o.screen_height, self.spec.coord_mode)
         else:
-            # the episode so far, so a language policy acts in exactly the context it is trained in
-            body = {"image_b64": base64.b64encode(png).decode("ascii"), "instruction": o.instruction,
-                    "screen_width": o.screen_width, "screen_height": o.screen_height,
-                    # DAgger's labels stay here: a policy never sees them, an older server refuses them
-                    "history": [step.model_dump(mode="json", exclude={"expert_action"}) for step in request.history]}
-            decision, version = parse_act_reply(await self._post("/v1/act", body))
+            decision, version = parse_act_reply(await self._post("/v1/act", act_request(o, png, request.history)))
         if version is not None:
             self.version = max(self.version, version)
             return PolicyReply(decision, version)

@@ -18,15 +18,17 @@ the rollout worker stores it on the step so the trainer can correct off-policy d
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 import numpy as np
 
 from infra.runtime.errors import UserError
+from schemas.actions import Action
 from schemas.blobs import BlobNotFound, BlobStore
-from schemas.events import BlobRef, PolicyVersion, Step
+from schemas.codec import DecodeError, validate
+from schemas.events import BlobRef, Observation, PolicyVersion, Step
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,9 @@ class PastStep:
     action: Any
 
 
+SEEN_FIELDS = tuple(f.name for f in fields(SeenScreen))  # Observation's fields a policy may see
+
+
 def past_step(step: Step | PastStep) -> PastStep:
     """The projection of a recorded step onto what a policy may see (a PastStep stays as it is)."""
     if isinstance(step, PastStep):
@@ -64,6 +69,34 @@ def past_step(step: Step | PastStep) -> PastStep:
 
 def past_steps(history: Any) -> list[PastStep]:
     return [past_step(s) for s in history]
+
+
+def past_step_json(step: Step | PastStep) -> dict[str, Any]:
+    """An earlier step as it leaves a rollout worker for a policy server (``/v1/act``'s
+    ``history``): its projection (``past_step``) and nothing else, so a server not ours never
+    receives what a policy must not see."""
+    p = past_step(step)
+    o = p.observation
+    return {"observation": {"screenshot": o.screenshot.model_dump(mode="json"), "screen_width": o.screen_width,
+                            "screen_height": o.screen_height, "instruction": o.instruction},
+            "thought": p.thought, "raw_output": p.raw_output,
+            "action": None if p.action is None else p.action.model_dump(mode="json")}
+
+
+def past_step_from_json(raw: Any) -> PastStep:
+    """``past_step_json``'s form back as a PastStep (DecodeError, a ValueError, naming the bad
+    field). Keys beyond that form, such as an older worker's whole Step, are dropped unread."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("observation"), dict):
+        raise DecodeError("observation", raw, "an earlier step needs its observation (screenshot, screen size)")
+    seen = {k: v for k, v in raw["observation"].items() if k in SEEN_FIELDS}
+    o = validate(seen, Observation)
+    texts = {k: raw.get(k, "") for k in ("thought", "raw_output")}
+    for key, text in texts.items():
+        if not isinstance(text, str):
+            raise DecodeError(key, text, "expected a string")
+    action = None if raw.get("action") is None else validate(raw["action"], Action)
+    return PastStep(observation=SeenScreen(o.screenshot, o.screen_width, o.screen_height, o.instruction),
+                    action=action, **texts)
 
 
 @dataclass

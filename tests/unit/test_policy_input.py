@@ -78,3 +78,23 @@ def test_the_pixel_policy_reads_a_recorded_step_as_its_projection():
     seen = policy.preprocess(image, past_steps(steps), "Select alpha and press Submit.")
     assert full.shape == seen.shape and bool((full == seen).all())
     assert bool((full != policy.preprocess(image, [], "Select alpha and press Submit.")).any())  # it reads them
+
+
+def test_the_wire_form_of_an_earlier_step_is_its_projection_and_is_checked():
+    """``/v1/act``'s history: what leaves the worker is the projection, read back unchanged; a
+    malformed entry is a DecodeError naming the field (the server answers 400)."""
+    import pytest
+
+    from infra.runtime.policy import past_step_from_json, past_step_json
+    from schemas.codec import DecodeError
+
+    step = recorded(0)
+    wire = past_step_json(step)
+    assert set(wire) == {"observation", "thought", "raw_output", "action"}
+    assert set(wire["observation"]) == {"screenshot", "screen_width", "screen_height", "instruction"}
+    assert past_step_from_json(wire) == past_steps([step])[0]
+    assert past_step_from_json({**wire, "action": None}).action is None
+    for bad in ({"kind": "step"}, {**wire, "thought": 3}, {**wire, "action": {"type": "teleport"}},
+                {**wire, "observation": {**wire["observation"], "screen_width": 0}}):
+        with pytest.raises(DecodeError):
+            past_step_from_json(bad)

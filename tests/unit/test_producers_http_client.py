@@ -99,3 +99,58 @@ def test_torch_client_batches_concurrent_requests_under_one_version():
 
     replies = asyncio.run(main())
     assert policy.batches == [4] and all(r.version == 3 for r in replies)
+
+
+LEAKS = ("miniwob/click-checkboxes.html", "click-checkboxes", "refused: no such element", "shell output", "0.875")
+NOT_A_POLICYS = {"url", "window_title", "reward", "done", "error", "output", "logprob", "value", "policy_version",
+                 "expert_action", "next_screenshot_sha256", "latency_policy_ms", "latency_env_ms", "sampled"}
+
+
+def keys_of(value) -> set[str]:
+    """Every key of a JSON value, at any depth."""
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in keys_of(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in keys_of(v)}
+    return set()
+
+
+@pytest.mark.parametrize("mode", ["chat", "act"])
+def test_no_page_url_reward_or_error_of_an_earlier_step_leaves_the_worker(mode, tmp_path):
+    """Whatever server answers, what the worker sends of the episode so far is the screens, the
+    instruction and the policy's own output: the recorded steps' URL, reward, error, SDK output and
+    DAgger label stay in the worker."""
+    import json
+
+    from infra.runtime.policy import past_step_from_json, past_steps
+    from schemas.blobs import BlobStore
+    from tests.unit.test_policy_input import recorded
+
+    store = BlobStore(str(tmp_path))
+    steps = [recorded(0), recorded(1)]
+    steps = [s.model_copy(update={"observation": s.observation.model_copy(
+        update={"screenshot": store.put(bytes([i]) * 8, "image/png")})}) for i, s in enumerate(steps)]
+    steps[1] = steps[1].model_copy(update={"reward": 0.3125})
+
+    async def main():
+        seen: list = []
+        runner, url = await serve(seen)
+        client = make_client("http", "p", base_url=url, mode=mode, blobs=store)
+        req = request()
+        req.history = steps
+        try:
+            await client.act(req)
+        finally:
+            await client.close()
+            await runner.cleanup()
+        return seen[0]
+
+    body = asyncio.run(main())
+    sent = json.dumps(body)
+    for leaked in (*LEAKS, "0.3125"):
+        assert leaked not in sent, leaked
+    if mode == "act":  # the server rebuilds exactly the projection a policy in this process sees
+        assert not keys_of(body["history"]) & NOT_A_POLICYS, keys_of(body["history"]) & NOT_A_POLICYS
+        assert [past_step_from_json(s) for s in body["history"]] == past_steps(steps)
+    else:
+        assert sent.count("Thought: I click it.") == 2  # the policy's own earlier output is there

@@ -131,10 +131,11 @@ def test_bad_requests_get_400_with_a_reason(lm, body, fragment):
     assert bad_status == 400
 
 
-def test_act_endpoint_for_the_lm_policy_uses_the_episode_history(lm):
+@pytest.mark.parametrize("form", ["projected", "older worker's Step"])
+def test_act_endpoint_for_the_lm_policy_uses_the_episode_history(lm, form):
     from schemas.actions import Click
     from schemas.events import BlobRef, Observation, Step
-    from infra.runtime.policy import PolicyInput
+    from infra.runtime.policy import PolicyInput, past_step_json
 
     holder = PolicyHolder("lm-srv")
     holder.swap(lm, None)
@@ -145,7 +146,7 @@ def test_act_endpoint_for_the_lm_policy_uses_the_episode_history(lm):
 
     async def fn(client, server):
         body = {"image_b64": encode_png_b64(IMG), "instruction": "go", "screen_width": 80, "screen_height": 60,
-                "history": [earlier.model_dump(mode="json")]}
+                "history": [past_step_json(earlier) if form == "projected" else earlier.model_dump(mode="json")]}
         r = await client.post("/v1/act", json=body)
         bad = await client.post("/v1/act", json={**body, "history": [{"kind": "step"}]})
         return await r.json(), bad.status

@@ -3,7 +3,8 @@
 Endpoints:
 - ``POST /v1/chat/completions``: OpenAI-compatible, for language policies (trainer.serving.openai_chat);
 - ``POST /v1/act``: ``{"image_b64", "instruction", "screen_width", "screen_height", "greedy"?,
-  "history"?: [Step JSON]}``
+  "history"?: [earlier step: {"observation": {"screenshot", "screen_width", "screen_height",
+  "instruction"}, "thought", "raw_output", "action"}]}`` (``infra.runtime.policy.past_step_json``)
   -> ``{"action": unified action JSON | null, "logprob", "value", "policy_version", "thought",
   "raw_output", "parse_error"}``, for any policy kind (the pixel policy's endpoint). For a
   language policy with ``history`` the context is exactly the one the trainer rebuilds from the
@@ -35,10 +36,9 @@ from trainer.rl.config import place
 from infra.runtime.errors import UserError
 from trainer.serving.batching import DynamicBatcher
 from trainer.serving.openai_chat import BadRequest, ChatParams, chat_response, decode_image, parse_messages, parse_params
-from infra.runtime.policy import build_policy, load_policy_version, policy_kind, PolicyInput
+from infra.runtime.policy import PastStep, build_policy, load_policy_version, past_step_from_json, policy_kind, PolicyInput
 from trainer.serving.reload import PolicyHolder, PolicyReloader
-from schemas.codec import DecodeError, validate
-from schemas.events import Step
+from schemas.codec import DecodeError
 from schemas.blobs import BlobStore
 
 ACT_PATHS = frozenset({"/v1/act", "/v1/chat/completions"})
@@ -217,13 +217,14 @@ def _act_input(body: dict[str, Any]) -> PolicyInput:
     return PolicyInput(decode_image(image), instruction, w, h, history=_history(body.get("history", [])))
 
 
-def _history(raw: Any) -> list:
-    """Earlier steps of the episode (Step JSON): the LM policy's UI-TARS context, as in training."""
+def _history(raw: Any) -> list[PastStep]:
+    """Earlier steps of the episode as a policy may see them (``past_step_json``'s form): the LM
+    policy's UI-TARS context, as in training."""
 
     if not isinstance(raw, list):
-        raise BadRequest("history must be a list of Step objects")
+        raise BadRequest("history must be a list of earlier steps")
     try:
-        return [validate(s, Step) for s in raw]
+        return [past_step_from_json(s) for s in raw]
     except DecodeError as exc:
         raise BadRequest(f"history: {exc}") from None
 
