@@ -244,7 +244,9 @@ class ScoredTrajectory(Event):
 class PolicyVersion(Event):
     policy: Name
     version: UInt32
-    kind: Literal["pixel", "lm"]
+    # the registered policy kind that rebuilds it (infra.runtime.policy.policy_kind): any installed or
+    # registered kind, so this schema names none; publishing and loading refuse an unknown one
+    kind: Name
     uri: Annotated[str, Field(min_length=1, max_length=4096)]
     sha256: Sha256
     parent: UInt32 | None = None

@@ -1,9 +1,11 @@
 """A policy kind is a plug-in: a third kind, registered here only, runs behaviour cloning and a PPO
 update through the unchanged trainers (trainer.sft.bc, trainer.rl.streaming_ppo.to_episode,
-trainer.rl.update), and the app reads its facts through the registry."""
+trainer.rl.update), publishes a version a rollout worker then acts with, and the app reads its
+facts through the registry."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 import numpy as np
@@ -14,10 +16,16 @@ from PIL import Image
 from torch import nn
 
 from infra.runtime.config import ConfigError
+from infra.runtime.errors import UserError
 from infra.runtime.policy import KINDS, Decision, build_policy, kind_names, policy_kind, register_kind
 from schemas.actions import Click
 from schemas.blobs import BlobStore
+from schemas.codec import decode, encode
+from schemas.events import Observation, PolicyVersion, TaskSpec
+from producers.policy_client import PolicyRequest, make_client
+from producers.sandboxes.base import Obs
 from trainer.core import metric_names as M
+from trainer.core.publish import make_version, save_weights
 from trainer.policies.base import KindDefaults, PolicyDefaults
 from trainer.rl.config import TrainConfig, check_device
 from trainer.rl.streaming_ppo import to_episode
@@ -200,3 +208,34 @@ def test_to_episode_keeps_the_expert_labels_the_policy_can_represent(tiny, tmp_p
         steps = [traj.steps[0].model_copy(update={"expert_action": label})]
         relabelled = scored.model_copy(update={"trajectory": traj.model_copy(update={"steps": steps})})
         assert to_episode(relabelled, policy, store).experts == [kept]
+
+
+def test_a_registered_kind_publishes_a_version_a_rollout_worker_acts_with(tiny, tmp_path):
+    """The version travels the policy topic's codec under the kind's own name, and the rollout's
+    torch client loads it (sha256 checked) and acts with its weights."""
+    store = BlobStore(str(tmp_path))
+    policy = build_policy("tiny", "t", {"seed": 1})
+    with torch.no_grad():
+        policy.cells.bias[GRID + 2] = 50.0  # the published weights click the cell (2, 1); the fresh ones anywhere
+    policy.version = 3
+    pv = decode(encode(make_version(policy, save_weights(policy, store), parent=2)), PolicyVersion)
+    assert (pv.kind, pv.version, pv.config) == ("tiny", 3, {"seed": 1})
+
+    screen = Observation(screenshot=store.put(b"png", "image/png"), screen_width=160, screen_height=210,
+                         instruction="Click the button.")
+    request = PolicyRequest(task=TaskSpec(task_id="t", suite="miniwob", name="click-test"),
+                            obs=Obs(observation=screen, image=np.zeros((210, 160, 3), np.uint8)), step_index=0)
+    client = make_client("torch", "t", kind="tiny", greedy=True, threads=0)
+
+    async def act():
+        await client.load_version(pv, store)
+        return await client.act(request)
+
+    reply = asyncio.run(act())
+    assert reply.version == 3 and reply.decision.action == Click(x=2.5 / GRID, y=1.5 / GRID)
+
+
+def test_a_version_of_an_unregistered_kind_is_refused_at_publishing(tmp_path):
+    policy = TinyPolicy("t")  # its kind, "tiny", is not registered in this test
+    with pytest.raises(UserError, match="unknown policy kind 'tiny'; known: .*pixel"):
+        make_version(policy, save_weights(policy, BlobStore(str(tmp_path))), parent=None)

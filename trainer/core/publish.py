@@ -13,6 +13,7 @@ from __future__ import annotations
 from safetensors.torch import save as save_safetensors
 
 from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise
+from infra.runtime.policy import policy_kind
 from infra.runtime.versions import publish
 from infra.runtime.settings import Settings
 from infra.runtime.topics import TOPICS, topic_name
@@ -33,6 +34,9 @@ def save_weights(policy, store: BlobStore) -> BlobRef:
 
 
 def make_version(policy, ref: BlobRef, parent: int | None, metrics: dict[str, float] | None = None) -> PolicyVersion:
+    """``policy``'s version, stored at ``ref``; a UserError naming the known kinds when its kind is
+    not registered here, since no reader could rebuild it (the schema admits any kind's name)."""
+    policy_kind(policy.kind)
     return PolicyVersion(policy=policy.name, version=policy.version, kind=policy.kind, uri=ref.uri,
                          sha256=ref.sha256, parent=parent, created_at=now(),
                          metrics={k: float(v) for k, v in (metrics or {}).items() if v == v},  # drop NaN
