@@ -34,6 +34,7 @@ from schemas.blobs import BlobStore
 from schemas.events import BlobRef
 from trainer.policies.pixel.bc import greedy_match
 from trainer.sft.bc import bc_train, examples
+from trainer.sft.holdout import split
 
 STEPS_SQL = """
 SELECT s.episode_id, sc.task_name, s.step_index, s.action, s.sampled, s.instruction, s.screenshot_sha256,
@@ -72,17 +73,6 @@ def demonstrations(settings: Settings, policy: str) -> dict[str, list[SimpleName
     for episode in sorted(episodes):
         by_task[episodes[episode].task.name].append(SimpleNamespace(trajectory=episodes[episode]))
     return dict(by_task)
-
-
-def split(by_task: dict[str, list], held_out: int) -> tuple[list, list]:
-    """The last ``held_out`` episodes of each task to test, the rest to train; a task with no
-    more than ``held_out`` episodes is refused (nothing would be left to clone)."""
-    short = [t for t, eps in by_task.items() if len(eps) <= held_out]
-    if short:
-        raise SystemExit(f"bc_holdout: {', '.join(short)} have {held_out} or fewer demonstrations: lower --held-out")
-    train = [e for eps in by_task.values() for e in eps[:-held_out]]
-    test = [e for eps in by_task.values() for e in eps[-held_out:]]
-    return train, test
 
 
 def main() -> None:

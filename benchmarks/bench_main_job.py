@@ -30,7 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
-from benchmarks.ablate import ROOT, sql
+from app.ablation.runs import ROOT, sql
 from benchmarks.bench_main_loop import Bare, bare_capacity
 
 from producers.capacity import machine_sandboxes

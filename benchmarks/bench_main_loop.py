@@ -43,31 +43,13 @@ from producers.sandboxes.browser import BrowserSandbox
 from producers.sandboxes.browser_host import BrowserHost
 from producers.suites import pixel_config, plan
 from producers.tasks import build_tasks, submit
-from schemas.actions import Click
+from producers.bare_loop import bare_sandbox
 from schemas.blobs import BlobStore
 from schemas.codec import decode
 from schemas.events import EpisodeEvent, EpisodeStarted, Step
 
 
 # ---------------------------------------------------------------- 1. bare capacity
-
-
-async def bare_sandbox(sb: BrowserSandbox, tasks: list, steps: int, rng: random.Random,
-                       episode_steps: int = 0) -> tuple[int, int]:
-    """``steps`` random clicks, a new task page after each ended episode, and after every
-    ``episode_steps`` steps of one (0: only when the task ends): the main job's policy ends its
-    episodes sooner than random clicks do, and a page reset costs the browser more than a click.
-    Returns the steps and the episodes started."""
-    k, episodes, in_episode = rng.randrange(len(tasks)), 1, 0
-    await sb.reset(tasks[k])
-    for i in range(steps):
-        _, result = await asyncio.gather(sb.flush(), sb.step(Click(x=rng.random(), y=0.25 + 0.75 * rng.random())))
-        in_episode += 1
-        if (result.done or in_episode == episode_steps) and i < steps - 1:
-            k, episodes, in_episode = k + 1, episodes + 1, 0
-            await sb.reset(tasks[k % len(tasks)])
-    await sb.flush()
-    return steps, episodes
 
 
 @dataclass

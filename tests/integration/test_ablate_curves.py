@@ -1,10 +1,8 @@
-"""benchmarks/ablate.py's curves, in real embedded chDB: the run's curve windows every task's
+"""app.ablation.runs' curves (python -m benchmarks.ablate), in real embedded chDB: the run's curve windows every task's
 episodes together, the per-task curves each task's own, both over the run's RL policy only."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +11,7 @@ from infra.clickhouse.client import make_client
 from infra.runtime.settings import load_settings
 from schemas.events import TaskSpec, Trajectory
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import ablate  # noqa: E402
+from app.ablation import runs as ablate
 
 T0 = 1.8e9
 

@@ -1,17 +1,14 @@
-"""benchmarks/ablate_effects.py: an ablation's effect is its difference from the full recipe with
+"""app.ablation.effects (python -m benchmarks.ablate_effects): an ablation's effect is its difference from the full recipe with
 Welch's standard error, marked when the difference is above twice that error."""
 
 from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import ablate_effects  # noqa: E402
+from app.ablation import effects as ablate_effects
 
 
 def test_the_difference_and_its_welch_standard_error():

@@ -1,15 +1,13 @@
-"""benchmarks/ablate.py: a table grown over several invocations keeps every run once."""
+"""app.ablation.runs (python -m benchmarks.ablate): a table grown over several invocations keeps every run once."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import ablate  # noqa: E402
+from app.ablation import runs as ablate
 
 
 SETTINGS = {"tasks": "default", "minutes": 7.0, "target": 0.8, "demo_args": "", "recipe": ablate.RECIPE}

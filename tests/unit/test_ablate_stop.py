@@ -1,4 +1,4 @@
-"""benchmarks/ablate.py and clean_stop.py: a stop (SIGTERM or Ctrl-C) lets the running demo stop
+"""app.ablation.runs and app.ablation.clean_stop (python -m benchmarks.ablate): a stop (SIGTERM or Ctrl-C) lets the running demo stop
 what it started, starts no further run, and leaves a run that did not end on its own out of the table."""
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import ablate  # noqa: E402
+from app.ablation import runs as ablate
 
 # stands in for a demo: on SIGTERM or Ctrl-C it takes a while to clean up (stopping its children),
 # then exits; further signals do not cut that short (as the demo's handler)
@@ -40,8 +38,7 @@ time.sleep(60)
 
 DRIVER = """
 import sys
-sys.path.insert(0, {bench!r})
-from clean_stop import run_child, stop_on_signals
+from app.ablation.clean_stop import run_child, stop_on_signals
 stop_on_signals()
 try:
     run_child([sys.executable, {child!r}, {out!r}, {cleanup_s!r}], {out!r})
@@ -65,7 +62,7 @@ def driver(tmp_path):
     def start(cleanup_s: float = 1.0, stderr=None) -> subprocess.Popen:
         (tmp_path / "child.py").write_text(CHILD)
         path = tmp_path / "driver.py"
-        path.write_text(textwrap.dedent(DRIVER.format(bench=str(BENCH), child=str(tmp_path / "child.py"),
+        path.write_text(textwrap.dedent(DRIVER.format(child=str(tmp_path / "child.py"),
                                                       out=str(tmp_path), cleanup_s=str(cleanup_s))))
         procs.append(subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, stderr=stderr, text=True,
                                       start_new_session=True))

@@ -1,8 +1,8 @@
-"""benchmarks/bc_holdout.py: which demonstrations train and which are held out."""
+"""trainer.sft.holdout (python -m benchmarks.bc_holdout): which demonstrations train and which are held out."""
 
 import pytest
 
-from benchmarks.bc_holdout import split
+from trainer.sft.holdout import split
 
 
 def test_the_last_episodes_of_each_task_are_held_out():

@@ -1,17 +1,13 @@
-"""The bare loop of the throughput benchmarks (benchmarks/bench_main_loop.py) can play the main
+"""The bare loop of the throughput benchmarks (producers.bare_loop, python -m benchmarks.bench_main_loop) can play the main
 job's episode lengths: a new task page when the task ends and after every ``episode_steps``."""
 
 from __future__ import annotations
 
 import asyncio
 import random
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from bench_main_loop import bare_sandbox  # noqa: E402
+from producers.bare_loop import bare_sandbox
 
 
 class CountingSandbox:
