@@ -32,7 +32,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from benchmarks.own_broker import ROOT, broker_for_benchmarks
+from infra.kafka.own_broker import ROOT, broker_for_benchmarks
 from app.ui.annotate import SESSIONS_KEY
 from app.ui.server import make_app
 from infra.runtime import versions

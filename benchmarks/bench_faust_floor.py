@@ -28,7 +28,7 @@ import time
 import uuid
 from pathlib import Path
 
-from benchmarks.own_broker import broker_for_benchmarks
+from infra.kafka.own_broker import broker_for_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 

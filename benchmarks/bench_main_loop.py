@@ -6,7 +6,7 @@ All in one run, on one machine:
 1. bare capacity: N browser sandboxes (one headless Chromium) stepping concurrently with random
    clicks on the run's tasks, nothing else (a new episode's page after each ended one, counted as
    a workload: the worker resets too), total environment steps/s;
-2. the main loop: a ``RolloutWorker`` with N sandboxes on a real Kafka broker (benchmarks/own_broker.py),
+2. the main loop: a ``RolloutWorker`` with N sandboxes on a real Kafka broker (infra/kafka/own_broker.py),
    the in-process pixel policy of the main job (the demo's config, random weights) acting on every
    step, ``--episodes`` tasks from flywheel.tasks.v1 to flywheel.steps.v1; steps/s from the first
    episode's start to the last one's end, read back from the steps topic;
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from benchmarks.own_broker import broker_for_benchmarks
+from infra.kafka.own_broker import broker_for_benchmarks
 
 from infra.runtime.admin import delete_topics, ensure_topics
 from infra.runtime.kafka_clients import read_to_end

@@ -4,7 +4,7 @@
 
 Publishes a synthetic run (about 7.5 events per episode: >= 100k events by default) to fresh
 uuid-prefixed topics on the configured broker (or one started for the run when none answers,
-see benchmarks/own_broker.py), then, on the same messages:
+see infra/kafka/own_broker.py), then, on the same messages:
 
 - the sink: consume, decode with full schema validation, map, insert, commit (``consumers.sink``
   on ``infra.runtime.consume_loop``), until every row is written;
@@ -29,7 +29,7 @@ import uuid
 import orjson
 from confluent_kafka import TopicPartition
 
-from benchmarks.own_broker import broker_for_benchmarks
+from infra.kafka.own_broker import broker_for_benchmarks
 
 from consumers.rows import COLUMNS, row_for, ticks
 from benchmarks.fakes import publish, synthetic_run  # test fakes: benchmarks/fakes.py

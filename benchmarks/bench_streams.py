@@ -25,7 +25,7 @@ events/s = step events / (last flywheel.rl.v1 record's CreateTime - first
 flywheel.trajectories.v1 record's CreateTime), so start-up and the backlog's production are not
 counted (the floor: first to last counted event). Prints each figure and the ratios worker /
 floor and worker / bare loop. Topics are deleted afterwards. Without FLYWHEEL_KAFKA_BOOTSTRAP or
-a running `flywheel up` broker, a broker is started for the run (benchmarks/own_broker.py).
+a running `flywheel up` broker, a broker is started for the run (infra/kafka/own_broker.py).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import KafkaException, TopicPartition
-from benchmarks.own_broker import broker_for_benchmarks
+from infra.kafka.own_broker import broker_for_benchmarks
 
 from infra.runtime.admin import delete_topics, ensure_topics
 from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, high_watermarks, make_consumer, make_producer

@@ -8,7 +8,7 @@ Each row runs one benchmark script of this folder as a child process (same broke
 machine, same minute) and reads the figures it prints; the baseline is measured by the same
 script in the same run. A benchmark that fails shows its error in the table instead of a number.
 With no broker configured or running, one is started for the run and stopped at its end
-(benchmarks/own_broker.py).
+(infra/kafka/own_broker.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.own_broker import broker_for_benchmarks
+from infra.kafka.own_broker import broker_for_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 

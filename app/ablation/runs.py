@@ -47,6 +47,7 @@ from app.measures import PPO_START_BATCHES, last_sql, phase_sql, run_gains, valu
 from app.ablation.clean_stop import end_stopping, run_child, stop_on_signals
 from app.ablation.effects import effects_table
 from app.ablation.plot import curve_key, plot, plot_by_task
+from infra.kafka.own_broker import broker_for_benchmarks
 from producers.games import GAMES
 from producers.suites import ARROW_VISION, expand, setting
 from streams.score import SCORING_VERSION
@@ -439,8 +440,6 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("FLYWHEEL_DATA_DIR", str(ROOT / "var"))
     if not args.report_only:
-        from benchmarks.own_broker import broker_for_benchmarks
-
         stop_file = (out / STOP_AFTER).resolve()
         if stop_file.exists():
             stop_file.unlink()

@@ -1,4 +1,4 @@
-"""A Kafka broker for a benchmark run: the configured one when it answers, else one started here.
+"""A Kafka broker for a benchmark or an ablation run: the configured one when it answers, else one started here.
 
     with broker_for_benchmarks() as bootstrap:   # sets FLYWHEEL_KAFKA_BOOTSTRAP for children
         ...
@@ -18,14 +18,14 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from infra.kafka.broker import LocalCluster, free_port_block
 from infra.runtime.errors import UserError
 from infra.runtime.kafka_clients import client_config
 from infra.kafka.jars import fetch_jars
 from infra.runtime.probe import probe_brokers
 from infra.runtime.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: var/ holds the data by default
 
 
 @contextlib.contextmanager
