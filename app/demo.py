@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from app import demo_queries as Q
-from app import measures, phases
+from app import measures, phases, run_config
 from infra.kafka.broker import free_port_block
 from infra.runtime.command import check_argv
 from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
@@ -42,7 +42,7 @@ from infra.runtime.procs import Child, flywheel_argv, say as _say, stop_signals,
 from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
 from producers.policy_client import noise_error
-from producers.suites import RunPlan, child_args, plan as suite_plan, setting as suite_setting
+from producers.suites import RunPlan, plan as suite_plan, setting as suite_setting
 from app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
 from app.commands import local_cluster, running_cluster
 from infra.runtime.admin import consumer_lag, ensure_topics
@@ -200,17 +200,19 @@ def child_env(settings: Settings, prefix: str) -> dict[str, str]:
 
 
 def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str, logs: Path,
-                  plan: RunPlan) -> list[Child]:
+                  plan: RunPlan, trainer: run_config.Resolved | None = None) -> list[Child]:
     """The processes of the loop, in start order (stop order is the reverse): the platform (sink,
-    stream processors), then the learner (trainer, rollout workers)."""
+    stream processors), then the learner (trainer, rollout workers). ``trainer``: the trainer's
+    resolved configuration (``check_child_options``'; resolved here when not given)."""
     env = child_env(settings, prefix)
+    trainer = trainer or trainer_config(cfg, prefix, policy, plan, {**os.environ, **env})
     sync_batch = str(cfg.batch_episodes) if cfg.sync else "0"
     children = [
         Child("sink", flywheel_argv("sink", "--group-id", f"{prefix}sink", "--query-port", "0"),
               logs / "sink.log", env),
         Child("streams", flywheel_argv("streams", "--app-id", f"{prefix}streams", *cfg.streams_args.split()),
               logs / "streams.log", env),
-        Child("trainer", flywheel_argv("train", *trainer_options(cfg, prefix, policy, plan)), logs / "trainer.log", env),
+        Child("trainer", flywheel_argv("train", *trainer.argv()), logs / "trainer.log", env),
     ]
     for i in range(cfg.workers):
         children.append(Child(f"rollout-{i}", flywheel_argv(
@@ -222,22 +224,18 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
     return children
 
 
-def trainer_options(cfg: DemoConfig, prefix: str, policy: str, plan: RunPlan) -> list[str]:
-    """`flywheel train`'s options in the run: the demo's, the suites' for this policy kind
-    (``producers.suites.child_args``), then the user's --trainer-args (the last wins)."""
-    return [
-        "--policy-kind", cfg.policy_kind, "--policy-name", policy,
-        "--min-batch", str(cfg.batch_episodes), "--group-id", f"{prefix}trainer", "--seed", str(cfg.seed),
-        "--value-pretrain-max-batches", str(cfg.value_pretrain_batches),
-        "--value-pretrain-max-s", f"{VALUE_PRETRAIN_SHARE * cfg.minutes * 60:g}",
-        *ppo_options(cfg),
-        # how it reads the pages, and the heads the tasks need (used when the trainer builds
-        # the policy: no cold start)
-        "--policy-config", json.dumps(phases.kind_config(cfg, plan.action_types)),
-        # sync: update on a full batch (a partial one only if trajectories were lost to aborts)
-        *(["--max-wait-s", "120"] if cfg.sync else []),
-        *child_args("train", plan.tasks, cfg.policy_kind), *cfg.trainer_args.split(),
-    ]
+def trainer_config(cfg: DemoConfig, prefix: str, policy: str, plan: RunPlan,
+                   env: dict[str, str] | None = None) -> run_config.Resolved:
+    """`flywheel train`'s whole configuration in the run (``app.run_config``: the kind's, the
+    suite's, the demo's, then --trainer-args; ``env``: the child's, this process's by default)."""
+    return run_config.resolve_trainer(cfg, prefix, policy, plan, phases.kind_config(cfg, plan.action_types),
+                                      dict(os.environ) if env is None else env)
+
+
+def trainer_options(cfg: DemoConfig, prefix: str, policy: str, plan: RunPlan,
+                    env: dict[str, str] | None = None) -> list[str]:
+    """`flywheel train`'s options in the run: every field of its resolved configuration."""
+    return trainer_config(cfg, prefix, policy, plan, env).argv()
 
 
 def ui_child(port: int, token: str, logs: Path, env: dict[str, str]) -> Child:
@@ -261,25 +259,15 @@ def expert_labels(cfg: DemoConfig) -> bool:
     return cfg.expert_coef > 0 or cfg.dagger_every > 0
 
 
-def ppo_options(cfg: DemoConfig) -> list[str]:
-    """The trainer's PPO options the demo sets (before the user's --trainer-args, which win)."""
-    return [*(["--lr", str(ppo_lr(cfg))] if ppo_lr(cfg) else []),
-            *(["--rft-every", str(rft_every(cfg))] if rft_every(cfg) else []),
-            *(["--target-kl", f"{target_kl(cfg):g}"] if target_kl(cfg) else []),
-            *(["--expert-coef", f"{cfg.expert_coef:g}"] if cfg.expert_coef > 0 else []),
-            *(["--dagger-every", str(cfg.dagger_every)] if cfg.dagger_every > 0 else []),
-            # the kind's own (the language policy: a few small minibatches per update)
-            *policy_kind(cfg.policy_kind).demo_ppo_args]
-
-
 def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[str, str, str],
-                        settings: Settings) -> None:
-    """UserError unless `flywheel train` and, with a cold start, `flywheel bc` accept the options
-    the run will give them (``trainer_options``, ``phases.bc_options``: the demo's settings, then
-    --trainer-args and --bc-args), parsed by their own parser, platform settings included. A
-    misspelt option, a bad value, or RFT rounds with --nproc-per-node 2 failed the run only when
-    its phase began, minutes in. Checked before anything starts, in the environment they will
-    have (``child_env``: the run's ``settings`` as FLYWHEEL_* variables over this process's)."""
+                        settings: Settings) -> run_config.Resolved:
+    """The trainer's resolved configuration in this run (``trainer_config``), or UserError unless
+    `flywheel train` and, with a cold start, `flywheel bc` accept what the run will give them
+    (``phases.bc_options``: the demo's settings, then --bc-args), parsed by their own parser,
+    platform settings included. A misspelt option, a bad value, or RFT rounds with
+    --nproc-per-node 2 failed the run only when its phase began, minutes in. Checked before
+    anything starts, in the environment they will have (``child_env``: the run's ``settings`` as
+    FLYWHEEL_* variables over this process's)."""
     # local: loads numpy, needed only on this path
     from trainer import cli as trainer_cli
     from trainer.rl.config import TrainConfig
@@ -287,25 +275,24 @@ def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[st
 
     _, prefix, policy = names
     plan = suite_plan(cfg.tasks, cfg.max_steps)
-    checks = [("train", "--trainer-args", TrainConfig, trainer_options(cfg, prefix, policy, plan), cfg.trainer_args)]
+    env = {**os.environ, **child_env(settings, prefix)}
+    trainer = trainer_config(cfg, prefix, policy, plan, env)
+    check_labels(cfg, trainer.train, TrainConfig())
     if cfg.cold_start_demos:
-        checks.append(("bc", "--bc-args", BCConfig,
-                       phases.bc_options(cfg, policy, list(cold.demonstrated), plan.action_types), cfg.bc_args))
-    for name, option, config, argv, theirs in checks:
         try:
-            parsed = check_argv(trainer_cli.register, name, argv, config, {**os.environ, **child_env(settings, prefix)})
+            check_argv(trainer_cli.register, "bc", phases.bc_options(cfg, policy, list(cold.demonstrated),
+                                                                     plan.action_types), BCConfig, env)
         except (ConfigError, UserError) as exc:
-            raise UserError(f"flywheel {name} would refuse its options in this run (the demo's, then {option} "
-                            f"{theirs!r}; FLYWHEEL_* variables count too): {exc}") from None
-        if name == "train":
-            check_labels(cfg, parsed, TrainConfig())
+            raise UserError(f"flywheel bc would refuse its options in this run (the demo's, then --bc-args "
+                            f"{cfg.bc_args!r}; FLYWHEEL_* variables count too): {exc}") from None
+    return trainer
 
 
 def check_labels(cfg: DemoConfig, train: Any, default: Any) -> None:
     """UserError where the trainer would run DAgger otherwise than the demo set it (--trainer-args,
     abbreviated or not, or a FLYWHEEL_* variable): the demo also tells the rollout workers whether
     to record the solver's labels, and its header says what it set."""
-    meant = {"expert_coef": float(f"{cfg.expert_coef:g}") if cfg.expert_coef > 0 else default.expert_coef,  # as passed
+    meant = {"expert_coef": cfg.expert_coef if cfg.expert_coef > 0 else default.expert_coef,
              "dagger_every": cfg.dagger_every if cfg.dagger_every > 0 else default.dagger_every}
     changed = [f"--{k.replace('_', '-')}" for k, v in meant.items() if getattr(train, k) != v]
     if changed:
@@ -314,15 +301,8 @@ def check_labels(cfg: DemoConfig, train: Any, default: Any) -> None:
 
 
 def rft_every(cfg: DemoConfig) -> int:
-    """PPO updates between RFT rounds (0: none). Auto (-1): 4 for the pixel policy after a cold
-    start (default suite, 15 minutes: suite mean 0.682 vs 0.623 on seed 0, 0.68 vs 0.658 on seed 1,
-    docs/performance.md); none from random weights (few successes to learn from) or for the
-    language policy (its fine-tuning is `flywheel sft`), nor where DAgger rounds run (the games):
-    they fit the solver's labels on the policy's own states, which a round of its own successes
-    adds little to, and an RFT round took 105-115 s of a games run's ~17 minutes of PPO (g49)."""
-    if cfg.rft_every >= 0:
-        return cfg.rft_every
-    return 0 if cfg.dagger_every > 0 else cfg.kind_ppo().rft_every
+    """PPO updates between RFT rounds (0: none): the user's, else the kind's (``run_config.kind_rft_every``)."""
+    return cfg.rft_every if cfg.rft_every >= 0 else run_config.kind_rft_every(cfg)
 
 
 def target_kl(cfg: DemoConfig) -> float:
@@ -333,10 +313,13 @@ def target_kl(cfg: DemoConfig) -> float:
     return cfg.target_kl if cfg.target_kl >= 0 else cfg.kind_ppo().target_kl
 
 
-def resolved(cfg: DemoConfig) -> dict[str, float]:
-    """What the run's automatic settings (-1 or 0 in the config) came to, for its report (ppo_lr 0:
-    the trainer's own default)."""
-    return {"ppo_lr": ppo_lr(cfg), "rft_every": rft_every(cfg), "target_kl": target_kl(cfg),
+def resolved(cfg: DemoConfig, train: Any = None) -> dict[str, float]:
+    """What the run's automatic settings (-1 or 0 in the config) came to, for its report: those of
+    the trainer as it runs (``train``, the resolved TrainConfig; by default this run's, resolved
+    here), whichever layer set them (the kind, the suite, the user)."""
+    if train is None:
+        train = trainer_config(cfg, "demo-x.", f"{cfg.policy_kind}-x", suite_plan(cfg.tasks, cfg.max_steps)).train
+    return {"ppo_lr": train.lr, "rft_every": train.rft_every, "target_kl": train.target_kl,
             "sandboxes_per_worker": cfg.sandboxes or machine_sandboxes(cfg.workers)}
 
 
@@ -482,9 +465,7 @@ def reached_version(until_version: int, snap: dict, base_version: int, phase: st
 
 
 VALUE_PRETRAIN_BATCHES = 20  # critic-only batches at most after a cold start, when left on auto
-# ... and at most this share of the run's minutes: a game's batch of 200-step episodes takes ~25 s to
-# gather on 2 cores, so 20 of them filled an 8-minute run and PPO never started
-VALUE_PRETRAIN_SHARE = 0.2
+# (and at most run_config.VALUE_PRETRAIN_SHARE of the run's minutes)
 
 
 def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tuple[DemoConfig, phases.ColdStart, list[str]]:
@@ -562,7 +543,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
                                    frozenset(s.trajectory.task.name for s in human))
     run_id, prefix, policy = run_names(cfg)
     settings = load_settings({**asdict(settings), "topic_prefix": prefix})
-    check_child_options(cfg, cold, (run_id, prefix, policy), settings)
+    trainer = check_child_options(cfg, cold, (run_id, prefix, policy), settings)
     for line in (*cold.lines, *changed):
         print(line, flush=True)
     broker = broker_to_start(settings)
@@ -570,7 +551,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     stop = {"flag": False}
     previous = {s: signal.signal(s, _terminate_once(stop)) for s in stop_signals()}
     try:
-        return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, human)
+        return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, human, trainer)
     finally:
         stop["flag"], stop["interruptible"] = True, False  # from here a signal lets the cleanup finish
         try:
@@ -584,12 +565,16 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
 
 
 def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tuple[str, str, str], broker,
-         children: list[Child], stop: dict, changed: list[str], human: list | None = None) -> Path:
+         children: list[Child], stop: dict, changed: list[str], human: list | None = None,
+         trainer: run_config.Resolved | None = None) -> Path:
     """Start the platform and the children (appended to ``children`` as they are planned, for
     run_demo to stop whatever happens), run the phases until the deadline, stop the children and
-    write the report; -> its path. ``human``: the people's demonstrations of ``--demos-from human``."""
+    write the report; -> its path. ``human``: the people's demonstrations of ``--demos-from human``;
+    ``trainer``: the trainer's resolved configuration (resolved here when not given)."""
     run_id, prefix, policy = names
     plan = suite_plan(cfg.tasks, cfg.max_steps)
+    trainer = trainer or trainer_config(cfg, prefix, policy, plan, {**os.environ, **child_env(settings, prefix)})
+    train = trainer.train
     tasks = list(plan.tasks)
     out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id
     logs = out / "logs"
@@ -600,16 +585,20 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
           f"{'cold start' if cold_start else ''}"
           f"{f' ({cfg.demo_noise:.0%} mistakes)' if cold_start and cfg.demo_noise else ''}"
           f"{' -> SFT -> ' if cold_start else ''}{'value pretraining -> ' if cfg.value_pretrain_batches else ''}"
-          f"PPO{f' (RFT every {rft_every(cfg)} updates)' if rft_every(cfg) else ''}"
-          f"{f' (epochs stop at KL {target_kl(cfg):g})' if target_kl(cfg) else ''}"
-          f"{f' (expert labels x {cfg.expert_coef:g})' if cfg.expert_coef else ''}"
-          f"{f' (DAgger every {cfg.dagger_every} updates)' if cfg.dagger_every else ''}"
+          f"PPO{f' (RFT every {train.rft_every} updates)' if train.rft_every else ''}"
+          f"{f' (epochs stop at KL {train.target_kl:g})' if train.target_kl else ''}"
+          f"{f' (expert labels x {train.expert_coef:g})' if train.expert_coef else ''}"
+          f"{f' (DAgger every {train.dagger_every} updates)' if train.dagger_every else ''}"
           f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min; logs in {logs}", flush=True)
     log.info("demo config %s", describe(cfg))
+    log.info("trainer config %s", trainer.record())
     ensure_platform(settings, broker)
     claim_run_id(settings, run_id, policy)  # its topics, versions, checkpoint and rows would mix with this run's
     logs.mkdir(parents=True, exist_ok=True)  # after the claim: a run's logs mean its run id is spent
-    children += plan_children(cfg, settings, prefix, policy, logs, plan)
+    config = {"demo": asdict(cfg), "resolved": resolved(cfg, train), "run_config": trainer.record(),
+              "settings": describe(settings)}
+    (out / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
+    children += plan_children(cfg, settings, prefix, policy, logs, plan, trainer)
     env = child_env(settings, prefix)
     if cfg.ui:  # first to start, last to stop: the page shows the whole run
         ui_port = free_port_block(1)
@@ -709,7 +698,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     from app.report import RunInfo, write_report
 
     run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
-                  {"demo": asdict(cfg), "resolved": resolved(cfg), "settings": describe(settings)}, notes)
+                  config, notes)
     extra, data = [], {}
     try:
         extra, data = measures.report_section(settings, policy, base_version, cold_start,

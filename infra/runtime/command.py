@@ -44,6 +44,15 @@ class _Refusing(argparse.ArgumentParser):
         raise ConfigError(message or f"{self.prog} would exit with code {status} (--help?)")
 
 
+def parse_command(register: Callable, name: str, argv: list[str]) -> dict[str, Any]:
+    """``flywheel <name> <argv>`` parsed by the command's own parser (``register(sub)`` adds it):
+    every option of the command and its platform settings, None where ``argv`` does not give it;
+    ConfigError where argparse would refuse (an unknown, ambiguous or misspelt option)."""
+    parser = _Refusing(prog="flywheel")
+    register(parser.add_subparsers(dest="command"))
+    return vars(parser.parse_args([name, *argv]))
+
+
 def check_argv(register: Callable, name: str, argv: list[str], config: type,
                env: Mapping[str, str] | None = None) -> Any:
     """The ``config`` that ``flywheel <name> <argv>`` would run with; ConfigError unless it would
@@ -51,9 +60,7 @@ def check_argv(register: Callable, name: str, argv: list[str], config: type,
     command (the module's own ``register``, so the parser is the real one). For a command another one starts later (the demo's trainer and
     cloning): a wrong option fails before anything runs rather than minutes in. ``env``: the
     environment the command will have (None: this process's)."""
-    parser = _Refusing(prog="flywheel")
-    register(parser.add_subparsers(dest="command"))
-    args = vars(parser.parse_args([name, *argv]))
+    args = parse_command(register, name, argv)
     load_settings(args, env=env)
     cfg = resolve(config, args, env)
     if hasattr(cfg, "validate"):

@@ -94,14 +94,17 @@ def test_the_trainer_of_a_run_from_random_weights_is_told_its_target_kl(tmp_path
 
     argv = trainer_argv(DemoConfig(tasks=["click-link"]))  # no demonstrator: random weights
     assert argv[argv.index("--target-kl") + 1] == "0.02"
-    assert "--target-kl" not in trainer_argv(DemoConfig(tasks=["click-test"]))  # cloned pi_sft first
+    argv = trainer_argv(DemoConfig(tasks=["click-test"]))  # cloned pi_sft first: every epoch runs
+    assert float(argv[argv.index("--target-kl") + 1]) == 0
 
 
 def test_the_report_names_what_the_automatic_settings_came_to():
     from app.demo import resolved
+    from trainer.rl.config import TrainConfig
 
     scratch, _, _ = effective(DemoConfig(tasks=["click-link"], sandboxes=3), SOLVED)  # no demonstrator
-    assert resolved(scratch) == {"ppo_lr": 0, "rft_every": 0, "target_kl": 0.02, "sandboxes_per_worker": 3}
+    lr = TrainConfig().lr  # the trainer's own default, named as the number it is
+    assert resolved(scratch) == {"ppo_lr": lr, "rft_every": 0, "target_kl": 0.02, "sandboxes_per_worker": 3}
     cloned, _, _ = effective(DemoConfig(tasks=["click-test"], target_kl=0.05), SOLVED)
     got = resolved(cloned)
     assert (got["ppo_lr"], got["rft_every"], got["target_kl"]) == (3e-4, 4, 0.05) and got["sandboxes_per_worker"] >= 1

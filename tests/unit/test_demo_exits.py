@@ -56,7 +56,7 @@ class Run:
         monkeypatch.setattr("app.report.write_report", self.write_report)
         self.exiting = exiting  # the name of a child that exits with code 3 soon after it starts
 
-    def plan(self, cfg, settings, prefix, policy, logs, plan) -> list[Child]:
+    def plan(self, cfg, settings, prefix, policy, logs, plan, trainer=None) -> list[Child]:
         names = ["sink", "streams", "trainer", "rollout-0"]
         self.children = [Child(n, [sys.executable, "-c", self.code(n)], logs / f"{n}.log") for n in names]
         return self.children

@@ -1,0 +1,182 @@
+"""One resolved configuration per run: the trainer's settings decided once, in the demo, before
+anything starts, with one declared precedence (``PRECEDENCE``, later wins):
+
+    the trainer's defaults < FLYWHEEL_* variables < the policy kind's < the suite's
+      < the run's (the demo's options, the user's among them) < --trainer-args
+
+Each layer is a dict of ``TrainConfig`` fields; a layer written as options (a kind's
+``demo_ppo_args``, a suite's ``child_args``, the user's ``--trainer-args``) is parsed once here, by
+the trainer's own parser. The merged dict is resolved and validated as the ``TrainConfig`` the
+trainer will run with; the child gets it whole (``Resolved.argv``: every field something set, in
+the environment it was resolved in), so nothing is decided twice, and ``origins`` says which layer
+set each field (the run's folder and report show both). An automatic demo option (-1, or 0 for
+``--ppo-lr``) is the kind's; one the user gave is the run's, above the suite's: the games' suite
+sets ``--target-kl 0.02``, and ``flywheel demo --tasks games --target-kl 0.05`` trains at 0.05.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from infra.runtime.command import parse_command
+from infra.runtime.config import ConfigError, describe, resolve
+from infra.runtime.errors import UserError
+from infra.runtime.policy import policy_kind
+from infra.runtime.settings import Settings, load_settings
+from producers.suites import RunPlan, child_args
+from trainer import cli as trainer_cli
+from trainer.rl.config import TrainConfig
+
+PRECEDENCE = ("defaults", "environment", "kind", "suite", "run", "trainer_args")
+# value pretraining's bound, a share of the run's minutes: a game's batch of 200-step episodes takes
+# ~25 s to gather on 2 cores, so 20 of them filled an 8-minute run and PPO never started
+VALUE_PRETRAIN_SHARE = 0.2
+MAX_WAIT_SYNC_S = 120  # --sync: update on a full batch (a partial one only if trajectories were lost to aborts)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The trainer's configuration of a run, and where each of its fields was decided."""
+
+    train: TrainConfig
+    origins: dict[str, str]  # field -> the layer of PRECEDENCE that set it
+    settings_argv: tuple[str, ...] = ()  # platform settings the user gave in --trainer-args
+
+    def argv(self) -> list[str]:
+        """What the trainer is started with: every field a layer or the environment set (the others
+        are the trainer's defaults in the child as here), then the user's platform settings. In the
+        environment it was resolved in, the child's ``resolve`` rebuilds ``train`` from it."""
+        values = {k: getattr(self.train, k) for k, origin in self.origins.items() if origin != "defaults"}
+        return [*config_argv_of(values, TrainConfig), *self.settings_argv]
+
+    def record(self) -> dict[str, Any]:
+        """For the run's folder and its report: each field's value and the layer that set it."""
+        return {"precedence": " < ".join(PRECEDENCE), "trainer": describe(self.train),
+                "trainer_origins": {k: v for k, v in self.origins.items() if v != "defaults"}}
+
+
+def options(argv: list[str] | tuple[str, ...], command: str = "train", config: type = TrainConfig) -> dict[str, Any]:
+    """The fields of ``config`` that ``flywheel <command> <argv>`` sets, parsed by the command's own
+    parser (abbreviations resolved; a misspelt or ambiguous option is a ConfigError)."""
+    args = parse_command(trainer_cli.register, command, list(argv))
+    names = {f.name for f in dataclasses.fields(config)}
+    return {k: v for k, v in args.items() if k in names and v is not None}
+
+
+def settings_options(argv: list[str] | tuple[str, ...], command: str = "train") -> dict[str, Any]:
+    """The platform settings ``flywheel <command> <argv>`` sets."""
+    args = parse_command(trainer_cli.register, command, list(argv))
+    names = {f.name for f in dataclasses.fields(Settings)}
+    return {k: v for k, v in args.items() if k in names and v is not None}
+
+
+def kind_layer(cfg) -> dict[str, Any]:
+    """The policy kind's automatic PPO settings for the run (``PolicyKind.demo_ppo`` after a cold
+    start or from random weights, and its ``demo_ppo_args``), where the demo's option is on auto.
+    No RFT rounds where DAgger's rounds run (``kind_rft_every``)."""
+    kind, auto = policy_kind(cfg.policy_kind), cfg.kind_ppo()
+    out: dict[str, Any] = options(kind.demo_ppo_args)
+    if auto.lr:
+        out["lr"] = auto.lr
+    out["target_kl"] = auto.target_kl
+    out["rft_every"] = kind_rft_every(cfg)
+    return out
+
+
+def kind_rft_every(cfg) -> int:
+    """PPO updates between RFT rounds when the demo's --rft-every is on auto: 4 for the pixel
+    policy after a cold start (default suite, 15 minutes: suite mean 0.682 vs 0.623 on seed 0, 0.68
+    vs 0.658 on seed 1, docs/performance.md); none from random weights (few successes to learn
+    from) or for the language policy (its fine-tuning is `flywheel sft`), nor where DAgger rounds
+    run (the games): they fit the solver's labels on the policy's own states, which a round of its
+    own successes adds little to, and an RFT round took 105-115 s of a games run's ~17 minutes of
+    PPO (g49)."""
+    return 0 if cfg.dagger_every > 0 else cfg.kind_ppo().rft_every
+
+
+def suite_layer(cfg, plan: RunPlan) -> dict[str, Any]:
+    """The suite's trainer settings for this kind (``producers.suites.child_args``)."""
+    return options(child_args("train", plan.tasks, cfg.policy_kind))
+
+
+def run_layer(cfg, prefix: str, policy: str, plan: RunPlan, policy_config: dict) -> dict[str, Any]:
+    """What the demo itself sets: the run's names and batch, value pretraining's bounds, how the
+    policy reads the pages (``policy_config``, used when the trainer builds the policy: no cold
+    start), DAgger as ``effective`` resolved it, and the PPO options the user gave the demo."""
+    out: dict[str, Any] = {
+        "policy_kind": cfg.policy_kind, "policy_name": policy, "min_batch": cfg.batch_episodes,
+        "group_id": f"{prefix}trainer", "seed": cfg.seed,
+        "value_pretrain_max_batches": cfg.value_pretrain_batches,
+        "value_pretrain_max_s": VALUE_PRETRAIN_SHARE * cfg.minutes * 60,
+        "policy_config": json.dumps(policy_config),
+    }
+    if cfg.sync:
+        out["max_wait_s"] = MAX_WAIT_SYNC_S
+    if cfg.expert_coef > 0:
+        out["expert_coef"] = cfg.expert_coef
+    if cfg.dagger_every > 0:
+        out["dagger_every"] = cfg.dagger_every
+    if cfg.ppo_lr > 0:
+        out["lr"] = cfg.ppo_lr
+    if cfg.target_kl >= 0:
+        out["target_kl"] = cfg.target_kl
+    if cfg.rft_every >= 0:
+        out["rft_every"] = cfg.rft_every
+    return out
+
+
+def layers(cfg, prefix: str, policy: str, plan: RunPlan, policy_config: dict) -> list[tuple[str, dict[str, Any]]]:
+    """The layers above the defaults and the environment, in ``PRECEDENCE`` order."""
+    return [("kind", kind_layer(cfg)), ("suite", suite_layer(cfg, plan)),
+            ("run", run_layer(cfg, prefix, policy, plan, policy_config)),
+            ("trainer_args", options(cfg.trainer_args.split()))]
+
+
+def merge(stack: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The layers merged, the later winning; -> the values and, per field, the layer that set it."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name, layer in stack:
+        values.update(layer)
+        origins.update(dict.fromkeys(layer, name))
+    return values, origins
+
+
+def resolve_trainer(cfg, prefix: str, policy: str, plan: RunPlan, policy_config: dict,
+                    env: dict[str, str]) -> Resolved:
+    """The trainer's whole configuration in this run, validated (``env``: the child's environment,
+    whose FLYWHEEL_* variables sit just above the defaults); UserError naming the layers when it
+    would not run."""
+    try:
+        values, origins = merge(layers(cfg, prefix, policy, plan, policy_config))
+        user_settings = settings_options(cfg.trainer_args.split())
+        load_settings(user_settings, env=env)
+        train = resolve(TrainConfig, values, env).validate()
+    except (ConfigError, UserError) as exc:
+        raise UserError(f"flywheel train would refuse its options in this run (the kind's, the suite's, the demo's, "
+                        f"then --trainer-args {cfg.trainer_args!r}; FLYWHEEL_* variables count too): {exc}") from None
+    defaults = TrainConfig()
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in origins:
+            origins[f.name] = "defaults" if getattr(train, f.name) == getattr(defaults, f.name) else "environment"
+    return Resolved(train, origins, tuple(config_argv_of(user_settings, Settings)))
+
+
+def config_argv_of(values: dict[str, Any], cls: type) -> list[str]:
+    """The fields ``values`` of config class ``cls`` as options (None: left out)."""
+    kinds = {f.name: f for f in dataclasses.fields(cls)}
+    out: list[str] = []
+    for name, value in values.items():
+        flag = "--" + kinds[name].name.replace("_", "-")
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + flag[2:])
+            continue
+        text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+        # attached with '=' where argparse would read the value as an option ('-1.0' is not: a number)
+        out += [f"{flag}={text}"] if text.startswith("-") else [flag, text]
+    return out
