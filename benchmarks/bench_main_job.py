@@ -31,6 +31,7 @@ import uuid
 from pathlib import Path
 
 from app.ablation.runs import ROOT, sql
+from app.provenance import add_allow_dirty, commit_to_run, record
 from benchmarks.bench_main_loop import Bare, bare_capacity
 
 from producers.capacity import machine_sandboxes
@@ -72,11 +73,14 @@ def main() -> int:
     p.add_argument("--demo-args", default="", help="more demo options, one string")
     p.add_argument("--bare-only", type=int, default=0, metavar="L",
                    help="no demo: the bare loop as it is and with a new task page every L steps (a main job's episode length)")
+    add_allow_dirty(p)
     args = p.parse_args()
     if args.sandboxes < 0 or args.bare_only < 0:
         p.error("--sandboxes and --bare-only must be >= 0")
     run_id = args.run_id or f"mainjob-{time.strftime('%m%d%H%M')}"
     n, out = args.sandboxes or machine_sandboxes(1), Path(args.out) / run_id
+    commit = commit_to_run(ROOT, args.allow_dirty)
+    print(f"commit: {record(out, commit)}", flush=True)
     if args.bare_only:
         for episode_steps in (0, args.bare_only):
             b = bare(n, args.tasks, args.bare_steps, episode_steps)
@@ -111,7 +115,7 @@ def main() -> int:
     same = bare(n, args.tasks, args.bare_steps, every)
     print(f"bare capacity with the main job's episode length ({main_episode:.1f} steps, a new page every "
           f"{every}): {same.steps_per_s:.1f} env steps/s", flush=True)
-    result = {"run_id": run_id, "sandboxes": n, "bare_steps_per_s": [before.steps_per_s, after.steps_per_s],
+    result = {"run_id": run_id, "commit": commit, "sandboxes": n, "bare_steps_per_s": [before.steps_per_s, after.steps_per_s],
               "bare_steps_per_episode": [before.steps_per_episode, after.steps_per_episode], "capacity": capacity,
               "main_job_steps_per_episode": main_episode, "capacity_same_episodes": same.steps_per_s,
               "main_job": {k: {**r, "ratio": r["steps_per_s"] / capacity,

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.provenance import add_allow_dirty, commit_to_run
 from infra.kafka.own_broker import broker_for_benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,7 +177,9 @@ def main() -> int:
     ap.add_argument("--only", default="streams,faust_floor,rollout,sink,trainer,codec", help="comma-separated benchmarks")
     ap.add_argument("--demo-minutes", type=float, default=0.0, help="also run async and sync demos to the target")
     ap.add_argument("--write", default="", help="replace the results block of this Markdown file")
+    add_allow_dirty(ap)
     args = ap.parse_args()
+    commit = commit_to_run(ROOT, args.allow_dirty)
     t0 = time.time()
     benches = {"streams": bench_streams, "faust_floor": bench_faust_floor, "rollout": bench_rollout, "sink": bench_sink,
                "trainer": bench_trainer, "codec": bench_codec}
@@ -186,7 +189,8 @@ def main() -> int:
             rows += benches[name](args)
         if args.demo_minutes:
             rows += demo_speedup(args)
-    table = markdown(rows, time.time() - t0)
+    table = markdown(rows, time.time() - t0) + f"\n\nMeasured at commit {commit['commit']}" + (
+        f" with uncommitted changes to {', '.join(commit['dirty'])}" if commit["dirty"] else "") + "."
     print("\n" + table)
     if args.write:
         path = Path(args.write)

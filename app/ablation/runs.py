@@ -43,6 +43,7 @@ from typing import Iterator
 
 from app.demo import RUN_ID
 from app.demo_queries import trainer_metrics
+from app.provenance import add_allow_dirty, commit_to_run, record
 from app.measures import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary
 from app.ablation.clean_stop import end_stopping, run_child, stop_on_signals
 from app.ablation.effects import effects_table
@@ -425,6 +426,7 @@ def main() -> int:
     ap.add_argument("--report-only", action="store_true", help="measure finished runs, run nothing")
     ap.add_argument("--keep", default="", help="results.json of runs measured before (another data dir): their "
                     "rows join the report where this invocation has no run of that configuration and seed")
+    add_allow_dirty(ap)
     args = ap.parse_args()
     args.measure = args.measure or default_measure(args.tasks)
     configs = [c for c in args.configs.split(",") if c] or default_configs(args.tasks)
@@ -437,7 +439,7 @@ def main() -> int:
     if not RUN_ID.fullmatch(run_of(max(configs, key=len), max(seeds, default=0), args.tag)):
         ap.error(f"--tag {args.tag!r} would give run ids the demo refuses (letters, digits, '.', '_', '-', at most 100)")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    print(f"commit: {record(out, commit_to_run(ROOT, args.allow_dirty))}", flush=True)
     os.environ.setdefault("FLYWHEEL_DATA_DIR", str(ROOT / "var"))
     if not args.report_only:
         stop_file = (out / STOP_AFTER).resolve()
