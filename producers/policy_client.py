@@ -214,7 +214,7 @@ class TorchClient(PolicyClient):
             policy = build_policy(kind, name, config or {})
         self.blobs = blobs
         self.policy = self._with_blobs(policy)
-        self.version = int(getattr(policy, "version", 0))
+        self.version = int(policy.version)
         self.greedy = greedy
         self._pending: list[tuple[PolicyInput, asyncio.Future]] = []
         self._flushing = False

@@ -28,7 +28,7 @@ class Suite:
     max_steps: int  # a step budget every task's scripted solution fits in
     about: str
     family: str = "miniwob"  # the TaskSpec.suite its tasks are built with (the sandbox's family of pages)
-    keys: tuple[str, ...] = ()  # what the pixel policy's hotkey head presses on these tasks (its ``keys``)
+    keys: tuple[str, ...] = ()  # what these tasks press with a hotkey (``hotkeys``)
     # (command, policy kind) -> the options `flywheel bc` or `flywheel train` begin with on these tasks (``child_args``)
     child_args: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     # the chance of a mistake per step of the cold start's scripted demonstrations (`flywheel demo
@@ -42,44 +42,10 @@ class Suite:
 
 SUITES: dict[str, Suite] = {}
 
-# How the policies read MiniWoB++ pages (trainer.policies.pixel.ground, lm_ground): match the
-# instruction's words in the page's font (the policies' defaults, pixel_ground.PAGE_FONT and
-# PAGE_SIZES, are MiniWoB's); the pixel policy's grid also gets its coordinates. Every suite here
-# is MiniWoB++.
-MINIWOB_READING: dict = {"ground": True}
-MINIWOB_VISION: dict = {**MINIWOB_READING, "coords": True}
-
-
-# What a policy pressing arrows on a board gets beyond the default: the last key pressed in the
-# history strip (2048's clone kept pressing arrows that moved nothing without it), and a hidden
-# layer between the pooled features and the heads that pick a type or a key (``head_hidden``: a
-# linear read of each channel's mean and maximum cannot weigh where the snake's head is against
-# the apple; docs/tasks.md, "A hidden layer for the heads"). Not the features' keypoints
-# (``keypoints``) nor twice the conv widths (``channels`` [16, 32, 64]): they cloned snake better
-# but cost PPO half its updates in a 30-minute run, which then ended no higher (docs/tasks.md,
-# "Wider, with keypoints"). ``--policy-config`` turns them on.
-ARROW_VISION: dict = {"last_key": True, "head_hidden": 256}
-
-
-def pixel_config(action_types: tuple[str, ...] | list[str], overrides: dict | None = None) -> dict:
-    """The pixel policy's config for MiniWoB++ tasks needing ``action_types`` (with a hotkey
-    head, i.e. the games: the keys the suites name, ``hotkeys``, and ``ARROW_VISION``);
-    ``overrides`` last."""
-    keys = {"keys": list(hotkeys()), **ARROW_VISION} if "hotkey" in action_types and hotkeys() else {}
-    return {"action_types": list(action_types), **MINIWOB_VISION, **keys, **(overrides or {})}
-
-
 def hotkeys() -> tuple[str, ...]:
-    """Every key a registered suite's tasks press, in registration order (the arrows of the games)."""
+    """Every key a registered suite's tasks press, in registration order (the arrows of the games):
+    what a policy kind's hotkey head presses (``PolicyKind.task_config``'s ``keys``)."""
     return tuple(dict.fromkeys(k for s in SUITES.values() for k in s.keys))
-
-
-def lm_config(overrides: dict | None = None) -> dict:
-    """The language policy's config for MiniWoB++ tasks, over its base (trainer.sft.lm_config
-    PRETRAINED_LM, whose pointer the reading weighs; a policy told ``"pointer": false`` has none
-    to weigh); ``overrides`` last."""
-    overrides = overrides or {}
-    return dict(overrides) if overrides.get("pointer", True) is False else {**MINIWOB_READING, **overrides}
 
 
 def register(suite: Suite) -> Suite:

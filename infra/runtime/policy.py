@@ -168,6 +168,7 @@ class Policy(Protocol):
         """Where ``act`` finds the earlier screenshots of an episode's history (if it shows them)."""
 
     # torch.nn.Module's, which every policy is
+    training: bool
     def parameters(self) -> Any: ...
     def named_parameters(self) -> Any: ...
     def state_dict(self) -> dict[str, Any]: ...
@@ -180,12 +181,31 @@ class Policy(Protocol):
 
 class ChatPolicy(Policy, Protocol):
     """A policy that writes text (a kind whose ``chat`` is true): what the policy server's
-    ``/v1/chat/completions`` calls besides the ``Policy`` methods."""
+    ``/v1/chat/completions`` and the text trainers (`flywheel sft`, CT: trainer.sft) call besides
+    the ``Policy`` methods."""
 
     tok: Any  # its tokenizer: ``piece(token id)`` -> (text, bytes) of one token
+    spec: Any  # the schemas.prompt.PromptSpec it is asked in
+    vision: Any  # its screenshot encoder: ``n_tokens`` placeholder tokens per image
 
-    def render(self, turns: list[Any]) -> Any:
-        """A chat context (schemas.prompt turns) as the model's tokens and images."""
+    def render(self, turns: list[Any], response: str | None = None, score: str = "last") -> Any:
+        """A chat context (schemas.prompt turns) as the model's tokens and images; with
+        ``response``, that answer appended and scored."""
+
+    def model_turns(self, turns: list[Any]) -> list[Any]:
+        """The turns as the model reads them (its own coordinate tokens in assistant turns)."""
+
+    def context_with_images(self, inp: PolicyInput, history_images: list[Any]) -> list[Any]:
+        """The turns of one decision's context, with the earlier screenshots given."""
+
+    def taught_text(self, step: Any) -> str:
+        """The assistant turn SFT and CT show for a recorded step."""
+
+    def make_batch(self, samples: list[Any]) -> Any:
+        """Rendered samples as one padded batch for ``evaluate_tokens``."""
+
+    def evaluate_tokens(self, batch: Any) -> tuple[Any, Any, Any]:
+        """Token-level log-probs, values and entropies of a batch, differentiable."""
 
     def generate(self, contexts: list[Any], greedy: bool = False, temperature: float = 1.0,
                  max_new_tokens: int | None = None) -> list[Any]:
@@ -223,6 +243,9 @@ class PolicyKind(Protocol):
     name: str
     accelerated: bool  # trains and serves on a GPU (device cuda); False: on the CPU only, where it builds its inputs
     rft: bool  # the PPO trainer's rejection-sampling rounds fine-tune it (False: its fine-tuning is another job)
+    # its evaluate scores any action it is handed (DAgger's expert labels, --expert-coef), not only
+    # the one its own sample holds
+    scores_actions: bool
     chat: bool  # its policies write text and answer chat completions (``ChatPolicy``)
     bc_epochs: int  # `flywheel bc`'s defaults for this kind
     bc_lr: float
@@ -242,11 +265,14 @@ class PolicyKind(Protocol):
         """The config `flywheel train` builds a fresh policy from (``extra``: --policy-config)."""
 
     def bc_config(self, action_types: tuple[str, ...], pretrained: str, seed: int,
-                  extra: dict[str, Any]) -> dict[str, Any]:
-        """The config `flywheel bc` clones into, for tasks needing ``action_types``."""
+                  extra: dict[str, Any], *, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The config `flywheel bc` clones into, for tasks needing ``action_types`` and pressing ``keys``."""
 
-    def task_config(self, action_types: tuple[str, ...], overrides: dict[str, Any]) -> dict[str, Any]:
-        """How this kind reads MiniWoB++ pages (with heads for ``action_types``), ``overrides`` last."""
+    def task_config(self, action_types: tuple[str, ...], overrides: dict[str, Any], *,
+                    keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        """How this kind reads MiniWoB++ pages, with heads for ``action_types`` and a hotkey head
+        pressing ``keys`` (the tasks' keys: producers.suites.hotkeys), ``overrides`` last. The
+        tasks' facts come from the caller: a kind's package knows no suite."""
 
     def clone(self, policy: Policy, demos: list[Any], store: BlobStore, cfg: Any) -> Any:
         """Behaviour cloning of ``policy`` on ``demos`` (ScoredTrajectory) as ``cfg`` (a BCConfig)

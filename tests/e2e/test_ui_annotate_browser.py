@@ -26,7 +26,7 @@ from infra.runtime.policy import build_policy
 from infra.runtime.procs import free_port
 from infra.runtime.topics import TOPICS, topic_name
 from producers.sandboxes.browser_host import find_chromium
-from producers.suites import pixel_config
+from trainer.policies.pixel.config import pixel_config
 from schemas.blobs import BlobStore
 from schemas.codec import decode, encode
 from schemas.events import EpisodeEvent

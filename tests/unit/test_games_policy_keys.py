@@ -10,15 +10,16 @@ import numpy as np
 from infra.runtime.policy import PastStep, SeenScreen, build_policy, policy_kind
 from producers.games import GAMES
 from producers.games.registry import ARROWS
-from producers.suites import pixel_config, plan
+from producers.suites import hotkeys, plan
 from schemas.actions import Click, Hotkey, Type
 from schemas.events import BlobRef
+from trainer.policies.pixel.config import pixel_config
 from trainer.policies.pixel.inputs import history_summary, summary_size
 
 
 def test_a_games_run_builds_a_pixel_policy_that_presses_the_arrows():
     heads = plan(["games"]).action_types
-    policy = build_policy("pixel", "p", policy_kind("pixel").task_config(heads, {}))
+    policy = build_policy("pixel", "p", policy_kind("pixel").task_config(heads, {}, keys=hotkeys()))
     assert list(policy.cfg["keys"]) == list(ARROWS)
     rng = random.Random(0)
     board = {"rows": ["#" * 10] * 10, "cell": 16, "view": {"x": 0, "y": 50, "width": 160, "height": 210}}
@@ -54,7 +55,7 @@ def test_with_last_key_the_history_strip_names_the_arrow_pressed_last():
 
 def test_last_key_is_on_for_a_hotkey_policy_and_widens_only_it():
     heads = plan(["games"]).action_types
-    config = policy_kind("pixel").task_config(heads, {})
+    config = policy_kind("pixel").task_config(heads, {}, keys=hotkeys())
     assert config["last_key"] is True and "last_key" not in pixel_config(plan(["default"]).action_types)
     told = build_policy("pixel", "p", config)
     plain = build_policy("pixel", "p", {**config, "last_key": False})
@@ -66,3 +67,17 @@ def test_last_key_is_on_for_a_hotkey_policy_and_widens_only_it():
     steps = [PastStep(observation=screen, thought="", raw_output="", action=Hotkey(key=ARROWS[1]))]
     strip = told.preprocess(image, steps, "Play.")[-1].ravel()
     assert list(strip[told.n_summary - len(ARROWS):told.n_summary]) == [int(i == 1) for i in range(len(ARROWS))]
+
+
+def test_bc_and_the_main_job_give_a_games_pixel_policy_the_arrows():
+    """The kind knows no suite: `flywheel bc`'s config and the main job's (app.phases.kind_config)
+    hand it the keys the suites press."""
+    from types import SimpleNamespace
+
+    from app.phases import kind_config
+    from trainer.sft.bc_config import BCConfig
+
+    cloned = BCConfig(suite="games").policy_overrides()
+    run = kind_config(SimpleNamespace(policy_kind="pixel", policy_overrides=lambda: {}), plan(["games"]).action_types)
+    for config in (cloned, run):
+        assert config["keys"] == list(ARROWS) and config["last_key"] is True

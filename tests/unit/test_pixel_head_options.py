@@ -7,7 +7,8 @@ import numpy as np
 import torch
 
 from infra.runtime.policy import PolicyInput, build_policy, policy_kind
-from producers.suites import pixel_config, plan
+from producers.suites import hotkeys, plan
+from trainer.policies.pixel.config import pixel_config
 from trainer.policies.pixel.model import MULTI_STEP_ACTIONS
 
 
@@ -25,9 +26,9 @@ def test_a_keypoint_is_where_its_channel_peaks():
 
 
 def test_a_games_policy_asked_for_keypoints_reads_them_and_acts_as_it_evaluates():
-    config = policy_kind("pixel").task_config(plan(["games"]).action_types, {})
+    config = policy_kind("pixel").task_config(plan(["games"]).action_types, {}, keys=hotkeys())
     assert "keypoints" not in config and "keypoints" not in pixel_config(plan(["default"]).action_types)
-    config = pixel_config(plan(["games"]).action_types, {"keypoints": True})
+    config = pixel_config(plan(["games"]).action_types, {"keypoints": True}, hotkeys())
     policy = build_policy("pixel", "p", {**config, "seed": 3})
     plain = build_policy("pixel", "p", {**config, "keypoints": False})
     c3 = policy.cfg["channels"][-1]
@@ -37,7 +38,7 @@ def test_a_games_policy_asked_for_keypoints_reads_them_and_acts_as_it_evaluates(
 
 
 def test_a_hidden_head_layer_feeds_the_actor_heads_only_and_acts_as_it_evaluates():
-    config = pixel_config(plan(["games"]).action_types, {"seed": 3})
+    config = pixel_config(plan(["games"]).action_types, {"seed": 3}, hotkeys())
     assert config["head_hidden"] > 0 and "head_hidden" not in pixel_config(plan(["default"]).action_types)
     policy = build_policy("pixel", "p", {**config, "head_hidden": 48})
     plain = build_policy("pixel", "p", {**config, "head_hidden": 0})

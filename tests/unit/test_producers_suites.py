@@ -5,7 +5,9 @@ import pytest
 
 from infra.runtime.errors import UserError
 from producers import scripted
-from producers.suites import SUITES, expand, get_suite, lm_config, pixel_config
+from producers.suites import SUITES, expand, get_suite
+from trainer.policies.lm.config import lm_config
+from trainer.policies.pixel.config import pixel_config
 from producers.tasks import build_tasks, known_tasks
 
 # steps of each default task's scripted solution (min, max), measured in the browser by

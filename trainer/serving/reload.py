@@ -39,8 +39,8 @@ class PolicyHolder:
 
     def swap(self, policy: Any, pv: PolicyVersion | None) -> None:
         self.policy = policy
-        self.version = pv.version if pv is not None else getattr(policy, "version", 0)
-        self.kind = pv.kind if pv is not None else getattr(policy, "kind", "")
+        self.version = pv.version if pv is not None else policy.version  # a fresh Policy (unpublished)
+        self.kind = pv.kind if pv is not None else policy.kind
         self.loaded_at = time.time()
         self.published = pv is not None
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from infra.runtime.policy import DemoPPO
-from producers.suites import lm_config
 from schemas.prompt import PromptSpec
 from trainer.core import metric_names as M
 from trainer.policies.base import Cloned, KindDefaults
+from trainer.policies.lm.config import lm_config
 from trainer.sft.lm_config import PRETRAINED_LM
 
 # the main job's PPO: a few small minibatches per update (a 135M model on 2 cores)
@@ -50,13 +50,14 @@ class LMKind(KindDefaults):
         return {**base, "seed": seed, **extra}
 
     def bc_config(self, action_types: tuple[str, ...], pretrained: str, seed: int,
-                  extra: dict[str, Any]) -> dict[str, Any]:
+                  extra: dict[str, Any], *, keys: tuple[str, ...] = ()) -> dict[str, Any]:
         if not pretrained:  # the tiny model of the tests: no pointer to ground
             return {"seed": seed, **extra}
         return {**PRETRAINED_LM, **lm_config({"pretrained": pretrained, "seed": seed, **extra})}
 
-    def task_config(self, action_types: tuple[str, ...], overrides: dict[str, Any]) -> dict[str, Any]:
-        return lm_config(overrides)
+    def task_config(self, action_types: tuple[str, ...], overrides: dict[str, Any], *,
+                    keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        return lm_config(overrides)  # it writes its keys as text: no key head to size
 
     def clone(self, policy: Any, demos: list[Any], store: Any, cfg: Any) -> Cloned:
         from trainer.policies.lm.bc import clone_lm  # imports torch: only when a job clones

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from producers.suites import pixel_config
 from trainer.policies.base import Cloned, KindDefaults
+from trainer.policies.pixel.config import pixel_config
 
 
 class PixelKind(KindDefaults):
@@ -20,11 +20,12 @@ class PixelKind(KindDefaults):
         return PixelPolicy(name=name, config=config)
 
     def bc_config(self, action_types: tuple[str, ...], pretrained: str, seed: int,
-                  extra: dict[str, Any]) -> dict[str, Any]:
-        return pixel_config(action_types, {"seed": seed, **extra})
+                  extra: dict[str, Any], *, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        return pixel_config(action_types, {"seed": seed, **extra}, keys)
 
-    def task_config(self, action_types: tuple[str, ...], overrides: dict[str, Any]) -> dict[str, Any]:
-        return pixel_config(action_types, overrides)
+    def task_config(self, action_types: tuple[str, ...], overrides: dict[str, Any], *,
+                    keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        return pixel_config(action_types, overrides, keys)
 
     def clone(self, policy: Any, demos: list[Any], store: Any, cfg: Any) -> Cloned:
         from trainer.policies.pixel.bc import greedy_match  # imports torch: only when a job clones
