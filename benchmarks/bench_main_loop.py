@@ -41,12 +41,13 @@ from producers.policy_client import TorchClient
 from producers.rollout import RolloutConfig, RolloutWorker
 from producers.sandboxes.browser import BrowserSandbox
 from producers.sandboxes.browser_host import BrowserHost
-from producers.suites import pixel_config, plan
+from producers.suites import hotkeys, plan
 from producers.tasks import build_tasks, submit
 from producers.bare_loop import bare_sandbox
 from schemas.blobs import BlobStore
 from schemas.codec import decode
 from schemas.events import EpisodeEvent, EpisodeStarted, Step
+from trainer.policies.pixel.config import pixel_config
 
 
 # ---------------------------------------------------------------- 1. bare capacity
@@ -127,7 +128,7 @@ class ProcessCPU:
 
 async def main_loop(settings, n: int, tasks: list, action_types: tuple[str, ...], threads: int,
                     max_pages: int | None) -> dict:
-    client = TorchClient("bench-pixel", kind="pixel", config=pixel_config(action_types), threads=threads)
+    client = TorchClient("bench-pixel", kind="pixel", config=pixel_config(action_types, keys=hotkeys()), threads=threads)
     timer = ForwardTimer(client.policy)
     cfg = RolloutConfig(sandboxes=n, policy_backend="torch", policy_name="bench-pixel", group_id=f"bench-{uuid.uuid4().hex[:8]}",
                         idle_exit_s=3.0, reload=False, max_tasks=len(tasks), status_interval_s=5.0)

@@ -50,8 +50,9 @@ from app.ablation.effects import effects_table
 from app.ablation.plot import curve_key, plot, plot_by_task
 from infra.kafka.own_broker import broker_for_benchmarks
 from producers.games import GAMES
-from producers.suites import ARROW_VISION, expand, setting
+from producers.suites import expand, setting
 from streams.score import SCORING_VERSION
+from trainer.policies.pixel.config import ARROW_VISION
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: the runs' working folder, var/ by default
 
