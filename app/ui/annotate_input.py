@@ -65,10 +65,11 @@ def int_field(body: dict, field: str, low: int, high: int) -> int:
 def coordinate(body: dict, field: str, size: int) -> float:
     """A pixel position on a screen ``size`` pixels long -> normalised to [0, 1]."""
     value = body.get(field)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)):  # math.isfinite(10**400): OverflowError
         raise UiInputError(f"{field}: {str(value)[:40]!r} is not a number")
     if not 0 <= value <= size:
-        raise UiInputError(f"{field}: {value:g} is outside the screen (0 to {size} pixels)")
+        raise UiInputError(f"{field}: {str(value)[:40]} is outside the screen (0 to {size} pixels)")
     return min(value / size, 1.0)
 
 

@@ -74,7 +74,7 @@ class EpisodeFilter:
     @classmethod
     def parse(cls, params: dict[str, str]) -> "EpisodeFilter":
         version = params.get("version") or ""
-        if version and not (version.isdigit() and len(version) < 10):
+        if version and not (version.isascii() and version.isdigit() and len(version) < 10):  # "²".isdigit()
             raise UiInputError(f"version: {version[:40]!r} is not a non-negative integer")
         outcome = params.get("outcome") or ""
         if outcome not in _OUTCOMES:

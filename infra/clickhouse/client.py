@@ -122,11 +122,17 @@ def make_client(settings: Settings, *, migrate_schema: bool = True) -> Client:
     return client
 
 
-def query_client(settings: Settings) -> tuple[Client, str]:
+NO_OWNER = "no ClickHouse to read: start `flywheel sink` (it owns the data and serves reads)"
+
+
+def query_client(settings: Settings, open_here: bool = True) -> tuple[Client, str]:
     """A client for reading: (client, how). ``how`` is "server", "endpoint" or "chdb".
 
     With embedded chDB, a running owner (the sink) is asked over its local endpoint; only when
-    no owner answers is the data directory opened here.
+    no owner answers is the data directory opened here (a finished run's data, read with no
+    sink), unless ``open_here`` is False: a long-lived reader that starts before the sink (the
+    demo's UI) must not hold the directory the sink is about to lock. Close the client after
+    the read: chDB frees the directory when its last connection in the process closes.
     """
     if settings.clickhouse_url:  # no DDL: an analyst's read-only user may not even CREATE DATABASE IF NOT EXISTS
         return _server_client(settings, settings.clickhouse_database), "server"
@@ -136,4 +142,6 @@ def query_client(settings: Settings) -> tuple[Client, str]:
     endpoint = find_endpoint(settings)
     if endpoint is not None:
         return endpoint_client(endpoint, settings.clickhouse_database), "endpoint"
+    if not open_here:
+        raise UserError(NO_OWNER)
     return make_client(settings), "chdb"

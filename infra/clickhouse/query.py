@@ -26,16 +26,18 @@ from infra.clickhouse.sql_policy import ENGINE_LIMITS, SqlRefused, check
 FORMATS = ("table", "csv", "json")
 
 
-def execute(settings: Settings, sql: str) -> tuple[list[str], list[tuple], str]:
-    """(column names, rows, where it ran); UserError for a refused statement or an engine error."""
+def execute(settings: Settings, sql: str, params: dict | None = None,
+            open_here: bool = True) -> tuple[list[str], list[tuple], str]:
+    """(column names, rows, where it ran); UserError for a refused statement or an engine error.
+    ``params``: bind parameters (``{name:Type}`` in ``sql``); ``open_here``: see ``query_client``."""
     try:
         sql = check(sql, settings.clickhouse_database)
     except SqlRefused as exc:
         raise UserError(f"refused by the readonly SQL policy: {exc}") from None
-    client, how = query_client(settings)
+    client, how = query_client(settings, open_here)
     try:
         limits = {"chdb": ENGINE_LIMITS, "endpoint": None, "server": server_limits(client.server_settings)}[how]
-        result = client.query(sql, settings=limits)
+        result = client.query(sql, parameters=params, settings=limits)
         return list(result.column_names), list(result.result_rows), how
     except Exception as exc:
         if isinstance(exc, UserError):

@@ -337,13 +337,13 @@ def test_the_ui_child_takes_a_token_that_starts_with_a_dash():
     import argparse
 
     from app.demo import ui_child
-    from app.ui.cli import register
+    from app.ui.cli import register, token_for
 
     child = ui_child(1234, "-Ab3_x", Path("logs"), {})
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
     args = parser.parse_args(child.argv[child.argv.index("ui"):])
-    assert args.token == "-Ab3_x" and args.port == 1234
+    assert token_for(args, child.env) == "-Ab3_x" and args.port == 1234  # in its environment, not its argv
 
 
 def test_bc_args_reach_the_cold_starts_cloning_last(monkeypatch, tmp_path):
