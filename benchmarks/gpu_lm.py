@@ -330,7 +330,7 @@ def time_learner(device: str, threads: int, args, pretrained: str) -> dict[str, 
     from trainer.dpo.train import dpo_train, reference_logprobs
     from trainer.dpo.config import DPOConfig
     from trainer.policies.lm.model import pretrained_lm_config
-    from trainer.rl.streaming_ppo import to_episode
+    from trainer.rl.intake import to_episode
     from trainer.core import metric_names as M
     from trainer.rl.update import collate, make_optimizer, ppo_update
 

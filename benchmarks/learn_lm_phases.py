@@ -14,7 +14,7 @@ not the tens of minutes the main job's processes need sharing 2 cores):
 - evaluation: greedy episodes on seeds 50,000 + i (never demonstrated, never trained on), the
   same seeds for every phase, so the comparison is paired;
 - PPO: ``--ppo-updates`` batches of ``--ppo-episodes`` sampled episodes on fresh seeds, each made
-  into training data by ``trainer.rl.streaming_ppo.to_episode`` and learnt by ``trainer.rl.update.ppo_update``
+  into training data by ``trainer.rl.intake.to_episode`` and learnt by ``trainer.rl.update.ppo_update``
   (decoupled, length-adaptive GAE, clip-higher, truncated importance weights; the first
   ``--vp-updates`` batches train the critic alone, as value pretraining does);
 - DPO: ``--dpo-episodes`` sampled (``--dpo-greedy``: greedy) pi_SFT episodes per task on fresh
@@ -67,7 +67,7 @@ from trainer.dpo.train import dpo_train, reference_logprobs
 from trainer.dpo.config import DPOConfig
 from trainer.dpo.inputs import pair_inputs
 from trainer.sft.lm_config import PRETRAINED_LM
-from trainer.rl.streaming_ppo import to_episode
+from trainer.rl.intake import to_episode
 from trainer.rl.update import collate, make_optimizer, ppo_update
 
 EVAL_SEED, DEMO_SEED, PPO_SEED, DPO_SEED = 50_000, 0, 100_000, 200_000

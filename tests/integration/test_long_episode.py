@@ -25,7 +25,7 @@ from schemas.blobs import BlobStore
 from schemas.events import EpisodeEnded, EpisodeStarted, Observation, ScoredTrajectory, Step, TaskSpec, Trajectory
 from tests.integration.streams_support import STARTUP_S, Collector, produce, start_worker, stop
 from trainer.rl.config import TrainConfig
-from trainer.rl.streaming_ppo import to_episode
+from trainer.rl.intake import to_episode
 from trainer.rl.update import collate, ppo_update
 
 pytestmark = pytest.mark.usefixtures("delete_faust_internal_topics")

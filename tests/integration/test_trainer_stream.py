@@ -26,7 +26,7 @@ from infra.runtime.policy import build_policy, load_policy_version
 from infra.runtime.policy import PolicyInput
 from infra.runtime.versions import scan as read_versions
 from infra.runtime.checkpoint import TrainedIds
-from trainer.rl import streaming_ppo
+from trainer.rl import rounds
 from trainer.rl.streaming_ppo import checkpoint_path, load_checkpoint, train
 from tests.fakes.clicks import make_episode, scored_trajectory
 
@@ -138,7 +138,7 @@ def test_rft_rounds_fine_tune_on_the_sft_topics_successes_every_nth_update(setti
     def fail(*_, **__):
         raise TimeoutError("flywheel.sft.v1 not read to its end in time")
 
-    monkeypatch.setattr(streaming_ppo, "rft_round", fail)  # where the trainer looks it up
+    monkeypatch.setattr(rounds, "rft_round", fail)  # where the trainer looks it up
     assert train(replace(cfg, max_updates=4), settings)["updates"] == 4
     v4 = read_versions(settings, POLICY)[-1]
     assert v4.version == 4 and v4.metrics["stream/rft_failed_total"] == 1 and "losses/rft_loss" not in v4.metrics

@@ -1,5 +1,5 @@
 """A policy kind is a plug-in: a third kind, registered here only, runs behaviour cloning and a PPO
-update through the unchanged trainers (trainer.sft.bc, trainer.rl.streaming_ppo.to_episode,
+update through the unchanged trainers (trainer.sft.bc, trainer.rl.intake.to_episode,
 trainer.rl.update), publishes a version a rollout worker then acts with, and the app reads its
 facts through the registry."""
 
@@ -28,7 +28,7 @@ from trainer.core import metric_names as M
 from trainer.core.publish import make_version, save_weights
 from trainer.policies.base import KindDefaults, PolicyDefaults
 from trainer.rl.config import TrainConfig, check_device
-from trainer.rl.streaming_ppo import to_episode
+from trainer.rl.intake import to_episode
 from trainer.rl.update import collate, make_optimizer, ppo_update
 from trainer.sft.bc_config import BCConfig
 from tests.fakes.clicks import make_episode, scored_trajectory

@@ -189,18 +189,18 @@ def test_the_trainer_updates_once_its_pool_holds_max_batch_steps(monkeypatch, tm
 
     from infra.runtime.consume_loop import CheckpointFile
     from infra.runtime.settings import load_settings
-    from trainer.core.learner import LearnerState
+    from trainer.rl.state import PPOState
     from trainer.rl import streaming_ppo as stream
     from trainer.rl.config import TrainConfig
 
     monkeypatch.setattr(stream, "make_producer", lambda settings: None)  # nothing is sent here
-    ckpt = CheckpointFile(tmp_path / "ckpt.json", LearnerState)
-    ckpt.checkpoint.state = LearnerState(version=0, config={}, weights_file="w.pt")
+    ckpt = CheckpointFile(tmp_path / "ckpt.json", PPOState)
+    ckpt.checkpoint.state = PPOState(version=0, config={}, weights_file="w.pt")
     learner = stream.PPOLearner(TrainConfig(min_batch=32, max_batch_steps=1000), load_settings({"data_dir": str(tmp_path)}),
                                 None, ckpt, SimpleNamespace(version=0), None, threading.Event(), None, "run")
-    learner.pool = [sample("short", 5)] * 31  # 31 trajectories, 155 steps: neither bound reached
+    learner.intake.pool = [sample("short", 5)] * 31  # 31 trajectories, 155 steps: neither bound reached
     assert not learner.ready()
-    learner.pool = [sample("game", 500), sample("game-2", 499)]
+    learner.intake.pool = [sample("game", 500), sample("game-2", 499)]
     assert not learner.ready()
-    learner.pool.append(sample("game-3", 1))  # 1000 steps in 3 trajectories
+    learner.intake.pool.append(sample("game-3", 1))  # 1000 steps in 3 trajectories
     assert learner.ready()

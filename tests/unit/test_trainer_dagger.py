@@ -15,9 +15,9 @@ from infra.runtime.settings import load_settings
 from schemas.actions import Click
 from tests.unit.ppo_samples import tiny_policy_and_samples
 from trainer.core import metric_names as M
-from trainer.core.learner import LearnerState
-from trainer.rl import streaming_ppo as stream
+from trainer.rl import rounds, streaming_ppo as stream
 from trainer.rl.config import TrainConfig
+from trainer.rl.state import PPOState
 from trainer.sft.dagger import LabelBuffer, dagger_round
 
 EXPERT = Click(x=0.9, y=0.9)  # one corner cell of the 4 x 4 grid
@@ -87,8 +87,8 @@ def test_a_round_fits_the_policy_to_the_labels_and_an_empty_one_does_nothing():
 
 def _learner(tmp_path, monkeypatch, policy, **cfg):
     monkeypatch.setattr(stream, "make_producer", lambda settings: None)  # nothing is sent here
-    ckpt = CheckpointFile(tmp_path / "ckpt.json", LearnerState)
-    ckpt.checkpoint.state = LearnerState(version=0, config={}, weights_file="w.pt")
+    ckpt = CheckpointFile(tmp_path / "ckpt.json", PPOState)
+    ckpt.checkpoint.state = PPOState(version=0, config={}, weights_file="w.pt")
     return stream.PPOLearner(TrainConfig(policy_name="p", **cfg), load_settings({"data_dir": str(tmp_path)}),
                              None, ckpt, policy, None, threading.Event(), None, "run")
 
@@ -98,13 +98,13 @@ def test_the_learner_aggregates_every_batch_and_fits_every_nth_ppo_update(tmp_pa
     for k, s in enumerate(samples):
         s.experts = [EXPERT if k % 2 == 0 else None]
     learner = _learner(tmp_path, monkeypatch, policy, dagger_every=2, dagger_epochs=30, dagger_lr=1e-2)
-    extra: dict = {}
-    assert learner._dagger_round(samples[:2], extra, critic_only=True) == {}  # value pretraining: aggregated, no round
-    assert len(learner.labels) == 1 and "dagger_updates" not in extra
-    assert learner._dagger_round(samples[2:4], extra, critic_only=False) == {}  # PPO update 1 of 2
+    state = learner.state
+    assert learner.rounds.dagger(samples[:2], state, critic_only=True) == {}  # value pretraining: aggregated, no round
+    assert len(learner.rounds.labels) == 1 and state.dagger_updates == 0
+    assert learner.rounds.dagger(samples[2:4], state, critic_only=False) == {}  # PPO update 1 of 2
     before = _labels_logprob(policy, samples)
-    metrics = learner._dagger_round(samples[4:], extra, critic_only=False)  # update 2: the round
-    assert metrics[M.DAGGER_STEPS] == 3 and extra["dagger_updates"] == 2  # the count is in the checkpoint's extra
+    metrics = learner.rounds.dagger(samples[4:], state, critic_only=False)  # update 2: the round
+    assert metrics[M.DAGGER_STEPS] == 3 and state.dagger_updates == 2  # the count is in the checkpoint's state
     assert _labels_logprob(policy, samples) > before + 0.5
 
 
@@ -117,11 +117,11 @@ def test_a_failed_round_is_counted_and_ppo_goes_on(tmp_path, monkeypatch):
     def out_of_memory(*args, **kwargs):
         raise RuntimeError("DefaultCPUAllocator: not enough memory")
 
-    monkeypatch.setattr(stream, "dagger_round", out_of_memory)
-    extra: dict = {}
-    assert learner._dagger_round(samples, extra, critic_only=False) == {M.DAGGER_FAILED_TOTAL: 1.0}
-    assert learner._dagger_round(samples, extra, critic_only=False) == {M.DAGGER_FAILED_TOTAL: 2.0}
-    assert extra["dagger_updates"] == 2 and len(learner.labels) == 4
+    monkeypatch.setattr(rounds, "dagger_round", out_of_memory)
+    state = learner.state
+    assert learner.rounds.dagger(samples, state, critic_only=False) == {M.DAGGER_FAILED_TOTAL: 1.0}
+    assert learner.rounds.dagger(samples, state, critic_only=False) == {M.DAGGER_FAILED_TOTAL: 2.0}
+    assert state.dagger_updates == 2 and len(learner.rounds.labels) == 4
 
 
 def test_a_non_finite_gradient_leaves_the_weights_as_they_were(monkeypatch):
@@ -139,7 +139,7 @@ def test_a_non_finite_gradient_leaves_the_weights_as_they_were(monkeypatch):
 
 def test_a_learner_without_rounds_keeps_no_buffer(tmp_path, monkeypatch):
     policy, _ = tiny_policy_and_samples([1.0])
-    assert _learner(tmp_path, monkeypatch, policy).labels is None
+    assert _learner(tmp_path, monkeypatch, policy).rounds.labels is None
 
 
 @pytest.mark.parametrize("changes, match", [

@@ -23,7 +23,9 @@ from tests.unit.devices import DEVICES
 from tests.unit.lm_samples import CONFIG, POLICY, rollout, step_logprobs
 from trainer.rl import streaming_ppo as stream
 from trainer.rl.config import TrainConfig
-from trainer.core.learner import LearnerState, write_weights
+from trainer.core.learner import write_weights
+from trainer.rl.intake import to_episode
+from trainer.rl.state import PPOState
 from trainer.sft.lm_config import LMTrainConfig
 from trainer.rl.update import collate, ppo_update
 
@@ -81,7 +83,7 @@ def test_the_published_versions_kind_decides_the_device_not_the_flag(tmp_path, m
     monkeypatch.setattr(stream.versions, "latest", lambda settings, name: published)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", LearnerState)
+    ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", PPOState)
     with pytest.raises(ConfigError, match="the pixel policy runs on the CPU only"):
         stream.start_policy(lm_cfg("cuda"), None, store, ckpt)
 
@@ -94,13 +96,13 @@ def test_pixel_on_a_gpu_is_refused_fresh_and_resumed_and_a_published_lm_is_train
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     pixel_cfg = TrainConfig(policy_name=POLICY, device="cuda").validate()  # --policy-kind pixel, the default
-    ckpt = CheckpointFile(tmp_path / "pixel" / "checkpoint.json", LearnerState)
+    ckpt = CheckpointFile(tmp_path / "pixel" / "checkpoint.json", PPOState)
     monkeypatch.setattr(stream.versions, "latest", lambda settings, name: None)
     with pytest.raises(ConfigError, match="the pixel policy runs on the CPU only"):  # a fresh pixel policy
         stream.start_policy(pixel_cfg, None, store, ckpt)
     stream.start_policy(replace(pixel_cfg, device="cpu"), None, store, ckpt)  # checkpointed on the CPU ...
     with pytest.raises(ConfigError, match="the pixel policy runs on the CPU only"):  # ... resumed on a GPU
-        stream.start_policy(pixel_cfg, None, store, CheckpointFile(ckpt.path, LearnerState))
+        stream.start_policy(pixel_cfg, None, store, CheckpointFile(ckpt.path, PPOState))
 
     # default --policy-kind (pixel) and --device cuda, continuing a published language policy: trained on the GPU
     lm = build_policy("lm", POLICY, CONFIG)
@@ -109,10 +111,10 @@ def test_pixel_on_a_gpu_is_refused_fresh_and_resumed_and_a_published_lm_is_train
     moved = []
     monkeypatch.setattr(type(lm), "to", lambda self, device: moved.append(device) or self)  # no GPU here
     lm_ckpt = tmp_path / "lm" / "checkpoint.json"
-    policy, _ = stream.start_policy(pixel_cfg, None, store, CheckpointFile(lm_ckpt, LearnerState))
+    policy, _ = stream.start_policy(pixel_cfg, None, store, CheckpointFile(lm_ckpt, PPOState))
     assert policy.kind == "lm" and moved == ["cuda"]
     # ... and resumed from its checkpoint (a restarted Job), the flag still at pixel: the checkpoint's kind
-    resumed, _ = stream.start_policy(pixel_cfg, None, store, CheckpointFile(lm_ckpt, LearnerState))
+    resumed, _ = stream.start_policy(pixel_cfg, None, store, CheckpointFile(lm_ckpt, PPOState))
     assert resumed.kind == "lm" and moved == ["cuda", "cuda"]
 
 
@@ -128,7 +130,7 @@ def test_a_ppo_update_on_the_device_moves_logprobs_toward_advantages(device, tmp
     behaviour = build_policy("lm", POLICY, CONFIG)
     scored = rollout(behaviour, store, 8)
     policy = copy.deepcopy(behaviour).to(device)
-    episodes = [stream.to_episode(s, policy, store) for s in scored]
+    episodes = [to_episode(s, policy, store) for s in scored]
     before = step_logprobs(policy, scored, store)
     gap = float(np.abs(before - [[st.logprob for st in s.trajectory.steps] for s in scored]).max())
     print(f"{device}: v0 re-scores the CPU-sampled steps to within {gap:.2e} nats")
@@ -149,24 +151,24 @@ def test_a_ppo_update_on_the_device_moves_logprobs_toward_advantages(device, tmp
 def test_a_checkpoint_written_on_the_device_resumes_on_the_cpu(device, tmp_path, monkeypatch):
     monkeypatch.setattr(stream.versions, "latest", lambda settings, name: None)  # nothing published yet
     store = BlobStore(str(tmp_path / "blobs"))
-    ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", LearnerState)
+    ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", PPOState)
     torch.manual_seed(0)
     policy, optimizer = stream.start_policy(lm_cfg(device), None, store, ckpt)
     assert all(p.device.type == device for p in policy.parameters())
     scored = rollout(policy, store, 4)
-    episodes = [stream.to_episode(s, policy, store) for s in scored]
+    episodes = [to_episode(s, policy, store) for s in scored]
     ppo_update(policy, optimizer, collate(episodes), lm_cfg(device), generator=torch.Generator().manual_seed(0))
     ckpt.checkpoint.state = ckpt.checkpoint.state.model_copy(
         update={"version": 1, "weights_file": write_weights(ckpt.path.parent, 1, policy, optimizer)})
     ckpt.save()
 
-    resumed, resumed_opt = stream.start_policy(lm_cfg("cpu"), None, store, CheckpointFile(ckpt.path, LearnerState))
+    resumed, resumed_opt = stream.start_policy(lm_cfg("cpu"), None, store, CheckpointFile(ckpt.path, PPOState))
     assert resumed.version == 1
     for (name, a), b in zip(policy.state_dict().items(), resumed.state_dict().values()):
         assert b.device.type == "cpu" and torch.equal(a.cpu(), b), name
     states = [s for s in resumed_opt.state.values() if "exp_avg" in s]
     assert states and all(s["exp_avg"].device.type == "cpu" for s in states)
-    ppo_update(resumed, resumed_opt, collate([stream.to_episode(s, resumed, store) for s in scored]), lm_cfg("cpu"))
+    ppo_update(resumed, resumed_opt, collate([to_episode(s, resumed, store) for s in scored]), lm_cfg("cpu"))
 
 
 def test_flywheel_bc_takes_a_device_for_the_language_policy_only(monkeypatch):

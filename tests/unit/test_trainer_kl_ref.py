@@ -62,7 +62,7 @@ def test_without_a_reference_no_kl_ref_metric():
 
 def test_a_reference_that_reads_other_inputs_is_refused_and_one_that_differs_only_in_seed_is_not():
     from infra.runtime.policy import build_policy
-    from trainer.rl.streaming_ppo import reference_mismatch
+    from trainer.rl.kl_reference import reference_mismatch
 
     base = {"coord_mode": "1000", "max_images": 1, "max_new_tokens": 8}
     policy = build_policy("lm", "lm-t", {**base, "pointer": True})

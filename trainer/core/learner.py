@@ -20,23 +20,33 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from infra.runtime.settings import Settings
 
 
 class LearnerState(BaseModel):
-    """The typed state of a learner's checkpoint (``infra.runtime.checkpoint.Checkpoint[LearnerState]``)."""
+    """The typed state of a learner's checkpoint (``infra.runtime.checkpoint.Checkpoint[LearnerState]``).
+
+    A learner with facts of its own declares them as fields of a subclass (``trainer.rl.state.PPOState``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     version: int = Field(description="policy version the weights file holds")
     config: dict[str, Any] = Field(description="the policy's config (build_policy rebuilds it from this)")
     weights_file: str = Field(description="name, in the checkpoint's folder, of the weights + optimiser file")
-    updates: int = 0
+    updates: int = Field(0, description="updates made since the learner first started")
     announce: dict[str, Any] | None = Field(None, description="PolicyVersion (JSON) still to announce; None once announced")
     counts: dict[str, int] = Field(default_factory=dict, description="running totals (stale dropped, dead letters ...)")
-    extra: dict[str, Any] = Field(default_factory=dict, description="a learner's own small fields")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_extra(cls, data: Any) -> Any:
+        """Checkpoints written before a learner's own facts were typed kept them in an untyped
+        ``extra`` dict: they are read as the fields they are now (a field of the state wins)."""
+        if isinstance(data, dict) and isinstance(data.get("extra"), dict):
+            data = {**data["extra"], **{k: v for k, v in data.items() if k != "extra"}}
+        return data
 
 
 def checkpoint_file(settings: Settings, folder_name: str) -> Path:

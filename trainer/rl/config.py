@@ -117,7 +117,7 @@ class TrainConfig:
                                                           json_object(self.policy_config, "policy_config"))
 
     def validate(self) -> "TrainConfig":
-        # The kind is checked where the policy is loaded (stream.start_policy): a trainer that
+        # The kind is checked where the policy is loaded (trainer.rl.start.start_policy): a trainer that
         # continues a published language policy trains it whatever --policy-kind says.
         check_device(self.device, None, "flywheel train")
         if self.device != "cpu" and self.nproc_per_node > 1:
