@@ -55,7 +55,7 @@ from infra.runtime.topics import TOPICS, topic_name
 from schemas.base import now
 from schemas.blobs import BlobStore
 from trainer.core import metric_names as M
-from trainer.core.learner import LearnerState, checkpoint_file, drop_other_weights, write_weights
+from trainer.core.learner import checkpoint_file, drop_other_weights, write_weights
 from trainer.rl import distributed
 from trainer.rl.config import TrainConfig
 from trainer.rl.intake import Intake
@@ -85,8 +85,8 @@ def load_checkpoint(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     ckpt = load_checkpoint_file(path, PPOState)
-    own = ckpt.state.model_dump(exclude=set(LearnerState.model_fields) - {"version", "updates", "counts"})
-    return {**own, "offsets": ckpt.offsets, "trained": ckpt.trained.model_dump()}
+    state = ckpt.state.model_dump(exclude={"config", "weights_file", "announce"})
+    return {**state, "offsets": ckpt.offsets, "trained": ckpt.trained.model_dump()}
 
 
 # ---------------------------------------------------------------- the learner (a consume-loop stage)
@@ -149,29 +149,29 @@ class PPOLearner:
         self.prom["flywheel_trainer_idle_fraction"].set(self.idle_fraction())
 
     def _flush(self) -> None:
-        cfg, policy, state = self.cfg, self.policy, self.state
+        cfg, policy, state, trained = self.cfg, self.policy, self.state, self.ckpt.checkpoint.trained
         # the stale total reads 0, not absent, once the learner flushed (in the checkpoint and on /metrics)
         self.counts.setdefault("stale_dropped", 0)
         self.prom["flywheel_trainer_trajectories_total"].labels(fate="stale_dropped")
-        kept, dropped = self.intake.take()
-        if not kept:
+        episodes, stale = self.intake.take()
+        if not episodes:
             return
         critic_only = self.value_pretraining.critic_only(state, time.time())
-        lags = self.intake.lags(kept)
+        lags = self.intake.lags(episodes)
         started = time.monotonic()
-        batch = collate(kept, cfg.chunk_steps)
+        batch = collate(episodes, cfg.chunk_steps)
         batch.ref_logprob = self.kl_reference.logprobs(batch, state, policy)  # rank 0 scores it once; it travels
         metrics = self._update(batch, critic_only)
-        metrics.update(self.rounds.after_update(kept, state, critic_only))
+        metrics.update(self.rounds.after_update(episodes, state, critic_only))
         parent = policy.version
         if critic_only:  # the acting policy is unchanged: no new version
             self.value_pretraining.record(state, metrics)
         else:
             policy.version = versions.next_version(self.settings, cfg.policy_name, policy.version)
-        self.intake.mark_trained(kept, self.ckpt.checkpoint.trained)
-        remember_outcomes(state, kept)
+        self.intake.mark_trained(episodes, trained)
+        remember_outcomes(state, episodes)
         updates = state.updates + 1
-        metrics.update(batch_metrics(kept, lags, self.counts, self.ckpt.checkpoint.trained.total, self.idle_fraction()))
+        metrics.update(batch_metrics(episodes, lags, self.counts, trained.total, self.idle_fraction()))
         announce = self.publisher.stage(policy, parent, metrics) if policy.version != parent else state.announce
         self.ckpt.checkpoint.state = state.model_copy(update={
             "version": policy.version, "updates": updates, "announce": announce,
@@ -179,7 +179,7 @@ class PPOLearner:
         self.metrics = metrics
         record_update(self.prom, time.monotonic() - started, lags, policy.version)
         log.info("update %d -> v%d: %d trajectories (%d stale dropped) reward %.3f entropy %.3f idle %.2f",
-                 updates, policy.version, len(kept), dropped, metrics.get(M.REWARD_MEAN, float("nan")),
+                 updates, policy.version, len(episodes), stale, metrics.get(M.REWARD_MEAN, float("nan")),
                  metrics.get(M.ENTROPY, float("nan")), metrics[M.IDLE_FRACTION])
         if cfg.max_updates and updates >= cfg.max_updates:
             self.stop.set()
