@@ -28,6 +28,7 @@ from tests.unit.ppo_samples import tiny_policy_and_samples
 from trainer.core.learner import LearnerState, write_weights
 from trainer.rl import intake, streaming_ppo as stream
 from trainer.rl.config import TrainConfig
+from trainer.rl.kl_reference import anchor_version
 from trainer.rl.state import PPOState
 from trainer.rl.update import make_optimizer
 
@@ -163,3 +164,11 @@ def test_staleness_is_decided_on_arrival_and_counted_per_batch(monkeypatch):
     assert pool.take() == ([], 1) == pool.take()  # nothing to train: the drop waits for the next batch
     pool.mark_trained(batch, trained)  # remembered only while a copy could still be trained
     assert "fresh" not in trained and trained.total == 1
+
+
+def test_the_kl_anchor_is_fixed_in_the_state_at_its_first_use_unless_configured():
+    state = PPOState(version=7, config={}, weights_file="w.pt", start_version=3)
+    assert anchor_version(TrainConfig(kl_ref_version=5), state) == 5 and state.kl_ref_version is None
+    assert anchor_version(TrainConfig(), state) == 3 and state.kl_ref_version == 3  # where this trainer started
+    state.start_version = 6  # however the state changes later, a restart keeps the anchor
+    assert anchor_version(TrainConfig(), state) == 3

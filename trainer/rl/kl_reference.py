@@ -64,11 +64,11 @@ class KLReference:
 
     def __init__(self, cfg: TrainConfig, settings: Settings, store: BlobStore) -> None:
         self.cfg, self.settings, self.store = cfg, settings, store
-        self.policy = None  # loaded at the first penalised update
+        self.reference = None  # the frozen policy, loaded at the first penalised update
 
     def logprobs(self, batch: Batch, state: PPOState, policy) -> torch.Tensor | None:
         if self.cfg.kl_coef <= 0:
             return None
-        if self.policy is None:
-            self.policy = load_reference(self.cfg, self.settings, self.store, anchor_version(self.cfg, state), policy)
-        return reference_logprobs(self.policy, batch)
+        if self.reference is None:
+            self.reference = load_reference(self.cfg, self.settings, self.store, anchor_version(self.cfg, state), policy)
+        return reference_logprobs(self.reference, batch)
