@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from app import demo_queries as Q
-from app import measures, phases, run_config
+from app import measures, phase_list, phases, run_config
 from infra.kafka.broker import free_port_block
 from infra.runtime.command import check_argv
 from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
@@ -572,6 +572,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     write the report; -> its path. ``human``: the people's demonstrations of ``--demos-from human``;
     ``trainer``: the trainer's resolved configuration (resolved here when not given)."""
     run_id, prefix, policy = names
+    budget = phase_list.Budget(time.time(), cfg.minutes)  # --minutes bounds the whole run, its start-up included
     plan = suite_plan(cfg.tasks, cfg.max_steps)
     trainer = trainer or trainer_config(cfg, prefix, policy, plan, {**os.environ, **child_env(settings, prefix)})
     train = trainer.train
@@ -589,7 +590,9 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
           f"{f' (epochs stop at KL {train.target_kl:g})' if train.target_kl else ''}"
           f"{f' (expert labels x {train.expert_coef:g})' if train.expert_coef else ''}"
           f"{f' (DAgger every {train.dagger_every} updates)' if train.dagger_every else ''}"
-          f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min; logs in {logs}", flush=True)
+          f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min"
+          f"{f' (the cold start ends by {budget.deadline(phases.COLD_START) - budget.t0:.0f} s, SFT by {budget.deadline(phases.SFT) - budget.t0:.0f} s)' if cold_start else ''}"
+          f"; logs in {logs}", flush=True)
     log.info("demo config %s", describe(cfg))
     log.info("trainer config %s", trainer.record())
     ensure_platform(settings, broker)
@@ -605,35 +608,26 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
         token = secrets.token_urlsafe(18)  # the UI writes training data: only who has the URL may
         children.insert(0, ui_child(ui_port, token, logs, env))
         print(f"ui: http://127.0.0.1:{ui_port}/?token={token}&run={policy}", flush=True)
-    t0 = time.time()
+    t0 = budget.t0
     notes: list[str] = list(changed)
     clock = phases.PhaseClock()
     cpu = CpuShare()  # each process's share of the CPU, from the moment RL's tasks are submitted
-    base_version, dpo_version = 0, None
+    base_version, dpo_version, snap = 0, None, {}
     try:
-        for child in children:
-            if child.name == "trainer" and cold_start and human is not None:  # recorded by people beforehand
-                phases.import_demonstrations(settings, human, list(cold.demonstrated), clock)
-            elif child.name == "trainer" and cold_start:  # the platform is up: demonstrations, then pi_sft
-                done = phases.demonstrate(cfg, settings, env, prefix, policy, list(cold.demonstrated), plan.max_steps,
-                                          logs, clock, stop)
-                clock.note(f"{done} scripted episodes scored ({cfg.cold_start_demos} per task asked)")
-                if stop["flag"]:
-                    break
-                try:
-                    phases.skip_leftover_tasks(settings, f"{prefix}rollout")
-                except Exception as exc:  # noqa: BLE001 - a killed annotator's membership may linger
-                    notes.append(f"leftover demonstration tasks not skipped ({exc}): RL workers may play some")
-            if child.name == "trainer" and cold_start:
-                phases.clone(cfg, env, policy, list(cold.demonstrated), plan.action_types, logs, clock)
-                if stop["flag"]:
-                    break
+        learner = [c for c in children if c.name == "trainer" or c.name.startswith("rollout-")]
+        for child in [c for c in children if c not in learner]:  # the platform (and the UI)
             child.start()
             if child.name == "sink":  # the query endpoint must be up before progress reads
                 wait_until(lambda: not child.alive or _endpoint_up(settings), 60)
+        # the phases before the learner starts (a cold start's demonstrations and SFT), each to its deadline
+        phase_list.before_rl(phase_list.Ctx(cfg, settings, env, prefix, policy, plan, cold, logs, clock, stop,
+                                            human, notes), budget)
+        for child in [] if stop["flag"] else learner:
+            child.start()
             if child.name == "trainer":  # rollout acts only with weights the trainer published
-                if not wait_until(lambda: not child.alive or _published(settings, policy), 180, 1.0):
-                    raise UserError(f"the trainer published no version within 180s (log {child.log_path})")
+                wait_s = min(180.0, max(30.0, budget.end - time.time()))
+                if not wait_until(lambda: not child.alive or _published(settings, policy), wait_s, 1.0):
+                    raise UserError(f"the trainer published no version within {wait_s:.0f}s (log {child.log_path})")
                 base_version = _latest_version(settings, policy)
                 clock.enter(phases.current_phase(None, base_version, cfg.value_pretrain_batches > 0),
                             f"the trainer starts from v{base_version}")
@@ -651,9 +645,8 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
                 phases.submit(env, logs, tasks, cfg.episodes, plan.max_steps, phases.rl_seed(cfg.seed))
             cpu = CpuShare()
             cpu.sample(_roots(children), own="demo")
-        deadline = t0 + cfg.minutes * 60
+        deadline = budget.end
         dpo_at = deadline - dpo_s if dpo_s else None
-        snap: dict = {}
         next_line = time.time() + cfg.progress_s
         while not stop["flag"] and time.time() < deadline:
             time.sleep(min(FEED_TICK_S, cfg.progress_s))
@@ -685,12 +678,18 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
                 notes.append(f"PPO published v{snap['published']} after {(time.time() - t0) / 60:.1f} min "
                              f"(--until-version {cfg.until_version})")
                 break
+        final = snapshot(settings, policy, prefix)  # the run's last reading: did it make an RL update?
+        snap = final if "published" in final else snap
     except KeyboardInterrupt as exc:
         notes.append(f"stopped by {exc.signame}" if isinstance(exc, Terminated) else "stopped by Ctrl-C")
     finally:
         stop["flag"] = True  # a SIGTERM from here on lets the stopping finish
         ended = time.time()
         clock.close(ended)
+        no_rl = rl_outcome(base_version, snap, out)
+        if no_rl:
+            notes.append(no_rl)
+            _say(no_rl)
         _say("stopping: rollout workers, then the stream processors, trainer and sink")
         _say(stop_children(children) or "no child was running")
     stop["interruptible"] = True  # the processes are stopped: a further Ctrl-C may skip the report
@@ -708,6 +707,32 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     path = write_report(settings, run, out, extra + [cpu.markdown()], extra_summary=data)
     _say(f"report: {path}")  # after a SIGHUP the terminal is gone: the report is written all the same
     return path
+
+
+def rl_outcome(base_version: int, snap: dict, out: Path) -> str:
+    """Whether the run made an RL update (the trainer published a version past ``base_version``,
+    by ``snap``, the last reading), kept in ``<out>/outcome.json`` for `flywheel demo`'s exit
+    code; -> the line saying it made none, or ''."""
+    published = snap.get("published")
+    line = phase_list.rl_update_line(base_version, published)
+    try:
+        (out / OUTCOME).write_text(json.dumps({"rl_update": not line, "base_version": base_version,
+                                               "published": published}) + "\n")
+    except OSError as exc:  # the line still says it; the exit code cannot
+        log.warning("could not write %s: %s", out / OUTCOME, exc)
+    return line
+
+
+OUTCOME = "outcome.json"  # in the run's folder: whether the run made an RL update
+
+
+def exit_code(report: Path) -> int:
+    """`flywheel demo`'s exit code from the run's folder: ``phase_list.NO_RL_UPDATE`` when it made no RL update."""
+    try:
+        outcome = json.loads((report.parent / OUTCOME).read_text())
+    except (OSError, ValueError):
+        return 0
+    return 0 if outcome.get("rl_update", True) else phase_list.NO_RL_UPDATE
 
 
 def _dpo_phase(cfg: DemoConfig, settings: Settings, env: dict[str, str], children: list[Child], policy: str,

@@ -10,12 +10,13 @@ from infra.runtime.settings import Settings, load_settings, log_settings
 
 def cmd_demo(args: argparse.Namespace) -> int:
     # local: loads confluent-kafka, numpy, needed only on this path
-    from app.demo import DemoConfig, run_demo
+    from app.demo import DemoConfig, exit_code, run_demo
 
     settings = load_settings(vars(args))
     log_settings(settings)
-    run_demo(resolve(DemoConfig, vars(args)), settings)
-    return 0
+    # non-zero when the run made no RL update: a script, CI or ablation reading the exit code
+    # learns that the figures are the starting policy's, not a trained one's
+    return exit_code(run_demo(resolve(DemoConfig, vars(args)), settings))
 
 
 def register(subparsers) -> None:

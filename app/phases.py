@@ -31,6 +31,7 @@ and the benchmarks read) lives apart, in app.measures.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -171,6 +172,17 @@ def count_scored(settings, policy: str) -> int:
     return int(rows[0][0]) if rows else 0
 
 
+def demonstration_steps(settings, policy: str) -> int:
+    """Steps of the successful scripted demonstrations of the run of ``policy`` (what `flywheel bc` clones)."""
+    # local: loads clickhouse-connect, needed only on this path
+    from infra.clickhouse.query import execute
+
+    name = scripted_policy(policy)
+    _, rows, _ = execute(settings, f"SELECT sum(num_steps) FROM scored FINAL WHERE policy = {Q.q(name)} "
+                                   f"AND {Q.own_scorer(name)} AND success")
+    return int(rows[0][0] or 0) if rows else 0
+
+
 def wait_for_sft(settings, scripted: str, timeout_s: float = 60.0) -> int:
     """Wait until flywheel.sft.v1 holds a record per successful demonstration ClickHouse has
     scored (the router writes it beside the scored record; nothing else writes there yet);
@@ -195,9 +207,10 @@ def wait_for_sft(settings, scripted: str, timeout_s: float = 60.0) -> int:
 
 
 def demonstrate(cfg, settings, env: dict[str, str], prefix: str, policy: str, tasks: list[str], max_steps: int,
-                logs: Path, clock: PhaseClock, stop: dict) -> int:
+                logs: Path, clock: PhaseClock, stop: dict, deadline: float | None = None) -> int:
     """Run the scripted annotator on ``cfg.cold_start_demos`` episodes per task and wait until
-    they are scored (the sink saw them, so flywheel.sft.v1 holds the successes); -> episodes."""
+    they are scored (the sink saw them, so flywheel.sft.v1 holds the successes), or until
+    ``deadline`` (epoch seconds: the cold start's share of the run); -> episodes."""
     name = scripted_policy(policy)
     clock.enter(COLD_START, f"{cfg.cold_start_demos} scripted demonstrations per task")
     worker = Child("annotator", flywheel_argv(
@@ -208,8 +221,9 @@ def demonstrate(cfg, settings, env: dict[str, str], prefix: str, policy: str, ta
     want = cfg.cold_start_demos * len(tasks)
     try:
         submit(env, logs, tasks, cfg.cold_start_demos, max_steps, DEMO_SEED_BASE + cfg.seed * 1000)
-        deadline, last, last_change = time.time() + max(300.0, 6.0 * want), -1, time.time()
-        while not stop["flag"]:
+        deadline = min(time.time() + max(300.0, 6.0 * want), math.inf if deadline is None else deadline)
+        last, last_change = -1, time.time()
+        while not stop["flag"] and time.time() <= deadline:
             time.sleep(cfg.progress_s)
             if not worker.alive:
                 raise UserError(f"the scripted annotator exited with code {worker.returncode()}: {worker.tail(3)}")
@@ -288,11 +302,15 @@ def bc_options(cfg, policy: str, tasks: list[str], action_types: tuple[str, ...]
 
 
 def clone(cfg, env: dict[str, str], policy: str, tasks: list[str], action_types: tuple[str, ...], logs: Path,
-          clock: PhaseClock) -> str:
-    """``flywheel bc`` on the run's flywheel.sft.v1: publishes pi_sft; -> its summary line."""
+          clock: PhaseClock, epochs: int | None = None, timeout_s: float = 3600) -> str:
+    """``flywheel bc`` on the run's flywheel.sft.v1: publishes pi_sft; -> its summary line.
+    ``epochs``: fewer than asked, to fit SFT's share of the run (after the user's --bc-args);
+    past ``timeout_s`` it is stopped (UserError)."""
     clock.enter(SFT, "behaviour cloning of the demonstrations")
-    print(f"[{SFT}] flywheel bc --policy-kind {cfg.policy_kind} (progress in {logs / 'bc.log'})", flush=True)
-    line = _run_step("bc", flywheel_argv("bc", *bc_options(cfg, policy, tasks, action_types)), env, logs)
+    print(f"[{SFT}] flywheel bc --policy-kind {cfg.policy_kind}{'' if epochs is None else f' --epochs {epochs}'} "
+          f"(progress in {logs / 'bc.log'})", flush=True)
+    argv = [*bc_options(cfg, policy, tasks, action_types), *([] if epochs is None else ["--epochs", str(epochs)])]
+    line = _run_step("bc", flywheel_argv("bc", *argv), env, logs, timeout_s=timeout_s)
     clock.note(line)
     print(f"[{SFT}] {line}", flush=True)
     return line

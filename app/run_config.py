@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from infra.runtime.command import parse_command
+from infra.runtime.command import check_argv, parse_command
 from infra.runtime.config import ConfigError, describe, resolve
 from infra.runtime.errors import UserError
 from infra.runtime.policy import policy_kind
@@ -29,6 +29,7 @@ from infra.runtime.settings import Settings, load_settings
 from producers.suites import RunPlan, child_args
 from trainer import cli as trainer_cli
 from trainer.rl.config import TrainConfig
+from trainer.sft.bc_config import BCConfig
 
 PRECEDENCE = ("defaults", "environment", "kind", "suite", "run", "trainer_args")
 # value pretraining's bound, a share of the run's minutes: a game's batch of 200-step episodes takes
@@ -180,3 +181,8 @@ def config_argv_of(values: dict[str, Any], cls: type) -> list[str]:
         # attached with '=' where argparse would read the value as an option ('-1.0' is not: a number)
         out += [f"{flag}={text}"] if text.startswith("-") else [flag, text]
     return out
+
+
+def bc_config(argv: list[str], env: dict[str, str] | None = None) -> BCConfig:
+    """The config `flywheel bc <argv>` runs with in ``env`` (its own parser; ConfigError where it would refuse)."""
+    return check_argv(trainer_cli.register, "bc", argv, BCConfig, env)

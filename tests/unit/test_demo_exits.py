@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app import demo, measures, phases
+from app import demo, measures, phase_list, phases
 from app.demo import DemoConfig, run_demo
 from infra.runtime.errors import UserError
 from infra.runtime.procs import Child
@@ -171,7 +171,7 @@ def test_keep_broker_leaves_the_broker_and_says_so(monkeypatch, tmp_path, capsys
 def test_tasks_without_a_demonstrator_are_named_before_anything_starts(monkeypatch, tmp_path, capsys):
     run = Run(monkeypatch, tmp_path)
     cloned = []
-    monkeypatch.setattr(phases, "clone", lambda cfg, env, policy, tasks, *a: cloned.append(tasks) or "published v1")
+    monkeypatch.setattr(phases, "clone", lambda cfg, env, policy, tasks, *a, **k: cloned.append(tasks) or "published v1")
     run_demo(run.config(tasks=["click-test", "click-link"]), run.settings())
     first = capsys.readouterr().out.splitlines()[:2]
     assert "click-test" in first[0] and "no demonstrator for click-link" in first[1]
@@ -253,3 +253,14 @@ def test_a_second_ctrl_c_or_sigterm_lets_the_stopping_finish(capsys):
     with pytest.raises(KeyboardInterrupt):
         handler(signal.SIGINT, None)
     handler(signal.SIGINT, None)  # once: the final stop (broker) is not interrupted
+
+
+def test_a_run_without_an_rl_update_says_so_and_exits_non_zero(monkeypatch, tmp_path, capsys):
+    run = Run(monkeypatch, tmp_path)  # the trainer starts from v1 and publishes nothing past it
+    path = run_demo(run.config(), run.settings())
+    assert any("NO RL UPDATE" in n for n in run.reports[0].notes) and "NO RL UPDATE" in capsys.readouterr().out
+    assert demo.exit_code(path) == phase_list.NO_RL_UPDATE
+    run = Run(monkeypatch, tmp_path / "again")
+    monkeypatch.setattr(demo, "snapshot", lambda settings, policy, prefix: {"published": 2})  # PPO's first version
+    path = run_demo(run.config(), run.settings())
+    assert not any("NO RL UPDATE" in n for n in run.reports[0].notes) and demo.exit_code(path) == 0

@@ -351,7 +351,7 @@ def test_bc_args_reach_the_cold_starts_cloning_last(monkeypatch, tmp_path):
     from app.demo import DemoConfig
 
     seen = []
-    monkeypatch.setattr(phases, "_run_step", lambda name, argv, env, logs: seen.append(argv) or "published pi_sft")
+    monkeypatch.setattr(phases, "_run_step", lambda name, argv, env, logs, **k: seen.append(argv) or "published pi_sft")
 
     class Clock:
         def enter(self, *a): ...
