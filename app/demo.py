@@ -44,6 +44,7 @@ from producers.capacity import machine_sandboxes
 from producers.policy_client import noise_error
 from producers.suites import RunPlan, plan as suite_plan, setting as suite_setting
 from app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
+import app.ui.cli as ui_cli
 from app.commands import local_cluster, running_cluster
 from infra.runtime.admin import consumer_lag, ensure_topics
 from infra.kafka.jars import fetch_jars
@@ -239,9 +240,12 @@ def trainer_options(cfg: DemoConfig, prefix: str, policy: str, plan: RunPlan,
 
 
 def ui_child(port: int, token: str, logs: Path, env: dict[str, str]) -> Child:
-    """`flywheel ui` for the run. The token is passed as ``--token=<token>``: a random one may begin
-    with "-", which argparse would read as an option (the ui exited with code 2 and failed the run)."""
-    return Child("ui", flywheel_argv("ui", "--port", str(port), f"--token={token}"), logs / "ui.log", env)
+    """`flywheel ui` for the run. The token travels in its environment (``FLYWHEEL_UI_TOKEN``, which
+    only its owner can read), never in its arguments, which any local user sees with `ps` and the
+    demo's log repeats. It reads through the run's sink only (``--through-sink``): started first,
+    it must not hold the chDB data directory the sink is about to lock."""
+    return Child("ui", flywheel_argv("ui", "--port", str(port), "--through-sink"), logs / "ui.log",
+                 {**env, ui_cli.TOKEN_ENV: token})
 
 
 def ppo_lr(cfg: DemoConfig) -> float:
