@@ -44,7 +44,6 @@ from producers.capacity import machine_sandboxes
 from producers.policy_client import noise_error
 from producers.suites import RunPlan, plan as suite_plan, setting as suite_setting
 from app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
-import app.ui.cli as ui_cli
 from app.commands import local_cluster, running_cluster
 from infra.runtime.admin import consumer_lag, ensure_topics
 from infra.kafka.jars import fetch_jars
@@ -604,6 +603,10 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     logs.mkdir(parents=True, exist_ok=True)  # after the claim: a run's logs mean its run id is spent
     config = {"demo": asdict(cfg), "resolved": resolved(cfg, train), "run_config": trainer.record(),
               "settings": describe(settings)}
+    if cold_start:  # the cloning's, as `flywheel bc` will resolve it (SFT may cut its epochs to its share)
+        config["bc"] = describe(run_config.bc_config(phases.bc_options(cfg, policy, list(cold.demonstrated),
+                                                                       plan.action_types),
+                                                     {**os.environ, **child_env(settings, prefix)}))
     (out / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
     children += plan_children(cfg, settings, prefix, policy, logs, plan, trainer)
     env = child_env(settings, prefix)

@@ -4,6 +4,7 @@ processes that sleep) and the broker it started (a stand-in that records its sto
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -264,3 +265,14 @@ def test_a_run_without_an_rl_update_says_so_and_exits_non_zero(monkeypatch, tmp_
     monkeypatch.setattr(demo, "snapshot", lambda settings, policy, prefix: {"published": 2})  # PPO's first version
     path = run_demo(run.config(), run.settings())
     assert not any("NO RL UPDATE" in n for n in run.reports[0].notes) and demo.exit_code(path) == 0
+
+
+def test_the_runs_resolved_configuration_is_in_its_folder_and_report(monkeypatch, tmp_path):
+    run = Run(monkeypatch, tmp_path)
+    path = run_demo(run.config(tasks=["games"], target_kl=0.05, cold_start_demos=2, bc_args="--epochs 3"),
+                    run.settings())
+    written = json.loads((path.parent / "config.json").read_text())
+    assert written == json.loads(json.dumps(run.reports[0].config, default=str))  # the report's, the same
+    assert written["run_config"]["trainer"]["target_kl"] == 0.05 and written["resolved"]["target_kl"] == 0.05
+    assert written["run_config"]["trainer_origins"]["minibatch_size"] == "suite"
+    assert written["bc"]["epochs"] == 3 and written["bc"]["lr"] == 1e-3  # the user's epochs, the suite's rate
