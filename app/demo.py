@@ -44,6 +44,7 @@ from producers.capacity import machine_sandboxes
 from producers.policy_client import noise_error
 from producers.suites import RunPlan, plan as suite_plan, setting as suite_setting
 from app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
+import app.ui.cli as ui_cli
 from app.commands import local_cluster, running_cluster
 from infra.runtime.admin import consumer_lag, ensure_topics
 from infra.kafka.jars import fetch_jars
