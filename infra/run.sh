@@ -64,7 +64,10 @@ shift || true
 case "$cmd" in
   setup) setup ;;
   demo) setup; exec "$VENV/bin/flywheel" demo "$@" ;;
-  test) setup; "$VENV/bin/lint-imports" --config .importlinter; exec "$VENV/bin/python" -m pytest tests/unit tests/integration tests/e2e "$@" ;;
+  # the tests wait on the broker, browsers and child processes much of the time: two pytest-xdist
+  # workers (a file each at a time, FLYWHEEL_TEST_WORKERS to change) overlap those waits
+  test) setup; "$VENV/bin/lint-imports" .importlinter
+        exec "$VENV/bin/python" -m pytest -n "${FLYWHEEL_TEST_WORKERS:-2}" --dist loadfile tests/unit tests/integration tests/e2e "$@" ;;
   flywheel) setup; exec "$VENV/bin/flywheel" "$@" ;;
   *) echo "usage: bash infra/run.sh {demo|test|setup|flywheel ARGS}" >&2; exit 2 ;;
 esac
