@@ -107,7 +107,8 @@ register(Suite(
     demo_noise=0.2,
     # the heuristics label the policy's own states; fitting them every 2 updates took snake's
     # agreement with its heuristic from 0.41-0.53 to 0.79 and its score to 0.22-0.29, 2048 to
-    # 0.77-0.89, where PPO alone held 0.04-0.23 and 0.36-0.50 (docs/tasks.md, "DAgger rounds")
+    # 0.77-0.89, where PPO with the heuristic's labels in its loss but no rounds held 0.04-0.23
+    # and 0.36-0.50 (docs/tasks.md, "DAgger rounds"): a teacher during RL either way
     expert_coef=1.0, dagger_every=2))
 
 

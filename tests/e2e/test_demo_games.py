@@ -1,7 +1,7 @@
 """A short `flywheel demo` on one game, end to end: browser sandboxes on the games' page, Faust,
-sink, trainer and hot reload, from random weights (no cold start) on games.2048 with 40-step
-episodes, until PPO published three versions (`--until-version 3`; about a minute), with DAgger's
-expert labels on (`--expert-coef`: the heuristic labels the policy's own states, the trainer
+sink, trainer and hot reload, on games.2048 with 40-step episodes, until PPO published three
+versions (`--until-version 3`; about a minute). What teaches it: no demonstrations (random initial
+weights), and a teacher during RL, DAgger's expert labels (`--expert-coef`: the heuristic labels the policy's own states, the trainer
 imitates them beside PPO's loss; `--dagger-every 1`: and fits the policy to the labels gathered
 so far after each update) and the last key in the policy's history strip (`last_key`).
 
