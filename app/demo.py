@@ -26,7 +26,7 @@ import secrets
 import signal
 import time
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -452,22 +452,6 @@ def task_feed(cfg: DemoConfig, settings: Settings, run_id: str, tasks: list[str]
                     lambda specs: phases.send_tasks(settings, specs), cfg.episodes, allowance=cfg.batch_episodes)
 
 
-def reached_targets(snap: dict, tasks: list[str]) -> bool:
-    from app.report import TARGETS  # matplotlib: imported when the demo runs, not for --help
-
-    rates = snap.get("rates", {})
-    return all(t in rates and rates[t][1] >= 100 and rates[t][0] >= TARGETS.get(t, 0.9) for t in tasks)
-
-
-def reached_version(until_version: int, snap: dict, base_version: int, phase: str) -> bool:
-    """``--until-version``: PPO (not a critic-only update) published ``until_version`` versions
-    past ``base_version``, the one the trainer started from, and a rollout step acted with one of
-    them is stored. 0 never stops the run."""
-    published, acting = snap.get("published"), snap.get("acting")
-    return (until_version > 0 and phase == phases.PPO and published is not None and acting is not None
-            and published >= base_version + until_version and acting > base_version)
-
-
 VALUE_PRETRAIN_BATCHES = 20  # critic-only batches at most after a cold start, when left on auto
 # (and at most run_config.VALUE_PRETRAIN_SHARE of the run's minutes)
 
@@ -510,6 +494,98 @@ def _roots(children: list[Child]) -> dict[str, int]:
     return {c.name: c.proc.pid for c in children if c.proc is not None and c.alive}
 
 
+@dataclass
+class Learner:
+    """The trainer's half of a run, as the phases the trainer runs drive it (``phase_list.Learner``):
+    started once (the trainer, awaited until it published; the rollout workers; the reflection
+    annotator of a run with a DPO phase; the task feed), then one tick at a time: the feed every
+    ``FEED_TICK_S``, and every ``progress_s`` a reading (a dead child fails the run; CPU shares
+    sampled; the progress line printed). ``snap``: the last reading (the run's outcome reads it)."""
+
+    cfg: DemoConfig
+    settings: Settings
+    env: dict[str, str]
+    run_id: str
+    prefix: str  # the run's topic and consumer group prefix
+    policy: str
+    plan: RunPlan
+    logs: Path
+    children: list[Child]  # the run's, the learner's among them (the DPO phase changes the list)
+    clock: phases.PhaseClock
+    notes: list[str]
+    t0: float
+    base_version: int = 0
+    dpo_version: int | None = None
+    snap: dict = field(default_factory=dict)
+    cpu: CpuShare = field(default_factory=CpuShare)  # each process's share, from RL's first task on
+    feed: TaskFeed | None = None
+    started: bool = False
+    next_line: float = 0.0
+
+    @staticmethod
+    def runs(child: Child) -> bool:
+        """Whether ``child`` is the learner's (the trainer, a rollout worker), started with it."""
+        return child.name == "trainer" or child.name.startswith("rollout-")
+
+    def start(self) -> str:
+        """-> what the trainer starts from ('' when the learner already runs)."""
+        if self.started:
+            return ""
+        self.started = True
+        cfg, settings = self.cfg, self.settings
+        for child in [c for c in self.children if self.runs(c)]:
+            child.start()
+            if child.name == "trainer":  # rollout acts only with weights the trainer published
+                wait_s = min(180.0, max(30.0, self.t0 + cfg.minutes * 60 - time.time()))
+                if not wait_until(lambda: not child.alive or _published(settings, self.policy), wait_s, 1.0):
+                    raise UserError(f"the trainer published no version within {wait_s:.0f}s (log {child.log_path})")
+                self.base_version = _latest_version(settings, self.policy)
+        if cfg.dpo_span_s():  # failed episodes -> reflection pairs, while PPO runs
+            self.children.append(phases.reflection_annotator(self.env, self.prefix, self.logs,
+                                                             cfg.rollout_args).start())
+        tasks = list(self.plan.tasks)
+        if cfg.curriculum:
+            self.feed = task_feed(cfg, settings, self.run_id, tasks, self.plan.max_steps)
+            self.feed.refill(0, {}, {})
+            self.notes.append(f"RL tasks fed by failure rate over the last {CURRICULUM_WINDOW} (app.curriculum), "
+                              f"{self.feed.queue} queued less the trajectories the trainer has not read; "
+                              "--no-curriculum gives every task the same share")
+        else:
+            phases.submit(self.env, self.logs, tasks, cfg.episodes, self.plan.max_steps, phases.rl_seed(cfg.seed))
+        self.cpu = CpuShare()
+        self.cpu.sample(_roots(self.children), own="demo")
+        self.next_line = time.time() + cfg.progress_s
+        return f"the trainer starts from v{self.base_version}"
+
+    def tick(self) -> dict | None:
+        """-> a reading every ``progress_s`` (None between them); UserError when a child died."""
+        time.sleep(min(FEED_TICK_S, self.cfg.progress_s))
+        if self.feed is not None:  # every second: a trainer that caught up gets the next episodes at once
+            feed_tick(self.feed, self.settings, self.prefix, self.snap,
+                      trainer=any(c.name == "trainer" for c in self.children))
+        if time.time() < self.next_line:
+            return None
+        self.next_line = time.time() + self.cfg.progress_s
+        self.cpu.sample(_roots(self.children), own="demo")
+        dead = [c for c in self.children if not c.alive]
+        if dead:
+            c = dead[0]
+            raise UserError(f"{c.name} exited with code {c.returncode()}: {c.tail(3)} (log {c.log_path})")
+        self.snap = snapshot(self.settings, self.policy, self.prefix)
+        self.show(self.snap)
+        return self.snap
+
+    def show(self, snap: dict) -> None:
+        print(format_progress(time.time() - self.t0, snap, self.clock.current), flush=True)
+
+    def dpo(self) -> None:
+        def tick() -> None:  # progress while DPO runs
+            self.show(snapshot(self.settings, self.policy, self.prefix))
+
+        self.dpo_version = _dpo_phase(self.cfg, self.settings, self.env, self.children, self.policy,
+                                      self.base_version, self.logs, self.clock, self.notes, tick)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, or SIGHUP (the terminal closed, an ssh session dropped): the demo stops as on
     Ctrl-C (its children and broker stopped, the report written)."""
@@ -519,19 +595,20 @@ class Terminated(KeyboardInterrupt):
         self.signame = signame
 
 
-def _terminate_once(stop: dict):
-    """A SIGTERM, SIGHUP and SIGINT handler: the first signal raises ``Terminated`` (SIGTERM, SIGHUP) or
-    KeyboardInterrupt (Ctrl-C) wherever the run is (a blocking step included: its own cleanup
-    stops it) and sets ``stop["flag"]``. A further signal lets the stopping of processes finish
-    (a second Ctrl-C, or a supervisor's SIGTERM after it, cut the cold start's stop of its rollout
-    worker short and left that worker running); only while ``stop["interruptible"]`` (the report
-    is being written) does it raise again, skipping the rest of the report."""
+def _terminate_once(stop: phases.Stop):
+    """A SIGTERM, SIGHUP and SIGINT handler: the first signal sets ``stop`` (its reason: the
+    signal) and raises ``Terminated`` (SIGTERM, SIGHUP) or KeyboardInterrupt (Ctrl-C) wherever the
+    run is (a blocking step included: its own cleanup stops it). A further signal lets the stopping
+    of processes finish (a second Ctrl-C, or a supervisor's SIGTERM after it, cut the cold start's
+    stop of its rollout worker short and left that worker running); only while
+    ``stop.interruptible`` (the report is being written) does it raise again, skipping the rest of
+    the report."""
     def handler(signum, frame) -> None:
-        if not stop["flag"]:
-            stop["flag"] = True
-            raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signal.Signals(signum).name)
-        if stop.get("interruptible"):
-            stop["interruptible"] = False
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        if stop.set(f"stopped by {name}"):
+            raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(name)
+        if stop.interruptible:
+            stop.interruptible = False
             raise KeyboardInterrupt()
         _say("already stopping: the run stops its processes (once they are, another Ctrl-C skips the report)")
     return handler
@@ -552,12 +629,13 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
         print(line, flush=True)
     broker = broker_to_start(settings)
     children: list[Child] = []
-    stop = {"flag": False}
+    stop = phases.Stop()
     previous = {s: signal.signal(s, _terminate_once(stop)) for s in stop_signals()}
     try:
         return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, human, trainer)
     finally:
-        stop["flag"], stop["interruptible"] = True, False  # from here a signal lets the cleanup finish
+        stop.set("the run ended")  # from here a signal lets the cleanup finish
+        stop.interruptible = False
         try:
             left = stop_children(children)  # after a failure: the run's own stop did not happen
             if left:
@@ -569,7 +647,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
 
 
 def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tuple[str, str, str], broker,
-         children: list[Child], stop: dict, changed: list[str], human: list | None = None,
+         children: list[Child], stop: phases.Stop, changed: list[str], human: list | None = None,
          trainer: run_config.Resolved | None = None) -> Path:
     """Start the platform and the children (appended to ``children`` as they are planned, for
     run_demo to stop whatever happens), run the phases until the deadline, stop the children and
@@ -616,103 +694,43 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
         token = secrets.token_urlsafe(18)  # the UI writes training data: only who has the URL may
         children.insert(0, ui_child(ui_port, token, logs, env))
         print(f"ui: http://127.0.0.1:{ui_port}/?token={token}&run={policy}", flush=True)
-    t0 = budget.t0
     notes: list[str] = list(changed)
     clock = phases.PhaseClock()
-    cpu = CpuShare()  # each process's share of the CPU, from the moment RL's tasks are submitted
-    base_version, dpo_version, snap = 0, None, {}
+    learner = Learner(cfg, settings, env, run_id, prefix, policy, plan, logs, children, clock, notes, budget.t0)
+    ctx = phase_list.Ctx(cfg, settings, env, prefix, policy, plan, cold, logs, clock, stop, human, notes, learner)
     try:
-        learner = [c for c in children if c.name == "trainer" or c.name.startswith("rollout-")]
-        for child in [c for c in children if c not in learner]:  # the platform (and the UI)
+        for child in [c for c in children if not learner.runs(c)]:  # the platform (and the UI)
             child.start()
             if child.name == "sink":  # the query endpoint must be up before progress reads
                 wait_until(lambda: not child.alive or _endpoint_up(settings), 60)
-        # the phases before the learner starts (a cold start's demonstrations and SFT), each to its deadline
-        phase_list.before_rl(phase_list.Ctx(cfg, settings, env, prefix, policy, plan, cold, logs, clock, stop,
-                                            human, notes), budget)
-        for child in [] if stop["flag"] else learner:
-            child.start()
-            if child.name == "trainer":  # rollout acts only with weights the trainer published
-                wait_s = min(180.0, max(30.0, budget.end - time.time()))
-                if not wait_until(lambda: not child.alive or _published(settings, policy), wait_s, 1.0):
-                    raise UserError(f"the trainer published no version within {wait_s:.0f}s (log {child.log_path})")
-                base_version = _latest_version(settings, policy)
-                clock.enter(phases.current_phase(None, base_version, cfg.value_pretrain_batches > 0),
-                            f"the trainer starts from v{base_version}")
-        if dpo_s and not stop["flag"]:  # failed episodes -> reflection pairs, while PPO runs
-            children.append(phases.reflection_annotator(env, prefix, logs, cfg.rollout_args).start())
-        feed = None
-        if not stop["flag"]:
-            if cfg.curriculum:
-                feed = task_feed(cfg, settings, run_id, tasks, plan.max_steps)
-                feed.refill(0, {}, {})
-                notes.append(f"RL tasks fed by failure rate over the last {CURRICULUM_WINDOW} (app.curriculum), {feed.queue} queued "
-                             "less the trajectories the trainer has not read; "
-                             "--no-curriculum gives every task the same share")
-            else:
-                phases.submit(env, logs, tasks, cfg.episodes, plan.max_steps, phases.rl_seed(cfg.seed))
-            cpu = CpuShare()
-            cpu.sample(_roots(children), own="demo")
-        deadline = budget.end
-        dpo_at = deadline - dpo_s if dpo_s else None
-        next_line = time.time() + cfg.progress_s
-        while not stop["flag"] and time.time() < deadline:
-            time.sleep(min(FEED_TICK_S, cfg.progress_s))
-            if feed is not None:  # every second: a trainer that caught up gets the next episodes at once
-                feed_tick(feed, settings, prefix, snap, trainer=any(c.name == "trainer" for c in children))
-            if time.time() < next_line:
-                continue
-            next_line = time.time() + cfg.progress_s
-            cpu.sample(_roots(children), own="demo")
-            if dpo_at is not None and time.time() >= dpo_at and clock.current != phases.DPO:
-                def tick() -> None:  # progress while DPO runs
-                    print(format_progress(time.time() - t0, snapshot(settings, policy, prefix), clock.current), flush=True)
-
-                dpo_version = _dpo_phase(cfg, settings, env, children, policy, base_version, logs, clock, notes, tick)
-            dead = [c for c in children if not c.alive]
-            if dead:
-                c = dead[0]
-                raise UserError(f"{c.name} exited with code {c.returncode()}: {c.tail(3)} (log {c.log_path})")
-            snap = snapshot(settings, policy, prefix)
-            if "published" in snap and clock.current not in (phases.PPO, phases.DPO):  # a failed reading says nothing
-                clock.enter(phases.current_phase(snap["published"], base_version, cfg.value_pretrain_batches > 0))
-            if clock.current == phases.PPO and "published" in snap:
-                clock.note(f"{snap['updates']} trainer updates (critic-only ones included), newest version v{snap['published']}")
-            print(format_progress(time.time() - t0, snap, clock.current), flush=True)
-            if cfg.until_target and reached_targets(snap, tasks):
-                notes.append(f"every task reached its target after {(time.time() - t0) / 60:.1f} min")
-                break
-            if reached_version(cfg.until_version, snap, base_version, clock.current):
-                notes.append(f"PPO published v{snap['published']} after {(time.time() - t0) / 60:.1f} min "
-                             f"(--until-version {cfg.until_version})")
-                break
+        phase_list.run_phases(ctx, budget)  # each phase of the run, to its deadline
         final = snapshot(settings, policy, prefix)  # the run's last reading: did it make an RL update?
-        snap = final if "published" in final else snap
+        learner.snap = final if "published" in final else learner.snap
     except KeyboardInterrupt as exc:
         notes.append(f"stopped by {exc.signame}" if isinstance(exc, Terminated) else "stopped by Ctrl-C")
     finally:
-        stop["flag"] = True  # a SIGTERM from here on lets the stopping finish
+        stop.set("the run ended")  # a SIGTERM from here on lets the stopping finish
         ended = time.time()
         clock.close(ended)
-        no_rl = rl_outcome(base_version, snap, out)
+        no_rl = rl_outcome(learner.base_version, learner.snap, out)
         if no_rl:
             notes.append(no_rl)
             _say(no_rl)
         _say("stopping: rollout workers, then the stream processors, trainer and sink")
         _say(stop_children(children) or "no child was running")
-    stop["interruptible"] = True  # the processes are stopped: a further Ctrl-C may skip the report
+    stop.interruptible = True  # the processes are stopped: a further Ctrl-C may skip the report
     # local: loads Pillow, clickhouse-connect, needed only on this path
     from app.report import RunInfo, write_report
 
-    run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", t0, ended,
+    run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", budget.t0, ended,
                   config, notes)
     extra, data = [], {}
     try:
-        extra, data = measures.report_section(settings, policy, base_version, cold_start,
-                                              cfg.value_pretrain_batches > 0, clock, dpo_version)
+        extra, data = measures.report_section(settings, policy, learner.base_version, cold_start,
+                                              cfg.value_pretrain_batches > 0, clock, learner.dpo_version)
     except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
         notes.append(f"the phase section could not be computed: {exc}")
-    path = write_report(settings, run, out, extra + [cpu.markdown()], extra_summary=data)
+    path = write_report(settings, run, out, extra + [learner.cpu.markdown()], extra_summary=data)
     _say(f"report: {path}")  # after a SIGHUP the terminal is gone: the report is written all the same
     return path
 

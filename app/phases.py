@@ -35,6 +35,7 @@ import math
 import os
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,29 @@ def scripted_policy(policy: str) -> str:
 
 def rl_seed(seed: int) -> int:
     return seed * 100_000
+
+
+@dataclass
+class Stop:
+    """Why the run stops before its deadline, set once and read by every phase: a signal (Ctrl-C,
+    SIGTERM, SIGHUP: app.demo's handler sets it, then interrupts whatever blocks) or the run's goal
+    reached (--until-target, --until-version). ``interruptible``: the processes are stopped and the
+    report is being written, so a further signal may skip the rest of it."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+    reason: str = ""
+    interruptible: bool = False
+
+    def set(self, reason: str) -> bool:
+        """Stop for ``reason``; False when the run was already stopping (the first reason stays)."""
+        if self.event.is_set():
+            return False
+        self.reason = reason
+        self.event.set()
+        return True
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
 
 
 def current_phase(published: int | None, base_version: int, value_pretrain: bool) -> str:
@@ -207,7 +231,7 @@ def wait_for_sft(settings, scripted: str, timeout_s: float = 60.0) -> int:
 
 
 def demonstrate(cfg, settings, env: dict[str, str], prefix: str, policy: str, tasks: list[str], max_steps: int,
-                logs: Path, clock: PhaseClock, stop: dict, deadline: float | None = None) -> int:
+                logs: Path, clock: PhaseClock, stop: Stop, deadline: float | None = None) -> int:
     """Run the scripted annotator on ``cfg.cold_start_demos`` episodes per task and wait until
     they are scored (the sink saw them, so flywheel.sft.v1 holds the successes), or until
     ``deadline`` (epoch seconds: the cold start's share of the run); -> episodes."""
@@ -223,7 +247,7 @@ def demonstrate(cfg, settings, env: dict[str, str], prefix: str, policy: str, ta
         submit(env, logs, tasks, cfg.cold_start_demos, max_steps, DEMO_SEED_BASE + cfg.seed * 1000)
         deadline = min(time.time() + max(300.0, 6.0 * want), math.inf if deadline is None else deadline)
         last, last_change = -1, time.time()
-        while not stop["flag"] and time.time() <= deadline:
+        while not stop.is_set() and time.time() <= deadline:
             time.sleep(cfg.progress_s)
             if not worker.alive:
                 raise UserError(f"the scripted annotator exited with code {worker.returncode()}: {worker.tail(3)}")

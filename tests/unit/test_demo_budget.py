@@ -10,7 +10,7 @@ import pytest
 
 from app import phase_list, phases
 from app.demo import DemoConfig, effective
-from app.phase_list import PHASES, Budget, Ctx, before_rl, rl_update_line, sft_epochs
+from app.phase_list import PHASES, Budget, Ctx, rl_update_line, run_phases, sft_epochs
 from producers.suites import get_suite, plan
 
 
@@ -58,16 +58,17 @@ def test_the_cold_start_and_sft_get_their_deadlines_and_the_clone_fewer_epochs(m
     monkeypatch.setattr(phases, "demonstration_steps", lambda settings, policy: 12000)
     monkeypatch.setattr(phases, "clone", clone)
     budget = Budget(time.time(), cfg.minutes)
-    ctx = Ctx(cfg, None, {}, "p.", "pixel-r", plan(["games"]), cold, tmp_path, phases.PhaseClock(), {"flag": False})
-    before_rl(ctx, budget)
+    ctx = Ctx(cfg, None, {}, "p.", "pixel-r", plan(["games"]), cold, tmp_path, phases.PhaseClock(), phases.Stop())
+    before_rl = [p for p in PHASES if p.step]  # the cold start and SFT: no learner needed
+    run_phases(ctx, budget, before_rl)
     assert seen["demonstrate"] == budget.deadline(phases.COLD_START)
     epochs, timeout_s, at = seen["clone"]
     assert epochs == sft_epochs(20, 12000, timeout_s) < 20  # the suite's 20, cut (the cold start left SFT its share)
     assert any(f"SFT: {epochs} epochs of the 20 asked" in n for n in ctx.notes)
     assert at + timeout_s == pytest.approx(budget.deadline(phases.SFT), abs=2.0)
     seen.clear()
-    ctx.stop["flag"] = True  # stopped: no further phase starts
-    before_rl(ctx, budget)
+    ctx.stop.set("stopped by Ctrl-C")  # stopped: no further phase starts
+    run_phases(ctx, budget, before_rl)
     assert not seen
 
 
@@ -79,3 +80,69 @@ def test_the_clone_takes_the_cut_epochs_last_and_its_deadline(monkeypatch, tmp_p
     phases.clone(cfg, {}, "pixel-r", ["click-test"], ("click",), tmp_path, phases.PhaseClock(), epochs=3, timeout_s=50)
     argv, timeout_s = seen[0]
     assert argv[-2:] == ["--epochs", "3"] and timeout_s == 50  # after the user's 12: --minutes bounds the run
+
+
+def reading(published: int, acting: int, updates: int) -> dict:
+    """A progress reading of the versions (app.demo.snapshot reads them together)."""
+    return {"published": published, "acting": acting, "updates": updates, "dlq": 0}
+
+
+class Learner:
+    """Stands in for the demo's learner: a reading at every tick, the version it started from and
+    what the phases asked of it."""
+
+    def __init__(self, readings: list[dict], base_version: int = 1) -> None:
+        self.readings, self.base_version, self.asked = iter(readings), base_version, []
+
+    def start(self) -> str:
+        self.asked.append("start")
+        return "" if self.asked.count("start") > 1 else f"the trainer starts from v{self.base_version}"
+
+    def tick(self) -> dict | None:
+        time.sleep(0.01)
+        return next(self.readings, reading(2, 2, 5))
+
+    def dpo(self) -> None:
+        self.asked.append(("dpo", time.time()))
+
+
+class Run:
+    """The demo's options the phases read."""
+
+    def __init__(self, value_pretrain_batches=20, dpo_s=0.0, until_version=0, until_target=False) -> None:
+        self.value_pretrain_batches, self.dpo_s = value_pretrain_batches, dpo_s
+        self.until_version, self.until_target = until_version, until_target
+
+    def dpo_span_s(self) -> float:
+        return self.dpo_s
+
+
+def rl_ctx(cfg: Run, learner: Learner, tmp_path) -> Ctx:
+    cold = phases.cold_start_plan(["click-test"], 0, frozenset())  # from random weights: no cold start, no SFT
+    return Ctx(cfg, None, {}, "p.", "pixel-r", plan(["click-test"]), cold, tmp_path, phases.PhaseClock(),
+               phases.Stop(), learner=learner)
+
+
+def test_the_run_steps_through_the_phases_the_trainer_runs_each_to_its_done_or_deadline(tmp_path):
+    learner = Learner([{}, reading(1, 1, 2), reading(2, 1, 3)])
+    ctx = rl_ctx(Run(dpo_s=1.0), learner, tmp_path)
+    budget = Budget(time.time(), 2.0 / 60)  # a two-second run, its last second DPO's
+    run_phases(ctx, budget)
+    spans = ctx.clock.rows()
+    assert [r["phase"] for r in spans] == [phases.VALUE_PRETRAIN, phases.PPO]  # DPO's clock is its step's (stand-in)
+    assert spans[0]["detail"] == "the trainer starts from v1"  # value pretraining ends at the first version past v1
+    assert learner.asked[:2] == ["start", "start"] and learner.asked[2][0] == "dpo"  # started once, by the first
+    assert budget.end - 1.05 <= learner.asked[2][1] <= budget.end - 0.5  # PPO ends where DPO's last minutes begin
+    assert time.time() >= budget.end  # then DPO's version acts until the run's end
+    assert "trainer updates" in spans[1]["detail"] and not ctx.stop.is_set()
+
+
+def test_a_phase_the_run_has_not_is_skipped_and_the_runs_goal_stops_it(tmp_path):
+    learner = Learner([reading(1, 1, 0), reading(3, 2, 4)])
+    ctx = rl_ctx(Run(value_pretrain_batches=0, dpo_s=0.3, until_version=2), learner, tmp_path)
+    budget = Budget(time.time(), 1.0)  # a minute: --until-version ends it long before
+    run_phases(ctx, budget)
+    assert [r["phase"] for r in ctx.clock.rows()] == [phases.PPO]  # no value pretraining asked
+    assert ctx.stop.is_set() and "--until-version 2" in ctx.stop.reason and ctx.notes == [ctx.stop.reason]
+    assert "dpo" not in [a[0] if isinstance(a, tuple) else a for a in learner.asked]  # the run ended before DPO
+    assert time.time() - budget.t0 < 5

@@ -242,15 +242,15 @@ def test_a_run_under_nohup_keeps_ignoring_sighup():
 
 def test_a_second_ctrl_c_or_sigterm_lets_the_stopping_finish(capsys):
     for first, raised in ((signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, demo.Terminated)):
-        stop = {"flag": False}
+        stop = phases.Stop()
         handler = demo._terminate_once(stop)
         with pytest.raises(raised):
             handler(first, None)
-        assert stop["flag"]
+        assert stop.is_set() and stop.reason == ("stopped by Ctrl-C" if first == signal.SIGINT else "stopped by SIGTERM")
         for again in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C, or a supervisor's SIGTERM after it
             handler(again, None)  # does not raise into the cleanup
     assert "already stopping" in capsys.readouterr().out
-    stop["interruptible"] = True  # the processes are stopped, the report is being written: it may be skipped
+    stop.interruptible = True  # the processes are stopped, the report is being written: it may be skipped
     with pytest.raises(KeyboardInterrupt):
         handler(signal.SIGINT, None)
     handler(signal.SIGINT, None)  # once: the final stop (broker) is not interrupted

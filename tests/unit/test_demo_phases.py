@@ -68,7 +68,7 @@ def test_value_pretraining_summary_reads_the_first_ppo_batch():
 
 
 def test_until_version_stops_once_ppo_published_that_many_past_the_start():
-    from app.demo import reached_version
+    from app.phase_list import reached_version
 
     snap = {"published": 3, "acting": 2}
     assert reached_version(2, snap, base_version=1, phase=phases.PPO)
