@@ -43,7 +43,7 @@ def test_import_contract_holds():
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
-PACKAGES = ("infra", "trainer", "producers", "streams", "consumers", "schemas")
+PACKAGES = ("app", "infra", "trainer", "producers", "streams", "consumers", "schemas")  # every layer of .importlinter
 
 
 def local_imports_without_reason(path: Path) -> list[int]:
@@ -84,6 +84,10 @@ def test_local_imports_say_why(tmp_path):
     sample.write_text("import os\n\ndef f():\n    from infra.runtime import errors\n\n"
                       "def g():\n    # local: loads torch\n    from trainer.rl import ppo\n    import schemas.codec\n")
     assert local_imports_without_reason(sample) == [4]  # the check can fail
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / ".importlinter")
+    roots = set(cfg["importlinter"]["root_packages"].split())
+    assert set(PACKAGES) == roots, f"the check covers {sorted(PACKAGES)}, the contract {sorted(roots)}"
     offenders = [f"{p.relative_to(ROOT)}:{line}" for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))
                  for line in local_imports_without_reason(p)]
     assert not offenders, "function-local imports with no comment saying why: " + ", ".join(offenders)
