@@ -7,11 +7,13 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
-from infra.runtime.policy import PastStep, PolicyInput, SeenScreen, past_steps
+from infra.runtime.policy import PastStep, PolicyInput, SeenScreen, past_step_from_json, past_step_json, past_steps
 from producers.policy_client import PolicyRequest, policy_input
 from producers.sandboxes.base import Obs
 from schemas.actions import Click
+from schemas.codec import DecodeError
 from schemas.events import BlobRef, Observation, Step, TaskSpec
 
 URL = "miniwob/click-checkboxes.html"
@@ -83,11 +85,6 @@ def test_the_pixel_policy_reads_a_recorded_step_as_its_projection():
 def test_the_wire_form_of_an_earlier_step_is_its_projection_and_is_checked():
     """``/v1/act``'s history: what leaves the worker is the projection, read back unchanged; a
     malformed entry is a DecodeError naming the field (the server answers 400)."""
-    import pytest
-
-    from infra.runtime.policy import past_step_from_json, past_step_json
-    from schemas.codec import DecodeError
-
     step = recorded(0)
     wire = past_step_json(step)
     assert set(wire) == {"observation", "thought", "raw_output", "action"}

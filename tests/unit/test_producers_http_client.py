@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import numpy as np
 import pytest
 from aiohttp import web
 
+from infra.runtime.policy import past_step_from_json, past_steps
 from producers.policy_client import PolicyRequest, make_client
 from producers.sandboxes.base import Obs
 from schemas.actions import Click
+from schemas.blobs import BlobStore
 from schemas.events import BlobRef, Observation, TaskSpec
+from tests.unit.test_policy_input import recorded
 
 
 def request() -> PolicyRequest:
@@ -120,12 +124,6 @@ def test_no_page_url_reward_or_error_of_an_earlier_step_leaves_the_worker(mode, 
     """Whatever server answers, what the worker sends of the episode so far is the screens, the
     instruction and the policy's own output: the recorded steps' URL, reward, error, SDK output and
     DAgger label stay in the worker."""
-    import json
-
-    from infra.runtime.policy import past_step_from_json, past_steps
-    from schemas.blobs import BlobStore
-    from tests.unit.test_policy_input import recorded
-
     store = BlobStore(str(tmp_path))
     steps = [recorded(0), recorded(1)]
     steps = [s.model_copy(update={"observation": s.observation.model_copy(
