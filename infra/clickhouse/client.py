@@ -94,16 +94,22 @@ def _server_client(settings: Settings, database: str | None) -> Client:
         ) from None
 
 
+# How chDB refuses a data directory another process holds: the lock's own message, or (chDB 4)
+# only "Error initializing EmbeddedServer", the lock's message going to stderr
+HELD_ELSEWHERE = ("Cannot lock file", "Another server instance", "Error initializing EmbeddedServer")
+
+
 def _chdb_client(settings: Settings) -> Client:
     path = settings.chdb_path
     path.mkdir(parents=True, exist_ok=True)
     try:
         return clickhouse_connect.get_client(interface="chdb", path=str(path))
     except Exception as exc:
-        if "Cannot lock file" in str(exc) or "Another server instance" in str(exc):
+        if any(sign in str(exc) for sign in HELD_ELSEWHERE):
             raise UserError(
-                f"the chDB data directory {path} is open in another process (one process at a time); "
-                "while `flywheel sink` owns it, query through `flywheel sql` or infra.clickhouse.client.query_client"
+                f"the chDB data directory {path} is open in another process (one process at a time; "
+                f"chDB: {str(exc).splitlines()[0][-160:]}); while `flywheel sink` owns it, query through "
+                "`flywheel sql` or infra.clickhouse.client.query_client"
             ) from None
         raise
 

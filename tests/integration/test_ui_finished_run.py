@@ -65,3 +65,31 @@ def test_a_finished_run_is_browsable_with_the_ui_alone_and_the_directory_stays_f
     # the demo's UI (started before its sink) never opens the directory: a clear 503 instead
     statuses = asyncio.run(go(False))
     assert all(status == 503 and "flywheel sink" in body for status, body in statuses), statuses
+
+
+HOLDS = ("from infra.clickhouse.client import make_client; from infra.runtime.settings import load_settings; "
+         "import sys; c = make_client(load_settings({'data_dir': %r})); print('held', flush=True); "
+         "sys.stdin.read(); c.close()")
+
+
+def test_a_directory_another_process_holds_is_a_503_then_browsable_once_it_is_free(tmp_path):
+    """Another process holding the data directory with no endpoint (a sink starting, `flywheel sql`,
+    another UI mid-read): the UI's reads answer 503 naming it, not a 500, and read once it is free."""
+    settings = load_settings({"data_dir": str(tmp_path)})
+    _finished_run(settings, "ep-done-2", "pixel-r2")
+
+    async def runs():
+        async with TestClient(TestServer(make_app(settings, TOKEN))) as client:
+            resp = await client.get("/api/runs", headers={"X-Flywheel-Token": TOKEN})
+            return resp.status, await resp.text()
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLDS % str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        status, text = asyncio.run(runs())
+        assert status == 503 and "open in another process" in text, (status, text)
+    finally:
+        holder.communicate("", timeout=60)
+    status, text = asyncio.run(runs())
+    assert status == 200 and "pixel-r2" in text, (status, text)
