@@ -204,7 +204,8 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
                   plan: RunPlan, trainer: run_config.Resolved | None = None) -> list[Child]:
     """The processes of the loop, in start order (stop order is the reverse): the platform (sink,
     stream processors), then the learner (trainer, rollout workers). ``trainer``: the trainer's
-    resolved configuration (``check_child_options``'; resolved here when not given)."""
+    resolved configuration (``check_child_options``'; resolved here when not given), handed to it
+    as one file in the run's folder (``TRAINER_FILE``, beside ``logs``)."""
     env = child_env(settings, prefix)
     trainer = trainer or trainer_config(cfg, prefix, policy, plan, {**os.environ, **env})
     sync_batch = str(cfg.batch_episodes) if cfg.sync else "0"
@@ -213,7 +214,7 @@ def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str,
               logs / "sink.log", env),
         Child("streams", flywheel_argv("streams", "--app-id", f"{prefix}streams", *cfg.streams_args.split()),
               logs / "streams.log", env),
-        Child("trainer", flywheel_argv("train", *trainer.argv()), logs / "trainer.log", env),
+        Child("trainer", flywheel_argv("train", *trainer.write(logs.parent / TRAINER_FILE)), logs / "trainer.log", env),
     ]
     for i in range(cfg.workers):
         children.append(Child(f"rollout-{i}", flywheel_argv(
@@ -233,10 +234,7 @@ def trainer_config(cfg: DemoConfig, prefix: str, policy: str, plan: RunPlan,
                                       dict(os.environ) if env is None else env)
 
 
-def trainer_options(cfg: DemoConfig, prefix: str, policy: str, plan: RunPlan,
-                    env: dict[str, str] | None = None) -> list[str]:
-    """`flywheel train`'s options in the run: every field of its resolved configuration."""
-    return trainer_config(cfg, prefix, policy, plan, env).argv()
+TRAINER_FILE = "trainer.json"  # in the run's folder: `flywheel train --config`'s, the trainer's whole configuration
 
 
 def ui_child(port: int, token: str, logs: Path, env: dict[str, str]) -> Child:

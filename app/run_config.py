@@ -7,8 +7,8 @@ anything starts, with one declared precedence (``PRECEDENCE``, later wins):
 Each layer is a dict of ``TrainConfig`` fields; a layer written as options (a kind's
 ``demo_ppo_args``, a suite's ``child_args``, the user's ``--trainer-args``) is parsed once here, by
 the trainer's own parser. The merged dict is resolved and validated as the ``TrainConfig`` the
-trainer will run with; the child gets it whole (``Resolved.argv``: every field something set, in
-the environment it was resolved in), so nothing is decided twice, and ``origins`` says which layer
+trainer will run with; the child gets it whole, as one file (``Resolved.write``: every field, which
+`flywheel train --config` reads back), so nothing is decided twice, and ``origins`` says which layer
 set each field (the run's folder and report show both). An automatic demo option (-1, or 0 for
 ``--ppo-lr``) is the kind's; one the user gave is the run's, above the suite's: the games' suite
 sets ``--target-kl 0.02``, and ``flywheel demo --tasks games --target-kl 0.05`` trains at 0.05.
@@ -19,10 +19,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from infra.runtime.command import check_argv, parse_command
-from infra.runtime.config import ConfigError, describe, resolve
+from infra.runtime.config import ConfigError, config_json, describe, resolve
 from infra.runtime.errors import UserError
 from infra.runtime.policy import policy_kind
 from infra.runtime.settings import Settings, load_settings
@@ -46,12 +47,12 @@ class Resolved:
     origins: dict[str, str]  # field -> the layer of PRECEDENCE that set it
     settings_argv: tuple[str, ...] = ()  # platform settings the user gave in --trainer-args
 
-    def argv(self) -> list[str]:
-        """What the trainer is started with: every field a layer or the environment set (the others
-        are the trainer's defaults in the child as here), then the user's platform settings. In the
-        environment it was resolved in, the child's ``resolve`` rebuilds ``train`` from it."""
-        values = {k: getattr(self.train, k) for k, origin in self.origins.items() if origin != "defaults"}
-        return [*config_argv_of(values, TrainConfig), *self.settings_argv]
+    def write(self, path: Path) -> list[str]:
+        """Write the trainer's whole configuration to ``path`` (every field: FLYWHEEL_* variables in
+        the child change nothing) -> what the trainer is started with: that file, then the user's
+        platform settings."""
+        path.write_text(config_json(self.train))
+        return ["--config", str(path), *self.settings_argv]
 
     def record(self) -> dict[str, Any]:
         """For the run's folder and its report: each field's value and the layer that set it."""
@@ -63,6 +64,9 @@ def options(argv: list[str] | tuple[str, ...], command: str = "train", config: t
     """The fields of ``config`` that ``flywheel <command> <argv>`` sets, parsed by the command's own
     parser (abbreviations resolved; a misspelt or ambiguous option is a ConfigError)."""
     args = parse_command(trainer_cli.register, command, list(argv))
+    if args.get("config"):
+        raise ConfigError(f"--config {args['config']}: the run hands `flywheel {command}` its resolved configuration "
+                          "as a file itself; give the options instead")
     names = {f.name for f in dataclasses.fields(config)}
     return {k: v for k, v in args.items() if k in names and v is not None}
 

@@ -1,14 +1,20 @@
 """`flywheel train` (the streaming PPO trainer) and `flywheel bc` (behaviour cloning of the pixel
 policy on flywheel.sft.v1: the cold start's pi_sft). The serving helpers' sub-commands (`serve`,
-`merge`, `sft`, `ct`) live in trainer/serving/cli.py and are registered from here."""
+`merge`, `sft`, `ct`) live in trainer/serving/cli.py and are registered from here.
+
+Both take their whole configuration as one file too (``--config PATH``: the JSON object of fields
+`flywheel demo` writes for them in the run's folder, ``infra.runtime.config.config_json``): the
+options given beside it override it, and it overrides FLYWHEEL_* variables."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from infra.runtime.command import add_command, command_settings
-from infra.runtime.config import resolve
+from infra.runtime.config import file_values, resolve
 from infra.runtime.procs import stop_on_signals
 from trainer.serving import cli as serving_cli
 
@@ -24,7 +30,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from trainer.rl.streaming_ppo import train
 
     settings = command_settings(args)
-    cfg = resolve(TrainConfig, vars(args)).validate()
+    cfg = config_of(TrainConfig, vars(args))
     if cfg.nproc_per_node > 1:
         return launch(cfg, settings, verbose=getattr(args, "verbose", False))
     stop = stop_on_signals(log, "finishing the current step, then closing cleanly")
@@ -43,7 +49,7 @@ def cmd_bc(args: argparse.Namespace) -> int:
     from trainer.sft.bc_config import BCConfig
 
     settings = command_settings(args)
-    out = run_bc(resolve(BCConfig, vars(args)).validate(), settings)
+    out = run_bc(config_of(BCConfig, vars(args)), settings)
     match = f", greedy = demonstrator on {out['train_match']['all']:.0%} of them" if out["train_match"] else ""
     noise = out["skipped"].get("noise_steps", 0)
     noise = f" (and {noise} noise steps, history only)" if noise else ""
@@ -54,12 +60,28 @@ def cmd_bc(args: argparse.Namespace) -> int:
     return 0
 
 
+CONFIG_HELP = ("a JSON file of this command's settings, field name -> value (a run's resolved configuration, as "
+               "`flywheel demo` writes it in the run's folder); the options given here override it, and it "
+               "overrides FLYWHEEL_* variables")
+
+
+def config_of(cls: type, args: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Any:
+    """The ``cls`` a parsed command line runs with, validated: its options > its ``--config`` file
+    (``file_values``) > FLYWHEEL_* variables (``env``: this process's by default) > defaults.
+    ConfigError before anything starts for an unknown field or a bad value."""
+    file = file_values(cls, args["config"]) if args.get("config") else None
+    return resolve(cls, args, env, file=file).validate()
+
+
 def register(sub) -> None:
     # local: loads numpy, needed only on this path
     from trainer.sft.bc_config import BCConfig
     from trainer.rl.config import TrainConfig
 
-    add_command(sub, "train", "streaming PPO trainer: flywheel.rl.v1 -> policy versions", cmd_train, TrainConfig)
-    add_command(sub, "bc", "behaviour cloning (pixel or language policy): flywheel.sft.v1 -> pi_sft, a policy version",
-                cmd_bc, BCConfig)
+    for parser in (
+        add_command(sub, "train", "streaming PPO trainer: flywheel.rl.v1 -> policy versions", cmd_train, TrainConfig),
+        add_command(sub, "bc", "behaviour cloning (pixel or language policy): flywheel.sft.v1 -> pi_sft, a policy "
+                    "version", cmd_bc, BCConfig),
+    ):
+        parser.add_argument("--config", metavar="PATH", default=None, help=CONFIG_HELP)
     serving_cli.register(sub)

@@ -1,9 +1,11 @@
-"""Typed configs resolved from arguments, then FLYWHEEL_* environment variables, then defaults.
+"""Typed configs resolved from arguments, then a config file, then FLYWHEEL_* environment
+variables, then defaults.
 
 Every process has one config: a dataclass whose fields carry a one-line ``help`` in their
 metadata. ``add_arguments`` turns it into argparse options, ``resolve`` builds it with the
-precedence arguments > environment > defaults, and ``describe`` renders it for the start-up log
-with secrets masked.
+precedence arguments > a config file's values (``file_values``: a JSON object of fields, as a run
+writes its children's resolved configs) > environment > defaults, and ``describe`` renders it for
+the start-up log with secrets masked.
 
     @dataclass
     class TrainerConfig:
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import os
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -94,21 +98,70 @@ def _parse(raw: Any, tp: Any, name: str, source: str) -> Any:
         raise ConfigError(f"setting {name}={raw!r} from {source}: {exc}") from None
 
 
-def resolve(cls: type[T], args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> T:
-    """Build ``cls`` from explicit args (non-None wins), then FLYWHEEL_* env, then defaults."""
+def resolve(cls: type[T], args: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
+            file: Mapping[str, Any] | None = None) -> T:
+    """Build ``cls`` from explicit args (non-None wins), then ``file`` (a config file's values,
+    ``file_values``), then FLYWHEEL_* env, then defaults."""
     args = dict(args or {})
     env = os.environ if env is None else env
+    file = file or {}
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         tp = _field_type(cls, f)
         if args.get(f.name) is not None:
             values[f.name] = _parse(args[f.name], tp, f.name, "arguments")
+        elif f.name in file:
+            values[f.name] = file[f.name]
         elif env_name(f.name) in env:
             values[f.name] = _parse(env[env_name(f.name)], tp, f.name, env_name(f.name))
         choices = f.metadata.get("choices")
         if choices and f.name in values and values[f.name] not in choices:
             raise ConfigError(f"setting {f.name}={values[f.name]!r}: choose one of {', '.join(map(str, choices))}")
     return cls(**values)
+
+
+def file_values(cls: type, path: str | Path) -> dict[str, Any]:
+    """The fields of ``cls`` that the JSON file ``path`` sets (``--config PATH``: one object, field
+    name -> value, as ``config_json`` writes it), each of its field's type. ConfigError naming the
+    file and the field for an unreadable file, anything but a JSON object, a field ``cls`` does not
+    have, or a value of another type: refused before the command does anything."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--config {path} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path} must hold one JSON object of settings, field name -> value")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name in data:
+        if name not in fields:
+            near = difflib.get_close_matches(name, fields, n=1)
+            raise ConfigError(f"--config {path}: no setting {name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+    return {name: _typed(value, _field_type(cls, fields[name]), f"--config {path}: {name}") for name, value in data.items()}
+
+
+def _typed(value: Any, tp: Any, where: str) -> Any:
+    """``value`` read from JSON as field type ``tp`` (an int is a float too); ConfigError otherwise."""
+    base = _base_type(tp)
+    if value is None and tp is not base:  # an optional field
+        return None
+    if base is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if typing.get_origin(base) is list and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    if base in (bool, int, str) and isinstance(value, base) and (base is bool or not isinstance(value, bool)):
+        return value
+    want = getattr(base, "__name__", str(base)) if typing.get_origin(base) is not list else "a list of strings"
+    raise ConfigError(f"{where} must be {want}, got {value!r}")
+
+
+def config_json(cfg: Any) -> str:
+    """``cfg`` whole as the JSON object ``file_values`` reads (secrets included: a file its owner
+    hands a child, like the environment, not a log)."""
+    return json.dumps(dataclasses.asdict(cfg), indent=2) + "\n"
 
 
 def to_env(cfg: Any) -> dict[str, str]:

@@ -4,6 +4,9 @@ when demonstrations of every task were asked for; value pretraining only after a
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from app import phases
@@ -87,15 +90,16 @@ def test_the_trainer_of_a_run_from_random_weights_is_told_its_target_kl(tmp_path
 
     settings = load_settings({"data_dir": str(tmp_path), "kafka_bootstrap": "127.0.0.1:1"}, env={})
 
-    def trainer_argv(cfg: DemoConfig) -> list[str]:
+    def trainer_file(cfg: DemoConfig) -> dict:
+        """The configuration file the trainer is handed (``--config PATH``)."""
         cfg, _, _ = effective(cfg, SOLVED)
-        kids = plan_children(cfg, settings, "demo-x.", "pixel-x", tmp_path, suite_plan(cfg.tasks, cfg.max_steps))
-        return next(c.argv for c in kids if c.name == "trainer")
+        kids = plan_children(cfg, settings, "demo-x.", "pixel-x", tmp_path / "logs",
+                             suite_plan(cfg.tasks, cfg.max_steps))
+        argv = next(c.argv for c in kids if c.name == "trainer")
+        return json.loads(Path(argv[argv.index("--config") + 1]).read_text())
 
-    argv = trainer_argv(DemoConfig(tasks=["click-link"]))  # no demonstrator: random weights
-    assert argv[argv.index("--target-kl") + 1] == "0.02"
-    argv = trainer_argv(DemoConfig(tasks=["click-test"]))  # cloned pi_sft first: every epoch runs
-    assert float(argv[argv.index("--target-kl") + 1]) == 0
+    assert trainer_file(DemoConfig(tasks=["click-link"]))["target_kl"] == 0.02  # no demonstrator: random weights
+    assert trainer_file(DemoConfig(tasks=["click-test"]))["target_kl"] == 0  # cloned pi_sft first: every epoch runs
 
 
 def test_the_report_names_what_the_automatic_settings_came_to():

@@ -1,15 +1,21 @@
 """One resolved configuration per run (app.run_config): the trainer's settings decided once, with
 the precedence defaults < FLYWHEEL_* < kind < suite < the run's (the user's demo options) <
---trainer-args, and handed to the trainer so that its own parser rebuilds the same config."""
+--trainer-args, and handed to the trainer as one file (`flywheel train --config`) from which its own
+parser rebuilds the same config."""
 
 from __future__ import annotations
+
+import argparse
+import json
 
 import pytest
 
 from app import run_config
 from app.demo import DemoConfig, effective, resolved, trainer_config
-from infra.runtime.command import check_argv
+from infra.runtime.command import parse_command
+from infra.runtime.config import ConfigError
 from infra.runtime.errors import UserError
+from infra.runtime.settings import load_settings
 from producers.suites import get_suite, plan
 from trainer import cli as trainer_cli
 from trainer.rl.config import TrainConfig
@@ -22,24 +28,27 @@ def trainer_of(env: dict[str, str] | None = None, **demo) -> run_config.Resolved
     return trainer_config(cfg, "demo-x.", "pixel-x", plan(cfg.tasks, cfg.max_steps), {} if env is None else env)
 
 
-def as_the_trainer_parses_it(resolved: run_config.Resolved, env: dict[str, str]) -> TrainConfig:
-    """What `flywheel train <argv>` runs with in the child's environment (its own parser)."""
-    return check_argv(trainer_cli.register, "train", resolved.argv(), TrainConfig, env)
+def as_the_trainer_parses_it(resolved: run_config.Resolved, env: dict[str, str], folder) -> TrainConfig:
+    """What `flywheel train <argv>` runs with in the child's environment (its own parser), handed
+    the run's resolved configuration as the demo hands it (a file in the run's folder)."""
+    args = parse_command(trainer_cli.register, "train", resolved.write(folder / "trainer.json"))
+    load_settings(args, env=env)
+    return trainer_cli.config_of(TrainConfig, args, env)
 
 
-def test_the_users_target_kl_beats_the_games_suites_in_the_trainer_and_the_report():
+def test_the_users_target_kl_beats_the_games_suites_in_the_trainer_and_the_report(tmp_path):
     # `flywheel demo --tasks games --target-kl 0.05` trained at the suite's 0.02 while the report said 0.05:
     # the suite's options came after the demo's in the trainer's argv, and the last one won
     asked = trainer_of(tasks=["games"], target_kl=0.05)
     assert asked.train.target_kl == 0.05 and asked.origins["target_kl"] == "run"
-    assert as_the_trainer_parses_it(asked, {}).target_kl == 0.05
+    assert as_the_trainer_parses_it(asked, {}, tmp_path).target_kl == 0.05
     assert resolved(DemoConfig(tasks=["games"], target_kl=0.05), asked.train)["target_kl"] == 0.05
     assert asked.train.minibatch_size == 256 and asked.origins["minibatch_size"] == "suite"  # the suite's others stay
     auto = trainer_of(tasks=["games"])  # left on auto: the suite's, above the kind's (off after a cold start)
     assert auto.train.target_kl == 0.02 and auto.origins["target_kl"] == "suite"
     assert resolved(effective(DemoConfig(tasks=["games"]), GAMES)[0])["target_kl"] == 0.02  # the report said 0
     off = trainer_of(tasks=["games"], target_kl=0.0)  # off is a value too, not "not given"
-    assert off.train.target_kl == 0.0 and as_the_trainer_parses_it(off, {}).target_kl == 0.0
+    assert off.train.target_kl == 0.0 and as_the_trainer_parses_it(off, {}, tmp_path).target_kl == 0.0
 
 
 def test_each_layer_beats_the_one_before_it():
@@ -56,13 +65,15 @@ def test_each_layer_beats_the_one_before_it():
     assert lm.origins["epochs"] == "kind" and run_config.PRECEDENCE[0] == "defaults"
 
 
-def test_the_trainer_rebuilds_the_resolved_config_whole_in_its_environment():
+def test_the_trainer_rebuilds_the_resolved_config_whole_in_its_environment(tmp_path):
     env = {"FLYWHEEL_TARGET_KL": "0.3", "FLYWHEEL_EPOCHS": "7", "FLYWHEEL_LAM_POLICY": "0.9"}
     for demo in (dict(tasks=["games"], target_kl=0.0), dict(tasks=["click-test"], sync=True),
                  dict(tasks=["games"], trainer_args="--lam-policy -1 --metrics-port 9999"),
                  dict(tasks=["click-link"], policy_config='{"ground": false}', rft_every=2)):
         got = trainer_of(env, **demo)
-        assert as_the_trainer_parses_it(got, env) == got.train, demo
+        assert as_the_trainer_parses_it(got, env, tmp_path) == got.train, demo
+        # the file holds every field: a variable that differs in the child changes nothing
+        assert as_the_trainer_parses_it(got, {**env, "FLYWHEEL_EPOCHS": "9", "FLYWHEEL_SEED": "5"}, tmp_path) == got.train
     record = trainer_of(env, tasks=["games"]).record()
     assert record["trainer"]["epochs"] == 4 and record["trainer_origins"]["epochs"] == "suite"
     assert "defaults" not in record["trainer_origins"].values() and "<" in record["precedence"]
@@ -73,3 +84,50 @@ def test_settings_the_trainer_would_refuse_are_refused_before_anything_starts():
         trainer_of(tasks=["games"], trainer_args="--lam-polcy 0.9")
     with pytest.raises(UserError, match="epochs"):
         trainer_of({"FLYWHEEL_EPOCHS": "0"}, tasks=["click-test"])
+
+
+def test_the_trainer_takes_the_runs_file_whole_and_a_persons_options_over_it(tmp_path):
+    got = trainer_of(tasks=["games"], target_kl=0.05)
+    argv = got.write(tmp_path / "trainer.json")
+    assert argv == ["--config", str(tmp_path / "trainer.json")]  # no option list: the file is the configuration
+    assert set(json.loads((tmp_path / "trainer.json").read_text())) == set(TrainConfig.__dataclass_fields__)
+    by_hand = parse_command(trainer_cli.register, "train", [*argv, "--epochs", "3", "--target-kl", "0.1"])
+    cfg = trainer_cli.config_of(TrainConfig, by_hand, {"FLYWHEEL_EPOCHS": "9"})
+    assert (cfg.epochs, cfg.target_kl, cfg.minibatch_size) == (3, 0.1, got.train.minibatch_size)  # options win
+    partial = tmp_path / "partial.json"
+    partial.write_text('{"epochs": 5, "lr": 1}')  # a person's file may hold some fields; an int is a float too
+    cfg = trainer_cli.config_of(TrainConfig, parse_command(trainer_cli.register, "train", ["--config", str(partial)]),
+                                {"FLYWHEEL_EPOCHS": "9", "FLYWHEEL_CHUNK_STEPS": "64"})
+    assert (cfg.epochs, cfg.lr, cfg.chunk_steps, cfg.min_batch) == (5, 1.0, 64, TrainConfig().min_batch)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"epoch": 4}', "no setting 'epoch' .did you mean 'epochs'"),  # unknown: misspelt
+    ('{"epochs": "4"}', "epochs must be int, got '4'"),
+    ('{"epochs": 1.5}', "epochs must be int, got 1.5"),
+    ('{"norm_adv": 1}', "norm_adv must be bool, got 1"),
+    ('{"epochs": true}', "epochs must be int, got True"),
+    ('{"lr": null}', "lr must be float, got None"),
+    ('{"epochs": 0}', "min_batch, epochs and minibatch_size must be >= 1"),  # the trainer's own validation
+    ('{"device": "tpu"}', "device must be cpu, cuda or cuda:N"),
+    ('[1, 2]', "must hold one JSON object"),
+    ('{"epochs": 4', "is not JSON"),
+])
+def test_a_config_file_with_an_unknown_field_or_a_bad_value_is_refused_before_anything_starts(
+        tmp_path, monkeypatch, text, message):
+    # local: loads torch, needed only on this path
+    from trainer.rl import streaming_ppo
+
+    path = tmp_path / "trainer.json"
+    path.write_text(text)
+    started = []
+    monkeypatch.setattr(streaming_ppo, "train", lambda *a, **k: started.append(a))
+    args = parse_command(trainer_cli.register, "train", ["--config", str(path), "--data-dir", str(tmp_path)])
+    with pytest.raises(ConfigError, match=message):
+        args["func"](argparse.Namespace(**args))
+    assert not started
+
+
+def test_the_run_refuses_a_config_file_in_its_trainers_options():
+    with pytest.raises(UserError, match="hands `flywheel train` its resolved configuration as a file itself"):
+        trainer_of(tasks=["games"], trainer_args="--config x.json")

@@ -3,6 +3,7 @@ value-pretraining summary the report prints."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -365,7 +366,7 @@ def test_bc_args_reach_the_cold_starts_cloning_last(monkeypatch, tmp_path):
 
 def test_a_suites_options_come_before_the_users_and_only_for_its_kind():
     from app import phases
-    from app.demo import DemoConfig, trainer_options
+    from app.demo import DemoConfig, trainer_config
     from infra.runtime.command import check_argv
     from producers.suites import plan
     from trainer import cli
@@ -382,9 +383,14 @@ def test_a_suites_options_come_before_the_users_and_only_for_its_kind():
     assert cfg.lr_for("pixel") == 1e-3 and cfg.epochs_for("pixel") == 3
     mixed = phases.bc_options(DemoConfig(cold_start_demos=4), "pixel-r", ["click-button", *games], ("click", "hotkey"))
     assert "--lr" not in mixed  # a run mixing suites: the games' rate is not the default suite's
-    train = trainer_options(DemoConfig(trainer_args="--target-kl 0.05"), "p-", "pixel-r", plan(games))
-    assert train[train.index("--minibatch-size") + 1] == "256" and train[train.index("--target-kl") + 1] == "0.05"
-    assert "--minibatch-size" not in trainer_options(DemoConfig(), "p-", "pixel-r", plan(["default"]))
+    train = trainer_config(DemoConfig(trainer_args="--target-kl 0.05"), "p-", "pixel-r", plan(games))
+    assert train.train.minibatch_size == 256 and train.train.target_kl == 0.05
+    assert trainer_config(DemoConfig(), "p-", "pixel-r", plan(["default"])).origins["minibatch_size"] == "defaults"
+
+
+def handed(argv: list[str]) -> dict:
+    """The configuration file a child was handed (``--config PATH``)."""
+    return json.loads(Path(argv[argv.index("--config") + 1]).read_text())
 
 
 def test_expert_coef_labels_the_rollouts_and_weighs_the_labels_in_the_trainer(tmp_path):
@@ -395,11 +401,10 @@ def test_expert_coef_labels_the_rollouts_and_weighs_the_labels_in_the_trainer(tm
     settings = load_settings({"data_dir": str(tmp_path)})
     for coef, labels in ((0.0, False), (0.5, True)):
         children = plan_children(DemoConfig(tasks="games", expert_coef=coef, dagger_every=0).validate(), settings, "p.", "pol",
-                                 tmp_path, plan(["games"]))
+                                 tmp_path / "logs", plan(["games"]))
         argv = {c.name: c.argv for c in children}
         assert ("--expert-labels" in argv["rollout-0"]) is labels
-        assert (argv["trainer"][argv["trainer"].index("--expert-coef") + 1] == "0.5") if labels \
-            else "--expert-coef" not in argv["trainer"]
+        assert handed(argv["trainer"])["expert_coef"] == (0.5 if labels else 0.0)
     for bad in (-2.0, float("nan")):
         with pytest.raises(UserError, match="expert-coef"):
             DemoConfig(expert_coef=bad).validate()
@@ -414,10 +419,10 @@ def test_dagger_every_labels_the_rollouts_and_sets_the_trainers_rounds(tmp_path)
 
     settings = load_settings({"data_dir": str(tmp_path)})
     children = plan_children(DemoConfig(tasks="games", expert_coef=0, dagger_every=2).validate(), settings, "p.", "pol",
-                             tmp_path, plan(["games"]))
+                             tmp_path / "logs", plan(["games"]))
     argv = {c.name: c.argv for c in children}
-    assert "--expert-labels" in argv["rollout-0"] and "--expert-coef" not in argv["trainer"]  # rounds alone
-    assert argv["trainer"][argv["trainer"].index("--dagger-every") + 1] == "2"
+    assert "--expert-labels" in argv["rollout-0"] and handed(argv["trainer"])["expert_coef"] == 0.0  # rounds alone
+    assert handed(argv["trainer"])["dagger_every"] == 2
     with pytest.raises(UserError, match="dagger-every counts"):
         DemoConfig(dagger_every=-2).validate()
     with pytest.raises(UserError, match="scores only its own samples"):
