@@ -33,7 +33,6 @@ from typing import Any
 from app import demo_queries as Q
 from app import measures, phase_list, phases, run_config
 from infra.kafka.broker import free_port_block
-from infra.runtime.command import check_argv
 from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
 from infra.runtime.cpu_share import CpuShare
 from infra.runtime.errors import UserError
@@ -270,20 +269,14 @@ def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[st
     --nproc-per-node 2 failed the run only when its phase began, minutes in. Checked before
     anything starts, in the environment they will have (``child_env``: the run's ``settings`` as
     FLYWHEEL_* variables over this process's)."""
-    # local: loads numpy, needed only on this path
-    from trainer import cli as trainer_cli
-    from trainer.rl.config import TrainConfig
-    from trainer.sft.bc_config import BCConfig
-
     _, prefix, policy = names
     plan = suite_plan(cfg.tasks, cfg.max_steps)
     env = {**os.environ, **child_env(settings, prefix)}
     trainer = trainer_config(cfg, prefix, policy, plan, env)
-    check_labels(cfg, trainer.train, TrainConfig())
+    check_labels(cfg, trainer.train, type(trainer.train)())
     if cfg.cold_start_demos:
         try:
-            check_argv(trainer_cli.register, "bc", phases.bc_options(cfg, policy, list(cold.demonstrated),
-                                                                     plan.action_types), BCConfig, env)
+            run_config.bc_config(phases.bc_options(cfg, policy, list(cold.demonstrated), plan.action_types), env)
         except (ConfigError, UserError) as exc:
             raise UserError(f"flywheel bc would refuse its options in this run (the demo's, then --bc-args "
                             f"{cfg.bc_args!r}; FLYWHEEL_* variables count too): {exc}") from None

@@ -63,12 +63,18 @@ class Resolved:
 def options(argv: list[str] | tuple[str, ...], command: str = "train", config: type = TrainConfig) -> dict[str, Any]:
     """The fields of ``config`` that ``flywheel <command> <argv>`` sets, parsed by the command's own
     parser (abbreviations resolved; a misspelt or ambiguous option is a ConfigError)."""
-    args = parse_command(trainer_cli.register, command, list(argv))
+    args = no_config_file(parse_command(trainer_cli.register, command, list(argv)), command)
+    names = {f.name for f in dataclasses.fields(config)}
+    return {k: v for k, v in args.items() if k in names and v is not None}
+
+
+def no_config_file(args: dict[str, Any], command: str) -> dict[str, Any]:
+    """``args``, or ConfigError where they name a --config file: the run resolves the child's
+    configuration and hands it as a file itself."""
     if args.get("config"):
         raise ConfigError(f"--config {args['config']}: the run hands `flywheel {command}` its resolved configuration "
                           "as a file itself; give the options instead")
-    names = {f.name for f in dataclasses.fields(config)}
-    return {k: v for k, v in args.items() if k in names and v is not None}
+    return args
 
 
 def settings_options(argv: list[str] | tuple[str, ...], command: str = "train") -> dict[str, Any]:
@@ -189,4 +195,16 @@ def config_argv_of(values: dict[str, Any], cls: type) -> list[str]:
 
 def bc_config(argv: list[str], env: dict[str, str] | None = None) -> BCConfig:
     """The config `flywheel bc <argv>` runs with in ``env`` (its own parser; ConfigError where it would refuse)."""
+    no_config_file(parse_command(trainer_cli.register, "bc", list(argv)), "bc")
     return check_argv(trainer_cli.register, "bc", argv, BCConfig, env)
+
+
+def bc_handed(argv: list[str], env: dict[str, str], path: Path, epochs: int | None = None) -> list[str]:
+    """The cold start's cloning configuration (``bc_config`` of its options ``argv`` in ``env``, its
+    epochs cut to ``epochs`` when given) written whole to ``path`` -> what `flywheel bc` is started
+    with: that file, then the platform settings the options gave."""
+    cfg = bc_config(argv, env)
+    if epochs is not None:
+        cfg = dataclasses.replace(cfg, epochs=epochs)
+    path.write_text(config_json(cfg))
+    return ["--config", str(path), *config_argv_of(settings_options(argv, "bc"), Settings)]

@@ -4,7 +4,9 @@ run without an RL update says so."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -77,9 +79,11 @@ def test_the_clone_takes_the_cut_epochs_last_and_its_deadline(monkeypatch, tmp_p
     monkeypatch.setattr(phases, "_run_step", lambda name, argv, env, logs, timeout_s: seen.append((argv, timeout_s))
                         or "published pi_sft")
     cfg = DemoConfig(cold_start_demos=16, bc_args="--epochs 12")
-    phases.clone(cfg, {}, "pixel-r", ["click-test"], ("click",), tmp_path, phases.PhaseClock(), epochs=3, timeout_s=50)
+    phases.clone(cfg, {}, "pixel-r", ["click-test"], ("click",), tmp_path / "logs", phases.PhaseClock(), epochs=3,
+                 timeout_s=50)
     argv, timeout_s = seen[0]
-    assert argv[-2:] == ["--epochs", "3"] and timeout_s == 50  # after the user's 12: --minutes bounds the run
+    handed = json.loads(Path(argv[argv.index("--config") + 1]).read_text())  # its whole configuration
+    assert handed["epochs"] == 3 and timeout_s == 50  # over the user's 12: --minutes bounds the run
 
 
 def reading(published: int, acting: int, updates: int) -> dict:

@@ -6,12 +6,13 @@ parser rebuilds the same config."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import pytest
 
 from app import run_config
-from app.demo import DemoConfig, effective, resolved, trainer_config
+from app.demo import DemoConfig, check_child_options, effective, resolved, trainer_config
 from infra.runtime.command import parse_command
 from infra.runtime.config import ConfigError
 from infra.runtime.errors import UserError
@@ -131,3 +132,26 @@ def test_a_config_file_with_an_unknown_field_or_a_bad_value_is_refused_before_an
 def test_the_run_refuses_a_config_file_in_its_trainers_options():
     with pytest.raises(UserError, match="hands `flywheel train` its resolved configuration as a file itself"):
         trainer_of(tasks=["games"], trainer_args="--config x.json")
+
+
+def test_the_cloning_rebuilds_its_configuration_from_the_file_the_cold_start_hands_it(tmp_path):
+    from app import phases
+    from trainer.sft.bc_config import BCConfig
+
+    cfg, cold, _ = effective(DemoConfig(tasks=["games"], cold_start_demos=3, bc_args="--epochs 12 --metrics-port 9998"),
+                             GAMES)
+    options = phases.bc_options(cfg, "pixel-x", list(cold.demonstrated), ("click", "hotkey"))
+    env = {"FLYWHEEL_SEED": "5"}
+    argv = run_config.bc_handed(options, env, tmp_path / "bc.json", epochs=4)  # SFT's share cut the epochs
+    assert argv == ["--config", str(tmp_path / "bc.json"), "--metrics-port", "9998"]  # the user's platform setting
+    args = parse_command(trainer_cli.register, "bc", argv)
+    assert load_settings(args, env={}).metrics_port == 9998
+    got = trainer_cli.config_of(BCConfig, args, {"FLYWHEEL_SEED": "7", "FLYWHEEL_LR": "0.5"})
+    assert got == dataclasses.replace(run_config.bc_config(options, env), epochs=4)
+    assert (got.epochs, got.demos_per_task, got.lr, got.seed) == (4, 3, 1e-3, 0)  # the suite's rate, the demo's seed
+    with pytest.raises(UserError, match="hands `flywheel bc` its resolved configuration as a file itself"):
+        check_child_options(*effective(DemoConfig(tasks=["games"], cold_start_demos=3, bc_args="--config x.json"),
+                                       GAMES)[:2], ("x", "demo-x.", "pixel-x"), load_settings({}, env={}))
+    (tmp_path / "bad.json").write_text('{"demos_per_task": 4, "epoch": 3}')
+    with pytest.raises(ConfigError, match="no setting 'epoch' .did you mean 'epochs'"):
+        trainer_cli.config_of(BCConfig, parse_command(trainer_cli.register, "bc", ["--config", str(tmp_path / "bad.json")]))

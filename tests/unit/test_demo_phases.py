@@ -359,9 +359,9 @@ def test_bc_args_reach_the_cold_starts_cloning_last(monkeypatch, tmp_path):
         def note(self, *a): ...
 
     cfg = DemoConfig(cold_start_demos=16, bc_args="--epochs 12 --lr 0.003")
-    assert phases.clone(cfg, {}, "pixel-r", ["click-test"], ("click",), tmp_path, Clock()) == "published pi_sft"
-    argv = seen[0]
-    assert argv[argv.index("--demos-per-task") + 1] == "16" and argv[-4:] == ["--epochs", "12", "--lr", "0.003"]
+    assert phases.clone(cfg, {}, "pixel-r", ["click-test"], ("click",), tmp_path / "logs", Clock()) == "published pi_sft"
+    bc = handed(seen[0])  # the cloning's whole configuration: the demo's, then the user's --bc-args
+    assert bc["demos_per_task"] == 16 and (bc["epochs"], bc["lr"]) == (12, 0.003)
 
 
 def test_a_suites_options_come_before_the_users_and_only_for_its_kind():
