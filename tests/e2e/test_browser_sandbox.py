@@ -93,6 +93,21 @@ def test_fake_clock_makes_the_time_scaled_reward_depend_on_steps_only(env):
     assert rewards[0] == rewards[1] == pytest.approx(1.0 - sandbox.step_ms / 10000)
 
 
+def test_a_step_runs_the_timers_of_the_current_task_page_only(env):
+    # each loaded task page keeps its own fake clock: stepping one task must not run the timers and
+    # animations of the others (in one shared clock a step's cost grew with every task loaded)
+    loop, sandbox, _ = env
+    loop.run(sandbox.reset(task("click-test-2")))
+    loop.run(sandbox.query("window.__ticks = 0; setInterval(() => { window.__ticks += 1; }, 10); 0"))
+    loop.run(sandbox.step(Click(x=0.01, y=0.99)))  # its own clock runs its timer: 100 ms of 10 ms ticks
+    own = loop.run(sandbox.query("window.__ticks"))
+    loop.run(sandbox.reset(task("click-test")))  # another task's page becomes current
+    for _ in range(5):
+        loop.run(sandbox.step(Click(x=0.01, y=0.99)))
+    loop.run(sandbox.reset(task("click-test-2")))  # back: what ran on its page meanwhile?
+    assert own >= 9 and loop.run(sandbox.query("window.__ticks")) == own
+
+
 def test_sdk_action_is_refused_not_crashed(env):
     from schemas.actions import Shell
 
