@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass
 from importlib import resources
 from urllib.parse import urlparse
@@ -99,19 +100,30 @@ def _server_client(settings: Settings, database: str | None) -> Client:
 HELD_ELSEWHERE = ("Cannot lock file", "Another server instance", "Error initializing EmbeddedServer")
 
 
-def _chdb_client(settings: Settings) -> Client:
+HELD_WAIT_S = 5.0  # how long an opener waits out another process's brief hold (a `flywheel ui` read: ~60 ms)
+
+
+def _chdb_client(settings: Settings, wait_s: float = HELD_WAIT_S) -> Client:
+    """Open the chDB directory. Another process may hold it for one read (``query_client`` opens it
+    per read where no sink runs): wait that out for up to ``wait_s``, so a sink starting beside a
+    finished run's `flywheel ui` still gets the directory; a holder that stays is a clear error."""
     path = settings.chdb_path
     path.mkdir(parents=True, exist_ok=True)
-    try:
-        return clickhouse_connect.get_client(interface="chdb", path=str(path))
-    except Exception as exc:
-        if any(sign in str(exc) for sign in HELD_ELSEWHERE):
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return clickhouse_connect.get_client(interface="chdb", path=str(path))
+        except Exception as exc:
+            if not any(sign in str(exc) for sign in HELD_ELSEWHERE):
+                raise
+            if time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
             raise UserError(
                 f"the chDB data directory {path} is open in another process (one process at a time; "
                 f"chDB: {str(exc).splitlines()[0][-160:]}); while `flywheel sink` owns it, query through "
                 "`flywheel sql` or infra.clickhouse.client.query_client"
             ) from None
-        raise
 
 
 def make_client(settings: Settings, *, migrate_schema: bool = True) -> Client:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
+import time
 from datetime import datetime, timezone
 
 from aiohttp.test_utils import TestClient, TestServer
@@ -93,3 +95,25 @@ def test_a_directory_another_process_holds_is_a_503_then_browsable_once_it_is_fr
         holder.communicate("", timeout=60)
     status, text = asyncio.run(runs())
     assert status == 200 and "pixel-r2" in text, (status, text)
+
+
+def test_an_opener_waits_out_a_brief_hold_a_sink_starting_beside_a_ui_read(tmp_path):
+    """A sink starting while `flywheel ui` holds the directory for one read gets it once the read
+    ends (``HELD_WAIT_S``), rather than failing its start; a hold that stays is still an error."""
+    settings = load_settings({"data_dir": str(tmp_path)})
+    _finished_run(settings, "ep-done-3", "pixel-r3")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDS % str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        release = threading.Timer(1.0, holder.stdin.close)  # the holder's read ends a second later
+        release.start()
+        t0 = time.monotonic()
+        client = make_client(settings)
+        try:
+            assert time.monotonic() - t0 >= 0.5  # it did wait for the holder
+            assert client.query("SELECT count() FROM trajectories").result_rows[0][0] >= 1
+        finally:
+            client.close()
+    finally:
+        holder.wait(timeout=60)
