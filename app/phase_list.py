@@ -101,7 +101,7 @@ def sft_step(ctx: Ctx, deadline: float) -> None:
         ctx.notes.append(f"SFT: {epochs} epochs of the {asked} asked, to end within its share of --minutes "
                          f"({seconds:.0f} s for {steps} demonstration steps)")
     phases.clone(ctx.cfg, ctx.env, ctx.policy, tasks, ctx.plan.action_types, ctx.logs, ctx.clock,
-                 epochs=None if epochs == asked else epochs, timeout_s=seconds)
+                 epochs=None if epochs == asked else epochs, timeout_s=seconds, train_budget_s=sft_train_budget(seconds))
 
 
 def has_cold_start(ctx: Ctx) -> bool:
@@ -282,6 +282,15 @@ class Budget:
     def left(self, name: str, now: float) -> float:
         """Seconds phase ``name`` has left at ``now`` (0 once past its deadline)."""
         return max(0.0, self.deadline(name) - now)
+
+
+def sft_train_budget(seconds: float) -> float:
+    """Seconds of training `flywheel bc` may start epochs in, out of SFT's ``seconds``: less its start
+    and a margin for the epoch that runs past the budget and for publishing pi_sft (a quarter of the
+    rest, 15 s at least), 10 s at least. The epochs' estimate (``sft_epochs``) can be off (a kind, a
+    machine, the demonstrations' count read while the sink catches up); this bound is not."""
+    trainable = seconds - BC_START_S
+    return max(10.0, trainable - max(15.0, 0.25 * trainable))
 
 
 def sft_epochs(asked: int, steps: int, seconds: float) -> int:

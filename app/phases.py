@@ -327,16 +327,17 @@ def bc_options(cfg, policy: str, tasks: list[str], action_types: tuple[str, ...]
 
 
 def clone(cfg, env: dict[str, str], policy: str, tasks: list[str], action_types: tuple[str, ...], logs: Path,
-          clock: PhaseClock, epochs: int | None = None, timeout_s: float = 3600) -> str:
+          clock: PhaseClock, epochs: int | None = None, timeout_s: float = 3600, train_budget_s: float = 0.0) -> str:
     """``flywheel bc`` on the run's flywheel.sft.v1: publishes pi_sft; -> its summary line. Its
     configuration, resolved from ``bc_options``, is handed whole as one file in the run's folder
     (``BC_FILE``, beside ``logs``). ``epochs``: fewer than asked, to fit SFT's share of the run
-    (over the user's --bc-args); past ``timeout_s`` it is stopped (UserError)."""
+    (over the user's --bc-args); ``train_budget_s``: no epoch starts past it; past ``timeout_s`` it is
+    stopped (UserError)."""
     clock.enter(SFT, "behaviour cloning of the demonstrations")
     print(f"[{SFT}] flywheel bc --policy-kind {cfg.policy_kind}{'' if epochs is None else f' --epochs {epochs}'} "
           f"(progress in {logs / 'bc.log'})", flush=True)
     argv = run_config.bc_handed(bc_options(cfg, policy, tasks, action_types), {**os.environ, **env},
-                                logs.parent / BC_FILE, epochs)
+                                logs.parent / BC_FILE, epochs, train_budget_s)
     line = _run_step("bc", flywheel_argv("bc", *argv), env, logs, timeout_s=timeout_s)
     clock.note(line)
     print(f"[{SFT}] {line}", flush=True)

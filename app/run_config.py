@@ -199,12 +199,15 @@ def bc_config(argv: list[str], env: dict[str, str] | None = None) -> BCConfig:
     return check_argv(trainer_cli.register, "bc", argv, BCConfig, env)
 
 
-def bc_handed(argv: list[str], env: dict[str, str], path: Path, epochs: int | None = None) -> list[str]:
+def bc_handed(argv: list[str], env: dict[str, str], path: Path, epochs: int | None = None,
+              train_budget_s: float = 0.0) -> list[str]:
     """The cold start's cloning configuration (``bc_config`` of its options ``argv`` in ``env``, its
     epochs cut to ``epochs`` when given) written whole to ``path`` -> what `flywheel bc` is started
     with: that file, then the platform settings the options gave."""
     cfg = bc_config(argv, env)
     if epochs is not None:
         cfg = dataclasses.replace(cfg, epochs=epochs)
+    if train_budget_s > 0 and not cfg.train_budget_s:  # a budget the user gave in --bc-args stands
+        cfg = dataclasses.replace(cfg, train_budget_s=train_budget_s)
     path.write_text(config_json(cfg))
     return ["--config", str(path), *config_argv_of(settings_options(argv, "bc"), Settings)]

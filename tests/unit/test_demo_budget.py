@@ -12,7 +12,7 @@ import pytest
 
 from app import phase_list, phases
 from app.demo import DemoConfig, effective
-from app.phase_list import PHASES, Budget, Ctx, rl_update_line, run_phases, sft_epochs
+from app.phase_list import PHASES, Budget, Ctx, rl_update_line, run_phases, sft_epochs, sft_train_budget
 from producers.suites import get_suite, plan
 
 
@@ -51,8 +51,9 @@ def test_the_cold_start_and_sft_get_their_deadlines_and_the_clone_fewer_epochs(m
         seen["demonstrate"] = deadline
         return 60
 
-    def clone(*a, epochs=None, timeout_s=None, **k):
+    def clone(*a, epochs=None, timeout_s=None, train_budget_s=0.0, **k):
         seen["clone"] = (epochs, timeout_s, time.time())
+        seen["train_budget_s"] = train_budget_s
         return "published v1"
 
     monkeypatch.setattr(phases, "demonstrate", demonstrate)
@@ -68,6 +69,8 @@ def test_the_cold_start_and_sft_get_their_deadlines_and_the_clone_fewer_epochs(m
     assert epochs == sft_epochs(20, 12000, timeout_s) < 20  # the suite's 20, cut (the cold start left SFT its share)
     assert any(f"SFT: {epochs} epochs of the 20 asked" in n for n in ctx.notes)
     assert at + timeout_s == pytest.approx(budget.deadline(phases.SFT), abs=2.0)
+    # whatever the epochs' estimate, bc starts no epoch past its training budget, inside the deadline
+    assert seen["train_budget_s"] == sft_train_budget(timeout_s) and 0 < seen["train_budget_s"] < timeout_s
     seen.clear()
     ctx.stop.set("stopped by Ctrl-C")  # stopped: no further phase starts
     run_phases(ctx, budget, before_rl)
@@ -84,6 +87,20 @@ def test_the_clone_takes_the_cut_epochs_last_and_its_deadline(monkeypatch, tmp_p
     argv, timeout_s = seen[0]
     handed = json.loads(Path(argv[argv.index("--config") + 1]).read_text())  # its whole configuration
     assert handed["epochs"] == 3 and timeout_s == 50  # over the user's 12: --minutes bounds the run
+    assert handed["train_budget_s"] == 0  # none given: every epoch
+    seen.clear()
+    phases.clone(cfg, {}, "pixel-r", ["click-test"], ("click",), tmp_path / "logs", phases.PhaseClock(), epochs=3,
+                 timeout_s=50, train_budget_s=12.5)
+    handed = json.loads(Path(seen[0][0][seen[0][0].index("--config") + 1]).read_text())
+    assert handed["train_budget_s"] == 12.5
+
+
+def test_sfts_training_budget_leaves_bc_its_start_an_epoch_and_publishing():
+    assert sft_train_budget(60) == 15.0  # 60 s: 30 s to start, 15 s margin
+    assert sft_train_budget(300) == pytest.approx(300 - 30 - 0.25 * 270)
+    assert sft_train_budget(20) == 10.0  # never below 10 s: one epoch always runs anyway
+    for seconds in (60, 120, 600, 3600):
+        assert sft_train_budget(seconds) < seconds - phase_list.BC_START_S
 
 
 def reading(published: int, acting: int, updates: int) -> dict:

@@ -123,13 +123,19 @@ def examples(policy, demos: list[ScoredTrajectory], store: BlobStore,
     return Examples(torch.stack(obs), instructions, actions, tasks, skipped)
 
 
-def bc_train(policy, data: Examples, epochs: int, lr: float, minibatch_size: int, seed: int = 0) -> list[float]:
-    """Minimise the demonstrated actions' negative log-likelihood; returns the mean loss per epoch."""
+def bc_train(policy, data: Examples, epochs: int, lr: float, minibatch_size: int, seed: int = 0,
+             budget_s: float = 0.0) -> list[float]:
+    """Minimise the demonstrated actions' negative log-likelihood; returns the mean loss per epoch.
+    ``budget_s`` > 0: no epoch starts once training has taken that long (the first always runs)."""
     optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     n, losses = len(data.actions), []
     policy.train()
+    t0 = time.monotonic()
     for _ in range(epochs):
+        if losses and over_budget(t0, budget_s):
+            log.info("stopping after %d of %d epochs: the %.0f s training budget is spent", len(losses), epochs, budget_s)
+            break
         total = 0.0
         for idx in torch.randperm(n, generator=gen).split(minibatch_size):
             ids = idx.tolist()
@@ -145,6 +151,11 @@ def bc_train(policy, data: Examples, epochs: int, lr: float, minibatch_size: int
     return losses
 
 
+def over_budget(t0: float, budget_s: float) -> bool:
+    """Whether training that began at ``t0`` (time.monotonic) has used ``budget_s`` (0: no budget)."""
+    return budget_s > 0 and time.monotonic() - t0 >= budget_s
+
+
 def clone_steps(policy, demos: list[ScoredTrajectory], store: BlobStore, cfg: BCConfig,
                 match: Callable[[Any, Examples], dict[str, float]] | None = None) -> Cloned:
     """Behaviour cloning by maximum likelihood of every demonstrated step (``examples``,
@@ -152,7 +163,7 @@ def clone_steps(policy, demos: list[ScoredTrajectory], store: BlobStore, cfg: BC
     (policy, examples -> greedy match per task and ``all``) checks the result."""
     data = examples(policy, demos, store)
     losses = bc_train(policy, data, cfg.epochs_for(policy.kind), cfg.lr_for(policy.kind),
-                      cfg.minibatch_for(policy.kind), cfg.seed)
+                      cfg.minibatch_for(policy.kind), cfg.seed, budget_s=cfg.train_budget_s)
     metrics = {M.BC_LOSS: losses[-1], M.DEMOS: float(len(demos)), M.STEPS: float(len(data.actions))}
     train_match = match(policy, data) if match is not None else {}
     if train_match:

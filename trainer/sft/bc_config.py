@@ -30,6 +30,8 @@ class BCConfig:
     lr: float = opt(0.0, "learning rate (0: pixel 1e-2 with Adam, lm 1e-4 with AdamW; "
                          "tests/e2e/test_bc_pixel.py: 3e-3 underfits 20 demos in 40 epochs)")
     minibatch_size: int = opt(0, "steps per gradient step (0: pixel 32, lm 8)")
+    train_budget_s: float = opt(0.0, "stop after the epoch in which training passed this many seconds (at least one "
+                                     "epoch runs; 0: every epoch): the demo sets it so SFT ends within its share of --minutes")
     adapter_lr_mult: float = opt(10.0, "policy_kind lm: learning rate of the patch adapter and value head (trained from scratch) as a multiple of lr")
     shift_copies: int = opt(0, "policy_kind lm: translated copies of each demonstration's first screen and click (trainer.core.augment; 0: off)")
     shift_frac: float = opt(0.3, "largest translation of those copies, as a fraction of the screen side")
@@ -56,6 +58,8 @@ class BCConfig:
     def validate(self) -> "BCConfig":
         if self.demos_per_task < 1 or self.epochs < 0 or self.minibatch_size < 0 or self.lr < 0:
             raise ConfigError("demos_per_task must be >= 1; epochs, minibatch_size and lr >= 0 (0: the kind's default)")
+        if not self.train_budget_s >= 0:  # NaN included
+            raise ConfigError(f"train_budget_s must be >= 0 (0: every epoch), got {self.train_budget_s}")
         if self.shift_copies < 0 or not 0.0 <= self.shift_frac <= 1.0 or self.adapter_lr_mult <= 0:
             raise ConfigError("shift_copies must be >= 0, shift_frac within [0, 1] and adapter_lr_mult > 0")
         get_suite(self.suite)

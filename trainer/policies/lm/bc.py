@@ -17,6 +17,7 @@ raise greedy success and made SFT six times longer, so it stays an option.
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from typing import Any
 
@@ -85,8 +86,9 @@ def lm_examples(policy, demos: list[ScoredTrajectory], store: BlobStore, copies:
 
 
 def lm_train(policy, samples: list[Rendered], epochs: int, lr: float, batch: int, minibatch: int,
-             seed: int = 0, progress=None, adapter_lr_mult: float = 1.0) -> list[float]:
-    """``epochs`` shuffled passes of ``train_step``; -> the mean loss per epoch."""
+             seed: int = 0, progress=None, adapter_lr_mult: float = 1.0, budget_s: float = 0.0) -> list[float]:
+    """``epochs`` shuffled passes of ``train_step``; -> the mean loss per epoch. ``budget_s`` > 0: no
+    epoch starts once training has taken that long (the first always runs)."""
     import torch
 
     # local: loads Pillow, confluent-kafka, torch, needed only on this path
@@ -96,7 +98,10 @@ def lm_train(policy, samples: list[Rendered], epochs: int, lr: float, batch: int
     optimizer = torch.optim.AdamW(policy.param_groups(lr, adapter_lr_mult), lr=lr)
     rng, losses = random.Random(seed), []
     policy.train()
+    t0 = time.monotonic()
     for epoch in range(epochs):
+        if losses and budget_s > 0 and time.monotonic() - t0 >= budget_s:
+            break
         order = list(range(len(samples)))
         rng.shuffle(order)
         total = 0.0
@@ -121,5 +126,5 @@ def clone_lm(policy, demos: list[ScoredTrajectory], store: BlobStore, cfg) -> di
     losses = lm_train(policy, samples, cfg.epochs_for("lm"), cfg.lr_for("lm"), cfg.minibatch_for("lm"),
                       min(cfg.minibatch_for("lm"), 4), cfg.seed,
                       progress=lambda e, loss: log.info("epoch %d: loss %.3f", e, loss),
-                      adapter_lr_mult=cfg.adapter_lr_mult)
+                      adapter_lr_mult=cfg.adapter_lr_mult, budget_s=cfg.train_budget_s)
     return {"samples": len(samples), "skipped": dict(skipped), "losses": losses}
