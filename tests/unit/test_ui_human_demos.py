@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 from schemas.events import ScoredTrajectory, TaskSpec, Trajectory
@@ -62,9 +64,10 @@ def test_the_demo_cold_start_from_human_demonstrations(monkeypatch, tmp_path):
     settings = load_settings({"data_dir": str(tmp_path), "topic_prefix": "demo-r1."})
     n = phases.import_demonstrations(settings, demos, list(cold.demonstrated), phases.PhaseClock())
     assert n == 1 and produced == [("demo-r1.flywheel.sft.v1", b"e1")]
-    phases.clone(cfg, {}, "pixel-r1", list(cold.demonstrated), ("click",), tmp_path, phases.PhaseClock())
+    phases.clone(cfg, {}, "pixel-r1", list(cold.demonstrated), ("click",), tmp_path / "logs", phases.PhaseClock())
     argv = argvs[0]
-    assert argv[argv.index("--demos-from") + 1] == "human" and argv[argv.index("--tasks") + 1] == "click-dialog"
+    handed = json.loads(Path(argv[argv.index("--config") + 1]).read_text())  # bc's configuration, whole
+    assert handed["demos_from"] == ["human"] and handed["tasks"] == ["click-dialog"]
 
 
 def test_a_game_below_the_heuristics_mean_is_cloned_when_the_scorer_called_it_v1():
