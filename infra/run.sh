@@ -65,9 +65,10 @@ case "$cmd" in
   setup) setup ;;
   demo) setup; exec "$VENV/bin/flywheel" demo "$@" ;;
   # the tests wait on the broker, browsers and child processes much of the time: two pytest-xdist
-  # workers (a file each at a time, FLYWHEEL_TEST_WORKERS to change) overlap those waits
+  # workers (a file each at a time, FLYWHEEL_TEST_WORKERS to change) overlap those waits; the e2e
+  # files go first, so their minute-long tests do not end the run on one worker while the other idles
   test) setup; "$VENV/bin/lint-imports" .importlinter
-        exec "$VENV/bin/python" -m pytest -n "${FLYWHEEL_TEST_WORKERS:-2}" --dist loadfile tests/unit tests/integration tests/e2e "$@" ;;
+        exec "$VENV/bin/python" -m pytest -n "${FLYWHEEL_TEST_WORKERS:-2}" --dist loadfile tests/e2e tests/integration tests/unit "$@" ;;
   flywheel) setup; exec "$VENV/bin/flywheel" "$@" ;;
   *) echo "usage: bash infra/run.sh {demo|test|setup|flywheel ARGS}" >&2; exit 2 ;;
 esac
