@@ -66,7 +66,7 @@ from streams.config import StreamsConfig, app_id_for
 from streams.judge import make_judge
 from streams.route import get_rule
 from streams.continuity import OffsetGuard, Verdict
-from streams.score import make_scorer
+from streams.score import make_scorer, parse_judge_tasks
 from streams.topology import Output, Stage, StageFailed, encoded, pipeline, run_chain, run_keyed
 from infra.runtime.admin import ensure_internal_topics
 
@@ -253,7 +253,8 @@ def make_app(settings: Settings, cfg: StreamsConfig, metrics: ProcessMetrics | N
     episodes = app.Table("assembler", partitions=STEP_PARTITIONS, key_type=bytes, changelog_topic=changelog)
     latest_policy = app.GlobalTable("policy-latest", partitions=1)  # json: policy name -> version
 
-    scorer = make_scorer(cfg.scorer, make_judge(cfg.judge_url, cfg.judge_timeout_s))
+    scorer = make_scorer(cfg.scorer, make_judge(cfg.judge_url, cfg.judge_timeout_s),
+                         parse_judge_tasks(cfg.judge_tasks), cfg.judge_success_at)
     assemble, score, route = pipeline(scorer, get_rule(cfg.routing_rule), latest_policy, settings.max_staleness)
 
     names = {name: t.get_topic_name() for name, t in topics.items()}

@@ -18,6 +18,8 @@ class StreamsConfig:
     tombstone_retention_s: float = opt(3600.0, "how long an emitted episode is remembered to drop late duplicates")
     judge_url: str = opt("", "HTTP outcome reward model / judge; empty: off")
     judge_timeout_s: float = opt(10.0, "judge request timeout")
+    judge_tasks: str = opt("", "comma-separated task names whose outcome the judge decides instead of the page's verdict ('*': every task); empty: the judge, if set, only adds its score")
+    judge_success_at: float = opt(0.5, "a task the judge decides is a success (V(s) = 1, SFT) from this judge score on (`flywheel verifier train` prints its threshold)")
     app_id: str = opt("", "Faust app id (consumer group, changelog prefix); empty: derived from the topic prefix")
     commit_interval_s: float = opt(1.0, "how often Faust commits consumed offsets (after flushing the producer)")
     commit_every: int = opt(10_000, "Faust also commits after this many events (broker_commit_every)")
@@ -42,6 +44,8 @@ class RescoreConfig:
     to_rl: bool = opt(False, "also route them to flywheel.rl.v1 (off: the trainer would train on re-scored copies)")
     judge_url: str = opt("", "HTTP outcome reward model / judge; empty: off")
     judge_timeout_s: float = opt(10.0, "judge request timeout")
+    judge_tasks: str = opt("", "comma-separated task names whose outcome the judge decides instead of the page's verdict ('*': every task); empty: the judge, if set, only adds its score")
+    judge_success_at: float = opt(0.5, "a task the judge decides is a success (V(s) = 1, SFT) from this judge score on (`flywheel verifier train` prints its threshold)")
     group_id: str = opt("", "consumer group; empty: flywheel-rescore-<scorer>")
 
 

@@ -37,7 +37,7 @@ from schemas.codec import decode
 from streams.config import RescoreConfig
 from streams.judge import make_judge
 from streams.route import get_rule
-from streams.score import make_scorer
+from streams.score import make_scorer, parse_judge_tasks
 from streams.topology import Stage, StageFailed, encoded, pipeline, run_chain
 
 log = logging.getLogger("flywheel.rescore")
@@ -127,7 +127,8 @@ def rescore(settings: Settings, cfg: RescoreConfig, idle_timeout_s: float = 2.0,
             stop: threading.Event | None = None) -> dict[str, int]:
     """Replay trajectories through ``cfg.scorer``; returns counts (consumed, scored, routed, dead).
     With ``until_caught_up`` it stops once no record came for ``idle_timeout_s`` and no lag is left."""
-    scorer = make_scorer(cfg.scorer, make_judge(cfg.judge_url, cfg.judge_timeout_s))
+    scorer = make_scorer(cfg.scorer, make_judge(cfg.judge_url, cfg.judge_timeout_s),
+                         parse_judge_tasks(cfg.judge_tasks), cfg.judge_success_at)
     latest = versions.latest_by_policy(versions.scan(settings)) if cfg.route else {}
     _, score, route = pipeline(scorer, get_rule(cfg.routing_rule), latest, settings.max_staleness, to_rl=cfg.to_rl)
     source = topic_name(TOPICS.trajectories, settings)

@@ -13,6 +13,13 @@
 - anomaly: ``-anomaly_penalty`` times the fraction of steps the anomaly filter flagged;
 - judge: ``judge`` times the score of an outcome reward model / judge, only when one is set.
 
+A task the judge decides (``Scorer.judge_tasks``: named ones, or ``*`` for all) has no outcome
+component: its ``judge_outcome`` takes its place, the judge's score s on the suite's scale,
+s * 1 + (1 - s) * the failed outcome (MiniWoB++: 2s - 1), and V(s) is s >= ``judge_success_at``.
+The page's verdict stays in the trajectory (``success``, ``outcome_reward``) as the measure the
+judge's reward is compared against, and nothing of it reaches the reward or the judge. This is
+how a task without a page verdict is trained, and how RL on a learned verifier's reward is run.
+
 Every component is kept in ``ScoredTrajectory.components`` and they sum to ``reward``.
 
 The anomaly filter follows UI-TARS's rule-based filtering of its online traces: a pointer or
@@ -33,7 +40,7 @@ re-scoring yields distinguishable records.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from infra.runtime.errors import UserError
 from schemas.actions import SDK_ACTIONS, TERMINAL_ACTIONS
@@ -143,6 +150,29 @@ def reward_components(traj: Trajectory, w: RewardWeights, flagged: set[int],
     return components
 
 
+def judge_outcome(traj: Trajectory, judge_score: float) -> float:
+    """The outcome of a task the judge decides: 0 for an aborted episode, else the judge's
+    probability of success on the suite's scale (a success is worth 1, a failure its suite's
+    ``FAILED_OUTCOME``), so the expected outcome under the judge's belief."""
+    if traj.status != "ended":
+        return 0.0
+    failed = FAILED_OUTCOME.get(traj.task.suite, 0.0)
+    return judge_score + (1.0 - judge_score) * failed
+
+
+def judge_decides(task_name: str, judge_tasks: frozenset[str]) -> bool:
+    """Whether the judge's score replaces the page's verdict for this task ("*": every task)."""
+    return "*" in judge_tasks or task_name in judge_tasks
+
+
+def judged_components(traj: Trajectory, w: RewardWeights, flagged: set[int], judge_score: float) -> dict[str, float]:
+    """``reward_components`` of a task the judge decides: its ``judge_outcome`` in the page
+    outcome's place (no additive judge term: it would count the judge twice)."""
+    components = reward_components(traj, w, flagged)
+    del components["outcome"]
+    return {"judge_outcome": judge_outcome(traj, judge_score), **components}
+
+
 def rl_eligible(traj: Trajectory) -> tuple[bool, str]:
     if traj.infra_failure:
         return False, f"infrastructure abort ({traj.end_reason})"
@@ -155,10 +185,14 @@ def rl_eligible(traj: Trajectory) -> tuple[bool, str]:
     return True, "valid"
 
 
-def verdict(traj: Trajectory, w: RewardWeights, flagged: set[int]) -> int:
+def verdict(traj: Trajectory, w: RewardWeights, flagged: set[int], judged_success: bool | None = None) -> int:
     """V(s): 1 for a successful, clean trajectory (SFT), else 0 (CT). A game's success is its
-    normalised score reaching ``w.sft_min_normalised_score``."""
-    succeeded = traj.success if traj.judged_at_end else traj.normalised_score >= w.sft_min_normalised_score
+    normalised score reaching ``w.sft_min_normalised_score``; ``judged_success``, when given,
+    is the judge's in place of the page's."""
+    if judged_success is not None:
+        succeeded = judged_success
+    else:
+        succeeded = traj.success if traj.judged_at_end else traj.normalised_score >= w.sft_min_normalised_score
     if traj.status != "ended" or not succeeded or not traj.steps or traj.missing_steps:
         return 0
     if len(flagged) / len(traj.steps) > w.sft_max_anomaly_fraction:
@@ -174,16 +208,29 @@ class Scorer:
     version: str
     weights: RewardWeights = field(default_factory=RewardWeights)
     judge: OutcomeJudge | None = None
+    # Empty: the judge, if set, adds its weighted score to every trajectory. Else the tasks whose
+    # outcome the judge decides ("*": all); the judge is not asked about the others.
+    judge_tasks: frozenset[str] = frozenset()
+    judge_success_at: float = 0.5  # a judged task's V(s) needs the judge's score >= this
 
     def score(self, traj: Trajectory, now: float) -> ScoredTrajectory:
         anomalies, flagged = find_anomalies(traj.steps, self.weights.repeat_limit)
-        judge_score = self.judge.judge(traj) if self.judge is not None else None
-        components = reward_components(traj, self.weights, flagged, judge_score)
+        judged_success = None
+        if self.judge is not None and self.judge_tasks:
+            if judge_decides(traj.task.name, self.judge_tasks):
+                judge_score = self.judge.judge(traj)
+                components = judged_components(traj, self.weights, flagged, judge_score)
+                judged_success = judge_score >= self.judge_success_at
+            else:
+                components = reward_components(traj, self.weights, flagged)
+        else:
+            judge_score = self.judge.judge(traj) if self.judge is not None else None
+            components = reward_components(traj, self.weights, flagged, judge_score)
         eligible, _ = rl_eligible(traj)
         return ScoredTrajectory(
             trajectory=traj, scorer=self.name, scorer_version=self.version,
             reward=sum(components.values()), components=components,
-            verdict=verdict(traj, self.weights, flagged), rl_eligible=eligible,
+            verdict=verdict(traj, self.weights, flagged, judged_success), rl_eligible=eligible,
             anomalies=anomalies, scored_at=now,
         )
 
@@ -220,7 +267,17 @@ def _strict_v1(judge: OutcomeJudge | None = None) -> Scorer:
     return Scorer("strict-v1", SCORING_VERSION, w, judge)
 
 
-def make_scorer(name: str, judge: OutcomeJudge | None = None) -> Scorer:
+def make_scorer(name: str, judge: OutcomeJudge | None = None, judge_tasks: frozenset[str] = frozenset(),
+                judge_success_at: float = 0.5) -> Scorer:
+    """The registered scorer ``name``; ``judge_tasks`` (with a judge) the tasks whose outcome the
+    judge decides instead of the page (``*``: all)."""
     if name not in SCORERS:
         raise UserError(f"unknown scorer {name!r}: choose one of {', '.join(sorted(SCORERS))}")
-    return SCORERS[name](judge)
+    if judge_tasks and judge is None:
+        raise UserError(f"judge tasks {', '.join(sorted(judge_tasks))} need a judge: set --judge-url")
+    return replace(SCORERS[name](judge), judge_tasks=frozenset(judge_tasks), judge_success_at=judge_success_at)
+
+
+def parse_judge_tasks(text: str) -> frozenset[str]:
+    """The ``--judge-tasks`` option: comma-separated task names, ``*`` for every task."""
+    return frozenset(t.strip() for t in text.split(",") if t.strip())
