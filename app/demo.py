@@ -84,18 +84,20 @@ class DemoConfig:
                                           "give the critic nothing to learn that PPO keeps; 0: off), and in "
                                           "any case for a fifth of --minutes at most")
     rft_every: int = opt(-1, "rejection-sampling fine-tuning: after every this many PPO updates the trainer fine-tunes "
-                             "the policy on its own successful episodes and the demonstrations (0: off; -1: 4 for the "
-                             "pixel policy after a cold start, +0.03 and +0.06 over 2 seeds in 15 minutes; off where DAgger's "
-                             "rounds run, i.e. the games, and otherwise)")
-    expert_coef: float = opt(-1.0, "DAgger during PPO: the rollout workers record on each step of a task with a scripted "
-                                   "solver what it would have done there (--expert-labels) and the trainer imitates those "
-                                   "labels with this weight beside PPO's loss (--expert-coef); the policy still acts "
-                                   "alone (0: off; -1: the suite's, 1 on the games, for a policy kind that scores labels)")
-    dagger_every: int = opt(-1, "DAgger rounds: the rollout workers record the solver's labels as with --expert-coef and, "
-                                "after every this many PPO updates, the trainer fits the policy to the labels of the "
-                                "states it visited (at most 8192, shared among the tasks; `flywheel train "
-                                "--dagger-every`, trainer.sft.dagger; "
-                                "0: off; -1: the suite's, 2 on the games, for a policy kind that scores labels)")
+                             "the policy on its own successful episodes and the demonstrations, so after a cold start "
+                             "the demonstrations teach during RL too (0: off; -1: 4 for the pixel policy after a cold "
+                             "start, +0.03 and +0.06 over 2 seeds in 15 minutes; off on the games, whose RL is "
+                             "teacher-free by default, where DAgger's rounds run, and otherwise)")
+    expert_coef: float = opt(-1.0, "a teacher during RL, off by default: the rollout workers record on each step of a task "
+                                   "with a scripted solver what it would have done there (--expert-labels) and the trainer "
+                                   "imitates those labels with this weight beside PPO's loss (DAgger's expert term; the "
+                                   "policy still acts alone; 0: off; -1: the suite's, 0 on every suite, the games' RL "
+                                   "teacher-free; e.g. 1 with --dagger-every 2, the games' earlier recipe)")
+    dagger_every: int = opt(-1, "a teacher during RL, off by default: DAgger rounds; the rollout workers record the solver's "
+                                "labels as with --expert-coef and, after every this many PPO updates, the trainer fits "
+                                "the policy to the labels of the states it visited (at most 8192, shared among the tasks; "
+                                "`flywheel train --dagger-every`, trainer.sft.dagger; 0: off; -1: the suite's, 0 on "
+                                "every suite)")
     seed: int = opt(0, "seed of the initial weights, the cloning and the task layouts")
     sandboxes: int = opt(0, "browser sandboxes per rollout worker (0: the machine's share of each worker, producers.capacity)")
     workers: int = opt(1, "rollout worker processes")

@@ -27,7 +27,7 @@ from infra.runtime.config import ConfigError, config_json, describe, resolve
 from infra.runtime.errors import UserError
 from infra.runtime.policy import policy_kind
 from infra.runtime.settings import Settings, load_settings
-from producers.suites import RunPlan, child_args
+from producers.suites import RunPlan, auto_rft, child_args, expand
 from trainer import cli as trainer_cli
 from trainer.rl.config import TrainConfig
 from trainer.sft.bc_config import BCConfig
@@ -101,11 +101,14 @@ def kind_rft_every(cfg) -> int:
     """PPO updates between RFT rounds when the demo's --rft-every is on auto: 4 for the pixel
     policy after a cold start (default suite, 15 minutes: suite mean 0.682 vs 0.623 on seed 0, 0.68
     vs 0.658 on seed 1, docs/performance.md); none from random weights (few successes to learn
-    from) or for the language policy (its fine-tuning is `flywheel sft`), nor where DAgger rounds
-    run (the games): they fit the solver's labels on the policy's own states, which a round of its
-    own successes adds little to, and an RFT round took 105-115 s of a games run's ~17 minutes of
-    PPO (g49)."""
-    return 0 if cfg.dagger_every > 0 else cfg.kind_ppo().rft_every
+    from) or for the language policy (its fine-tuning is `flywheel sft`); none on the games
+    (``producers.suites.auto_rft``): a round re-clones the cold start's demonstrations, a teacher
+    during RL their teacher-free default keeps out; nor where DAgger rounds run: they fit the
+    solver's labels on the policy's own states, which a round of its own successes adds little
+    to, and an RFT round took 105-115 s of a games run's ~17 minutes of PPO (g49)."""
+    if cfg.dagger_every > 0 or not auto_rft(expand(list(cfg.tasks))):
+        return 0
+    return cfg.kind_ppo().rft_every
 
 
 def suite_layer(cfg, plan: RunPlan) -> dict[str, Any]:

@@ -35,9 +35,14 @@ class Suite:
     # --demo-noise`, left on auto): DART-style noise, only the games draw mistakes
     demo_noise: float = 0.0
     # DAgger during PPO (`flywheel demo --expert-coef`, `--dagger-every`, left on auto): the weight
-    # of the solvers' labels beside PPO's loss and the PPO updates between rounds fitting them
+    # of the solvers' labels beside PPO's loss and the PPO updates between rounds fitting them; a
+    # teacher during RL, so no suite turns it on by default (issue 56): named arms a user asks for
     expert_coef: float = 0.0
     dagger_every: int = 0
+    # RFT rounds when `flywheel demo --rft-every` is left on auto (the policy kind's, ``auto_rft``):
+    # False keeps them out of a suite whose RL is teacher-free, since a round re-clones the cold
+    # start's demonstrations beside the policy's own successes
+    rft_on_auto: bool = True
 
 
 SUITES: dict[str, Suite] = {}
@@ -105,11 +110,15 @@ register(Suite(
     # snake's clone from demonstrations with 15-20% mistakes played 0.25-0.39 against 0.04-0.13
     # from clean ones (docs/tasks.md, "Demonstrations with mistakes")
     demo_noise=0.2,
-    # the heuristics label the policy's own states; fitting them every 2 updates took snake's
+    # teacher-free by default (issue 56): the cold start clones the heuristics' (noisy)
+    # demonstrations, then RL learns from the scores alone: no expert term, no DAgger rounds, no RFT
+    # rounds re-cloning the demonstrations. The heuristics' labels during RL are named arms
+    # (`flywheel demo --expert-coef 1 --dagger-every 2`): fitting them every 2 updates took snake's
     # agreement with its heuristic from 0.41-0.53 to 0.79 and its score to 0.22-0.29, 2048 to
     # 0.77-0.89, where PPO with the heuristic's labels in its loss but no rounds held 0.04-0.23
-    # and 0.36-0.50 (docs/tasks.md, "DAgger rounds"): a teacher during RL either way
-    expert_coef=1.0, dagger_every=2))
+    # and 0.36-0.50 (docs/tasks.md, "DAgger rounds"): a teacher during RL either way, so those
+    # figures measure imitation of the heuristic, not RL
+    expert_coef=0.0, dagger_every=0, rft_on_auto=False))
 
 
 def family(task: str, default: str) -> str:
@@ -130,6 +139,13 @@ def setting(tasks: list[str] | tuple[str, ...], name: str) -> float:
     """A suite's setting ``name`` (``demo_noise``, ``expert_coef``, ``dagger_every``) on ``tasks``:
     that of a suite holding every one of them (the largest, if several do), else 0 (off)."""
     return max((getattr(s, name) for s in SUITES.values() if tasks and all(t in s.tasks for t in tasks)), default=0)
+
+
+def auto_rft(tasks: list[str] | tuple[str, ...]) -> bool:
+    """Whether RFT rounds left on auto (the policy kind's) may run on ``tasks``: not where a suite
+    holding every one of them keeps them out (``rft_on_auto``: the games); a run mixing suites
+    keeps the kind's."""
+    return all(s.rft_on_auto for s in SUITES.values() if tasks and all(t in s.tasks for t in tasks))
 
 
 def get_suite(name: str) -> Suite:

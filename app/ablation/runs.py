@@ -50,7 +50,7 @@ from app.ablation.effects import effects_table
 from app.ablation.plot import curve_key, plot, plot_by_task
 from infra.kafka.own_broker import broker_for_benchmarks
 from producers.games import GAMES
-from producers.suites import expand, setting
+from producers.suites import auto_rft, expand, setting
 from streams.score import SCORING_VERSION
 from trainer.policies.pixel.config import ARROW_VISION
 
@@ -78,13 +78,13 @@ RECIPE = "curriculum+rft4"
 
 def recipe(tasks: str) -> str:
     """The recipe "full" stands for on ``tasks`` (as --tasks): RECIPE and, where a game is among
-    them, the demonstrations' noise, the scoring version, DAgger (its rounds in RFT's place, its
-    labels' weight, its buffer shared among the games), the last key in the pixel policy's
+    them, the demonstrations' noise, the scoring version, RFT's and DAgger's rounds and DAgger's
+    labels' weight (none: RL teacher-free, issue 56), its buffer shared among the games, the last key in the pixel policy's
     history and the width of its heads' hidden layer, each of which changed what a games run
     learns (a games table keeps no run measured before any). The settings named are the suite's
     defaults (--demo-args may change them; they are compared on their own, and the string still
-    names the suite's: `--demo-args "--dagger-every 0"` runs RFT rounds under a name saying
-    rft0)."""
+    names the suite's: `--demo-args "--dagger-every 2"` runs DAgger's rounds under a name saying
+    dagger0)."""
     names = expand([t.strip() for t in tasks.split(",") if t.strip()])  # as the demo reads --tasks
     if not any(t in GAMES for t in names):
         return RECIPE
@@ -92,13 +92,14 @@ def recipe(tasks: str) -> str:
     vision = ("+lastkey" if ARROW_VISION.get("last_key") else "") + "+sharedlabels" + \
         (f"+hidden{ARROW_VISION['head_hidden']}" if ARROW_VISION.get("head_hidden") else "")
     dagger = f"+dagger{rounds:g}+expert{setting(names, 'expert_coef'):g}{vision}"
-    base = "curriculum+rft0" if rounds else RECIPE  # DAgger's rounds take RFT's place (app.demo.rft_every)
+    # no RFT rounds on auto where DAgger's run or the suite keeps them out (app.run_config.kind_rft_every)
+    base = "curriculum+rft0" if rounds or not auto_rft(names) else RECIPE
     return f"{base}+noise{setting(names, 'demo_noise'):g}+scoring{SCORING_VERSION}{dagger}"
 
 
 def default_configs(tasks: str) -> list[str]:
     """The configurations run unless --configs names some: DEFAULT_CONFIGS, less no-rft where the
-    recipe has no RFT rounds to remove (the games: DAgger's rounds take their place)."""
+    recipe has no RFT rounds to remove (the games: their RL is teacher-free by default)."""
     return [c for c in DEFAULT_CONFIGS if not (c == "no-rft" and "+rft0+" in recipe(tasks))]
 
 

@@ -433,9 +433,11 @@ def test_dagger_on_auto_is_the_suites_for_a_kind_that_scores_labels():
     from app.demo import effective, expert_labels
 
     games, _, _ = effective(DemoConfig(tasks=["games"]))
-    assert (games.expert_coef, games.dagger_every) == (1.0, 2) and expert_labels(games)
+    assert (games.expert_coef, games.dagger_every) == (0.0, 0) and not expert_labels(games)  # teacher-free RL
     asked, _, _ = effective(DemoConfig(tasks=["games"], expert_coef=0.5, dagger_every=0))
     assert (asked.expert_coef, asked.dagger_every) == (0.5, 0)  # the user's setting wins
+    arm, _, _ = effective(DemoConfig(tasks=["games"], expert_coef=1, dagger_every=2))
+    assert (arm.expert_coef, arm.dagger_every) == (1.0, 2) and expert_labels(arm)  # the teacher's arm, by name
     default, _, _ = effective(DemoConfig(tasks=["default"]))
     assert (default.expert_coef, default.dagger_every) == (0.0, 0) and not expert_labels(default)
     mixed, _, _ = effective(DemoConfig(tasks=["games.snake", "click-button"]))
@@ -444,14 +446,16 @@ def test_dagger_on_auto_is_the_suites_for_a_kind_that_scores_labels():
     assert (lm.expert_coef, lm.dagger_every) == (0.0, 0)  # the language policy scores only its own samples
 
 
-def test_dagger_rounds_take_the_place_of_rft_rounds_unless_asked_for():
+def test_rft_rounds_on_auto_stay_off_the_games_and_where_dagger_rounds_run():
     from app.demo import effective, rft_every
 
     games, _, _ = effective(DemoConfig(tasks=["games"]))
-    assert rft_every(games) == 0  # the suite's DAgger rounds are on
-    assert rft_every(effective(DemoConfig(tasks=["games"], dagger_every=0))[0]) == 4  # the recipe before them
+    assert games.cold_start_demos > 0 and rft_every(games) == 0  # re-cloning demonstrations: a teacher during RL
+    assert rft_every(effective(DemoConfig(tasks=["games.snake"]))[0]) == 0  # a game named alone: its suite's
     assert rft_every(effective(DemoConfig(tasks=["games"], rft_every=3))[0]) == 3  # the user's setting wins
     assert rft_every(effective(DemoConfig(tasks=["default"]))[0]) == 4  # no DAgger there
+    assert rft_every(effective(DemoConfig(tasks=["default"], dagger_every=2))[0]) == 0  # DAgger's rounds run
+    assert rft_every(effective(DemoConfig(tasks=["games.snake", "click-button"]))[0]) == 4  # no suite holds both
 
 
 def test_the_gain_at_the_runs_end_reads_each_tasks_last_episodes_against_the_same_start():
