@@ -16,6 +16,14 @@ action through ``schemas.convert.to_playwright`` with coordinates relative to th
 advances the fake clock by ``step_ms`` and reads the page's state: a MiniWoB++ task's own reward
 at its end, a game's score after every step (the step's reward is its change).
 
+A step is three kinds of browser call and no more: the action's real input events (Playwright's
+mouse and keyboard: tasks listen to them), one evaluate that runs the page's timers for ``step_ms``
+and reads its state, and one ``Page.captureScreenshot`` of the whole viewport on the page's own
+CDP session, cropped to the task area here. Playwright's ``clock.run_for`` would add an init
+script to the context on every call, and its ``page.screenshot(clip=...)`` costs three more page
+evaluations and, with a clip, two viewport emulation changes that re-composite the page: together
+about half a step's CPU (docs/performance.md, "The fast step path").
+
 Time: Playwright's clock is installed before the page loads and paused, so page time moves only
 when we advance it: a task's 10 s limit and its time-scaled reward depend on the number of
 steps, not on how busy the machine is, and every episode starts at the same wall-clock date.
@@ -28,6 +36,7 @@ that merely cannot be performed (an SDK action, an unknown key) is reported in
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 from collections import OrderedDict
 from typing import Any
@@ -45,6 +54,17 @@ from schemas.events import BlobRef, Observation, TaskSpec
 
 EPOCH_MS = 1_700_000_000_000  # the page's "now" at every episode start (fake clock)
 READY_POLL_MS = 50
+# The fake clock Playwright installed on the page (context.clock.install), driven directly: one
+# evaluate per step, and no init script added to the context per call as clock.run_for does.
+_CLOCK = "globalThis.__pwClock.controller"
+# A timer the page's own script throws in rejects runFor after every due timer ran and the time
+# advanced: reported as the step's error, not a crash (the evaluate itself failing is one).
+_RUN_FOR = ("(async () => {{ let error = null; try {{ await " + _CLOCK + ".runFor({ms}); }} catch (e) {{"
+            " error = (e && e.name ? e.name + ': ' : '') + String(e && e.message !== undefined ? e.message : e); }}"
+            " return [error, {state}]; }})()")
+# PNG is what the blob store keeps and the UI shows; level 1: the task area is flat UI, and the
+# encode is on the step's path (in a thread)
+PNG_LEVEL = 1
 READY_MAX_POLLS = 100
 _POINTER_PATHS = frozenset({"mouse.click", "mouse.dblclick", "mouse.move"})
 _NOT_IN_BROWSER = frozenset({"press_back", "press_home", "open_app", "shell", "file_read", "file_write"})
@@ -76,9 +96,10 @@ class BrowserSandbox:
         self._page: Any = None
         self._generation = -1
         self._task: str | None = None  # the task of the current page
+        self._cdp: Any = None  # the current page's CDP session (its screenshots)
         # Task pages kept loaded, each in its own context (LRU): switching between a few tasks costs no
-        # reload. name -> (context, page, the task area's box on the page)
-        self._loaded: OrderedDict[str, tuple[Any, Any, tuple[float, ...]]] = OrderedDict()
+        # reload. name -> (context, page, the task area's box on the page, the page's CDP session)
+        self._loaded: OrderedDict[str, tuple[Any, Any, tuple[float, ...], Any]] = OrderedDict()
         self.max_pages = max(1, max_pages)
         self._box = (0.0, 0.0, float(TASK_WIDTH), float(TASK_HEIGHT))
         self._instruction = ""
@@ -152,8 +173,9 @@ class BrowserSandbox:
             await self.flush()
         except Exception:  # noqa: BLE001 - a failed write was already reported to whoever flushed
             pass
-        contexts = [ctx for ctx, _, _ in self._loaded.values()] + ([self._spare] if self._spare is not None else [])
+        contexts = [ctx for ctx, _, _, _ in self._loaded.values()] + ([self._spare] if self._spare is not None else [])
         self._browser, self._spare, self._context, self._page, self._task = None, None, None, None, None
+        self._cdp = None
         self._loaded.clear()
         for ctx in contexts:
             await self._close_quietly(ctx)
@@ -177,20 +199,20 @@ class BrowserSandbox:
             await self.start()
         self._pages, self._spec, self._steps, self._score = pages, task, 0, 0.0
         await self._open(task.name)
-        page, clock = self._page, self._context.clock
+        page = self._page
         # the pointer where a fresh page has it, and (in the start script) no focus: the last
         # episode's pointer would leave a hover state and its focused field a focus ring on the
         # new screen (tasks that keep their inputs across episodes), and a replay from the seed
         # would not look the same
         await self._call(page.mouse.move(0, 0), "park the pointer")
-        await self._call(clock.set_system_time(EPOCH_MS), "clock.set_system_time")
-        utterance = await self._call(page.evaluate(pages.start_js(task)), "start episode")
+        utterance = await self._call(page.evaluate(f"({_CLOCK}.setSystemTime({EPOCH_MS}), {pages.start_js(task)})"),
+                                     "start episode")
         ready, self._instruction = bool(utterance[0]), str(utterance[1])
         for _ in range(READY_MAX_POLLS):  # tasks that build their problem asynchronously
             if ready:
                 break
-            await self._advance_clock(READY_POLL_MS)  # a page script error here is the page's, like in step
-            ready = await self._call(page.evaluate(pages.ready_js), "poll ready")
+            # a page script error here is the page's, like in step
+            _, ready = await self._advance_clock(READY_POLL_MS, pages.ready_js)
         else:
             raise SandboxCrashed(f"task {task.name} did not become ready")
         self._done = False
@@ -200,7 +222,7 @@ class BrowserSandbox:
         """Make ``name``'s page current, loading it (and evicting the least recently used) if needed."""
         if name not in self._loaded:
             if len(self._loaded) >= self.max_pages:
-                _, (old, _, _) = self._loaded.popitem(last=False)
+                _, (old, _, _, _) = self._loaded.popitem(last=False)
                 await self._call(old.close(), "close page")  # its context: the page and its clock
             context, self._spare = self._spare or await self._new_context(), None
             try:
@@ -209,12 +231,13 @@ class BrowserSandbox:
                 rect = await self._call(page.evaluate(
                     "(() => { const r = document.getElementById('wrap').getBoundingClientRect();"
                     " return [r.x, r.y, r.width, r.height]; })()"), "measure #wrap")
+                cdp = await self._call(context.new_cdp_session(page), "CDP session")
             except BaseException:
                 await asyncio.shield(self._close_quietly(context))  # a context no page list holds
                 raise
-            self._loaded[name] = (context, page, tuple(float(v) for v in rect))
+            self._loaded[name] = (context, page, tuple(float(v) for v in rect), cdp)
         self._loaded.move_to_end(name)
-        (self._context, self._page, self._box), self._task = self._loaded[name], name
+        (self._context, self._page, self._box, self._cdp), self._task = self._loaded[name], name
 
     async def step(self, action: Any) -> StepResult:
         error = None
@@ -224,7 +247,8 @@ class BrowserSandbox:
         if action is None or action.type == "wait":
             pass
         elif action.type in ("finished", "call_user"):
-            return await self._result(terminal=True)
+            return await self._result(await self._call(self._page.evaluate(self._pages.state_js), "read reward"),
+                                      terminal=True)
         elif action.type in _NOT_IN_BROWSER:
             error = f"{action.type!r} is not available in the browser sandbox"
         else:
@@ -234,26 +258,17 @@ class BrowserSandbox:
                 calls, error = [], str(exc)
             if calls:
                 error = await self._perform(calls)
-        error = await self._advance_clock() or error
-        return await self._result(error=error)
+        clock_error, state = await self._advance_clock(self.step_ms, self._pages.state_js)
+        return await self._result(state, error=clock_error or error)
 
-    async def _advance_clock(self, ms: int | None = None) -> str | None:
-        """Run the page's timers for one step. A task page's own script throwing inside a timer
-        (jQuery-UI animations under the fake clock do) rejects ``run_for`` once every due timer has
-        run and the time has advanced: that is the page's error, recorded on the step, not a
-        crashed browser; a dead or hung one still raises."""
-        try:
-            async with asyncio.timeout(self.call_timeout_s):
-                await self._context.clock.run_for(ms or self.step_ms)
-            return None
-        except asyncio.TimeoutError:
-            raise SandboxCrashed(f"browser hung: clock.run_for took more than {self.call_timeout_s:.0f}s") from None
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            if self._page.is_closed() or not self.host.connected:
-                raise SandboxCrashed(f"browser died advancing the clock: {exc}") from None
-            return f"page script error: {type(exc).__name__}: {str(exc)[:300]}"
+    async def _advance_clock(self, ms: int, state_js: str) -> tuple[str | None, Any]:
+        """Run the page's timers for ``ms`` of page time and read ``state_js`` after them, in one
+        call -> (the page's script error, if a timer threw, the state). A task page's own script
+        throwing inside a timer (jQuery-UI animations under the fake clock do) is the page's error,
+        recorded on the step, not a crashed browser; a dead or hung one raises SandboxCrashed."""
+        error, state = await self._call(self._page.evaluate(_RUN_FOR.format(ms=int(ms), state=state_js)),
+                                        "advance the clock")
+        return (f"page script error: {str(error)[:300]}" if error is not None else None), state
 
     async def _perform(self, calls: list) -> str | None:
         try:
@@ -273,10 +288,8 @@ class BrowserSandbox:
         return [(p, (a[0] + x0, a[1] + y0, *a[2:]) if p in _POINTER_PATHS and len(a) >= 2 else a, k)
                 for p, a, k in calls]
 
-    async def _result(self, error: str | None = None, terminal: bool = False) -> StepResult:
-        # two independent reads of the same page state: overlap their round trips
-        state, obs = await asyncio.gather(
-            self._call(self._page.evaluate(self._pages.state_js), "read reward"), self._observe())
+    async def _result(self, state: Any, error: str | None = None, terminal: bool = False) -> StepResult:
+        obs = await self._observe()
         reading = self._pages.read(self._spec, state, self._steps, self._score)
         if reading.score is not None:
             self._score = reading.score
@@ -284,12 +297,10 @@ class BrowserSandbox:
                           error=error, score=reading.score, normalised_score=reading.normalised_score)
 
     async def _observe(self) -> Obs:
-        x, y, w, h = self._box
-        png = await self._call(
-            self._page.screenshot(clip={"x": x, "y": y, "width": w, "height": h}, type="png",
-                                  caret="initial", timeout=self.call_timeout_s * 1000),
-            "screenshot")
-        image, ref = await asyncio.to_thread(self._decode, png)
+        # the whole viewport: a clip would make Chromium change the viewport's emulation and back
+        shot = await self._call(self._cdp.send("Page.captureScreenshot", {"format": "png", "optimizeForSpeed": True}),
+                                "screenshot")
+        image, png, ref = await asyncio.to_thread(self._crop, shot["data"])
         write = asyncio.ensure_future(asyncio.to_thread(self.blobs.put, png, "image/png", ref.width, ref.height))
         self._writes.append(write)
         if not self.defer_writes:
@@ -298,12 +309,16 @@ class BrowserSandbox:
                                   instruction=self._instruction, url=self._pages.path(self._task))
         return Obs(observation=observation, image=image)
 
-    def _decode(self, png: bytes) -> tuple[np.ndarray, BlobRef]:
-        image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    def _crop(self, viewport_b64: str) -> tuple[np.ndarray, bytes, BlobRef]:
+        """The viewport's screenshot -> the task area's pixels, their PNG and its ref."""
+        image = task_area(base64.b64decode(viewport_b64), self._box)
+        out = io.BytesIO()
+        Image.fromarray(image).save(out, format="PNG", compress_level=PNG_LEVEL)
+        png = out.getvalue()
         sha = sha256_hex(png)
         ref = BlobRef(sha256=sha, uri=self.blobs.uri(sha), media_type="image/png", width=image.shape[1],
                       height=image.shape[0], size_bytes=len(png))
-        return image, ref
+        return image, png, ref
 
     async def flush(self) -> None:
         """Wait until every screenshot taken so far is in the blob store (raises if a write failed)."""
@@ -318,6 +333,13 @@ class BrowserSandbox:
     async def query(self, js: str) -> Any:
         """Evaluate ``js`` on the task page (scripted solvers read the DOM through this)."""
         return await self._call(self._page.evaluate(js), "query")
+
+
+def task_area(viewport_png: bytes, box: tuple[float, ...]) -> np.ndarray:
+    """The task area ``box`` (x, y, width, height in CSS pixels, scale 1) of a viewport screenshot,
+    H x W x 3 uint8: the pixels a clipped screenshot of the same frame shows."""
+    x, y, w, h = (int(round(v)) for v in box)
+    return np.ascontiguousarray(np.asarray(Image.open(io.BytesIO(viewport_png)).convert("RGB"))[y:y + h, x:x + w])
 
 
 @register_sandbox("browser")
