@@ -22,6 +22,7 @@ import producers.cli as producers_cli
 import streams.cli as streams_cli
 import trainer.cli as trainer_cli
 import trainer.dpo.cli as dpo_cli
+import trainer.verifier.cli as verifier_cli
 from infra.runtime.config import ConfigError
 from infra.runtime.errors import UserError
 from infra.runtime.kafka_clients import DeliveryError
@@ -36,6 +37,7 @@ COMMAND_MODULES = (
     consumers_cli,
     trainer_cli,
     dpo_cli,
+    verifier_cli,
     demo_cli,
     deploy_cli,
     ui_cli,

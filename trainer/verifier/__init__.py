@@ -1,0 +1,1 @@
+"""`flywheel verifier`: a learned outcome reward model trained on the log, served as the judge."""
