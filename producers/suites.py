@@ -4,7 +4,8 @@
 screenshot policy can solve in principle, with scripted solvers (producers.scripted) to play the
 annotators of the cold start. ``quick`` is the one-click pair CI runs. ``starter`` holds 1-2 click
 MiniWoB++ tasks in no other suite and with no solver: the demo learns them from reward alone, from
-random weights (docs/tasks.md gives the random policy's success on each). ``games`` holds the browser
+random weights (docs/tasks.md gives the random policy's success on each); ``multistep`` does the same
+with 2-4 click tasks that random clicks solve 1-10% of the time. ``games`` holds the browser
 games written for Flywheel (producers.games: scores as rewards, 50-500 steps, heuristic players as
 demonstrators and as the normalisation's reference). A suite name is accepted
 wherever task names are (``--tasks default``), and any registered MiniWoB++ task still runs
@@ -92,6 +93,23 @@ register(Suite(
     action_types=("click",),
     max_steps=5,
     about="short click tasks with no scripted solver: learnt from reward alone, from random weights"))
+
+
+register(Suite(
+    name="multistep",
+    tasks=(
+        # open what hides the target, then click it: a section, a menu (and its submenu), a tab, an email
+        "click-collapsible-2", "click-menu", "click-menu-2", "click-tab-2", "click-tab-2-hard",
+        "email-inbox-delete",
+        # set a value, then Submit; win a game against a partly random opponent
+        "use-slider", "tic-tac-toe",
+    ),
+    # clicks only: from random weights every other head's steps (Enter, scroll, typing, finished)
+    # are failures that dilute the rare successes (docs/tasks.md, "The multistep suite")
+    action_types=("click",),
+    max_steps=8,
+    about="2-4 click tasks with no scripted solver that random clicks solve 1-10% of the time: "
+          "learnt from reward alone, from random weights"))
 
 
 register(Suite(

@@ -144,3 +144,14 @@ def test_the_games_demonstrations_make_the_suites_mistakes_unless_told_otherwise
     assert cfg.demo_noise == 0.0  # a run mixing suites: no suite holds every task
     with pytest.raises(UserError, match="needs --demos-from scripted"):
         effective(DemoConfig(tasks=["games"], cold_start_demos=0, demo_noise=0.2), games)
+
+
+def test_the_multistep_suite_resolves_to_a_clicks_only_run_from_random_weights():
+    from producers.suites import get_suite, plan
+
+    suite = get_suite("multistep")
+    cfg, cold, _ = effective(DemoConfig(tasks=["multistep"]), phases.demonstrators())
+    assert (cfg.cold_start_demos, cfg.value_pretrain_batches) == (0, 0)
+    assert (cold.demonstrated, cold.rl_only) == ((), suite.tasks) and "random weights" in cold.lines[0]
+    run = plan(cfg.tasks, cfg.max_steps)
+    assert (run.tasks, run.action_types, run.max_steps) == (suite.tasks, ("click",), suite.max_steps)
