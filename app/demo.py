@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from app import demo_queries as Q
-from app import measures, phase_list, phases, run_config
+from app import measures, phase_list, phases, run_config, taught
 from infra.kafka.broker import free_port_block
 from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
 from infra.runtime.cpu_share import CpuShare
@@ -656,6 +656,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     logs = out / "logs"
     cold_start = cfg.cold_start_demos > 0
     dpo_s = cfg.dpo_span_s()
+    taught_by = taught.taught_of(cfg.cold_start_demos, cfg.demos_from, cfg.demo_noise, train)
     print(f"Flywheel demo {run_id}: mode {'sync' if cfg.sync else 'async'}, policy {policy}, {len(tasks)} tasks "
           f"({', '.join(tasks)}), step budget {plan.max_steps}, phases: "
           f"{'cold start' if cold_start else ''}"
@@ -667,13 +668,14 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
           f"{f' (DAgger every {train.dagger_every} updates)' if train.dagger_every else ''}"
           f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min"
           f"{f' (the cold start ends by {budget.deadline(phases.COLD_START) - budget.t0:.0f} s, SFT by {budget.deadline(phases.SFT) - budget.t0:.0f} s)' if cold_start else ''}"
-          f"; logs in {logs}", flush=True)
+          f"; logs in {logs}\n{taught.line(taught_by)}", flush=True)
     log.info("demo config %s", describe(cfg))
     log.info("trainer config %s", trainer.record())
     ensure_platform(settings, broker)
     claim_run_id(settings, run_id, policy)  # its topics, versions, checkpoint and rows would mix with this run's
     logs.mkdir(parents=True, exist_ok=True)  # after the claim: a run's logs mean its run id is spent
     config = {"demo": asdict(cfg), "resolved": resolved(cfg, train), "run_config": trainer.record(),
+              "taught_by": taught.record(taught_by),
               "settings": describe(settings)}
     if cold_start:  # the cloning's, as `flywheel bc` will resolve it (SFT may cut its epochs to its share)
         config["bc"] = describe(run_config.bc_config(phases.bc_options(cfg, policy, list(cold.demonstrated),
@@ -720,7 +722,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     extra, data = [], {}
     try:
         extra, data = measures.report_section(settings, policy, learner.base_version, cold_start,
-                                              cfg.value_pretrain_batches > 0, clock, learner.dpo_version)
+                                              cfg.value_pretrain_batches > 0, clock, learner.dpo_version, taught_by)
     except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
         notes.append(f"the phase section could not be computed: {exc}")
     path = write_report(settings, run, out, extra + [learner.cpu.markdown()], extra_summary=data)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.:\-]+$")
+# an episode's measure: a game's normalised score (the trajectories row), else its success
+MEASURE = "if(isNull(normalised_score), toFloat64(success), assumeNotNull(normalised_score))"
 
 
 def q(value: str) -> str:
@@ -106,9 +108,12 @@ def _minute(column: str, bucket_s: int, t0: float) -> str:
 
 
 def success_over_time(policy: str, bucket_s: int = 30, t0: float = 0.0) -> str:
-    """Success per task in ``bucket_s`` buckets of end time, keyed by minutes since ``t0``."""
+    """The learning curve: per task, in ``bucket_s`` buckets of end time keyed by minutes since
+    ``t0``, the mean of each episode's ``MEASURE`` (a game's normalised score, whose success is
+    only reaching the heuristic's mean; else its success) and which of the two it was."""
     return f"""SELECT task_name, {_minute("ended_at", bucket_s, t0)} AS minute,
-    count() AS episodes, round(avg(success), 4) AS success_rate
+    count() AS episodes, round(avg({MEASURE}), 4) AS success_or_score,
+    if(count(normalised_score) > 0, 'normalised score', 'success') AS measure
 FROM trajectories FINAL WHERE policy = {q(policy)} AND status = 'ended'
 GROUP BY task_name, minute ORDER BY task_name, minute"""
 

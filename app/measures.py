@@ -14,6 +14,7 @@ import math
 from typing import Protocol
 
 from app import demo_queries as Q
+from app.taught import Taught, line, phase_heading, rl_label
 from trainer.core import metric_names as M
 from trainer.sft.rft import annotator_of
 
@@ -26,8 +27,7 @@ class Spans(Protocol):
     def rows(self) -> list[dict]: ...
 
 
-# an episode's measure: a game's normalised score (the trajectories row), else its success
-MEASURE = "if(isNull(normalised_score), toFloat64(success), assumeNotNull(normalised_score))"
+MEASURE = Q.MEASURE  # an episode's measure: a game's normalised score, else its success
 
 
 def phase_sql(policy: str, base_version: int, cold_start: bool, value_pretrain: bool,
@@ -197,8 +197,9 @@ def corr_verdict(corr: float | None) -> str:
 
 
 def report_section(settings, policy: str, base_version: int, cold_start: bool, value_pretrain: bool,
-                   clock: Spans, dpo_version: int | None = None) -> tuple[list[str], dict]:
-    """Markdown of the phases (time, success per task and phase, value pretraining) and its data."""
+                   clock: Spans, dpo_version: int | None = None, taught: Taught | None = None) -> tuple[list[str], dict]:
+    """Markdown of the phases (time, success per task and phase, value pretraining) and its data;
+    with ``taught`` (what taught the run), the table's headings and the gains name it."""
     # local: loads clickhouse-connect, needed only on this path
     from infra.clickhouse.query import execute, render
 
@@ -207,12 +208,13 @@ def report_section(settings, policy: str, base_version: int, cold_start: bool, v
     cols, table = pivot(rows)
     _, trainer_rows, _ = execute(settings, Q.trainer_metrics(policy))
     vp = value_pretraining_summary(trainer_rows)
-    lines = ["## Phases", "", "| phase | minutes | what |", "|---|---|---|"]
+    shown = [cols[0], *(phase_heading(c, taught) for c in cols[1:])] if taught else cols
+    lines = ["## Phases", "", *([line(taught), ""] if taught else []), "| phase | minutes | what |", "|---|---|---|"]
     lines += [f"| {r['phase']} | {r['seconds'] / 60:.1f} | {r['detail']} |" for r in clock.rows()]
     lines += ["", "Success rate (episodes) per task and phase, every ended episode of the phase "
               "(sampled actions; the demonstrations are the scripted annotator's; a game's cell is its mean "
               "normalised score, 0 = the random policy, 1 = the heuristic):", "",
-              "```", render(cols, table, "table") if table else "(no rows)", "```", "",
+              "```", render(shown, table, "table") if table else "(no rows)", "```", "",
               critic_sentence(vp), "",
               "<details><summary>SQL</summary>", "", "```sql", sql, "```", "</details>", ""]
     last = last_sql(policy, base_version, dpo_version)
@@ -226,7 +228,9 @@ def report_section(settings, policy: str, base_version: int, cold_start: bool, v
     if gain is not None:
         said += [f"PPO's gain over the starting policy's episodes: {gain[0]:+.3f} ± {gain[1]:.3f} (standard error; the "
                  f"mean over the {gain[2]} tasks played in both phases of each task's difference in success, a game's in "
-                 f"normalised score; the PPO phase's updates include the RFT and DAgger rounds the run's plan names)", ""]
+                 f"normalised score; " + (f"the PPO phase is the {rl_label(taught)}" if taught else
+                                          "the PPO phase's updates include the RFT and DAgger rounds the run's plan names")
+                 + ")", ""]
     if gain_last is not None:
         said += [f"At the run's end, each task's last {LAST} PPO episodes (or as many as it had: "
                  f"{', '.join(f'{r[0]} {r[2]}' for r in last_rows)}) over the starting policy's: {gain_last[0]:+.3f} ± "

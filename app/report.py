@@ -62,14 +62,32 @@ def bucket_seconds(duration_s: float, points: int = 30) -> int:
     return int(min(600, max(2, round(duration_s / points))))
 
 
+def curve_measure(rows) -> str:
+    """What the learning curve plots (``Q.success_over_time``'s rows, which measure each one is
+    last): success, a game's normalised score where every task is a game (its success, 0 or 1,
+    is only reaching the heuristic's mean), or both where the run mixes them."""
+    kinds = {r[4] for r in rows if len(r) > 4}
+    if "normalised score" not in kinds:
+        return "success"
+    return "normalised score" if kinds == {"normalised score"} else "success, a game's normalised score"
+
+
+def taught_line(config: dict[str, Any]) -> str:
+    """The run's "Taught by: ..." sentence (``app.taught``, recorded in its config); empty for a run
+    recorded before it was."""
+    return str((config.get("taught_by") or {}).get("line") or "")
+
+
 def plot_learning_curve(rows, path: Path, bucket_s: int) -> str:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for task, (minutes, rates) in sorted(_series(rows, 0, 1, 3).items()):
         ax.plot(minutes, rates, marker=".", label=task)
         if task in TARGETS:
             ax.axhline(TARGETS[task], ls=":", lw=0.8, color=ax.lines[-1].get_color())
-    ax.set(xlabel="minutes since start", ylabel=f"success rate ({bucket_s} s buckets)", ylim=(-0.02, 1.02),
-           title="Learning curve")
+    measure = curve_measure(rows)
+    ax.set(xlabel="minutes since start", ylabel=f"{measure} ({bucket_s} s buckets)", title="Learning curve")
+    if measure == "success":  # a normalised score may leave [0, 1]
+        ax.set_ylim(-0.02, 1.02)
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     return _save(fig, path)
@@ -190,11 +208,14 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     t0 = run.started_at
     sections: list[str] = []
 
+    taught = taught_line(run.config)
+
     def figure(title: str, sql: str, plot=None, *args, seconds_col: int | None = None,
-               result: tuple[list[str], list[tuple]] | None = None) -> tuple[list[str], list[tuple]]:
-        """A section of ``sql``'s table and plot; ``result`` is its answer when the caller already has it."""
+               result: tuple[list[str], list[tuple]] | None = None, learning: bool = False) -> tuple[list[str], list[tuple]]:
+        """A section of ``sql``'s table and plot; ``result`` is its answer when the caller already
+        has it; a ``learning`` figure names what taught the policy."""
         cols, rows = result if result is not None else query(settings, sql)
-        block = [f"## {title}", ""]
+        block = [f"## {title}", "", *([taught, ""] if learning and taught else [])]
         if plot and rows:
             name = plot(rows, *args)
             if name:
@@ -238,24 +259,26 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     summary = "\n".join(lines)
 
     bucket_s = bucket_seconds(run.ended_at - run.started_at)
-    figure("Learning curve: success over wall-clock", Q.success_over_time(p, bucket_s, t0),
-           plot_learning_curve, out_dir / "learning_curve.png", bucket_s)
+    curve_sql = Q.success_over_time(p, bucket_s, t0)
+    curve = query(settings, curve_sql)
+    figure(f"Learning curve: {curve_measure(curve[1])} over wall-clock", curve_sql,
+           plot_learning_curve, out_dir / "learning_curve.png", bucket_s, result=curve, learning=True)
     games_sql = Q.game_scores_over_time(p, bucket_s, t0)
     games = query(settings, games_sql)
     if games[1]:  # a run with games
         figure("Games: normalised score over wall-clock", games_sql,
-               plot_game_scores, out_dir / "game_scores.png", bucket_s, result=games)
+               plot_game_scores, out_dir / "game_scores.png", bucket_s, result=games, learning=True)
     points = max(1, int((run.ended_at - run.started_at) // bucket_s))
     _, suite_rows = figure("Suite mean over time: each task's last 100 episodes as of that moment",
                            Q.suite_mean_over_time(p, t0, bucket_s, points), plot_suite_mean, out_dir / "suite_mean.png",
-                           seconds_col=0)
+                           seconds_col=0, learning=True)
     reached_suite = {t: suite_mean_reached(suite_rows, t) for t in SUITE_TARGETS}
     sections[-1] += "\n" + "\n".join(
         f"Suite mean {t}: " + (f"first reached at {s / 60:.1f} min (every task over a full 100 episodes)"
                                if s is not None else "not reached with every task over a full 100 episodes")
         for t, s in reached_suite.items()) + "\n"
     figure("Success, reward and steps by policy version", Q.success_by_version(p),
-           plot_by_version, out_dir / "by_version.png")
+           plot_by_version, out_dir / "by_version.png", learning=True)
     figure("Rollout throughput", Q.throughput(p, bucket_s, t0), plot_throughput, out_dir / "throughput.png", bucket_s)
     figure("Step latency: where a step's wall-clock went (ms)", Q.step_latency(p))
     figure("Staleness of trained trajectories", Q.staleness(p), plot_staleness, out_dir / "staleness.png")
@@ -271,6 +294,7 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     head = [
         f"# Flywheel demo report — run {run.run_id}", "",
         f"Mode **{run.mode}**, policy `{p}`, {minutes:.1f} minutes of wall-clock.", "",
+        *([taught, ""] if taught else []),
         "## Before and after", "",
         "Success rate of the sampled (not greedy) policy over the first and the last 100 ended "
         "episodes of each task (a game's: its mean normalised score, 0 = the random policy, 1 = the "
@@ -287,7 +311,7 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
     (out_dir / "summary.json").write_text(json.dumps({
         "run_id": run.run_id, "mode": run.mode, "policy": p, "minutes": minutes,
         "after": {t: r for t, _, r in after}, "before": {t: r[2] for t, r in before_map.items()},
-        "seconds_to_target": reached,
+        "seconds_to_target": reached, "taught_by": run.config.get("taught_by"),
         "suite_mean_seconds_to": {str(t): s for t, s in reached_suite.items()}, **(extra_summary or {}),
         "notes": run.notes,  # how the run ended where not at its --minutes ("stopped by Ctrl-C", ...)
     }, indent=2, default=str))

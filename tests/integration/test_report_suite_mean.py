@@ -90,3 +90,28 @@ def test_a_games_run_reports_normalised_score_per_game_over_minutes(tmp_path):
                                         ("games.snake", 1.0, 1, 9.0, 0.8)]
     assert progress["games.snake"] == (3, 0.4)  # the demo's progress figure for a game: replay counted once
     assert (tmp_path / plot_game_scores(got, tmp_path / "games.png", 60)).stat().st_size > 0
+
+
+def test_the_learning_curve_plots_a_games_normalised_score_and_a_tasks_success(tmp_path):
+    """Issue 56: on chDB, the learning curve's cell for a game is its mean normalised score (not its
+    success, 0 or 1), a MiniWoB++ task's its success, each row saying which it measures."""
+    from app.demo_queries import success_over_time
+    from app.report import curve_measure, plot_learning_curve
+
+    def game(k, minute, normalised):
+        t = trajectory(k, "games.snake", T0 + 60 * minute + 5, normalised >= 1.0)
+        return t.model_copy(update={"task": TaskSpec(task_id=f"games.snake-{k}", suite="games", name="games.snake"),
+                                    "score": 3.0, "normalised_score": normalised})
+
+    trajs = [game(0, 0, 0.2), game(1, 0, 0.4), trajectory(2, "a", T0 + 5, True), trajectory(3, "a", T0 + 6, False)]
+    rows = [r for t in trajs for r in rows_for("trajectories", t)["trajectories"]]
+    client = make_client(load_settings({"data_dir": str(tmp_path)}))
+    try:
+        client.insert("trajectories", [list(r.values()) for r in rows], column_names=list(rows[0]))
+        got = [tuple(r) for r in client.query(success_over_time("pixel-r", 60, T0)).result_rows]
+    finally:
+        client.close()
+    assert got == [("a", 0.0, 2, 0.5, "success"), ("games.snake", 0.0, 2, 0.3, "normalised score")]
+    assert curve_measure(got) == "success, a game's normalised score"
+    assert curve_measure(got[1:]) == "normalised score"
+    assert (tmp_path / plot_learning_curve(got, tmp_path / "curve.png", 60)).stat().st_size > 0

@@ -1,0 +1,91 @@
+"""What taught a run's policy, read from its resolved configuration (issue 56): every learning
+figure the report prints names it, so a score a teacher earned is not read as RL's.
+
+The sources, each from a setting the run resolved before it started:
+- reward: always (RL learns from it in every run);
+- scripted or human demonstrations, cloned into pi_sft by the cold start (``cold_start_demos``);
+- RFT rounds re-cloning those demonstrations beside the policy's own successes during RL
+  (``rft_every`` after a cold start; from random weights a round fits the policy's own successes,
+  which reward taught);
+- a teacher during RL: the solvers' labels in PPO's loss (``expert_coef``) or DAgger's rounds
+  fitting them (``dagger_every``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Taught:
+    """The teaching settings of one run, as resolved (the demo's, then the trainer's)."""
+
+    demonstrations: str  # "" (none: random weights), "scripted" or "human": the cold start's
+    demo_noise: float  # the chance of a mistake per step of the scripted demonstrations
+    rft_every: int  # PPO updates between RFT rounds (0: none)
+    expert_coef: float  # the solvers' labels' weight beside PPO's loss (0: none)
+    dagger_every: int  # PPO updates between DAgger rounds (0: none)
+
+    @property
+    def teacher_in_rl(self) -> bool:
+        """Whether a solver's labels reached the policy during RL (DAgger's term or its rounds)."""
+        return self.expert_coef > 0 or self.dagger_every > 0
+
+    @property
+    def recloned(self) -> bool:
+        """Whether RFT rounds fitted the cold start's demonstrations again during RL."""
+        return self.rft_every > 0 and bool(self.demonstrations)
+
+
+def taught_of(cold_start_demos: int, demos_from: str, demo_noise: float, train: Any) -> Taught:
+    """The teaching of a run with that many demonstrations per task by ``demos_from`` (0: from
+    random weights) and the trainer's resolved configuration ``train`` (a TrainConfig)."""
+    return Taught(demonstrations=demos_from if cold_start_demos > 0 else "",
+                  demo_noise=demo_noise if cold_start_demos > 0 and demos_from == "scripted" else 0.0,
+                  rft_every=int(train.rft_every), expert_coef=float(train.expert_coef),
+                  dagger_every=int(train.dagger_every))
+
+
+def sources(t: Taught) -> list[str]:
+    """What taught the policy, one phrase per source, reward first."""
+    out = ["reward"]
+    if t.demonstrations:
+        noise = f", {t.demo_noise:.0%} mistakes" if t.demo_noise else ""
+        out.append(f"{t.demonstrations} demonstrations (the cold start's pi_sft{noise})")
+    if t.rft_every > 0:
+        out.append(f"RFT rounds every {t.rft_every} updates re-cloning the demonstrations" if t.recloned
+                   else f"RFT rounds every {t.rft_every} updates on the policy's own successes")
+    if t.expert_coef > 0:
+        out.append(f"a teacher during RL: the solvers' labels x {t.expert_coef:g} in PPO's loss")
+    if t.dagger_every > 0:
+        out.append(f"a teacher during RL: DAgger rounds every {t.dagger_every} updates fitting the solvers' labels")
+    return out
+
+
+def line(t: Taught) -> str:
+    """The report's sentence: "Taught by: reward alone." or the sources joined."""
+    said = sources(t)
+    return "Taught by: " + ("reward alone" if said == ["reward"] else "; ".join(said)) + "."
+
+
+def rl_label(t: Taught) -> str:
+    """What the RL phase learnt from: reward, and what besides it reached the policy then."""
+    extra = (["demonstrations re-cloned"] if t.recloned else []) + (["teacher"] if t.teacher_in_rl else [])
+    return "RL phase (" + " + ".join(["reward", *extra]) + ")"
+
+
+def phase_heading(phase: str, t: Taught) -> str:
+    """A phase's column heading in the report (``app.measures.phase_sql``'s phase names, which the
+    data keeps): pi_sft named after its demonstrations, PPO's after what taught the RL phase."""
+    number, _, name = phase.partition(" ")
+    if name.startswith("pi_sft"):
+        return f"{number} π_sft ({t.demonstrations or 'no'} demonstrations){name[len('pi_sft'):]}"
+    if name.startswith("PPO"):
+        return f"{number} {rl_label(t)}{name[len('PPO'):]}"
+    return phase
+
+
+def record(t: Taught) -> dict[str, Any]:
+    """For config.json and summary.json: the settings, the sources and the sentence."""
+    return {**asdict(t), "teacher_in_rl": t.teacher_in_rl, "sources": sources(t), "line": line(t)}
