@@ -3,9 +3,10 @@
     python -m benchmarks.bench_rollout [--steps 200] [--rounds 4] [--sandboxes 1,2,4] [--policy none|pixel]
 
 All in one run, on one headless Chromium:
-1. bare, two ways, in a loop on the sandbox's own page: the same browser work as a sandbox step
-   (``mouse.click``, the page's fake clock advanced by the step's 100 ms, the reward read beside a
-   PNG screenshot of the task area), and the least a step can be (``mouse.click`` + screenshot);
+1. bare, two ways, in a loop on the sandbox's own page: the same browser calls as a sandbox step
+   (``mouse.click``, one evaluate advancing the page's fake clock by the step's 100 ms and reading
+   the reward, a PNG screenshot of the viewport on the page's CDP session), and the least a step
+   can be (``mouse.click`` + that screenshot);
 2. sandbox: ``BrowserSandbox.step(Click)`` on that same page (click, fake-clock advance, reward
    read, screenshot, PNG decode, durable blob store write overlapped with the next action choice and
    step, as in the rollout worker); ratio sandbox/bare. Random clicks end an episode now and then; the
@@ -42,18 +43,17 @@ def task(seed: int) -> TaskSpec:
     return TaskSpec(task_id=f"bench.{seed}", suite="miniwob", name=TASK, seed=seed, max_steps=1000)
 
 
-async def bare_loop(page, steps: int, rng: random.Random, clock=None) -> float:
-    """Bare Playwright steps/s: click + screenshot; with ``clock`` (the page's fake clock), the
-    same browser work as a sandbox step: click, advance the clock, read the reward and screenshot."""
-    clip = {"x": 0, "y": 0, "width": 160, "height": 210}
+async def bare_loop(page, cdp, steps: int, rng: random.Random, clock: bool = False) -> float:
+    """Bare Playwright steps/s: click + screenshot (``cdp``: the page's CDP session); with
+    ``clock``, the same browser calls as a sandbox step: click, advance the fake clock and read
+    the reward in one evaluate, screenshot."""
+    step_js = f"(async () => {{ await globalThis.__pwClock.controller.runFor({STEP_MS}); return {MiniwobPages.state_js}; }})()"
     t0 = time.perf_counter()
     for _ in range(steps):
         await page.mouse.click(rng.randrange(160), rng.randrange(50, 210))
-        if clock is None:
-            await page.screenshot(clip=clip, type="png")
-        else:
-            await clock.run_for(STEP_MS)
-            await asyncio.gather(page.evaluate(MiniwobPages.state_js), page.screenshot(clip=clip, type="png"))
+        if clock:
+            await page.evaluate(step_js)
+        await cdp.send("Page.captureScreenshot", {"format": "png", "optimizeForSpeed": True})
     return steps / (time.perf_counter() - t0)
 
 
@@ -100,12 +100,12 @@ async def main(args) -> None:
         await sb.start()
     one = boxes[0]
     await one.reset(task(0))
-    await bare_loop(one._page, 20, rng)  # warm-up
+    await bare_loop(one._page, one._cdp, 20, rng)  # warm-up
     # Rounds alternate the loops, so a slow spell of the machine falls on all of them alike.
     bare_s = same_s = took = resets_s = 0.0
     for r in range(args.rounds):
-        bare_s += args.steps / await bare_loop(one._page, args.steps, rng)
-        same_s += args.steps / await bare_loop(one._page, args.steps, rng, clock=one._context.clock)
+        bare_s += args.steps / await bare_loop(one._page, one._cdp, args.steps, rng)
+        same_s += args.steps / await bare_loop(one._page, one._cdp, args.steps, rng, clock=True)
         t0 = time.perf_counter()
         resets_s += (await sandbox_loop(one, args.steps, rng, 1000 * r))[1]
         took += time.perf_counter() - t0
