@@ -1,15 +1,15 @@
 """A short `flywheel demo` on one game, end to end: browser sandboxes on the games' page, Faust,
 sink, trainer and hot reload, on games.2048 with 40-step episodes, until PPO published three
-versions (`--until-version 3`; about a minute). What teaches it: no demonstrations (random initial
-weights), and a teacher during RL, DAgger's expert labels (`--expert-coef`: the heuristic labels the policy's own states, the trainer
-imitates them beside PPO's loss; `--dagger-every 1`: and fits the policy to the labels gathered
-so far after each update) and the last key in the policy's history strip (`last_key`).
+versions (`--until-version 3`; about a minute), with the last key in the policy's history strip
+(`last_key`). What teaches it: reward alone. No demonstrations (random initial weights) and the
+games suite's teacher-free RL (issue 56): DAgger's expert term and rounds left on auto, which is
+off, so the heuristic labels nothing and the trainer imitates nothing.
 
 It asserts what a user of the games suite should see: episodes whose steps' rewards add up to
 the score the page showed, trajectories carrying the final and the normalised score, the trainer
 training on them and publishing versions a rollout worker acted with, the report's
-normalised-score figure per game, and nothing on the dead-letter topic. The long runs are
-benchmarks (docs/tasks.md).
+normalised-score figure per game and its "taught by" line, no teacher's label on any step, and
+nothing on the dead-letter topic. The long runs are benchmarks (docs/tasks.md).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def test_a_short_games_demo_learns_on_scores(kafka_bootstrap, tmp_path):
         [sys.executable, "-m", "app.cli", "demo", "--minutes", "3", "--run-id", run_id,
          "--tasks", "games.2048", "--max-steps", "40", "--cold-start-demos", "0", "--batch-episodes", "4",
          "--sandboxes", "2", "--episodes", "400", "--progress-s", "10",
-         "--until-version", "3", "--expert-coef", "0.5", "--dagger-every", "1", "--policy-config", '{"last_key": true}'],
+         "--until-version", "3", "--policy-config", '{"last_key": true}'],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     print(proc.stdout[-4000:])
@@ -48,6 +48,7 @@ def test_a_short_games_demo_learns_on_scores(kafka_bootstrap, tmp_path):
     report = tmp_path / "reports" / run_id / "report.md"
     text = report.read_text()
     assert "Games: normalised score over wall-clock" in text and (report.parent / "game_scores.png").exists()
+    assert "Learning curve: normalised score over wall-clock" in text and "Taught by: reward alone." in text
     summary = json.loads((report.parent / "summary.json").read_text())
     assert "PPO" in [p["phase"] for p in summary["phases"]], summary["phases"]
 
@@ -63,12 +64,8 @@ def test_a_short_games_demo_learns_on_scores(kafka_bootstrap, tmp_path):
         (SELECT count() FROM v_game_scores WHERE policy = '{policy}' AND game = 'games.2048') AS curve,
         (SELECT count() FROM steps FINAL WHERE policy = '{policy}') AS steps,
         (SELECT countIf(expert_action != '') FROM steps FINAL WHERE policy = '{policy}') AS labelled,
-        (SELECT groupUniqArray(JSONExtractString(expert_action, 'key')) FROM steps FINAL
-            WHERE policy = '{policy}' AND expert_action != '') AS label_keys,
-        (SELECT max(metrics['losses/expert_loss']) FROM trainer_metrics FINAL WHERE policy = '{policy}') AS expert_loss,
-        (SELECT max(metrics['batch/dagger_steps']) FROM trainer_metrics FINAL WHERE policy = '{policy}') AS dagger_steps,
-        (SELECT min(metrics['losses/dagger_loss']) FROM trainer_metrics FINAL
-            WHERE policy = '{policy}' AND mapContains(metrics, 'losses/dagger_loss')) AS dagger_loss,
+        (SELECT countIf(mapContains(metrics, 'losses/expert_loss') OR mapContains(metrics, 'losses/dagger_loss'))
+            FROM trainer_metrics FINAL WHERE policy = '{policy}') AS imitating,
         (SELECT any(config) FROM policy_versions FINAL WHERE policy = '{policy}') AS config""")[0]
     print(row)
     assert row["ended"] >= 4 and row["unscored"] == 0, "every ended game episode carries its scores"
@@ -76,11 +73,9 @@ def test_a_short_games_demo_learns_on_scores(kafka_bootstrap, tmp_path):
     assert row["published"] >= 1 and row["acted"] >= 1, "PPO published a version the rollout worker acted with"
     assert row["dead"] == 0
     assert row["curve"] >= 1, "the analytics view has the game's score curve"
-    # the heuristic labelled the policy's own steps with its arrows, and the trainer imitated them
-    assert row["labelled"] >= 0.9 * row["steps"] > 0, "2048's heuristic labels every step it sees a board on"
-    assert row["label_keys"] and set(row["label_keys"]) <= {"up", "down", "left", "right"}, row["label_keys"]
-    assert row["expert_loss"] > 0, "the trainer reported the labels' NLL"
-    assert row["dagger_steps"] >= 40 and row["dagger_loss"] > 0, "DAgger rounds fitted the labels gathered"
+    # teacher-free: the heuristic labelled none of the policy's steps and the trainer imitated nothing
+    assert row["steps"] > 0 and row["labelled"] == 0, "no teacher's label on a step of the games' default RL"
+    assert row["imitating"] == 0, "no update reported an expert or DAgger loss"
     assert json.loads(row["config"])["last_key"] is True
     # a step's reward is the change of the page's score: an episode's rewards add up to its final score
     sums = _sql(env, f"""SELECT t.episode_id, any(t.score) AS score, sum(s.reward) AS rewards
