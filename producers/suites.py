@@ -98,7 +98,8 @@ register(Suite(
 register(Suite(
     name="multistep",
     tasks=(
-        # open what hides the target, then click it: a section, a menu (and its submenu), a tab, an email
+        # open what hides the target, then click it: a section, a menu (and its submenu), a tab, an
+        # email (or its row's trash icon)
         "click-collapsible-2", "click-menu", "click-menu-2", "click-tab-2", "click-tab-2-hard",
         "email-inbox-delete",
         # set a value, then Submit; win a game against a partly random opponent
