@@ -41,6 +41,8 @@ EXPERT_LOSS = "losses/expert_loss"  # mean NLL of the solver's labels on the pol
 DAGGER_LOSS = "losses/dagger_loss"  # mean NLL of the aggregated labels in a DAgger round's last epoch (trainer.sft.dagger)
 DAGGER_LOSS_FIRST = "losses/dagger_loss_first"  # ... in its first epoch
 RFT_LOSS = "losses/rft_loss"  # mean NLL of the successful steps a rejection-sampling fine-tuning round trained on
+SIL_LOSS = "losses/sil_loss"  # self-imitation's loss on replayed steps, before sil_coef (trainer.rl.self_imitation)
+SIL_ADVANTAGE = "losses/sil_advantage"  # mean clipped advantage (R - V)+ of the replayed steps, as last measured
 
 # value/
 EXPLAINED_VARIANCE = "value/explained_variance"
@@ -65,6 +67,9 @@ RFT_OWN = "batch/rft_own"  # ... of which the policy's own
 RFT_STEPS = "batch/rft_steps"
 RFT_SOLVED_TASKS = "batch/rft_solved_tasks"  # tasks a round took no own successes of (solved: trainer.sft.rft.solved_tasks)
 DAGGER_STEPS = "batch/dagger_steps"  # labelled steps a DAgger round fitted (its buffer)
+SIL_STEPS = "batch/sil_steps"  # replayed steps self-imitation drew for the update
+SIL_REPLAY_STEPS = "batch/sil_replay_steps"  # steps the self-imitation replay held when they were drawn
+SIL_REPLAY_EPISODES = "batch/sil_replay_episodes"  # ... and episodes
 RFT_SKIPPED = "batch/rft_skipped"  # chosen trajectories the policy could not learn from (screenshot gone, another action space)
 
 # train/
@@ -72,6 +77,7 @@ CRITIC_ONLY = "train/critic_only"  # 1 during value pretraining
 NONFINITE_SKIPPED = "train/nonfinite_skipped"  # minibatches whose gradient was NaN/inf: no step
 EPOCHS = "train/epochs"  # PPO epochs an update ran (fewer than asked: target_kl stopped it)
 GRAD_NORM = "train/grad_norm"
+ENT_COEF = "train/ent_coef"  # the entropy coefficient the update used (the entropy band adapts it: ent_floor)
 
 # perf/
 UPDATE_TIME_S = "perf/update_time_s"

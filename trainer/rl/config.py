@@ -100,6 +100,16 @@ class TrainConfig:
                                   "(>1: off); its rounds stay short, on what is still failing")
     rft_epochs: int = opt(2, "RFT: passes over the round's steps")
     rft_lr: float = opt(1e-3, "RFT: Adam learning rate (an optimiser of its own; PPO's is left as it is)")
+    sil_coef: float = opt(0.0, "self-imitation (trainer.rl.self_imitation): weight of its loss on steps replayed from the "
+                               "policy's own best episodes, beside PPO's in every minibatch (0: off; one trainer process)")
+    sil_per_task: int = opt(16, "self-imitation: episodes the replay keeps per task (the newest successes, then the highest returns)")
+    sil_batch: int = opt(64, "self-imitation: replayed steps drawn per update (by priority), shared among an epoch's minibatches")
+    sil_beta: float = opt(0.01, "self-imitation: weight of its value term, 1/2 ((R - V)+)^2")
+    sil_max_steps: int = opt(4096, "self-imitation: steps the replay holds at most (their inputs live in the trainer's memory)")
+    ent_floor: float = opt(0.0, "entropy band: below this mean policy entropy the entropy coefficient rises for the next "
+                                "update (x1.5 each time); 0: off, ent_coef stays as set (one trainer process)")
+    ent_ceiling: float = opt(0.0, "entropy band: above this mean entropy the coefficient falls back toward ent_coef "
+                                  "(0: twice ent_floor)")
     seed: int = opt(0, "seed of the initial weights and of sampling")
     device: str = opt("cpu", "torch device of the policy: cpu, or cuda / cuda:N for the language policy in one process")
     torch_threads: int = opt(0, "torch intra-op threads (0: torch's default)")
@@ -154,6 +164,7 @@ class TrainConfig:
             raise ConfigError("rft_every works for a kind with RFT rounds (the pixel policy) in one "
                               "trainer process only (the language policy's fine-tuning is `flywheel sft`; on several "
                               "ranks the round would run on rank 0 alone)")
+        self._validate_sil()
         json_object(self.policy_config, "policy_config")  # a bad JSON fails here, not once the policy loads
         if self.nproc_per_node < 1 or self.dist_timeout_s <= 0:
             raise ConfigError("nproc_per_node must be >= 1 and dist_timeout_s > 0")
@@ -161,3 +172,18 @@ class TrainConfig:
             raise ConfigError(f"max_update_s must be within [session_timeout_s, 86400] seconds (librdkafka's rule), "
                               f"got {self.max_update_s}")
         return self
+
+    def _validate_sil(self) -> None:
+        if not (self.sil_coef >= 0 and self.sil_beta >= 0 and self.ent_floor >= 0 and self.ent_ceiling >= 0):  # NaN too
+            raise ConfigError("sil_coef, sil_beta, ent_floor and ent_ceiling must be >= 0 (0: off)")
+        if min(self.sil_per_task, self.sil_batch, self.sil_max_steps) < 1:
+            raise ConfigError("sil_per_task, sil_batch and sil_max_steps must be >= 1")
+        if self.ent_ceiling and self.ent_ceiling <= self.ent_floor:
+            raise ConfigError(f"ent_ceiling ({self.ent_ceiling}) must be above ent_floor ({self.ent_floor}), or 0")
+        if (self.sil_coef or self.ent_floor) and self.nproc_per_node > 1:
+            raise ConfigError("sil_coef and ent_floor work in one trainer process (the other ranks would not see the "
+                              "replay or the adapted coefficient)")
+
+    def band_ceiling(self) -> float:
+        """The entropy band's upper edge (``ent_ceiling``, or twice ``ent_floor`` when 0)."""
+        return self.ent_ceiling or 2 * self.ent_floor

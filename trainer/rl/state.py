@@ -4,7 +4,8 @@ pretraining's progress and clock, the rounds' cadence).
 
 Each fact has one field here and one collaborator that changes it: the KL anchor
 (trainer.rl.kl_reference), value pretraining (trainer.rl.value_pretraining), the rounds' counts
-and the per-task outcomes RFT reads (trainer.rl.rounds). A checkpoint written while these lived
+and the per-task outcomes RFT reads (trainer.rl.rounds), the entropy band's coefficient
+(trainer.rl.sil_replay.SelfImitation). A checkpoint written while these lived
 in an untyped ``extra`` dict loads as these fields (``LearnerState._lift_extra``).
 """
 
@@ -41,3 +42,5 @@ class PPOState(LearnerState):
                                                 "its last RFT_WINDOW trained episodes")
     ppo_updates: int = Field(0, description="PPO updates made with RFT rounds on (every rft_every-th has a round)")
     dagger_updates: int = Field(0, description="PPO updates made with DAgger rounds on (every dagger_every-th has one)")
+    ent_coef: float | None = Field(None, description="the entropy coefficient of the next update as the entropy band "
+                                                     "(ent_floor) adapted it; None: the configured ent_coef")

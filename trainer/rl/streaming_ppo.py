@@ -5,9 +5,11 @@ data, the pool's bounds, and staleness: trajectories more than ``max_staleness``
 dropped on arrival and counted); the update cuts episodes longer than ``chunk_steps`` into chunks
 (trainer.rl.chunks); one PPO update follows (critic-only while value pretraining lasts,
 trainer.rl.value_pretraining; against the KL reference when ``kl_coef`` > 0,
-trainer.rl.kl_reference), then the rounds due after it (RFT, DAgger: trainer.rl.rounds), then a
-new version is published (trainer.rl.publishing) that the rollout workers hot-reload while they
-keep running. What the learner remembers across restarts is typed in trainer.rl.state.
+trainer.rl.kl_reference; with self-imitation on steps replayed from the policy's best episodes
+and the entropy coefficient kept in a band when on, trainer.rl.sil_replay), then the rounds due
+after it (RFT, DAgger: trainer.rl.rounds), then a new version is published
+(trainer.rl.publishing) that the rollout workers hot-reload while they keep running. What the
+learner remembers across restarts is typed in trainer.rl.state.
 
 The trainer is a stage of the one checkpointed consume loop (``infra.runtime.consume_loop``) with a
 ``CheckpointFile`` (``trainer.core.learner``): ``add`` decodes, filters and pools a record, ``ready``
@@ -63,6 +65,8 @@ from trainer.rl.kl_reference import KLReference
 from trainer.rl.learner_metrics import BusyClock, batch_metrics, record_update
 from trainer.rl.publishing import Publisher
 from trainer.rl.rounds import Rounds, remember_outcomes
+from trainer.rl.self_imitation import SILSample
+from trainer.rl.sil_replay import SelfImitation
 from trainer.rl.start import start_policy
 from trainer.rl.state import PPOState
 from trainer.rl.update import Batch, collate, ppo_update
@@ -107,6 +111,7 @@ class PPOLearner:
         self.value_pretraining = ValuePretraining.from_config(cfg)
         self.kl_reference = KLReference(cfg, settings, store)
         self.rounds = Rounds(cfg, settings, store, policy, self._count)
+        self.self_imitation = SelfImitation(cfg)
         self.publisher = Publisher(settings, store, make_producer(settings), run_id, cfg.policy_name)
         self.metrics: dict[str, float] | None = None  # the last update's, published once committed
         if cfg.max_updates and self.state.updates >= cfg.max_updates:
@@ -161,7 +166,9 @@ class PPOLearner:
         started = time.monotonic()
         batch = collate(episodes, cfg.chunk_steps)
         batch.ref_logprob = self.kl_reference.logprobs(batch, state, policy)  # rank 0 scores it once; it travels
-        metrics = self._update(batch, critic_only)
+        sil = self.self_imitation.before_update(episodes, critic_only)
+        metrics = self._update(batch, critic_only, sil)
+        metrics.update(self.self_imitation.after_update(sil, state, metrics, critic_only))
         metrics.update(self.rounds.after_update(episodes, state, critic_only))
         parent = policy.version
         if critic_only:  # the acting policy is unchanged: no new version
@@ -184,11 +191,13 @@ class PPOLearner:
         if cfg.max_updates and updates >= cfg.max_updates:
             self.stop.set()
 
-    def _update(self, batch: Batch, critic_only: bool) -> dict[str, float]:
-        """One PPO (or critic-only) update of the policy on ``batch``, on this rank or shared by the group."""
+    def _update(self, batch: Batch, critic_only: bool, sil: SILSample | None) -> dict[str, float]:
+        """One PPO (or critic-only) update of the policy on ``batch`` (with self-imitation on the
+        replayed steps ``sil``), on this rank or shared by the group."""
+        cfg = self.self_imitation.config(self.state)
         if self.group is None:
-            return ppo_update(self.policy, self.optimizer, batch, self.cfg, critic_only=critic_only)
-        return distributed.lead_update(self.group, self.policy, self.optimizer, batch, self.cfg, critic_only)
+            return ppo_update(self.policy, self.optimizer, batch, cfg, critic_only=critic_only, sil=sil)
+        return distributed.lead_update(self.group, self.policy, self.optimizer, batch, cfg, critic_only)
 
     # ------------------------------------------------------------------ after the checkpoint
     def committed(self) -> None:

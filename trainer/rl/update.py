@@ -21,6 +21,7 @@ import torch
 from trainer.core import metric_names as M
 from trainer.rl import chunks, ppo
 from trainer.rl.collectives import Rank, all_reduce_grads, all_reduce_sums, gather_parts, part
+from trainer.rl.self_imitation import SILSample, sil_loss
 
 
 @dataclass
@@ -48,7 +49,7 @@ class Batch:
     """``E`` episodes as ``B`` rows of at most ``chunk_steps`` steps each (trainer.rl.chunks: a
     long episode spans consecutive rows); ``N`` steps flattened episode by episode."""
 
-    images: Any  # [N, C, H, W] uint8, or a list of N policy samples (see _stack)
+    images: Any  # [N, C, H, W] uint8, or a list of N policy samples (see stack_inputs)
     instructions: list[str]  # [N]
     actions: list[Any]  # [N]
     behaviour_logprob: torch.Tensor  # [N]
@@ -91,7 +92,7 @@ def collate(episodes: list[EpisodeSample], chunk_steps: int = 0) -> Batch:
         truncated.append(e.truncated and last)
         bootstrap_inputs.append(e.bootstrap_input if last else None)
     return Batch(
-        images=_stack([img for e in episodes for img in e.images]),
+        images=stack_inputs([img for e in episodes for img in e.images]),
         instructions=[s for e in episodes for s in e.instructions],
         actions=[a for e in episodes for a in e.actions],
         expert_actions=[x for e in episodes for x in (e.experts or [None] * len(e.actions))],
@@ -103,7 +104,7 @@ def collate(episodes: list[EpisodeSample], chunk_steps: int = 0) -> Batch:
     )
 
 
-def _stack(inputs: list) -> Any:
+def stack_inputs(inputs: list) -> Any:
     """Per-step policy inputs: image tensors are stacked; a policy's own samples (the LM's
     rendered contexts, ``step_inputs``) stay a list."""
     return torch.stack(inputs) if isinstance(inputs[0], torch.Tensor) else inputs
@@ -165,7 +166,7 @@ def bootstrap_values(policy, batch: Batch, values_bt: torch.Tensor) -> torch.Ten
     have = [b for b, x in enumerate(batch.bootstrap_inputs) if batch.truncated[b] and x is not None]
     if have:
         with torch.no_grad():
-            boot[have] = policy.values(_stack([batch.bootstrap_inputs[b] for b in have]),
+            boot[have] = policy.values(stack_inputs([batch.bootstrap_inputs[b] for b in have]),
                                        [batch.instructions[int(batch.mask[:b].sum())] for b in have]).cpu()
     return boot
 
@@ -210,6 +211,18 @@ def _minibatch_loss(policy, batch: Batch, idx: torch.Tensor, adv: torch.Tensor, 
     return loss, parts
 
 
+def _sil_term(policy, sample: SILSample, pos: torch.Tensor, cfg) -> tuple[torch.Tensor, float]:
+    """Self-imitation's loss on the replayed steps ``pos`` of ``sample``, weighed by ``sil_coef``
+    (trainer.rl.self_imitation), evaluated as PPO's minibatch is; records their clipped
+    advantages in ``sample.clipped``. -> (the weighted loss, the unweighted loss's value)."""
+    ids = pos.tolist()
+    logprob, value, _ = (t.cpu() for t in policy.evaluate(_take(sample.inputs, ids), [sample.instructions[i] for i in ids],
+                                                          [sample.actions[i] for i in ids]))
+    loss, clipped = sil_loss(logprob, value, sample.returns[pos], cfg.sil_beta)
+    sample.clipped[pos] = clipped
+    return cfg.sil_coef * loss, float(loss.detach())
+
+
 _EXPERT_N = "_expert_labels"  # the labelled steps a minibatch's expert loss was summed over (not a metric)
 _SUMMED = (M.EXPERT_LOSS, _EXPERT_N)  # parts that are sums over steps, not a rank's share of a mean
 
@@ -243,14 +256,19 @@ def _moved_enough(epoch_kl: float, epoch_n: float, cfg, critic_only: bool, me: R
 
 
 def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, critic_only: bool = False,
-               me: Rank | None = None, generator: torch.Generator | None = None) -> dict[str, float]:
+               me: Rank | None = None, generator: torch.Generator | None = None,
+               sil: SILSample | None = None) -> dict[str, float]:
     """PPO epochs over ``batch``; ``critic_only`` trains the value head alone with lambda = 1
     (value pretraining: the acting policy stays fixed). Returns scalar metrics under their
     trainer.core.metric_names (``losses/``, ``value/``, ``batch/``, ``train/``, ``perf/``).
 
     ``generator`` draws the minibatches (default: torch's global one). With ``me`` this rank
     shares the update with the others of the process group: all must call it on the same batch,
-    weights, optimiser state and ``generator`` seed (trainer.rl.distributed sees to it)."""
+    weights, optimiser state and ``generator`` seed (trainer.rl.distributed sees to it).
+
+    ``sil``: replayed steps whose self-imitation term (``sil_coef``, trainer.rl.self_imitation)
+    joins each minibatch's loss, one part of them per minibatch of an epoch (one process only;
+    none in a critic-only update)."""
     t0 = time.perf_counter()
     policy.train()
     mask_b = batch.mask.bool()
@@ -272,15 +290,23 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
                                            + ((M.KL_REF,) if batch.ref_logprob is not None else ())
                                            + (_SUMMED if cfg.expert_coef > 0 else ()), 0.0)
     n_mb = skipped = epochs = 0
+    if sil is not None and me is not None:
+        raise ValueError("self-imitation runs in one trainer process (TrainConfig.validate refuses it on several)")
+    sil = None if critic_only else sil
+    sil_parts = sil.parts(-(-N // cfg.minibatch_size)) if sil is not None else []
+    sil_sum = sil_n = 0.0
     for epochs in range(1, cfg.epochs + 1):
         kl_before, n_before = sums[M.APPROX_KL], n_mb
-        for idx in torch.randperm(N, generator=generator).split(cfg.minibatch_size):
+        for k, idx in enumerate(torch.randperm(N, generator=generator).split(cfg.minibatch_size)):
             mine = idx if me is None else part(idx, me)
             share = len(mine) / len(idx)  # this rank's weight in the minibatch's mean
             optimizer.zero_grad(set_to_none=True)
             parts: dict[str, float] = {}
             if len(mine):
                 loss, parts = _minibatch_loss(policy, batch, mine, adv, ret, proximal, cfg, critic_only)
+                if sil_parts and len(sil_parts[k]):
+                    term, parts[M.SIL_LOSS] = _sil_term(policy, sil, sil_parts[k], cfg)
+                    loss = loss + term
                 (loss if me is None else loss * share).backward()
             if me is not None:  # the sum of the ranks' shares: the whole minibatch's gradient
                 all_reduce_grads(list(policy.parameters()))
@@ -288,8 +314,10 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
             if not torch.isfinite(norm):  # never step on NaN/inf gradients (every rank sees the same sum)
                 skipped += 1
                 continue
-            for k, v in parts.items():  # the losses of the minibatches that stepped
-                sums[k] += v if k in _SUMMED else v * share
+            if M.SIL_LOSS in parts:
+                sil_sum, sil_n = sil_sum + parts.pop(M.SIL_LOSS), sil_n + 1
+            for name, v in parts.items():  # the losses of the minibatches that stepped
+                sums[name] += v if name in _SUMMED else v * share
             if critic_only:  # only the value head moves: drop any gradient that reached the trunk
                 for n, p in policy.named_parameters():
                     if not n.startswith("value_head"):
@@ -322,4 +350,15 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
         M.EPOCHS: float(epochs),
         M.UPDATE_TIME_S: time.perf_counter() - t0,
     })
+    if sil is not None:
+        metrics.update(_sil_metrics(sil, sil_sum, sil_n))
     return metrics
+
+
+def _sil_metrics(sil: SILSample, loss_sum: float, n: float) -> dict[str, float]:
+    """Self-imitation's figures of one update: its mean loss over the minibatches that stepped,
+    the replayed steps and the replay's size, and their mean clipped advantage as last measured."""
+    measured = sil.clipped[~sil.clipped.isnan()]
+    return {M.SIL_LOSS: loss_sum / n if n else 0.0, M.SIL_STEPS: float(len(sil.actions)),
+            M.SIL_REPLAY_STEPS: float(sil.replay_steps), M.SIL_REPLAY_EPISODES: float(sil.replay_episodes),
+            M.SIL_ADVANTAGE: float(measured.mean()) if len(measured) else 0.0}

@@ -1,0 +1,161 @@
+"""Self-imitation's replay (trainer.rl.self_imitation): the policy's own best episodes across
+versions, per task, filled from the batches PPO trains on; and the learner's collaborator that
+fills it, draws each update's replayed steps and keeps the entropy band (``SelfImitation``).
+
+Per task it keeps at most ``per_task`` episodes, ranked: successes first, the newest of them
+first (a task judged by its end: the newest successes are the closest to today's policy), then
+episodes that earned a positive return without succeeding (a game's score), the highest first.
+An episode that neither succeeded nor earned a positive return never enters. The whole replay
+holds at most ``max_steps`` steps (their preprocessed inputs are the memory it takes): when full,
+the task holding the most steps gives up its lowest-ranked episode.
+
+Each step carries a priority, its last measured clipped advantage (R - V)+; a step never
+evaluated takes the largest priority held, so a new success is replayed at once (prioritised
+replay's convention). Sampling draws steps with probability proportional to
+(priority + ``PRIORITY_EPS``) ** ``PRIORITY_ALPHA``, with replacement.
+
+The replay lives in the trainer's memory: a restart begins an empty one (the checkpoint does not
+hold the screenshots), which the next batches' successes refill.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from trainer.core import metric_names as M
+from trainer.rl.config import TrainConfig
+from trainer.rl.self_imitation import SILSample, adapt_ent_coef, returns_to_go
+from trainer.rl.state import PPOState
+from trainer.rl.update import EpisodeSample, stack_inputs
+
+PRIORITY_ALPHA = 0.6  # how sharply priorities skew sampling (prioritised replay's and SIL's value)
+PRIORITY_EPS = 0.01  # a step whose advantage was 0 still comes back now and then: V moves
+
+
+@dataclass
+class Kept:
+    """One replayed episode: its steps, their returns-to-go and priorities."""
+
+    key: int  # arrival order: larger is newer
+    task: str
+    success: bool
+    episode_return: float
+    inputs: list  # [T] per-step policy inputs (EpisodeSample.images)
+    instructions: list[str]
+    actions: list
+    returns: list[float]  # [T] R_t
+    priority: torch.Tensor  # [T]
+
+    def rank(self) -> tuple:
+        """Larger is kept first: successes, newest first; then the others, highest return first."""
+        return (True, 0.0, self.key) if self.success else (False, self.episode_return, self.key)
+
+
+class SuccessReplay:
+    """add: the batch's worthy episodes; sample: steps for an update; reprioritise: read back
+    the update's clipped advantages."""
+
+    def __init__(self, per_task: int, max_steps: int, gamma: float) -> None:
+        self.per_task, self.max_steps, self.gamma = per_task, max_steps, gamma
+        self.tasks: dict[str, list[Kept]] = {}  # per task, best first
+        self._keys = itertools.count()
+
+    def steps(self) -> int:
+        return sum(len(k.actions) for kept in self.tasks.values() for k in kept)
+
+    def episodes(self) -> int:
+        return sum(len(kept) for kept in self.tasks.values())
+
+    def add(self, batch: list[EpisodeSample]) -> int:
+        """Keep ``batch``'s successes and positive-return episodes within the bounds -> how many
+        of them are still held afterwards."""
+        top = self._top_priority()
+        added = []
+        for e in batch:
+            ret = float(sum(e.rewards))
+            if not (e.success or ret > 0):
+                continue
+            kept = Kept(next(self._keys), e.task, e.success, ret, list(e.images), list(e.instructions),
+                        list(e.actions), returns_to_go(e.rewards, self.gamma), torch.full((len(e.actions),), top))
+            added.append(kept)
+            task = self.tasks.setdefault(e.task, [])
+            task.append(kept)
+            task.sort(key=Kept.rank, reverse=True)
+            del task[self.per_task:]
+        self._bound()
+        held = {id(k) for kept in self.tasks.values() for k in kept}
+        return sum(id(k) in held for k in added)
+
+    def _top_priority(self) -> float:
+        held = [float(k.priority.max()) for kept in self.tasks.values() for k in kept if len(k.actions)]
+        return max(held, default=1.0)
+
+    def _bound(self) -> None:
+        """Drop lowest-ranked episodes of the task holding the most steps until the steps fit."""
+        total = self.steps()
+        while total > self.max_steps:
+            task = max(self.tasks, key=lambda t: sum(len(k.actions) for k in self.tasks[t]))
+            dropped = self.tasks[task].pop()
+            total -= len(dropped.actions)
+            if not self.tasks[task]:
+                del self.tasks[task]
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> SILSample | None:
+        """``n`` steps drawn by priority, with replacement; None when the replay is empty."""
+        held = [k for kept in self.tasks.values() for k in kept]
+        if not held or n < 1:
+            return None
+        weights = torch.cat([(k.priority + PRIORITY_EPS) ** PRIORITY_ALPHA for k in held])
+        where = [(k, t) for k in held for t in range(len(k.actions))]
+        picked = [where[i] for i in torch.multinomial(weights, n, replacement=True, generator=generator).tolist()]
+        return SILSample(inputs=stack_inputs([k.inputs[t] for k, t in picked]),
+                         instructions=[k.instructions[t] for k, t in picked],
+                         actions=[k.actions[t] for k, t in picked],
+                         returns=torch.tensor([k.returns[t] for k, t in picked], dtype=torch.float32),
+                         keys=[(k.key, t) for k, t in picked], replay_steps=len(where), replay_episodes=len(held))
+
+    def reprioritise(self, sample: SILSample) -> None:
+        """Each evaluated step of ``sample`` still held takes its measured (R - V)+ as its priority."""
+        by_key = {k.key: k for kept in self.tasks.values() for k in kept}
+        for (key, t), adv in zip(sample.keys, sample.clipped.tolist()):
+            if key in by_key and adv == adv:  # NaN: the update did not reach it
+                by_key[key].priority[t] = adv
+
+
+class SelfImitation:
+    """The PPO learner's collaborator for self-imitation and the entropy band: ``config`` is the
+    configuration of the next update (its entropy coefficient as the band left it in the state),
+    ``before_update`` fills the replay with the batch and draws the update's replayed steps (None
+    when off, empty, or critic-only), ``after_update`` reads back their priorities and moves the
+    coefficient (``PPOState.ent_coef``, its one writer)."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.replay = SuccessReplay(cfg.sil_per_task, cfg.sil_max_steps, cfg.gamma) if cfg.sil_coef > 0 else None
+
+    def config(self, state: PPOState) -> TrainConfig:
+        if state.ent_coef is None or state.ent_coef == self.cfg.ent_coef:
+            return self.cfg
+        return dataclasses.replace(self.cfg, ent_coef=state.ent_coef)
+
+    def before_update(self, batch: list[EpisodeSample], critic_only: bool) -> SILSample | None:
+        if self.replay is None:
+            return None
+        self.replay.add(batch)  # a rare success is replayed in the very update that brought it
+        return None if critic_only else self.replay.sample(self.cfg.sil_batch)
+
+    def after_update(self, sample: SILSample | None, state: PPOState, metrics: dict[str, float],
+                     critic_only: bool) -> dict[str, float]:
+        """-> the coefficient the update used (``train/ent_coef``); the next one is in ``state``."""
+        if sample is not None:
+            self.replay.reprioritise(sample)
+        used = self.config(state).ent_coef
+        if not critic_only and self.cfg.ent_floor > 0:
+            cfg = self.cfg
+            state.ent_coef = adapt_ent_coef(used, metrics.get(M.ENTROPY, float("nan")), cfg.ent_coef, cfg.ent_floor,
+                                            cfg.band_ceiling())
+        return {M.ENT_COEF: used}
