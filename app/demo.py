@@ -88,6 +88,13 @@ class DemoConfig:
                              "the demonstrations teach during RL too (0: off; -1: 4 for the pixel policy after a cold "
                              "start, +0.03 and +0.06 over 2 seeds in 15 minutes; off on the games, whose RL is "
                              "teacher-free by default, where DAgger's rounds run, and otherwise)")
+    sil_coef: float = opt(-1.0, "self-imitation: the trainer keeps the policy's own best episodes (per task the newest "
+                                "successes, then the highest returns) and imitates their steps where the return beat "
+                                "the critic's value, with this weight beside PPO's loss, and raises the entropy bonus "
+                                "while the policy's entropy is below 0.5 (`flywheel train --sil-coef`, trainer.rl.self_imitation; 0: off; -1: 0.5 "
+                                "where the run has no RFT rounds and no teacher during RL, i.e. from random weights "
+                                "and on the games after their cold start; off on the default suite, whose RFT rounds "
+                                "learn from the same successes)")
     expert_coef: float = opt(-1.0, "a teacher during RL, off by default: the rollout workers record on each step of a task "
                                    "with a scripted solver what it would have done there (--expert-labels) and the trainer "
                                    "imitates those labels with this weight beside PPO's loss (DAgger's expert term; the "
@@ -135,6 +142,8 @@ class DemoConfig:
             raise UserError(f"until_version must be >= 0 (0: run the whole --minutes), got {self.until_version}")
         if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:
             raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
+        if not (self.sil_coef == -1 or self.sil_coef >= 0):  # NaN included
+            raise UserError(f"--sil-coef is a weight >= 0 (0: off) or -1 (auto), got {self.sil_coef}")
         if not (self.expert_coef == -1 or self.expert_coef >= 0):  # NaN included
             raise UserError(f"--expert-coef is a weight >= 0 (0: off) or -1 (the suite's), got {self.expert_coef}")
         if self.dagger_every < -1:
@@ -664,6 +673,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
           f"{' -> SFT -> ' if cold_start else ''}{'value pretraining -> ' if cfg.value_pretrain_batches else ''}"
           f"PPO{f' (RFT every {train.rft_every} updates)' if train.rft_every else ''}"
           f"{f' (epochs stop at KL {train.target_kl:g})' if train.target_kl else ''}"
+          f"{f' (self-imitation x {train.sil_coef:g})' if train.sil_coef else ''}"
           f"{f' (expert labels x {train.expert_coef:g})' if train.expert_coef else ''}"
           f"{f' (DAgger every {train.dagger_every} updates)' if train.dagger_every else ''}"
           f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min"

@@ -37,6 +37,12 @@ PRECEDENCE = ("defaults", "environment", "kind", "suite", "run", "trainer_args")
 # ~25 s to gather on 2 cores, so 20 of them filled an 8-minute run and PPO never started
 VALUE_PRETRAIN_SHARE = 0.2
 MAX_WAIT_SYNC_S = 120  # --sync: update on a full batch (a partial one only if trajectories were lost to aborts)
+# self-imitation's weight where the demo's --sil-coef is on auto and the run has neither RFT rounds
+# nor a teacher during RL (``kind_sil_coef``), and the entropy band's floor that comes with it (the
+# pixel policy's entropy is that of its action type plus that of its arguments: ~5 nats at random,
+# 0.06-0.08 after RFT rounds collapsed it); neither is tuned yet
+SIL_COEF = 0.5
+SIL_ENT_FLOOR = 0.5
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,23 @@ def kind_layer(cfg) -> dict[str, Any]:
         out["lr"] = auto.lr
     out["target_kl"] = auto.target_kl
     out["rft_every"] = kind_rft_every(cfg)
+    sil_coef = kind_sil_coef(cfg)
+    if sil_coef:  # the entropy band comes with self-imitation
+        out.update(sil_coef=sil_coef, ent_floor=SIL_ENT_FLOOR)
     return out
+
+
+def kind_sil_coef(cfg) -> float:
+    """Self-imitation's weight when the demo's --sil-coef is on auto: ``SIL_COEF`` where the run
+    has no RFT rounds (the user's --rft-every, else ``kind_rft_every``) and no teacher during RL
+    (expert labels, DAgger rounds), for a kind the trainer fine-tunes on its own successes (the
+    pixel policy) in one process: from random weights, and on the games after their cold start.
+    Elsewhere 0: RFT rounds already learn from the same successes (the default suite's recipe),
+    a teacher's labels pull elsewhere, and the replay lives in one process."""
+    rft = cfg.rft_every if cfg.rft_every >= 0 else kind_rft_every(cfg)
+    teacher = cfg.expert_coef > 0 or cfg.dagger_every > 0
+    one_process = int(options(cfg.trainer_args.split()).get("nproc_per_node", 1)) <= 1
+    return SIL_COEF if policy_kind(cfg.policy_kind).rft and not rft and not teacher and one_process else 0.0
 
 
 def kind_rft_every(cfg) -> int:
@@ -139,6 +161,8 @@ def run_layer(cfg, prefix: str, policy: str, plan: RunPlan, policy_config: dict)
         out["target_kl"] = cfg.target_kl
     if cfg.rft_every >= 0:
         out["rft_every"] = cfg.rft_every
+    if cfg.sil_coef >= 0:  # the entropy band comes with self-imitation
+        out.update(sil_coef=cfg.sil_coef, ent_floor=SIL_ENT_FLOOR if cfg.sil_coef > 0 else 0.0)
     return out
 
 

@@ -1,0 +1,52 @@
+"""The demo's self-imitation setting (--sil-coef, app.run_config.kind_sil_coef): on auto it is on,
+with the entropy band, where a run has neither RFT rounds nor a teacher during RL (from random
+weights; the games after their cold start), off on the default suite whose recipe keeps RFT
+rounds; a value the user gave wins, as the other automatic options' do."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import run_config
+from app.demo import DemoConfig, effective, trainer_config
+from infra.runtime.errors import UserError
+from producers.suites import get_suite, plan
+
+DEMONSTRABLE = frozenset(get_suite("games").tasks) | frozenset(get_suite("default").tasks)  # scripted solvers' stand-in
+
+
+def trainer_of(**demo):
+    cfg, _, _ = effective(DemoConfig(**demo), DEMONSTRABLE)
+    return trainer_config(cfg, "demo-x.", "pixel-x", plan(cfg.tasks, cfg.max_steps), {})
+
+
+def test_auto_self_imitation_is_on_from_random_weights_and_on_the_teacher_free_games():
+    for demo in ({"tasks": ["starter"], "cold_start_demos": 0}, {"tasks": ["games"]}):
+        got = trainer_of(**demo)
+        assert got.train.rft_every == 0 and got.train.dagger_every == 0 and got.train.expert_coef == 0
+        assert (got.train.sil_coef, got.train.ent_floor) == (run_config.SIL_COEF, run_config.SIL_ENT_FLOOR)
+        assert got.origins["sil_coef"] == "kind"
+
+
+def test_auto_self_imitation_is_off_where_rft_rounds_or_a_teacher_run():
+    default = trainer_of()  # the default suite after its cold start: RFT rounds every 4 updates
+    assert default.train.rft_every > 0 and (default.train.sil_coef, default.train.ent_floor) == (0.0, 0.0)
+    assert trainer_of(tasks=["starter"], cold_start_demos=0, rft_every=2).train.sil_coef == 0.0
+    assert trainer_of(tasks=["games"], dagger_every=2).train.sil_coef == 0.0
+    assert trainer_of(tasks=["games"], expert_coef=0.5).train.sil_coef == 0.0
+    assert trainer_of(tasks=["starter"], cold_start_demos=0, trainer_args="--nproc-per-node 2").train.sil_coef == 0.0
+
+
+def test_the_users_sil_coef_wins_and_brings_the_band_with_it():
+    on = trainer_of(sil_coef=0.2)  # on the default suite too, beside its RFT rounds
+    assert (on.train.sil_coef, on.train.ent_floor, on.origins["sil_coef"]) == (0.2, run_config.SIL_ENT_FLOOR, "run")
+    off = trainer_of(tasks=["starter"], cold_start_demos=0, sil_coef=0.0)
+    assert (off.train.sil_coef, off.train.ent_floor, off.origins["sil_coef"]) == (0.0, 0.0, "run")
+    mine = trainer_of(tasks=["starter"], cold_start_demos=0, trainer_args="--sil-coef 1 --ent-floor 0.2")
+    assert (mine.train.sil_coef, mine.train.ent_floor) == (1.0, 0.2)
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan")])
+def test_a_bad_sil_coef_is_refused(bad):
+    with pytest.raises(UserError, match="sil-coef"):
+        DemoConfig(sil_coef=bad).validate()
