@@ -168,16 +168,26 @@ def plot_staleness(rows, path: Path) -> str:
     return _save(fig, path)
 
 
+# the trainer's curves, by update: the policy's entropy over the run beside the entropy band's
+# coefficient and self-imitation's figures (those a run recorded)
+TRAINER_PANELS = [M.REWARD_MEAN, M.ENTROPY, M.ENT_COEF, M.CLIP_FRAC, M.EXPLAINED_VARIANCE, M.REWARD_CORR,
+                  M.SIL_LOSS, M.SIL_ADVANTAGE, M.SIL_REPLAY_STEPS, M.UPDATE_TIME_S, M.IDLE_FRACTION,
+                  M.STALENESS_MEAN, M.STALE_DROPPED_TOTAL]
+
+
+def trainer_panels(rows) -> list[str]:
+    """The metrics ``plot_trainer`` draws: those of ``TRAINER_PANELS`` the updates recorded (the
+    entropy's among them), else the first nine names they hold."""
+    present = [k for k in TRAINER_PANELS if any(k in (r[3] or {}) for r in rows)]
+    return present or sorted({k for r in rows for k in (r[3] or {})})[:9]
+
+
 def plot_trainer(rows, path: Path) -> str | None:
     if not rows:
         return None
     # a run recorded before the metric groups: its names read as today's
     rows = [(*r[:3], {M.current(k): v for k, v in (r[3] or {}).items()}) for r in rows]
-    keys = [M.REWARD_MEAN, M.ENTROPY, M.CLIP_FRAC, M.EXPLAINED_VARIANCE, M.REWARD_CORR,
-            M.UPDATE_TIME_S, M.IDLE_FRACTION, M.STALENESS_MEAN, M.STALE_DROPPED_TOTAL]
-    present = [k for k in keys if any(k in (r[3] or {}) for r in rows)]
-    if not present:
-        present = sorted({k for r in rows for k in (r[3] or {})})[:9]
+    present = trainer_panels(rows)
     n = len(present)
     cols = 3
     fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(11, 2.6 * ((n + cols - 1) // cols)), squeeze=False)
