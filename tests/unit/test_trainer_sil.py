@@ -1,8 +1,8 @@
 """Self-imitation (trainer.rl.self_imitation, trainer.rl.sil_replay): the replay keeps per task the
 newest successes, then the best returns, within its bounds; SIL's loss pulls only where the
 return beat the value; a PPO update with it raises a replayed success's action; the entropy band
-moves the coefficient and the learner's checkpoint keeps it across a restart (the replay starts
-empty again)."""
+moves the coefficient and the learner's checkpoint keeps it across a restart; the replay is seeded
+from the policy's own successes on the sft topic (not from the checkpoint)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,13 @@ from infra.runtime.consume_loop import CheckpointFile
 from infra.runtime.settings import load_settings
 from schemas.actions import Click
 from schemas.blobs import BlobStore
+from streams.assemble import add_event
+from streams.score import make_scorer
+from tests.fakes.steps import episode_events
 from tests.unit.ppo_samples import tiny_policy_and_samples
 from trainer.core import metric_names as M
-from trainer.rl import streaming_ppo as stream
+from trainer.rl import sil_replay, streaming_ppo as stream
+from trainer.sft import bc
 from trainer.rl.config import TrainConfig
 from trainer.rl.self_imitation import ENT_RAISE, SILSample, adapt_ent_coef, returns_to_go, sil_loss
 from trainer.rl.sil_replay import SuccessReplay
@@ -156,8 +160,9 @@ def test_bad_self_imitation_settings_are_refused(changes):
         TrainConfig(**changes).validate()
 
 
-def _learner(tmp_path, monkeypatch, ckpt, **cfg):
+def _learner(tmp_path, monkeypatch, ckpt, sft=(), **cfg):
     monkeypatch.setattr(stream, "make_producer", lambda settings: None)  # nothing is sent here
+    monkeypatch.setattr(bc, "read_sft", lambda settings, stage, timeout_s: list(sft))  # the sft topic's snapshot
     monkeypatch.setattr(versions, "latest", lambda settings, name, timeout_s=15.0: None)  # nothing published
     settings = load_settings({"data_dir": str(tmp_path)})
     config = TrainConfig(policy_name="p", policy_config=json.dumps(POLICY_CONFIG), min_batch=4, epochs=1,
@@ -174,7 +179,7 @@ def _batch(name: str) -> list:
     return samples
 
 
-def test_the_learner_replays_successes_and_a_restart_keeps_the_coefficient_not_the_replay(tmp_path, monkeypatch):
+def test_the_learner_replays_successes_and_a_restart_keeps_the_coefficient_not_the_replay_itself(tmp_path, monkeypatch):
     ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", PPOState)
     settings = dict(sil_coef=0.5, sil_batch=6, ent_coef=0.002, ent_floor=50.0)  # a floor above any entropy
     learner = _learner(tmp_path, monkeypatch, ckpt, **settings)
@@ -200,3 +205,34 @@ def test_an_old_checkpoint_has_no_adapted_coefficient_and_a_learner_without_the_
     learner.flush(None)
     assert learner.self_imitation.replay is None and M.SIL_STEPS not in learner.metrics
     assert learner.state.ent_coef is None and learner.metrics[M.ENT_COEF] == TrainConfig().ent_coef
+
+
+def _on_sft(episode_id: str, policy: str):
+    """A successful one-step episode of ``policy`` as flywheel.sft.v1 holds it."""
+    state = None
+    for ev in episode_events(episode_id, 1):
+        state, traj = add_event(state, ev, 0.0)
+    return make_scorer("rule-v1").score(traj.model_copy(update={"policy": policy}), 1.0)
+
+
+def test_the_replay_is_seeded_with_the_policys_own_successes_on_the_sft_topic(tmp_path, monkeypatch):
+    _, samples = tiny_policy_and_samples([1.0])
+    monkeypatch.setattr(sil_replay, "to_episode", lambda scored, policy, store: EpisodeSample(
+        scored.episode_id, samples[0].images, samples[0].instructions, [REPLAYED], [0.0], [1.0], 0,
+        task=scored.trajectory.task.name, success=scored.trajectory.success))
+    sft = [_on_sft("mine", "p"), _on_sft("taught", "scripted-p"), _on_sft("other", "q")]
+    assert all(s.verdict == 1 for s in sft)
+    learner = _learner(tmp_path, monkeypatch, CheckpointFile(tmp_path / "c" / "checkpoint.json", PPOState), sft,
+                       sil_coef=0.5)
+    learner.intake.pool = [s for s in _batch("a") if not s.success]  # nothing of its own to add
+    learner.flush(None)
+    assert [k.key for kept in learner.self_imitation.replay.tasks.values() for k in kept] == [0]  # "mine" alone
+    assert learner.metrics[M.SIL_REPLAY_EPISODES] == 1 and learner.self_imitation.seed is None
+
+
+def test_a_seed_that_fails_leaves_the_replay_to_the_batches(tmp_path, monkeypatch):
+    learner = _learner(tmp_path, monkeypatch, CheckpointFile(tmp_path / "c" / "checkpoint.json", PPOState), sil_coef=0.5)
+    monkeypatch.setattr(bc, "read_sft", lambda settings, stage, timeout_s: 1 / 0)
+    learner.intake.pool = _batch("a")
+    learner.flush(None)
+    assert learner.self_imitation.replay.episodes() == 2 and learner.state.version == 1

@@ -14,23 +14,37 @@ evaluated takes the largest priority held, so a new success is replayed at once 
 replay's convention). Sampling draws steps with probability proportional to
 (priority + ``PRIORITY_EPS``) ** ``PRIORITY_ALPHA``, with replacement.
 
-The replay lives in the trainer's memory: a restart begins an empty one (the checkpoint does not
-hold the screenshots), which the next batches' successes refill.
+The replay lives in the trainer's memory (the checkpoint does not hold the screenshots). Before
+the learner's first update it is seeded from flywheel.sft.v1, the durable log of V(s) = 1
+trajectories that RFT rounds read too (``own_successes``: RFT's choice, per task the newest, of the
+policy's own only: the annotator's demonstrations would be a teacher during RL), so a restart
+finds the successes of the runs before it; what has no success there (a game's best returns)
+comes back with the next batches. A seed that fails is logged and the replay fills from the batches.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
+from infra.runtime.settings import Settings
+from schemas.blobs import BlobNotFound, BlobStore
 from trainer.core import metric_names as M
 from trainer.rl.config import TrainConfig
+from trainer.rl.intake import to_episode
 from trainer.rl.self_imitation import SILSample, adapt_ent_coef, returns_to_go
 from trainer.rl.state import PPOState
 from trainer.rl.update import EpisodeSample, stack_inputs
+from trainer.sft.rft import select_rft
+
+log = logging.getLogger("flywheel.trainer")
+STAGE = "sil"  # the stage that dead-letters an undecodable record of the sft topic while seeding
+SEED_TIMEOUT_S = 30.0  # reading the sft topic's snapshot at the first update
 
 PRIORITY_ALPHA = 0.6  # how sharply priorities skew sampling (prioritised replay's and SIL's value)
 PRIORITY_EPS = 0.01  # a step whose advantage was 0 still comes back now and then: V moves
@@ -133,9 +147,19 @@ class SelfImitation:
     when off, empty, or critic-only), ``after_update`` reads back their priorities and moves the
     coefficient (``PPOState.ent_coef``, its one writer)."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, seed: Callable[[], list[EpisodeSample]] | None = None) -> None:
         self.cfg = cfg
         self.replay = SuccessReplay(cfg.sil_per_task, cfg.sil_max_steps, cfg.gamma) if cfg.sil_coef > 0 else None
+        self.seed = seed if self.replay is not None else None  # called once, before the first update
+
+    def _seed(self) -> None:
+        seed, self.seed = self.seed, None
+        try:
+            held = self.replay.add(seed())
+        except Exception as exc:  # noqa: BLE001 - as a failed RFT round: PPO goes on, the batches refill the replay
+            log.warning("self-imitation: seeding the replay from the sft topic failed, it fills from the batches: %s", exc)
+            return
+        log.info("self-imitation: %d of the policy's own successes seeded the replay", held)
 
     def config(self, state: PPOState) -> TrainConfig:
         if state.ent_coef is None or state.ent_coef == self.cfg.ent_coef:
@@ -145,6 +169,8 @@ class SelfImitation:
     def before_update(self, batch: list[EpisodeSample], critic_only: bool) -> SILSample | None:
         if self.replay is None:
             return None
+        if self.seed is not None:
+            self._seed()
         self.replay.add(batch)  # a rare success is replayed in the very update that brought it
         return None if critic_only else self.replay.sample(self.cfg.sil_batch)
 
@@ -159,3 +185,23 @@ class SelfImitation:
             state.ent_coef = adapt_ent_coef(used, metrics.get(M.ENTROPY, float("nan")), cfg.ent_coef, cfg.ent_floor,
                                             cfg.band_ceiling())
         return {M.ENT_COEF: used}
+
+
+def own_successes(settings: Settings, store: BlobStore, policy, cfg: TrainConfig,
+                  timeout_s: float = SEED_TIMEOUT_S) -> list[EpisodeSample]:
+    """The policy's own successes on flywheel.sft.v1 as training data: RFT's choice
+    (trainer.sft.rft.select_rft: per task the newest ``sil_per_task``, as ``cfg.scorer`` judged
+    them) less the annotator's demonstrations; one this policy cannot represent or whose
+    screenshots are gone is left out."""
+    # local: as an RFT round's, the reader loads trainer.sft.bc, needed only on this path
+    from trainer.sft.bc import read_sft
+
+    chosen = [s for s in select_rft(read_sft(settings, STAGE, timeout_s), cfg.policy_name, cfg.sil_per_task, cfg.scorer)
+              if s.trajectory.policy == cfg.policy_name]
+    out = []
+    for scored in chosen:
+        try:
+            out.append(to_episode(scored, policy, store))
+        except (ValueError, BlobNotFound):
+            continue
+    return out

@@ -66,7 +66,7 @@ from trainer.rl.learner_metrics import BusyClock, batch_metrics, record_update
 from trainer.rl.publishing import Publisher
 from trainer.rl.rounds import Rounds, remember_outcomes
 from trainer.rl.self_imitation import SILSample
-from trainer.rl.sil_replay import SelfImitation
+from trainer.rl.sil_replay import SelfImitation, own_successes
 from trainer.rl.start import start_policy
 from trainer.rl.state import PPOState
 from trainer.rl.update import Batch, collate, ppo_update
@@ -111,7 +111,7 @@ class PPOLearner:
         self.value_pretraining = ValuePretraining.from_config(cfg)
         self.kl_reference = KLReference(cfg, settings, store)
         self.rounds = Rounds(cfg, settings, store, policy, self._count)
-        self.self_imitation = SelfImitation(cfg)
+        self.self_imitation = SelfImitation(cfg, lambda: own_successes(settings, store, policy, cfg))
         self.publisher = Publisher(settings, store, make_producer(settings), run_id, cfg.policy_name)
         self.metrics: dict[str, float] | None = None  # the last update's, published once committed
         if cfg.max_updates and self.state.updates >= cfg.max_updates:
