@@ -225,3 +225,24 @@ def test_the_server_answers_bad_input_with_400_and_goes_on(served, store):
     assert post(server, good, "/elsewhere")[0] == 404
     with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/health", timeout=10) as resp:
         assert json.loads(resp.read()) == {"ok": True, "threshold": 0.4}
+
+
+@pytest.mark.parametrize("x", ["Infinity", "-Infinity", "1e308"])
+def test_a_pointer_coordinate_that_is_not_finite_is_bad_input(store, x):
+    """json.loads reads Infinity, and 1e308 times the side overflows: a 400 saying so, not a
+    handler that dies without a reply."""
+    sha = store.put(png((1, 2, 3))).sha256
+    body = ('{"request": {"task": "t", "instruction": "i", "steps": [{"screenshot": "%s", '
+            '"action": {"type": "click", "x": %s, "y": 0.5}}]}}' % (sha, x)).encode()
+    status, reply = score_body(body, VerifierNet(side=16, buckets=64), 0.4, store.get)
+    assert status == 400 and "finite" in reply["error"]
+
+
+def test_a_screenshot_too_large_to_decode_is_bad_input(store, monkeypatch):
+    """PIL refuses an image past twice MAX_IMAGE_PIXELS (a decompression bomb) with an error of
+    its own, not an OSError: the server answers it as an unreadable image."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # the 32 x 32 screenshot is past 2 x 100
+    sha = store.put(png((1, 2, 3))).sha256
+    body = json.dumps({"request": {"task": "t", "instruction": "i", "steps": [{"screenshot": sha}]}}).encode()
+    status, reply = score_body(body, VerifierNet(side=16, buckets=64), 0.4, store.get)
+    assert status == 400 and "not a readable image" in reply["error"]

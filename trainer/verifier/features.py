@@ -75,7 +75,10 @@ def pointer_plane(actions: Sequence[dict | None], side: int) -> np.ndarray:
 
 
 def _cell(v: float, side: int) -> int:
-    return min(max(int(v * side), 0), side - 1)
+    scaled = v * side
+    if isinstance(scaled, float) and not math.isfinite(scaled):  # JSON's NaN/Infinity, or 1e308 * side
+        raise ValueError(f"a pointer coordinate must be finite, got {v}")
+    return min(max(int(scaled), 0), side - 1)
 
 
 def action_counts(actions: Sequence[dict | None]) -> np.ndarray:

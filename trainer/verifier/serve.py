@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from PIL import UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 from schemas.blobs import BlobNotFound, BlobStore
 from trainer.verifier.dataset import example_from_request
@@ -44,7 +44,7 @@ def score_body(body: bytes, model: VerifierNet, threshold: float, load: Callable
         return 400, {"error": str(exc)}
     except BlobNotFound as exc:
         return 400, {"error": f"a screenshot is not in the verifier's blob store: {exc}"}
-    except (UnidentifiedImageError, OSError) as exc:
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError) as exc:  # the bomb is no OSError
         return 400, {"error": f"a screenshot is not a readable image: {exc}"}
     score = float(predict(model, stack([features]))[0])
     return 200, {"score": score, "threshold": threshold}
