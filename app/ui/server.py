@@ -28,7 +28,7 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from app.ui import annotate, corrections, queries
+from app.ui import annotate, corrections, disagreements, queries
 from app.ui.queries import UiInputError
 from app.ui.replay import marker
 from infra.clickhouse.query import execute
@@ -44,7 +44,8 @@ TOKEN_HEADER = "X-Flywheel-Token"
 SETTINGS_KEY = web.AppKey("settings", Settings)
 TOKEN_KEY = web.AppKey("token", str)
 OPEN_CHDB_KEY = web.AppKey("open_chdb", bool)
-PAGE_FILES = frozenset({"/", "/app.js", "/charts.js", "/annotate.js", "/correct.js", "/plotly.min.js"})
+PAGE_FILES = frozenset({"/", "/app.js", "/charts.js", "/annotate.js", "/correct.js", "/disagree.js",
+                        "/plotly.min.js"})
 MAX_BODY = 16 * 1024  # bytes of a request body: an action, a correction (typed text is bounded apart)
 SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",  # no other site frames the page (clickjacking an annotation or a correction)
@@ -203,6 +204,14 @@ async def episode(request: web.Request) -> web.Response:
     return _json({"episode_id": episode_id, "steps": steps, "pairs": pairs})
 
 
+async def disagreements_view(request: web.Request) -> web.Response:
+    """The episodes a verifier and the page disagree on, with the confusion table per task."""
+    f = disagreements.DisagreementFilter.parse(dict(request.query))
+    confusion = await read(request, *disagreements.confusion_sql(f))
+    episodes = await read(request, *disagreements.episodes_sql(f)) if confusion else []
+    return _json(disagreements.view(confusion, episodes))
+
+
 async def blob(request: web.Request) -> web.Response:
     store = BlobStore(request.app[SETTINGS_KEY].blob_root)
     try:
@@ -223,12 +232,13 @@ def make_app(settings: Settings, token: str = "", limits: SessionLimits | None =
     app[TOKEN_KEY] = token
     app[OPEN_CHDB_KEY] = open_chdb
     app.router.add_get("/", index)
-    app.router.add_get("/{name:app|charts|annotate|correct}.js", script)  # PAGE_FILES
+    app.router.add_get("/{name:app|charts|annotate|correct|disagree}.js", script)  # PAGE_FILES
     app.router.add_get("/plotly.min.js", plotly)
     app.router.add_get("/api/run", run_view)
     app.router.add_get("/api/runs", runs)
     app.router.add_get("/api/episodes", episodes)
     app.router.add_get("/api/episodes/{episode_id}", episode)
+    app.router.add_get("/api/disagreements", disagreements_view)
     app.router.add_get("/blob/{sha}", blob)
     annotate.add_routes(app, settings, limits)
     corrections.add_routes(app, settings, functools.partial(run_sql, open_chdb=open_chdb))
