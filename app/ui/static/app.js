@@ -117,9 +117,10 @@ function showStep() {
 }
 
 function show(view) {
-  for (const v of ["run", "episodes", "annotate"]) document.getElementById("view-" + v).classList.toggle("hidden", v !== view);
+  for (const v of ["run", "episodes", "annotate", "disagreements"]) document.getElementById("view-" + v).classList.toggle("hidden", v !== view);
   if (view === "episodes") loadEpisodes();
   if (view === "annotate" && window.annotateShown) window.annotateShown();
+  if (view === "disagreements" && window.disagreementsShown) window.disagreementsShown();
 }
 
 document.querySelectorAll("nav a").forEach(a => a.onclick = () => { location.hash = a.dataset.view; show(a.dataset.view); });
@@ -127,7 +128,7 @@ document.getElementById("filter").onsubmit = loadEpisodes;
 document.getElementById("run").onchange = () => { wantedRun = ""; refreshRun(); if (!document.getElementById("view-episodes").classList.contains("hidden")) loadEpisodes(); };
 document.getElementById("prev").onclick = () => { replay.i = Math.max(0, replay.i - 1); showStep(); };
 document.getElementById("next").onclick = () => { replay.i = Math.min(replay.steps.length - 1, replay.i + 1); showStep(); };
-show(["#episodes", "#annotate"].includes(location.hash) ? location.hash.slice(1) : "run");
+show(["#episodes", "#annotate", "#disagreements"].includes(location.hash) ? location.hash.slice(1) : "run");
 const episodeParam = new URLSearchParams(location.search).get("episode");
 if (episodeParam) { show("episodes"); openEpisode(episodeParam); }
 refreshRun();
