@@ -3,11 +3,16 @@ as bind parameters, hostile values refused, the confusion table and episode rows
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from app.ui.disagreements import DisagreementFilter, confusion_row, confusion_sql, episodes_sql, view
 from app.ui.queries import MAX_EPISODES, UiInputError
+from app.ui.server import SECURITY_HEADERS, make_app
 from infra.clickhouse.sql_policy import check
+from infra.runtime.settings import load_settings
 
 HOSTILE = ["x' OR 1=1 --", "../../etc/passwd", "a" * 129, "<script>", "ep\x00id", "é", " ", "a;b"]
 
@@ -62,3 +67,21 @@ def test_view_totals_the_tasks_and_says_when_no_verifier_decided():
     empty = view([], [])
     assert not empty["verifier_used"] and empty["tasks"] == [] and empty["total"]["judged"] == 0
     assert view(confusion, episodes * MAX_EPISODES)["truncated"]
+
+
+def test_the_route_needs_the_token_refuses_bad_input_before_any_read_and_serves_its_script(tmp_path):
+    """Its script holds no data (served without the token, like the page's others); its JSON
+    needs the token; a bad kind is a 400 naming it before ClickHouse is asked (none exists here)."""
+    token = "t" * 24
+
+    async def go():
+        app = make_app(load_settings({"data_dir": str(tmp_path)}), token, open_chdb=False)
+        async with TestClient(TestServer(app)) as client:
+            script = await client.get("/disagree.js")
+            bare = await client.get("/api/disagreements")
+            bad = await client.get("/api/disagreements?kind=x", headers={"X-Flywheel-Token": token})
+            return (script.status, bare.status, bad.status, await bad.text(),
+                    all(bad.headers.get(k) == v for k, v in SECURITY_HEADERS.items()))
+
+    script, bare, bad, text, headed = asyncio.run(go())
+    assert (script, bare, bad) == (200, 401, 400) and text.startswith("flywheel ui: kind") and headed
