@@ -25,7 +25,7 @@ from streams.score import make_scorer
 from tests.fakes.steps import episode_events
 from tests.unit.ppo_samples import tiny_policy_and_samples
 from trainer.core import metric_names as M
-from trainer.rl import sil_replay, streaming_ppo as stream
+from trainer.rl import intake, sil_replay, streaming_ppo as stream
 from trainer.sft import bc
 from trainer.rl.config import TrainConfig
 from trainer.rl.self_imitation import ENT_RAISE, SILSample, adapt_ent_coef, returns_to_go, sil_loss
@@ -236,3 +236,34 @@ def test_a_seed_that_fails_leaves_the_replay_to_the_batches(tmp_path, monkeypatc
     learner.intake.pool = _batch("a")
     learner.flush(None)
     assert learner.self_imitation.replay.episodes() == 2 and learner.state.version == 1
+
+
+class _Judge:
+    def __init__(self, score: float) -> None:
+        self.score = score
+
+    def judge(self, traj):
+        return self.score
+
+
+def _judged(page_success: bool, judge_score: float):
+    """A one-step episode the page calls ``page_success``, scored where the judge decides its task."""
+    state = None
+    for ev in episode_events("ep-judged", 1, success=page_success):
+        state, traj = add_event(state, ev, 0.0)
+    return make_scorer("rule-v1", _Judge(judge_score), frozenset({traj.task.name})).score(traj, 1.0)
+
+
+@pytest.mark.parametrize("page_success, judge_score, learnt", [(True, 0.1, False), (False, 0.9, True)])
+def test_where_the_judge_decides_the_replay_learns_its_verdict_not_the_pages(page_success, judge_score, learnt):
+    """RL on a verifier's reward (issue 59) must not learn from the page's label: the success that
+    admits an episode to self-imitation's replay (and RFT's per-task window) is the judge's."""
+    scored = _judged(page_success, judge_score)
+    assert scored.trajectory.success == page_success  # the page's verdict stays, to measure against
+    policy = type("P", (), {"kind": "pixel", "can_represent": lambda self, a, *x: True,
+                            "step_inputs": lambda self, traj, store: [torch.zeros(1)] * len(traj.steps),
+                            "bootstrap_input": lambda self, traj, store: None})()
+    episode = intake.to_episode(scored, policy, None)
+    assert episode.success is learnt
+    replay = SuccessReplay(per_task=4, max_steps=64, gamma=0.99)
+    assert replay.add([episode]) == int(learnt)

@@ -54,11 +54,21 @@ def to_episode(scored: ScoredTrajectory, policy, store: BlobStore) -> EpisodeSam
         episode_id=traj.episode_id, images=images, instructions=[s.observation.instruction for s in traj.steps],
         actions=actions, logprobs=[s.logprob for s in traj.steps], rewards=rewards,
         policy_version=traj.policy_versions[0],
-        thought_chars=float(np.mean([len(s.thought) for s in traj.steps])), task=traj.task.name, success=traj.success,
+        thought_chars=float(np.mean([len(s.thought) for s in traj.steps])), task=traj.task.name, success=learnt_success(scored),
         truncated=traj.cut_short,  # a task judged at its end that ran out failed (scored so): terminal
         bootstrap_input=policy.bootstrap_input(traj, store) if traj.cut_short else None,
         experts=expert_labels(traj, policy),
     )
+
+
+def learnt_success(scored: ScoredTrajectory) -> bool:
+    """Whether the learner may treat the episode as a success (self-imitation's replay, RFT's
+    per-task window): the page's verdict, except where the streams' judge decided the task
+    (a ``judge_outcome`` component, streams.score): there the scorer's V(s), so RL on a verifier's
+    reward learns nothing from the page's label, which stays in the trajectory to measure against."""
+    if "judge_outcome" in scored.components:
+        return bool(scored.verdict)
+    return scored.trajectory.success
 
 
 def expert_labels(traj, policy) -> list[Any] | None:
