@@ -1,4 +1,4 @@
-"""`flywheel ui`: serve the Run, Episodes and Annotate views on loopback (another address needs --token).
+"""`flywheel ui`: serve the Run, Episodes, Annotate and Disagreements views on loopback (another address needs --token).
 
 Every request carries a token: the one given, else a fresh random one printed in the URL (the
 Annotate view and corrections write training data: another local user or process must not).

@@ -56,7 +56,8 @@ def test_confusion_row_rates_and_their_absence():
 
 
 def test_view_totals_the_tasks_and_says_when_no_verifier_decided():
-    confusion = [{"task_name": "a", "tp": 1, "fp": 2, "tn": 3, "fn": 0}, {"task_name": "b", "tp": 0, "fp": 0, "tn": 1, "fn": 1}]
+    confusion = [{"task_name": "a", "tp": 1, "fp": 2, "tn": 3, "fn": 0},
+                 {"task_name": "b", "tp": 0, "fp": 0, "tn": 1, "fn": 1}]
     episodes = [{"episode_id": "e1", "page_success": 0, "verifier_success": 1}]
     out = view(confusion, episodes)
     assert out["verifier_used"] and [t["task_name"] for t in out["tasks"]] == ["a", "b"]
