@@ -112,11 +112,14 @@ def kind_sil_coef(cfg) -> float:
     (expert labels, DAgger rounds), for a kind the trainer fine-tunes on its own successes (the
     pixel policy) in one process: from random weights, and on the games after their cold start.
     Elsewhere 0: RFT rounds already learn from the same successes (the default suite's recipe),
-    a teacher's labels pull elsewhere, and the replay lives in one process."""
-    rft = cfg.rft_every if cfg.rft_every >= 0 else kind_rft_every(cfg)
-    teacher = cfg.expert_coef > 0 or cfg.dagger_every > 0
-    one_process = int(options(cfg.trainer_args.split()).get("nproc_per_node", 1)) <= 1
-    return SIL_COEF if policy_kind(cfg.policy_kind).rft and not rft and not teacher and one_process else 0.0
+    a teacher's labels pull elsewhere, and the replay lives in one process. What --trainer-args
+    set wins (their --sil-coef 0 takes the band too)."""
+    given = options(cfg.trainer_args.split())  # the parser's strings
+    rft = int(given.get("rft_every", cfg.rft_every if cfg.rft_every >= 0 else kind_rft_every(cfg)))
+    teacher = float(given.get("expert_coef", cfg.expert_coef)) > 0 or int(given.get("dagger_every", cfg.dagger_every)) > 0
+    one_process = int(given.get("nproc_per_node", 1)) <= 1
+    wanted = float(given.get("sil_coef", SIL_COEF)) > 0
+    return SIL_COEF if policy_kind(cfg.policy_kind).rft and not rft and not teacher and one_process and wanted else 0.0
 
 
 def kind_rft_every(cfg) -> int:

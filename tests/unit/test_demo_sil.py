@@ -50,3 +50,12 @@ def test_the_users_sil_coef_wins_and_brings_the_band_with_it():
 def test_a_bad_sil_coef_is_refused(bad):
     with pytest.raises(UserError, match="sil-coef"):
         DemoConfig(sil_coef=bad).validate()
+
+
+@pytest.mark.parametrize("trainer_args", ["--sil-coef 0", "--rft-every 4", "--expert-coef 1 --dagger-every 2"])
+def test_auto_self_imitation_reads_what_the_trainer_args_set(trainer_args):
+    """--trainer-args win over every layer: a --sil-coef 0 there takes the band that came with
+    auto self-imitation too, and RFT rounds or a teacher set there keep auto self-imitation off,
+    as the demo's own options do."""
+    got = trainer_of(tasks=["starter"], cold_start_demos=0, trainer_args=trainer_args).train
+    assert (got.sil_coef, got.ent_floor) == (0.0, 0.0)
