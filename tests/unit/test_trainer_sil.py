@@ -267,3 +267,17 @@ def test_where_the_judge_decides_the_replay_learns_its_verdict_not_the_pages(pag
     assert episode.success is learnt
     replay = SuccessReplay(per_task=4, max_steps=64, gamma=0.99)
     assert replay.add([episode]) == int(learnt)
+
+
+def test_a_restart_with_the_band_off_trains_with_the_configured_coefficient(tmp_path, monkeypatch):
+    """The adapted coefficient is the band's: a checkpoint that holds one, resumed with the band
+    off (--ent-floor 0, or --sil-coef 0 from the demo), trains with the configured ent_coef."""
+    ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", PPOState)
+    learner = _learner(tmp_path, monkeypatch, ckpt, sil_coef=0.5, ent_coef=0.002, ent_floor=50.0)
+    learner.intake.pool = _batch("a")
+    learner.flush(None)
+    ckpt.save()
+    off = _learner(tmp_path, monkeypatch, CheckpointFile(ckpt.path, PPOState), ent_coef=0.002)
+    off.intake.pool = _batch("b")
+    off.flush(None)
+    assert off.metrics[M.ENT_COEF] == 0.002

@@ -162,7 +162,8 @@ class SelfImitation:
         log.info("self-imitation: %d of the policy's own successes seeded the replay", held)
 
     def config(self, state: PPOState) -> TrainConfig:
-        if state.ent_coef is None or state.ent_coef == self.cfg.ent_coef:
+        # with the band off (a restart with ent_floor 0) a coefficient it left in the state is stale
+        if state.ent_coef is None or state.ent_coef == self.cfg.ent_coef or self.cfg.ent_floor <= 0:
             return self.cfg
         return dataclasses.replace(self.cfg, ent_coef=state.ent_coef)
 
