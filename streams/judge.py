@@ -61,6 +61,12 @@ class HttpJudge:
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                     score = float(json.loads(resp.read())["score"])
+            except urllib.error.HTTPError as exc:
+                if 400 <= exc.code < 500:  # the judge refused this request: asking again cannot help
+                    raise JudgeError(f"judge at {self.url} refused the request ({exc.code}): {_reason(exc)}") from exc
+                last = exc
+                time.sleep(0.2 * 2 ** attempt)
+                continue
             except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
                 last = exc
                 time.sleep(0.2 * 2 ** attempt)
@@ -69,6 +75,14 @@ class HttpJudge:
                 raise JudgeError(f"judge at {self.url} returned score {score} outside [0, 1]")
             return score
         raise JudgeError(f"judge at {self.url} failed {self.retries} times: {last}")
+
+
+def _reason(exc: urllib.error.HTTPError) -> str:
+    """The judge's own error message (``flywheel verifier serve`` answers ``{"error": ...}``), else the status text."""
+    try:
+        return str(json.loads(exc.read())["error"])[:300]
+    except (OSError, ValueError, KeyError, TypeError):
+        return str(exc.reason)
 
 
 def make_judge(url: str, timeout_s: float = 10.0) -> OutcomeJudge | None:

@@ -275,6 +275,8 @@ def make_scorer(name: str, judge: OutcomeJudge | None = None, judge_tasks: froze
         raise UserError(f"unknown scorer {name!r}: choose one of {', '.join(sorted(SCORERS))}")
     if judge_tasks and judge is None:
         raise UserError(f"judge tasks {', '.join(sorted(judge_tasks))} need a judge: set --judge-url")
+    if not 0.0 <= judge_success_at <= 1.0:  # NaN fails too: every judged task would silently fail or succeed
+        raise UserError(f"--judge-success-at {judge_success_at} must be a judge score in [0, 1]")
     return replace(SCORERS[name](judge), judge_tasks=frozenset(judge_tasks), judge_success_at=judge_success_at)
 
 

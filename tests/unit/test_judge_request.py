@@ -69,10 +69,11 @@ def test_the_request_is_what_the_policy_saw_and_did():
 class _Capture(BaseHTTPRequestHandler):
     bodies: list = []
     reply = b'{"score": 0.75}'
+    status = 200
 
     def do_POST(self):
         self.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(200)
+        self.send_response(self.status)
         self.end_headers()
         self.wfile.write(self.reply)
 
@@ -83,7 +84,7 @@ class _Capture(BaseHTTPRequestHandler):
 @pytest.fixture
 def capture():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
-    _Capture.bodies = []
+    _Capture.bodies, _Capture.status, _Capture.reply = [], 200, b'{"score": 0.75}'
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
     server.shutdown()
@@ -104,3 +105,18 @@ def test_http_judge_raises_after_retries_when_nobody_answers(capture):
     capture.server_close()
     with pytest.raises(JudgeError, match="failed 2 times"):
         HttpJudge(f"http://127.0.0.1:{port}/score", timeout_s=1, retries=2).judge(labelled_trajectory())
+
+
+def test_http_judge_does_not_ask_again_when_the_judge_refuses_the_request(capture):
+    """A 400 says the request is bad: asking again cannot help, so it fails at once with the judge's reason."""
+    _Capture.status, _Capture.reply = 400, b'{"error": "instruction must be a string"}'
+    with pytest.raises(JudgeError, match=r"refused the request \(400\): instruction must be a string"):
+        HttpJudge(f"http://127.0.0.1:{capture.server_port}/score", timeout_s=5, retries=3).judge(labelled_trajectory())
+    assert len(_Capture.bodies) == 1
+
+
+def test_http_judge_asks_again_when_the_judge_fails_inside(capture):
+    _Capture.status, _Capture.reply = 503, b'{"error": "busy"}'
+    with pytest.raises(JudgeError, match="failed 2 times"):
+        HttpJudge(f"http://127.0.0.1:{capture.server_port}/score", timeout_s=5, retries=2).judge(labelled_trajectory())
+    assert len(_Capture.bodies) == 2

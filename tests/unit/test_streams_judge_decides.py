@@ -69,3 +69,10 @@ def test_judge_tasks_option_and_its_need_for_a_judge():
     assert judge_decides("x", frozenset({"*"})) and not judge_decides("x", frozenset({"y"}))
     with pytest.raises(UserError, match="need a judge"):
         make_scorer("rule-v1", None, frozenset({"*"}))
+
+
+@pytest.mark.parametrize("at", [math.nan, -0.1, 1.5])
+def test_a_success_threshold_outside_the_judges_scale_is_refused(at):
+    """NaN or a value outside [0, 1] would make every judged task a failure (or a success) without a word."""
+    with pytest.raises(UserError, match="judge-success-at"):
+        make_scorer("rule-v1", lambda traj: 0.5, frozenset({"*"}), judge_success_at=at)
