@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from app import demo_queries as Q
-from app import measures, phase_list, phases, run_config, taught
+from app import measures, phase_list, phases, run_config, start_from, taught
 from infra.kafka.broker import free_port_block
 from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
 from infra.runtime.cpu_share import CpuShare
@@ -68,6 +68,11 @@ class DemoConfig:
     cold_start_demos: int = opt(-1, "cold start: scripted demonstrations per task cloned into pi_sft before RL (-1: 20 of "
                                     "each task with a demonstrator, PPO alone on the others, random weights if no task has one; "
                                     "0: start from random weights; N > 0: N of every task, refused if a task has no demonstrator)")
+    start_from: str = opt("", "RUN or RUN@VERSION: RL starts from that published version of another run of this data dir "
+                              "(its newest without @) instead of a cold start, copied unchanged as this run's first "
+                              "version (app.start_from), with the settings of a run after a cold start (PPO's learning "
+                              "rate, value pretraining, RFT rounds on the policy's own successes); excludes "
+                              "--cold-start-demos > 0")
     demos_from: str = opt("scripted", "cold start demonstrations by: scripted (the solvers play the annotators) or human "
                                       "(the human:<name> ones recorded beforehand in `flywheel ui`'s Annotate view on this "
                                       "platform's topics; only their tasks get a cold start)", choices=("scripted", "human"))
@@ -138,6 +143,11 @@ class DemoConfig:
         if self.demo_noise > 0 and (self.cold_start_demos == 0 or self.demos_from != "scripted"):
             raise UserError("--demo-noise perturbs the scripted demonstrations of the cold start: it needs "
                             "--demos-from scripted and --cold-start-demos other than 0")
+        if self.start_from:
+            start_from.parse(self.start_from, RUN_ID)
+            if self.cold_start_demos > 0 or self.demos_from != "scripted":
+                raise UserError("--start-from starts RL from a published version: it has no cold start "
+                                "(leave --cold-start-demos and --demos-from out)")
         if self.until_version < 0:
             raise UserError(f"until_version must be >= 0 (0: run the whole --minutes), got {self.until_version}")
         if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:
@@ -185,8 +195,9 @@ class DemoConfig:
 
     @property
     def cold_start(self) -> bool:
-        """Whether pi_sft is cloned before RL (auto counts as yes until ``effective`` resolves it)."""
-        return self.cold_start_demos != 0
+        """Whether RL starts from pi_sft: cloned before RL (auto counts as yes until ``effective``
+        resolves it), or another run's version (--start-from), which takes the same PPO settings."""
+        return self.cold_start_demos != 0 or bool(self.start_from)
 
 
 def run_names(cfg: DemoConfig) -> tuple[str, str, str]:
@@ -468,10 +479,12 @@ def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tu
     Under --sync a critic-only update publishes no version while the synchronous rollout waits for
     one, so value pretraining would stall the run after one batch."""
     tasks = suite_plan(cfg.tasks, cfg.max_steps).tasks
+    if cfg.start_from:  # no cloning: RL starts from the copied version
+        cfg = replace(cfg, cold_start_demos=0)
     cold = phases.cold_start_plan(tasks, cfg.cold_start_demos, phases.demonstrators() if demonstrable is None else demonstrable)
     cfg = replace(cfg, cold_start_demos=cold.per_task)
     if cfg.value_pretrain_batches < 0:
-        cfg = replace(cfg, value_pretrain_batches=VALUE_PRETRAIN_BATCHES if cold.per_task else 0)
+        cfg = replace(cfg, value_pretrain_batches=VALUE_PRETRAIN_BATCHES if cfg.cold_start else 0)
     if cfg.demo_noise < 0:
         scripted = cold.per_task and cfg.demos_from == "scripted"
         cfg = replace(cfg, demo_noise=suite_setting(list(cold.demonstrated), "demo_noise") if scripted else 0.0)
@@ -683,6 +696,9 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     log.info("trainer config %s", trainer.record())
     ensure_platform(settings, broker)
     claim_run_id(settings, run_id, policy)  # its topics, versions, checkpoint and rows would mix with this run's
+    if cfg.start_from:  # before the trainer starts: it continues from the newest published version
+        pv = start_from.copy_into(settings, start_from.parse(cfg.start_from, RUN_ID), cfg.policy_kind, policy)
+        print(f"starting from {cfg.start_from}: published as {policy} v{pv.version}", flush=True)
     logs.mkdir(parents=True, exist_ok=True)  # after the claim: a run's logs mean its run id is spent
     config = {"demo": asdict(cfg), "resolved": resolved(cfg, train), "run_config": trainer.record(),
               "taught_by": taught.record(taught_by),
@@ -731,7 +747,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
                   config, notes)
     extra, data = [], {}
     try:
-        extra, data = measures.report_section(settings, policy, learner.base_version, cold_start,
+        extra, data = measures.report_section(settings, policy, learner.base_version, cfg.cold_start,
                                               cfg.value_pretrain_batches > 0, clock, learner.dpo_version, taught_by)
     except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
         notes.append(f"the phase section could not be computed: {exc}")

@@ -1,0 +1,57 @@
+"""`flywheel demo --start-from RUN[@VERSION]` (issue 59): RL from another run's version, without a
+cold start, with the settings of a run after one; the source read from that run's own topics."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import start_from
+from app.demo import RUN_ID, DemoConfig, effective, ppo_lr, rft_every, target_kl
+from infra.runtime.errors import UserError
+from infra.runtime.settings import load_settings
+
+SOLVED = frozenset({"click-test", "enter-text"})
+
+
+def test_parse_names_a_run_and_optionally_its_version():
+    assert start_from.parse("sft-s0", RUN_ID) == start_from.StartFrom("sft-s0", None)
+    assert start_from.parse("sft-s0@7", RUN_ID) == start_from.StartFrom("sft-s0", 7)
+    assert str(start_from.StartFrom("sft-s0", 7)) == "sft-s0@7"
+    s = start_from.StartFrom("sft-s0")
+    assert (s.prefix, s.policy("pixel")) == ("demo-sft-s0.", "pixel-sft-s0")  # as app.demo.run_names names them
+    for bad in ("", "@3", "sft-s0@", "sft-s0@x", "sft-s0@-1", "a b@1"):
+        with pytest.raises(UserError):
+            start_from.parse(bad, RUN_ID)
+
+
+def test_a_run_from_a_version_has_no_cold_start_and_the_settings_of_one():
+    cfg, cold, _ = effective(DemoConfig(tasks=["click-test"], start_from="sft-s0@3"), SOLVED)
+    assert (cfg.cold_start_demos, cold.per_task, cold.demonstrated) == (0, 0, ())
+    after, _, _ = effective(DemoConfig(tasks=["click-test"]), SOLVED)  # a cold start's run
+    scratch, _, _ = effective(DemoConfig(tasks=["click-test"], cold_start_demos=0), SOLVED)
+    assert cfg.value_pretrain_batches == after.value_pretrain_batches == 20 != scratch.value_pretrain_batches
+    assert (ppo_lr(cfg), target_kl(cfg), rft_every(cfg)) == (ppo_lr(after), target_kl(after), rft_every(after))
+    assert (ppo_lr(cfg), target_kl(cfg)) != (ppo_lr(scratch), target_kl(scratch))
+
+
+def test_a_run_from_a_version_refuses_a_cold_start_or_a_bad_name():
+    with pytest.raises(UserError, match="no cold start"):
+        DemoConfig(start_from="sft-s0", cold_start_demos=5).validate()
+    with pytest.raises(UserError, match="no cold start"):
+        DemoConfig(start_from="sft-s0", demos_from="human").validate()
+    with pytest.raises(UserError, match="run id"):
+        DemoConfig(start_from="no/such@1").validate()
+
+
+def test_the_source_is_read_from_its_runs_topics(monkeypatch):
+    seen = []
+    monkeypatch.setattr(start_from.versions, "latest", lambda s, p: seen.append((s.topic_prefix, p)) or "pv-latest")
+    monkeypatch.setattr(start_from.versions, "history",
+                        lambda s, p, wanted: seen.append((s.topic_prefix, p, wanted)) or {wanted[0]: "pv-3"})
+    mine = load_settings({"topic_prefix": "demo-spec-s0."})
+    assert start_from.source_version(mine, start_from.StartFrom("sft-s0"), "pixel") == "pv-latest"
+    assert start_from.source_version(mine, start_from.StartFrom("sft-s0", 3), "pixel") == "pv-3"
+    assert seen == [("demo-sft-s0.", "pixel-sft-s0"), ("demo-sft-s0.", "pixel-sft-s0", [3])]
+    monkeypatch.setattr(start_from.versions, "latest", lambda s, p: None)
+    with pytest.raises(UserError, match="no published version"):
+        start_from.source_version(mine, start_from.StartFrom("sft-s0"), "pixel")
