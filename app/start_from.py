@@ -66,10 +66,11 @@ def source_version(settings: Settings, start: StartFrom, kind: str):
     return known[start.version]
 
 
-def copy_into(settings: Settings, start: StartFrom, kind: str, policy: str):
-    """Publish ``start``'s weights unchanged as ``policy``'s version (same number) on ``settings``'
-    topics; -> the new PolicyVersion. ``policy`` must have no version yet (the demo claims its run
-    id first), so the trainer's "newest published" is this copy."""
+def copy_into(settings: Settings, start: StartFrom, kind: str, policy: str, version: int | None = None):
+    """Publish ``start``'s weights unchanged as ``policy``'s version on ``settings``' topics (the
+    same number, or ``version``: benchmarks.merge_curve copies two runs' versions into one policy
+    to merge them); -> the new PolicyVersion. A demo's ``policy`` has no version yet (the demo
+    claims its run id first), so the trainer's "newest published" is this copy."""
     # local: loads torch and safetensors, needed only on this path (`flywheel demo` starts without them)
     from infra.runtime.policy import load_policy_version
     from trainer.core.publish import publish_version
@@ -78,5 +79,6 @@ def copy_into(settings: Settings, start: StartFrom, kind: str, policy: str):
     store = BlobStore(settings.blob_root)
     model = load_policy_version(pv, store)  # verifies the weights' hash
     model.name = policy
+    model.version = pv.version if version is None else version
     return publish_version(settings, make_producer(settings), DeliveryTracker(), store, model, None,
                            {METRIC + start.run_id: float(pv.version)})

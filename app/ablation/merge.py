@@ -1,0 +1,195 @@
+"""The merging experiment's pure parts (issue 59, UI-TARS-2's vertical agents merged by parameter
+interpolation): its run ids, the command lines it runs, the α list, and the shaping of its scores
+into results, a table and the α curve. app/ablation/merge_runs.py runs them
+(``python -m benchmarks.merge_curve``).
+
+Per seed: one pi_sft cloned on the default suite and the games together (one pixel policy spans
+both: producers.suites.plan gives the union of their heads, click, type, scroll, press_enter,
+finished and hotkey, and the hotkeys are the platform's one list, so the specialists share one
+architecture); a MiniWoB++ ("web") specialist on the default suite and a games specialist on the
+games, each by RL from that pi_sft for M minutes (the demo's defaults: teacher-free, reward plus
+the cold start's demonstrations where RFT rounds re-clone them; with --start-from there are no
+demonstrations in the run, so RFT rounds fit the policy's own successes); their last versions
+merged with `flywheel merge` as theta = (1 - α) theta_web + α theta_games; beside them, joint RL
+on both domains from the same pi_sft for 2 M minutes. Every policy is scored on each domain by
+an evaluation run: `flywheel demo --start-from` that version on that domain's suite with training
+off (no update ever: the trainer's batch is larger than the episodes submitted), the same number
+of episodes of every task, measured as the demo measures a run (success per task on MiniWoB++, a
+game's normalised score: 0 the random policy's mean, 1 the scripted heuristic's).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+from app.ablation.plot import _pyplot
+
+ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the games specialist's weight
+DOMAINS = {"web": ("default", "success"), "games": ("games", "normalised_score")}  # suite, measure
+SFT_TASKS = "default,games"
+NO_TRAINING = 1_000_000  # the eval run's trainer batch: never full, so the evaluated version is never updated
+SFT_EXTRA = ["--until-version", "1", "--dpo-minutes", "0"]  # pi_sft's run ends at PPO's first version
+
+
+def alphas(text: str) -> list[float]:
+    """A comma-separated α list, each in [0, 1], in the order given (default: ALPHAS); ValueError otherwise."""
+    out = [float(a) for a in text.split(",") if a.strip()] if text.strip() else list(ALPHAS)
+    bad = [a for a in out if not 0.0 <= a <= 1.0]
+    if bad or not out:
+        raise ValueError(f"each α is the games specialist's weight in [0, 1]; got {text!r}")
+    return out
+
+
+def merge_alphas(alpha: float) -> str:
+    """`flywheel merge --alphas` for (web, games) at ``alpha``."""
+    return f"{1.0 - alpha:g},{alpha:g}"
+
+
+def run_id(role: str, seed: int, tag: str = "") -> str:
+    """A run id: ``mrg[-TAG]-ROLE-sSEED`` (roles: sft, web, games, joint, pool, eval-...)."""
+    return f"mrg{'-' + tag if tag else ''}-{role}-s{seed}"
+
+
+def eval_role(label: str, domain: str) -> str:
+    """The role of the run that scores ``label`` (pi_sft, joint, a0.25, ...) on ``domain``."""
+    return f"eval-{label}-{domain}"
+
+
+def label_of(alpha: float) -> str:
+    return f"a{alpha:g}"
+
+
+def demo_argv(run: str, tasks: str, minutes: float, seed: int, report_dir: Path, extra: list[str]) -> list[str]:
+    """`flywheel demo` of one run, as ablate runs them (one broker kept across runs)."""
+    return [sys.executable, "-m", "app.cli", "demo", "--run-id", run, "--tasks", tasks, "--minutes", f"{minutes:g}",
+            "--seed", str(seed), "--report-dir", str(report_dir), "--keep-broker", "--progress-s", "30", *extra]
+
+
+def sft_extra(demo_args: str = "") -> list[str]:
+    return [*SFT_EXTRA, *demo_args.split()]
+
+
+def rl_extra(start: str, demo_args: str = "") -> list[str]:
+    """A specialist's or the joint run's options: RL from ``start`` (RUN@VERSION), the demo's defaults."""
+    return ["--start-from", start, *demo_args.split()]
+
+
+def eval_extra(start: str, episodes: int) -> list[str]:
+    """An evaluation run's options: ``episodes`` of every task submitted up front, scored under
+    ``start`` alone (the trainer never has a full batch; no value pretraining, RFT or self-imitation)."""
+    return ["--start-from", start, "--no-curriculum", "--episodes", str(episodes), "--batch-episodes", str(NO_TRAINING),
+            "--value-pretrain-batches", "0", "--rft-every", "0", "--sil-coef", "0", "--dpo-minutes", "0"]
+
+
+def merge_argv(prefix: str, policy: str, versions: tuple[int, int], alpha: float) -> list[str]:
+    """`flywheel merge` of the pool's (web, games) versions at ``alpha``, on the pool's topics (``prefix``)."""
+    return ["env", f"FLYWHEEL_TOPIC_PREFIX={prefix}", sys.executable, "-m", "app.cli", "merge", "--policy", policy, "--versions", f"{versions[0]},{versions[1]}",
+            "--alphas", merge_alphas(alpha)]
+
+
+def domain_score(rows: list[dict]) -> dict:
+    """Per-task rows (task, episodes, mean) of one evaluation run -> the domain's mean over tasks
+    (each task counts once), the standard error of that mean across tasks, and the per-task figures."""
+    tasks = {r["task"]: {"mean": float(r["mean"]), "episodes": int(r["episodes"])} for r in rows}
+    means = [t["mean"] for t in tasks.values()]
+    return {"mean": statistics.mean(means) if means else None,
+            "se": statistics.stdev(means) / len(means) ** 0.5 if len(means) > 1 else None, "tasks": tasks}
+
+
+def row(seed: int, label: str, alpha: float | None, scores: dict[str, dict]) -> dict:
+    """One result: a policy (pi_sft, a merge at ``alpha``, joint) of one seed, scored per domain."""
+    return {"seed": seed, "policy": label, "alpha": alpha, "domains": scores}
+
+
+def relative_to_specialist(results: list[dict]) -> dict[tuple[int, float], dict[str, float | None]]:
+    """(seed, α) -> each domain's mean as a share of its own specialist's on it (web: α = 0, games:
+    α = 1) in that seed; None where either is missing or the specialist's is 0. The issue's goal:
+    within 5% (>= 0.95) on both domains at some α."""
+    def mean(r, d):
+        return (r["domains"].get(d) or {}).get("mean")
+
+    own = {"web": 0.0, "games": 1.0}
+    by = {(r["seed"], r["alpha"]): r for r in results if r["alpha"] is not None}
+    out: dict = {}
+    for (seed, alpha), r in by.items():
+        out[(seed, alpha)] = {}
+        for d, a in own.items():
+            spec = by.get((seed, a))
+            base = mean(spec, d) if spec else None
+            m = mean(r, d)
+            out[(seed, alpha)][d] = m / base if m is not None and base else None
+    return out
+
+
+def _spread(xs: list) -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-"
+    return f"{xs[0]:.3f}" if len(xs) == 1 else f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}"
+
+
+def table(results: list[dict]) -> list[str]:
+    """Markdown lines: one row per policy (pi_sft, each α, joint), its domains' means over seeds
+    (± standard deviation across seeds) and each merge's share of the specialists' on their own domains."""
+    rel = relative_to_specialist(results)
+    lines = ["| policy | α (games weight) | seeds | MiniWoB++ success (mean over tasks) | games normalised score "
+             "(mean over tasks) | web / web specialist | games / games specialist |", "|---" * 7 + "|"]
+    order = list(dict.fromkeys(r["policy"] for r in sorted(results, key=_order)))
+    for label in order:
+        rs = [r for r in results if r["policy"] == label]
+        alpha = rs[0]["alpha"]
+        shares = [rel.get((r["seed"], alpha), {}) for r in rs] if alpha is not None else []
+        lines.append(f"| {label} | {'-' if alpha is None else f'{alpha:g}'} | {len(rs)} | "
+                     f"{_spread([(r['domains'].get('web') or {}).get('mean') for r in rs])} | "
+                     f"{_spread([(r['domains'].get('games') or {}).get('mean') for r in rs])} | "
+                     f"{_spread([s.get('web') for s in shares])} | {_spread([s.get('games') for s in shares])} |")
+    return lines
+
+
+def _order(r: dict) -> tuple:
+    """pi_sft first, then the merges by α, then joint."""
+    return (0 if r["policy"] == "pi_sft" else 2 if r["alpha"] is None else 1, r["alpha"] or 0.0, r["seed"])
+
+
+def curve(results: list[dict], domain: str) -> tuple[list[float], list[float]]:
+    """The α curve of ``domain``: the αs measured and the mean over seeds at each."""
+    points: dict[float, list[float]] = {}
+    for r in results:
+        m = (r["domains"].get(domain) or {}).get("mean")
+        if r["alpha"] is not None and m is not None:
+            points.setdefault(r["alpha"], []).append(m)
+    xs = sorted(points)
+    return xs, [statistics.mean(points[a]) for a in xs]
+
+
+def level(results: list[dict], label: str, domain: str) -> float | None:
+    """A policy's (pi_sft's, joint's) mean on ``domain`` over seeds: a horizontal line beside the curve."""
+    ms = [(r["domains"].get(domain) or {}).get("mean") for r in results if r["policy"] == label]
+    ms = [m for m in ms if m is not None]
+    return statistics.mean(ms) if ms else None
+
+
+def plot(results: list[dict], path: Path) -> None:
+    """The α curve per domain (mean over seeds, each seed's points faint), pi_sft and joint RL dashed."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, (domain, (_, measure)) in enumerate(DOMAINS.items()):
+        color = f"C{i}"
+        xs, ys = curve(results, domain)
+        ax.plot(xs, ys, color=color, marker="o", lw=1.6, label=f"{domain} ({measure.replace('_', ' ')})")
+        for r in results:
+            m = (r["domains"].get(domain) or {}).get("mean")
+            if r["alpha"] is not None and m is not None:
+                ax.plot([r["alpha"]], [m], color=color, marker=".", alpha=0.35, ls="none")
+        for label, style in (("pi_sft", ":"), ("joint", "--")):
+            y = level(results, label, domain)
+            if y is not None:
+                ax.axhline(y, color=color, ls=style, lw=1, alpha=0.8, label=f"{domain}: {label}")
+    ax.set(xlabel="α: θ = (1 − α) θ_web + α θ_games", ylabel="mean over tasks", title="merged specialists")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

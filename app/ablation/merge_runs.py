@@ -1,0 +1,208 @@
+"""Merging vertical agents (issue 59), in one command: per seed pi_sft on the default suite and the
+games together, a MiniWoB++ specialist and a games specialist by RL from it, their merges at each
+α with `flywheel merge`, and joint RL from the same pi_sft for the specialists' total time, each
+policy scored on both domains by evaluation runs (app.ablation.merge says how).
+
+    python -m benchmarks.merge_curve --seeds 0,1,2 --minutes 30 --eval-episodes 20 --out docs/merging
+    python -m benchmarks.merge_curve --seeds 0 --minutes 1 --eval-episodes 2 --dry-run   # the commands only
+
+Runs go one after the other on one broker (started here unless one answers), told apart by run
+id (``mrg[-TAG]-ROLE-sSEED``). A published version lives on the broker, so a seed runs whole in
+one invocation; a data dir refuses a run id used before: rerun under a new --tag. A seed whose
+step fails is left out and the next seed starts. Ctrl-C stops the running demo cleanly
+(app/ablation/clean_stop.py) and writes what was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from app.ablation import merge as M
+from app.ablation.clean_stop import end_stopping, run_child, stop_on_signals
+from app.ablation.runs import MEASURES, ROOT, UNFINISHED, sql
+from app.phase_list import NO_RL_UPDATE
+from app.provenance import add_allow_dirty, commit_to_run, record
+from app.start_from import StartFrom, copy_into
+from infra.kafka.own_broker import broker_for_benchmarks
+from infra.runtime.admin import ensure_topics
+from infra.runtime.settings import load_settings
+
+KIND = "pixel"
+
+
+class StepFailed(RuntimeError):
+    """A step of a seed failed: the seed stops, the next one starts."""
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def score_sql(policy: str, measure: str) -> str:
+    """Per task of an evaluation run: its ended episodes and their mean ``measure``."""
+    m = MEASURES[measure]
+    return f"""SELECT task_name AS task, count() AS episodes, round(avg({m}), 4) AS mean
+FROM trajectories FINAL WHERE policy = '{policy}' AND status = 'ended' AND {m} IS NOT NULL
+GROUP BY task ORDER BY task"""
+
+
+class Runner:
+    """Runs (or, dry, prints) each step of a seed; ``out``: runs/<run id> hold each demo's report."""
+
+    def __init__(self, args, out: Path):
+        self.args, self.out, self.dry = args, out, args.dry_run
+
+    def demo(self, role: str, seed: int, tasks: str, minutes: float, extra: list[str], ok=(0,)) -> Path:
+        run = M.run_id(role, seed, self.args.tag)
+        report = self.out / "runs" / run
+        argv = M.demo_argv(run, tasks, minutes, seed, report, extra)
+        say(f"{run}: {' '.join(argv[3:])}")
+        if self.dry:
+            return report
+        report.mkdir(parents=True, exist_ok=True)
+        (report / UNFINISHED).write_text(f"started {time.strftime('%Y-%m-%d %H:%M:%S')}, not ended\n")
+        t0 = time.time()
+        rc = run_child(argv, ROOT)
+        say(f"{run}: exit {rc} after {(time.time() - t0) / 60:.1f} min")
+        if rc not in ok:
+            (report / UNFINISHED).write_text(f"the demo exited with code {rc}\n")
+            raise StepFailed(f"{run} exited {rc} (its log: {report / 'logs'})")
+        (report / UNFINISHED).unlink()
+        return report
+
+    def outcome(self, report: Path, key: str) -> int:
+        """A finished run's version from its outcome.json: base_version (pi_sft's) or published (its last)."""
+        if self.dry:
+            return {"base_version": 1, "published": 9}[key]
+        value = json.loads((report / "outcome.json").read_text()).get(key)
+        if value is None:
+            raise StepFailed(f"{report}: no {key} in outcome.json")
+        return int(value)
+
+    def pool(self, seed: int, web: str, games: str) -> tuple[str, list[tuple[float, int]]]:
+        """Both specialists copied into one policy (the pool run's topics) and merged at each α;
+        -> the pool's run id and (α, merged version)."""
+        run = M.run_id("pool", seed, self.args.tag)
+        policy, prefix = f"{KIND}-{run}", f"demo-{run}."
+        say(f"{run}: copy {web} as v1 and {games} as v2 of {policy}")
+        if not self.dry:
+            settings = load_settings({"topic_prefix": prefix})
+            ensure_topics(settings)
+            for version, src in ((1, web), (2, games)):
+                name, _, v = src.partition("@")
+                copy_into(settings, StartFrom(name, int(v)), KIND, policy, version)
+        merged = []
+        for i, alpha in enumerate(self.args.alphas):
+            argv = M.merge_argv(prefix, policy, (1, 2), alpha)
+            say(f"{run}: {argv[1]} {' '.join(argv[5:])}")
+            if not self.dry and run_child(argv, ROOT) != 0:
+                raise StepFailed(f"flywheel merge at α {alpha:g} failed")
+            merged.append((alpha, 3 + i))  # the pool's versions 1 and 2 are the copies; each merge is the next
+        return run, merged
+
+    def score(self, seed: int, label: str, start: str) -> dict[str, dict]:
+        """``start`` (RUN@VERSION) scored on each domain by an evaluation run."""
+        scores = {}
+        for domain, (suite, measure) in M.DOMAINS.items():
+            role = M.eval_role(label, domain)
+            self.demo(role, seed, suite, self.args.eval_minutes, M.eval_extra(start, self.args.eval_episodes),
+                      ok=(0, NO_RL_UPDATE))  # no update is what an evaluation run is for
+            if not self.dry:
+                scores[domain] = {"measure": measure,
+                                  **M.domain_score(sql(score_sql(f"{KIND}-{M.run_id(role, seed, self.args.tag)}", measure)))}
+        return scores
+
+
+def one_seed(r: Runner, seed: int) -> list[dict]:
+    a = r.args
+    sft = r.demo("sft", seed, M.SFT_TASKS, a.sft_minutes, M.sft_extra(a.demo_args))
+    pi_sft = f"{M.run_id('sft', seed, a.tag)}@{r.outcome(sft, 'base_version')}"
+    last = {}
+    for role, tasks, minutes in (("web", "default", a.minutes), ("games", "games", a.minutes),
+                                 ("joint", M.SFT_TASKS, 2 * a.minutes)):
+        report = r.demo(role, seed, tasks, minutes, M.rl_extra(pi_sft, a.demo_args))
+        last[role] = f"{M.run_id(role, seed, a.tag)}@{r.outcome(report, 'published')}"
+    pool, merged = r.pool(seed, last["web"], last["games"])
+    rows = [M.row(seed, "pi_sft", None, r.score(seed, "pi_sft", pi_sft))]
+    rows += [M.row(seed, f"merge α={alpha:g}", alpha, r.score(seed, M.label_of(alpha), f"{pool}@{v}"))
+             for alpha, v in merged]
+    rows.append(M.row(seed, "joint", None, r.score(seed, "joint", last["joint"])))
+    return rows
+
+
+def write_report(results: list[dict], out: Path, args) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    M.plot(results, out / "merge_curve.png")
+    seeds = ",".join(str(s) for s in sorted({r["seed"] for r in results}))
+    lines = [f"# Merging specialists: {args.minutes:g} min each, seeds {seeds}", "",
+             f"pi_sft cloned on `{M.SFT_TASKS}`; a MiniWoB++ specialist (`default`) and a games specialist "
+             f"(`games`) by RL from it for {args.minutes:g} min each; θ = (1 − α) θ_web + α θ_games by `flywheel "
+             f"merge`; joint RL on both from the same pi_sft for {2 * args.minutes:g} min. Each policy scored on "
+             f"{args.eval_episodes} episodes of every task with training off; mean over tasks (± sd across seeds).",
+             "", *M.table(results), "", "![the α curve](merge_curve.png)", "",
+             f"Command: `python -m benchmarks.merge_curve --seeds {seeds} --minutes {args.minutes:g} "
+             f"--eval-episodes {args.eval_episodes} --out {args.out}`", "",
+             "<details><summary>SQL (evaluation run P, measure m)</summary>", "", "```sql",
+             score_sql("P", "success"), "```", "</details>", ""]
+    path = out / "README.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def parse(argv: list[str] | None = None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--minutes", type=float, default=30.0, help="RL minutes per specialist (joint RL: twice)")
+    ap.add_argument("--sft-minutes", type=float, default=15.0, help="pi_sft's run (cold start, SFT; it ends at PPO's first version)")
+    ap.add_argument("--eval-episodes", type=int, default=20, help="evaluation episodes of every task")
+    ap.add_argument("--eval-minutes", type=float, default=8.0, help="wall-clock of each evaluation run (long enough "
+                                                                    "for its episodes: the demo runs until it)")
+    ap.add_argument("--alphas", default=",".join(f"{a:g}" for a in M.ALPHAS), help="the games specialist's weights")
+    ap.add_argument("--demo-args", default="", help="more flywheel demo options for pi_sft's and the RL runs")
+    ap.add_argument("--tag", default="", help="part of every run id (a data dir refuses a run id used before)")
+    ap.add_argument("--out", default=str(ROOT / "var" / "merging"))
+    ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    add_allow_dirty(ap)
+    args = ap.parse_args(argv)
+    try:
+        args.alphas = M.alphas(args.alphas)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if args.minutes <= 0 or args.eval_episodes < 1:
+        ap.error("--minutes must be > 0 and --eval-episodes >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    out = Path(args.out)
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    runner = Runner(args, out)
+    if args.dry_run:
+        say("dry run: the versions after '@' are placeholders (a run's are read from its outcome.json)")
+        for seed in seeds:
+            one_seed(runner, seed)
+        return 0
+    print(f"commit: {record(out, commit_to_run(ROOT, args.allow_dirty))}", flush=True)
+    os.environ.setdefault("FLYWHEEL_DATA_DIR", str(ROOT / "var"))
+    results: list[dict] = []
+    stop_on_signals()
+    try:
+        with broker_for_benchmarks():
+            for seed in seeds:
+                try:
+                    results += one_seed(runner, seed)
+                except StepFailed as exc:
+                    print(f"seed {seed} left out: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("stopped: what was measured is written", file=sys.stderr)
+    finally:
+        end_stopping()
+    print(f"report: {write_report(results, out, args)}")
+    return 0

@@ -1,0 +1,104 @@
+"""The merging experiment's pure parts (app.ablation.merge, issue 59): the α list, the command lines
+(parsed by `flywheel demo`'s and `flywheel merge`'s own parsers), and results, table and α curve
+shaped from made-up numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app import demo_cli
+from app.ablation import merge as M
+from app.demo import DemoConfig, effective
+from infra.runtime.command import parse_command
+from infra.runtime.config import resolve
+from trainer import cli as trainer_cli
+
+
+def test_the_alpha_list_and_the_merge_weights():
+    assert M.alphas("") == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert M.alphas("0,0.5,1") == [0.0, 0.5, 1.0]
+    for bad in ("1.5", "-0.1", "x", ","):
+        with pytest.raises(ValueError):
+            M.alphas(bad)
+    assert [M.merge_alphas(a) for a in (0.0, 0.25, 1.0)] == ["1,0", "0.75,0.25", "0,1"]  # (web, games)
+
+
+def _demo(argv: list[str]) -> DemoConfig:
+    """The DemoConfig `flywheel demo <argv>` would run with (its own parser), validated."""
+    return resolve(DemoConfig, parse_command(demo_cli.register, "demo", argv[4:])).validate()
+
+
+def test_the_demo_command_lines_parse_and_say_what_the_experiment_means(tmp_path):
+    sft = _demo(M.demo_argv("mrg-sft-s0", M.SFT_TASKS, 15, 0, tmp_path, M.sft_extra()))
+    assert (sft.tasks, sft.until_version, sft.start_from, sft.cold_start_demos) == (["default", "games"], 1, "", -1)
+    web = _demo(M.demo_argv("mrg-web-s0", "default", 30, 0, tmp_path, M.rl_extra("mrg-sft-s0@4", "--workers 1")))
+    assert (web.start_from, web.minutes, web.seed, web.keep_broker, web.workers) == ("mrg-sft-s0@4", 30, 0, True, 1)
+    ev = _demo(M.demo_argv("mrg-eval-a0.5-games-s0", "games", 8, 0, tmp_path, M.eval_extra("mrg-pool-s0@5", 20)))
+    assert (ev.start_from, ev.curriculum, ev.episodes, ev.batch_episodes) == ("mrg-pool-s0@5", False, 20, M.NO_TRAINING)
+    ev, _, _ = effective(ev)
+    assert (ev.cold_start_demos, ev.value_pretrain_batches, ev.rft_every, ev.sil_coef, ev.dpo_span_s()) == (0, 0, 0, 0, 0)
+    assert ev.batch_episodes > ev.episodes * 100  # the trainer's batch never fills: the version is never updated
+
+
+def test_the_merge_command_line_runs_on_the_pool_topics():
+    argv = M.merge_argv("demo-mrg-pool-s0.", "pixel-mrg-pool-s0", (1, 2), 0.25)
+    assert argv[:2] == ["env", "FLYWHEEL_TOPIC_PREFIX=demo-mrg-pool-s0."]
+    args = parse_command(trainer_cli.register, "merge", argv[6:])
+    assert (args["policy"], args["versions"], args["alphas"]) == ("pixel-mrg-pool-s0", "1,2", "0.75,0.25")
+
+
+def test_run_ids_are_ones_the_demo_accepts():
+    from app.demo import RUN_ID
+
+    ids = [M.run_id(M.eval_role(M.label_of(a), d), 2, "t1") for a in M.ALPHAS for d in M.DOMAINS]
+    assert all(RUN_ID.fullmatch(i) for i in ids) and len(set(ids)) == len(ids)
+    assert M.run_id("sft", 0) == "mrg-sft-s0"
+
+
+def _scores(web: float, games: float) -> dict:
+    return {"web": M.domain_score([{"task": "click-test", "episodes": 20, "mean": web + 0.1},
+                                   {"task": "enter-text", "episodes": 20, "mean": web - 0.1}]),
+            "games": M.domain_score([{"task": "games.snake", "episodes": 20, "mean": games}])}
+
+
+def _results() -> list[dict]:
+    rows = []
+    for seed, shift in ((0, 0.0), (1, 0.02)):
+        rows.append(M.row(seed, "pi_sft", None, _scores(0.5 + shift, 0.2)))
+        for a in M.ALPHAS:  # the web specialist at 0.8, the games one at 0.6; the middle keeps most of both
+            rows.append(M.row(seed, f"merge α={a:g}", a, _scores(0.8 - 0.2 * a + shift, 0.3 + 0.3 * a)))
+        rows.append(M.row(seed, "joint", None, _scores(0.7 + shift, 0.5)))
+    return rows
+
+
+def test_a_domain_is_the_mean_over_its_tasks_with_their_figures():
+    s = _scores(0.6, 0.3)["web"]
+    assert s["mean"] == pytest.approx(0.6) and s["se"] == pytest.approx(0.1)  # sd 0.1414 / sqrt 2
+    assert s["tasks"]["enter-text"] == {"mean": pytest.approx(0.5), "episodes": 20}
+    assert M.domain_score([])["mean"] is None
+
+
+def test_each_merge_is_read_against_the_specialists_on_their_own_domains():
+    rel = M.relative_to_specialist(_results())
+    assert rel[(0, 0.0)]["web"] == pytest.approx(1.0) and rel[(0, 1.0)]["games"] == pytest.approx(1.0)
+    assert rel[(0, 0.5)]["web"] == pytest.approx(0.7 / 0.8) and rel[(0, 0.5)]["games"] == pytest.approx(0.45 / 0.6)
+    assert M.relative_to_specialist([M.row(0, "merge α=0.5", 0.5, _scores(0.5, 0.5))])[(0, 0.5)] == \
+        {"web": None, "games": None}  # no specialist measured: nothing to compare with
+
+
+def test_the_table_has_pi_sft_then_the_alphas_then_joint_with_their_spread():
+    lines = M.table(_results())
+    assert lines[0].startswith("| policy | α") and len(lines) == 2 + 1 + len(M.ALPHAS) + 1
+    assert lines[2].startswith("| pi_sft | - | 2 | 0.510 ± 0.014 | 0.200 ± 0.000 |")
+    assert lines[3].startswith("| merge α=0 | 0 | 2 | 0.810 ± 0.014 | 0.300 ± 0.000 | 1.000 ± 0.000 |")
+    assert lines[-1].startswith("| joint | - | 2 | 0.710 ± 0.014 | 0.500 ± 0.000 |")
+
+
+def test_the_alpha_curve_and_its_plot(tmp_path: Path):
+    xs, ys = M.curve(_results(), "games")
+    assert xs == list(M.ALPHAS) and ys == pytest.approx([0.3 + 0.3 * a for a in M.ALPHAS])
+    assert M.level(_results(), "joint", "web") == pytest.approx(0.71)
+    M.plot(_results(), tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").stat().st_size > 5000
