@@ -38,7 +38,7 @@ from infra.runtime.settings import Settings, load_settings
 from producers.human import human_policy
 
 SCALE = 3  # annotate.js shows the task area three times larger
-MAX_CLICKS = 8  # the multistep suite's step budget: a longer demonstration teaches nothing it can use
+MAX_CLICKS = 16  # a person's patience: a section opening takes a few clicks of page time (100 ms each)
 WAIT_MS = 30_000
 
 # What a person sees of the task page: every element drawn on top at its box's centre inside the
@@ -78,6 +78,7 @@ class Recorded:
     episode_id: str
     success: bool
     clicks: int
+    points: list[tuple[float, float]]  # where it clicked, in the screen's pixels
     ended_by: str  # the page (the task ended itself) or "finish" (the person gave up: flagged)
 
 
@@ -92,7 +93,7 @@ class Served:
     def __init__(self, settings: Settings) -> None:
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        self.app = make_app(settings)
+        self.app = make_app(settings, open_chdb=False)  # the Annotate view reads no table
         self.runner = web.AppRunner(self.app)
         self.run(self.runner.setup())
         port = free_port()
@@ -131,21 +132,21 @@ def play(page, served: Served, task: str, seed: int, annotator: str, max_clicks:
     routine = routine_for(task)
     start(page, task, seed, annotator)
     session = page.evaluate("ann.session")
-    clicks = 0
+    points: list[tuple[float, float]] = []
     while page.get_attribute("#annotate-status", "data-done") == "":
-        target = routine(page.inner_text("#annotate-instruction"), served.seen(session)) if clicks < max_clicks else None
+        target = routine(page.inner_text("#annotate-instruction"), served.seen(session)) if len(points) < max_clicks else None
         if target is None:  # nothing a person recognises, or the budget spent: they give up
             _send(page, lambda: page.click("#annotate-finish"))
-            return _ended(page, task, seed, clicks, "finish")
+            return _ended(page, task, seed, points, "finish")
         _send(page, lambda: page.click("#annotate-shot", position={"x": target.x * SCALE, "y": target.y * SCALE}))
-        clicks += 1
-    return _ended(page, task, seed, clicks, "page")
+        points.append((target.x, target.y))
+    return _ended(page, task, seed, points, "page")
 
 
-def _ended(page, task: str, seed: int, clicks: int, ended_by: str) -> Recorded:
+def _ended(page, task: str, seed: int, points: list[tuple[float, float]], ended_by: str) -> Recorded:
     view = page.evaluate("ann.view")
     return Recorded(task=task, seed=seed, episode_id=view["episode_id"], success=bool(view["success"]),
-                    clicks=clicks, ended_by=ended_by)
+                    clicks=len(points), points=points, ended_by=ended_by)
 
 
 def record(settings: Settings, tasks: list[str], n: int, annotator: str, first_seed: int = 0,
