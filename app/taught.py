@@ -9,6 +9,8 @@ The sources, each from a setting the run resolved before it started:
   which reward taught);
 - a teacher during RL: the solvers' labels in PPO's loss (``expert_coef``) or DAgger's rounds
   fitting them (``dagger_every``).
+Self-imitation (``sil_coef``) fits the policy's own best episodes, which reward alone picked: it is
+named beside reward, not as a source of its own.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class Taught:
     rft_every: int  # PPO updates between RFT rounds (0: none)
     expert_coef: float  # the solvers' labels' weight beside PPO's loss (0: none)
     dagger_every: int  # PPO updates between DAgger rounds (0: none)
+    sil_coef: float = 0.0  # self-imitation's weight on the policy's own best episodes (0: none)
 
     @property
     def teacher_in_rl(self) -> bool:
@@ -44,12 +47,12 @@ def taught_of(cold_start_demos: int, demos_from: str, demo_noise: float, train: 
     return Taught(demonstrations=demos_from if cold_start_demos > 0 else "",
                   demo_noise=demo_noise if cold_start_demos > 0 and demos_from == "scripted" else 0.0,
                   rft_every=int(train.rft_every), expert_coef=float(train.expert_coef),
-                  dagger_every=int(train.dagger_every))
+                  dagger_every=int(train.dagger_every), sil_coef=float(train.sil_coef))
 
 
 def sources(t: Taught) -> list[str]:
     """What taught the policy, one phrase per source, reward first."""
-    out = ["reward"]
+    out = [f"reward (self-imitation of the policy's own best episodes x {t.sil_coef:g})" if t.sil_coef > 0 else "reward"]
     if t.demonstrations:
         noise = f", {t.demo_noise:.0%} mistakes" if t.demo_noise else ""
         out.append(f"{t.demonstrations} demonstrations (the cold start's pi_sft{noise})")
@@ -66,7 +69,9 @@ def sources(t: Taught) -> list[str]:
 def line(t: Taught) -> str:
     """The report's sentence: "Taught by: reward alone." or the sources joined."""
     said = sources(t)
-    return "Taught by: " + ("reward alone" if said == ["reward"] else "; ".join(said)) + "."
+    if len(said) == 1:  # reward alone, with or without self-imitation of what it picked
+        return "Taught by: " + said[0].replace("reward", "reward alone", 1) + "."
+    return "Taught by: " + "; ".join(said) + "."
 
 
 def rl_label(t: Taught) -> str:

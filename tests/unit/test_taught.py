@@ -13,8 +13,8 @@ from app.taught import Taught, phase_heading, rl_label, sources, taught_of
 from producers.suites import plan
 
 
-def train(rft_every=0, expert_coef=0.0, dagger_every=0):
-    return SimpleNamespace(rft_every=rft_every, expert_coef=expert_coef, dagger_every=dagger_every)
+def train(rft_every=0, expert_coef=0.0, dagger_every=0, sil_coef=0.0):
+    return SimpleNamespace(rft_every=rft_every, expert_coef=expert_coef, dagger_every=dagger_every, sil_coef=sil_coef)
 
 
 def of_run(**demo) -> Taught:
@@ -59,7 +59,9 @@ def test_the_games_default_is_teacher_free_and_their_teacher_arms_are_named():
     assert arm.teacher_in_rl and rl_label(arm) == "RL phase (reward + teacher)"
     default = of_run(tasks=["default"])  # RFT rounds re-clone the default suite's demonstrations
     assert default.recloned and rl_label(default) == "RL phase (reward + demonstrations re-cloned)"
-    assert taught.line(of_run(tasks=["starter"])) == "Taught by: reward alone."
+    # from random weights the demo turns self-imitation on (app.run_config.kind_sil_coef): still reward alone
+    assert taught.line(of_run(tasks=["starter"])).startswith("Taught by: reward alone (self-imitation")
+    assert taught.line(of_run(tasks=["starter"], sil_coef=0)) == "Taught by: reward alone."
 
 
 def test_the_phase_table_separates_pi_sft_from_what_rl_added():
@@ -96,3 +98,13 @@ def test_the_report_names_what_taught_the_run_beside_each_learning_figure(monkey
     assert text.count(said) >= 4  # the head, the learning curve, the suite mean, by version
     assert taught_line({}) == ""  # a run recorded before it was: nothing said
     assert json.loads((tmp_path / "summary.json").read_text())["taught_by"]["teacher_in_rl"] is False
+
+
+def test_self_imitation_is_named_beside_reward_alone_not_as_a_teacher():
+    """Self-imitation fits episodes reward picked: the run is still taught by reward alone, and says how."""
+    t = taught_of(0, "scripted", 0.0, train(sil_coef=0.5))
+    assert t.sil_coef == 0.5 and not t.teacher_in_rl
+    assert taught.line(t) == "Taught by: reward alone (self-imitation of the policy's own best episodes x 0.5)."
+    assert rl_label(t) == "RL phase (reward)"
+    cold = taught_of(20, "scripted", 0.2, train(sil_coef=0.5))
+    assert taught.line(cold).startswith("Taught by: reward (self-imitation of the policy's own best episodes x 0.5); scripted")
