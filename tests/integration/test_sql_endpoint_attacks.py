@@ -194,9 +194,18 @@ def test_connections_are_bounded(endpoint):
     for sock in idle:
         sock.close()
     deadline = time.monotonic() + 10
-    while post(ep, "SELECT 1")[0] != 200:  # the handlers see EOF and give their places back
+    while status_or_refused(ep) != 200:  # the handlers see EOF and give their places back
         assert time.monotonic() < deadline
         time.sleep(0.2)
+
+
+def status_or_refused(ep) -> int:
+    """A query's HTTP status, 0 where the endpoint, still at its bound, closed the connection while
+    the request was being sent (a broken pipe: under load the handlers see the EOFs later)."""
+    try:
+        return post(ep, "SELECT 1")[0]
+    except urllib.error.URLError:
+        return 0
 
 
 def test_flywheel_sql_against_a_server_url_applies_the_policy_client_side(endpoint):
