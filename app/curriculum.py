@@ -12,6 +12,15 @@ second (the demo's feed tick), each task's share in proportion to how far it is 
   focus-text, solved at 0.94 by minute 21, fell to 0.28 while its tenth of a share took minutes
   to fill the window that would have shown it;
   a task with fewer than ``min_episodes`` ended episodes counts as unsolved (weight 1);
+- the weights share the STEPS, not the episodes: a task's episode weight is its weight over its
+  mean episode length (``lengths``, ``by_steps``) over the same recent episodes. Shared by
+  episodes, a games run gave mines (an episode ends at the first mine: a few clicks) about 3% of
+  the RL steps beside 2048 and snake (hundreds of steps an episode) at the same weight. A task
+  with fewer than ``min_episodes`` ended episodes counts as the mean length of those that have
+  (1 if none: the first refills share episodes as before). Tasks of near lengths keep nearly
+  their episode shares; the default suite's run from 1 (focus-text-2) to 6 (use-spinner) steps,
+  so there the short tasks get more episodes than before and use-spinner, a third of the steps
+  at a sixth of the weight in a 15-minute run, gets its weight's share of the steps;
 - a refill of n tasks shares them by weight, fairly across refills (``share``: a task's credit
   grows by its share and falls by one per episode it gets);
 - the queue is sized to the trainer: the trajectories the trainer has not yet read (its
@@ -25,7 +34,7 @@ second (the demo's feed tick), each task's share in proportion to how far it is 
   ``producers.tasks.build_tasks`` numbers them, so no seed repeats within a task, not even after a
   refill the broker refused part of (its seeds are skipped, the queue is topped up at the next).
 
-``weights`` and ``share`` are pure; ``TaskFeed`` is the thin loop's state.
+``weights``, ``lengths``, ``by_steps`` and ``share`` are pure; ``TaskFeed`` is the thin loop's state.
 """
 
 from __future__ import annotations
@@ -51,6 +60,26 @@ def weights(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: Ma
         unsolved = 1.0 if n < min_episodes else 1.0 - min(max(float(value), 0.0), 1.0)
         out[task] = max(unsolved, floor)
     return out
+
+
+def lengths(tasks: list[str], steps: Mapping[str, tuple[float, int]],
+            min_episodes: int = MIN_EPISODES) -> dict[str, float]:
+    """Each task's mean episode length in steps from its recent (mean steps, episodes), at least 1;
+    a task with fewer than ``min_episodes`` ended episodes gets the mean over the tasks that have
+    enough (1 if none), so a new task is neither flooded nor starved while its length is unknown."""
+    known = {}
+    for task in tasks:
+        mean, n = steps.get(task) or (0.0, 0)
+        if n >= min_episodes and float(mean) == float(mean):  # a NaN mean says nothing
+            known[task] = max(float(mean), 1.0)
+    fallback = sum(known.values()) / len(known) if known else 1.0
+    return {task: known.get(task, fallback) for task in tasks}
+
+
+def by_steps(w: Mapping[str, float], length: Mapping[str, float]) -> dict[str, float]:
+    """Episode weights whose STEPS follow ``w``: each task's weight over its mean episode length
+    (``lengths``; a task it lacks counts as 1 step)."""
+    return {t: v / max(length.get(t, 1.0), 1.0) for t, v in w.items()}
 
 
 def share(w: Mapping[str, float], n: int, credit: Mapping[str, float]) -> tuple[dict[str, int], dict[str, float]]:
@@ -87,15 +116,18 @@ class TaskFeed:
         self.credit: dict[str, float] = {}  # share's, carried from refill to refill
 
     def refill(self, queued: int | None, rates: Mapping[str, tuple[float, int]],
-               scores: Mapping[str, tuple[float, int]], backlog: int | None = 0) -> dict[str, int]:
+               scores: Mapping[str, tuple[float, int]], backlog: int | None = 0,
+               steps: Mapping[str, tuple[float, int]] | None = None) -> dict[str, int]:
         """Top the queue up to ``queue`` less the trainer's ``backlog`` beyond ``allowance``
-        (trajectories it has not read yet; None: unknown, taken as none); nothing when ``queued`` is
-        unknown; -> what was sent."""
+        (trajectories it has not read yet; None: unknown, taken as none), the weights sharing the
+        steps by each task's recent (mean steps, episodes) in ``steps`` (none: episodes); nothing
+        when ``queued`` is unknown; -> what was sent."""
         room = self.room(queued, backlog)
         if room <= 0:
             return {}
         open_tasks = [t for t in self.tasks if self.submitted[t] < self.max_per_task]
-        counts, self.credit = share(weights(open_tasks, rates, scores), room, self.credit)
+        w = by_steps(weights(open_tasks, rates, scores), lengths(open_tasks, steps or {}))
+        counts, self.credit = share(w, room, self.credit)
         counts = {t: min(k, self.max_per_task - self.submitted[t]) for t, k in counts.items() if k > 0}
         per_task = [build_tasks("miniwob", [t], k, self.seed + self.submitted[t], max_steps=self.max_steps,
                                 prefix=self.run) for t, k in counts.items()]

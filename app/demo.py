@@ -397,8 +397,9 @@ def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
         _, rows, _ = execute(settings, Q.last_n_scores(policy))
         snap["scores"] = {r[0]: (r[2], r[1]) for r in rows}  # games: normalised score, shown instead of success
         # the curriculum's reading: a shorter window, so a solved task's forgetting shows sooner
-        _, rows, _ = execute(settings, Q.last_n_success(policy, CURRICULUM_WINDOW))
+        _, rows, _ = execute(settings, Q.last_n_success(policy, CURRICULUM_WINDOW, steps=True))
         snap["recent_rates"] = {r[0]: (r[2], r[1]) for r in rows}
+        snap["recent_steps"] = {r[0]: (r[3], r[1]) for r in rows}  # mean episode length: shares by steps
         _, rows, _ = execute(settings, Q.last_n_scores(policy, CURRICULUM_WINDOW))
         snap["recent_scores"] = {r[0]: (r[2], r[1]) for r in rows}
         _, rows, _ = execute(settings, Q.totals(policy))
@@ -426,13 +427,14 @@ def run_lags(settings: Settings, prefix: str) -> dict[str, int]:
 
 def feed_tick(feed: TaskFeed, settings: Settings, prefix: str, snap: dict, trainer: bool = True) -> None:
     """One refill of the curriculum's queue, from the groups' lag now (the rollout group's is the
-    task queue, the trainer's its unread trajectories) and the last progress reading's rates.
+    task queue, the trainer's its unread trajectories) and the last progress reading's rates and
+    mean episode lengths.
     ``trainer``: whether a trainer still runs; after the DPO phase stopped it, its group's lag only
     grows and would stop the feed for good, so the queue alone bounds it."""
     try:
         lags = run_lags(settings, prefix)
         feed.refill(lags.get("rollout"), snap.get("recent_rates", {}), snap.get("recent_scores", {}),
-                    lags.get("trainer") if trainer else None)
+                    lags.get("trainer") if trainer else None, snap.get("recent_steps", {}))
     except Exception as exc:  # noqa: BLE001 - the next tick tops the queue up again
         log.warning("task feed: refill failed (%s); retrying at the next tick", exc)
 

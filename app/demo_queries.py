@@ -18,12 +18,14 @@ def q(value: str) -> str:
     return f"'{value}'"
 
 
-def last_n_success(policy: str, n: int = 100) -> str:
+def last_n_success(policy: str, n: int = 100, steps: bool = False) -> str:
     """Success over the last ``n`` ended episodes of each task (infrastructure aborts excluded:
-    they say nothing about the policy)."""
-    return f"""SELECT task_name, count() AS episodes, round(avg(success), 4) AS success_rate
+    they say nothing about the policy); ``steps`` adds their mean length, a fourth column
+    ``mean_steps`` (the curriculum shares the RL steps by it)."""
+    mean_steps, num_steps = (", round(avg(num_steps), 2) AS mean_steps", " num_steps,") if steps else ("", "")
+    return f"""SELECT task_name, count() AS episodes, round(avg(success), 4) AS success_rate{mean_steps}
 FROM (
-    SELECT task_name, success, ended_at FROM trajectories FINAL
+    SELECT task_name, success,{num_steps} ended_at FROM trajectories FINAL
     WHERE policy = {q(policy)} AND status = 'ended'
     ORDER BY ended_at DESC LIMIT {int(n)} BY task_name
 )

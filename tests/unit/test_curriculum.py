@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.curriculum import FLOOR, TaskFeed, share, weights
+from app.curriculum import FLOOR, WINDOW, TaskFeed, by_steps, lengths, share, weights
 
 TASKS = ["click-button", "use-spinner", "focus-text-2", "games.snake"]
 
@@ -109,3 +109,75 @@ def test_a_share_never_goes_to_a_negative_or_nan_weight_and_nothing_to_share_cha
     assert counts == {"a": 4, "b": 0, "c": 0} and credit["b"] == 0.0
     counts, credit = share({"a": 1.0, "b": 1.0}, -2, {"a": 0.5})
     assert counts == {"a": 0, "b": 0} and credit == {"a": 0.5}
+
+
+def test_the_weights_share_the_steps_not_the_episodes():
+    """Issue 56: shared by episodes, mines (a few clicks an episode) got ~3% of a games run's RL
+    steps beside 2048 and snake (hundreds). At equal weights, mean lengths 5 and 100 -> episodes
+    about 20:1, so each task gets about half the steps."""
+    feed = TaskFeed(["games.mines", "games.2048"], queue=210, seed=0, max_steps=500, run="r",
+                    send=len, max_per_task=10_000)
+    steps = {"games.mines": (5.0, 30), "games.2048": (100.0, 30)}
+    counts = feed.refill(0, {}, {}, steps=steps)
+    assert counts == {"games.mines": 200, "games.2048": 10}  # by episodes it was 105 each
+    assert 5.0 * counts["games.mines"] == 100.0 * counts["games.2048"]  # the steps, half each
+    assert by_steps({"a": 1.0, "b": FLOOR}, {"a": 5.0, "b": 100.0}) == pytest.approx({"a": 0.2, "b": FLOOR / 100})
+
+
+def test_small_refills_by_steps_keep_the_step_shares():
+    # a games run's refills are one or two episodes a second: the credit carries the 20:1
+    w = by_steps({"games.mines": 1.0, "games.2048": 1.0}, {"games.mines": 5.0, "games.2048": 100.0})
+    credit, got = {}, {t: 0 for t in w}
+    for n in [1, 2] * 70:
+        counts, credit = share(w, n, credit)
+        for t, k in counts.items():
+            got[t] += k
+    assert got == {"games.mines": 200, "games.2048": 10}
+
+
+def test_a_task_whose_length_is_unknown_counts_as_the_mean_of_the_known_ones():
+    tasks = ["games.mines", "games.2048", "games.snake"]
+    got = lengths(tasks, {"games.mines": (5.0, 30), "games.2048": (95.0, 20), "games.snake": (400.0, 3)})
+    assert got == {"games.mines": 5.0, "games.2048": 95.0, "games.snake": 50.0}  # snake: 3 episodes say too little
+    assert lengths(tasks, {"games.snake": (400.0, 3)}) == {t: 1.0 for t in tasks}  # none known: episodes as before
+    assert lengths(["a", "b"], {"a": (0.0, 30), "b": (float("nan"), 30)}) == {"a": 1.0, "b": 1.0}  # at least 1 step
+
+
+def test_near_lengths_barely_move_the_episode_shares():
+    # tasks of 2.0 and 2.2 steps an episode (two-click tasks): the shares stay within a step of
+    # those by episodes
+    feed = TaskFeed(["click-option", "click-collapsible"], queue=64, seed=0, max_steps=14, run="r",
+                    send=len, max_per_task=10_000)
+    rates = {"click-option": (0.0, 30), "click-collapsible": (0.8, 30)}  # weights 1 and 0.2
+    steps = {"click-option": (2.2, 30), "click-collapsible": (2.0, 30)}
+    assert feed.refill(0, rates, {}) == {"click-option": 53, "click-collapsible": 11}  # by episodes: 53.3, 10.7
+    feed = TaskFeed(["click-option", "click-collapsible"], queue=64, seed=0, max_steps=14, run="r",
+                    send=len, max_per_task=10_000)
+    assert feed.refill(0, rates, {}, steps=steps) == {"click-option": 52, "click-collapsible": 12}  # 52.4, 11.6
+
+
+def test_the_demo_feeds_the_curriculum_each_tasks_mean_length_from_its_window(monkeypatch):
+    """The curriculum's query over the last WINDOW episodes returns their mean steps; the progress
+    reading keeps it beside the rates, and the feed tick hands it to the refill."""
+    from app import demo
+    from app import demo_queries as Q
+    from infra.clickhouse import query as ch
+
+    sql = Q.last_n_success("p", WINDOW, steps=True)
+    assert "round(avg(num_steps), 2) AS mean_steps" in sql and f"LIMIT {WINDOW} BY task_name" in sql
+    assert "num_steps" not in Q.last_n_success("p")  # the report's table keeps its three columns
+
+    def execute(settings, sql):
+        if "mean_steps" in sql:
+            return None, [("games.mines", 30, 0.1, 4.5), ("games.2048", 30, 0.0, 200.0)], None
+        return None, [], None
+
+    monkeypatch.setattr(ch, "execute", execute)
+    monkeypatch.setattr(demo, "run_lags", lambda settings, prefix: {"rollout": 0})
+    snap = demo.snapshot(None, "p", "demo-r.")
+    assert snap["recent_steps"] == {"games.mines": (4.5, 30), "games.2048": (200.0, 30)}
+    assert snap["recent_rates"] == {"games.mines": (0.1, 30), "games.2048": (0.0, 30)}
+    feed = TaskFeed(["games.mines", "games.2048"], queue=82, seed=0, max_steps=500, run="r",
+                    send=len, max_per_task=10_000)
+    demo.feed_tick(feed, None, "demo-r.", snap)
+    assert feed.submitted == {"games.mines": 80, "games.2048": 2}  # weights 0.9 and 1 over 4.5 and 200 steps: 40:1
