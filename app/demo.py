@@ -61,9 +61,9 @@ class DemoConfig:
                                 "from (0: run the whole --minutes); a quick check that the loop closes")
     tasks: list[str] = opt(["default"], "MiniWoB++ tasks or suites to train on (producers.suites: default, quick)")
     episodes: int = opt(20000, "episodes submitted per task at most (the run stops before it uses them all)")
-    curriculum: bool = opt(True, "feed RL episodes to the tasks by their failure rate over the last 30 (app.curriculum; "
-                                 "a solved task keeps a fifth of an unsolved one's share); --no-curriculum: every task "
-                                 "the same share, all submitted up front")
+    curriculum: bool = opt(True, "share the RL steps among the tasks by their failure rate over the last 30 (app.curriculum; "
+                                 "a solved task keeps a fifth of an unsolved one's share, a long episode counts its "
+                                 "steps); --no-curriculum: every task the same share of episodes, all submitted up front")
     max_steps: int = opt(0, "step budget per episode (0: the suite's; 1 means the first click must succeed)")
     cold_start_demos: int = opt(-1, "cold start: scripted demonstrations per task cloned into pi_sft before RL (-1: 20 of "
                                     "each task with a demonstrator, PPO alone on the others, random weights if no task has one; "
@@ -564,7 +564,7 @@ class Learner:
         if cfg.curriculum:
             self.feed = task_feed(cfg, settings, self.run_id, tasks, self.plan.max_steps)
             self.feed.refill(0, {}, {})
-            self.notes.append(f"RL tasks fed by failure rate over the last {CURRICULUM_WINDOW} (app.curriculum), "
+            self.notes.append(f"RL tasks fed by failure rate over the last {CURRICULUM_WINDOW}, shared by steps (app.curriculum), "
                               f"{self.feed.queue} queued less the trajectories the trainer has not read; "
                               "--no-curriculum gives every task the same share")
         else:
