@@ -43,6 +43,7 @@ MAX_WAIT_SYNC_S = 120  # --sync: update on a full batch (a partial one only if t
 # 0.06-0.08 after RFT rounds collapsed it); neither is tuned yet
 SIL_COEF = 0.5
 SIL_ENT_FLOOR = 0.5
+TRAIN_DEFAULTS = TrainConfig()  # the trainer's own values, below every layer
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,20 @@ class Resolved:
 def options(argv: list[str] | tuple[str, ...], command: str = "train", config: type = TrainConfig) -> dict[str, Any]:
     """The fields of ``config`` that ``flywheel <command> <argv>`` sets, parsed by the command's own
     parser (abbreviations resolved; a misspelt or ambiguous option is a ConfigError)."""
-    args = no_config_file(parse_command(trainer_cli.register, command, list(argv)), command)
+    return fields_set(no_config_file(parse_command(trainer_cli.register, command, list(argv)), command), config)
+
+
+def fields_set(args: dict[str, Any], config: type) -> dict[str, Any]:
+    """The fields of ``config`` that the parsed options ``args`` set."""
     names = {f.name for f in dataclasses.fields(config)}
     return {k: v for k, v in args.items() if k in names and v is not None}
+
+
+def trainer_args(cfg) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The demo's --trainer-args, parsed once by `flywheel train`'s own parser -> the ``TrainConfig``
+    fields they set (the top layer of ``PRECEDENCE``) and the platform settings they set."""
+    args = no_config_file(parse_command(trainer_cli.register, "train", cfg.trainer_args.split()), "train")
+    return fields_set(args, TrainConfig), fields_set(args, Settings)
 
 
 def no_config_file(args: dict[str, Any], command: str) -> dict[str, Any]:
@@ -85,41 +97,46 @@ def no_config_file(args: dict[str, Any], command: str) -> dict[str, Any]:
 
 def settings_options(argv: list[str] | tuple[str, ...], command: str = "train") -> dict[str, Any]:
     """The platform settings ``flywheel <command> <argv>`` sets."""
-    args = parse_command(trainer_cli.register, command, list(argv))
-    names = {f.name for f in dataclasses.fields(Settings)}
-    return {k: v for k, v in args.items() if k in names and v is not None}
+    return fields_set(parse_command(trainer_cli.register, command, list(argv)), Settings)
 
 
 def kind_layer(cfg) -> dict[str, Any]:
     """The policy kind's automatic PPO settings for the run (``PolicyKind.demo_ppo`` after a cold
     start or from random weights, and its ``demo_ppo_args``), where the demo's option is on auto.
-    No RFT rounds where DAgger's rounds run (``kind_rft_every``)."""
+    No RFT rounds where DAgger's rounds run (``kind_rft_every``). Its self-imitation depends on the
+    layers above it: ``kind_sil``, from what they pass."""
     kind, auto = policy_kind(cfg.policy_kind), cfg.kind_ppo()
     out: dict[str, Any] = options(kind.demo_ppo_args)
     if auto.lr:
         out["lr"] = auto.lr
     out["target_kl"] = auto.target_kl
     out["rft_every"] = kind_rft_every(cfg)
-    sil_coef = kind_sil_coef(cfg)
-    if sil_coef:  # the entropy band comes with self-imitation
-        out.update(sil_coef=sil_coef, ent_floor=SIL_ENT_FLOOR)
     return out
 
 
-def kind_sil_coef(cfg) -> float:
+def kind_sil(cfg, passed: dict[str, Any]) -> dict[str, Any]:
+    """The kind's self-imitation, with the entropy band that comes with it, where the demo's
+    --sil-coef is on auto (``kind_sil_coef``); nothing where it is off."""
+    sil_coef = kind_sil_coef(cfg, passed)
+    return {"sil_coef": sil_coef, "ent_floor": SIL_ENT_FLOOR} if sil_coef else {}
+
+
+def kind_sil_coef(cfg, passed: dict[str, Any]) -> float:
     """Self-imitation's weight when the demo's --sil-coef is on auto: ``SIL_COEF`` where the run
-    has no RFT rounds (the user's --rft-every, else ``kind_rft_every``) and no teacher during RL
-    (expert labels, DAgger rounds), for a kind the trainer fine-tunes on its own successes (the
-    pixel policy) in one process: from random weights, and on the games after their cold start.
-    Elsewhere 0: RFT rounds already learn from the same successes (the default suite's recipe),
-    a teacher's labels pull elsewhere, and the replay lives in one process. What --trainer-args
-    set wins (their --sil-coef 0 takes the band too)."""
-    given = options(cfg.trainer_args.split())  # the parser's strings
-    rft = int(given.get("rft_every", cfg.rft_every if cfg.rft_every >= 0 else kind_rft_every(cfg)))
-    teacher = float(given.get("expert_coef", cfg.expert_coef)) > 0 or int(given.get("dagger_every", cfg.dagger_every)) > 0
-    one_process = int(given.get("nproc_per_node", 1)) <= 1
-    wanted = float(given.get("sil_coef", SIL_COEF)) > 0
-    return SIL_COEF if policy_kind(cfg.policy_kind).rft and not rft and not teacher and one_process and wanted else 0.0
+    has no RFT rounds and no teacher during RL (expert labels, DAgger rounds), for a kind the
+    trainer fine-tunes on its own successes (the pixel policy) in one process: from random weights,
+    and on the games after their cold start. Elsewhere 0: RFT rounds already learn from the same
+    successes (the default suite's recipe), a teacher's labels pull elsewhere, and the replay lives
+    in one process. ``passed``: what the other layers pass the trainer (``passed``), --trainer-args
+    last: their --sil-coef 0 takes the band too."""
+    def value(name: str, kind: type) -> Any:  # a parsed layer's values are the parser's strings
+        return kind(passed.get(name, getattr(TRAIN_DEFAULTS, name)))
+
+    teacher = value("expert_coef", float) > 0 or value("dagger_every", int) > 0
+    one_process = value("nproc_per_node", int) <= 1
+    wanted = float(passed.get("sil_coef", SIL_COEF)) > 0
+    return SIL_COEF if policy_kind(cfg.policy_kind).rft and not value("rft_every", int) and not teacher \
+        and one_process and wanted else 0.0
 
 
 def kind_rft_every(cfg) -> int:
@@ -169,11 +186,17 @@ def run_layer(cfg, prefix: str, policy: str, plan: RunPlan, policy_config: dict)
     return out
 
 
-def layers(cfg, prefix: str, policy: str, plan: RunPlan, policy_config: dict) -> list[tuple[str, dict[str, Any]]]:
-    """The layers above the defaults and the environment, in ``PRECEDENCE`` order."""
-    return [("kind", kind_layer(cfg)), ("suite", suite_layer(cfg, plan)),
-            ("run", run_layer(cfg, prefix, policy, plan, policy_config)),
-            ("trainer_args", options(cfg.trainer_args.split()))]
+def passed(cfg, given: dict[str, Any], prefix: str, policy: str, plan: RunPlan,
+           policy_config: dict) -> tuple[dict[str, Any], dict[str, str]]:
+    """The options the run passes the trainer: the layers above the defaults and the environment,
+    in ``PRECEDENCE`` order, merged (``given``: the fields --trainer-args set, ``trainer_args``) ->
+    the values and, per field, the layer that set it. The kind's automatic self-imitation is
+    decided from what the other layers pass (``kind_sil``), then takes its place in the kind's."""
+    above = [("suite", suite_layer(cfg, plan)), ("run", run_layer(cfg, prefix, policy, plan, policy_config)),
+             ("trainer_args", given)]
+    kind = kind_layer(cfg)
+    values, _ = merge([("kind", kind), *above])
+    return merge([("kind", {**kind, **kind_sil(cfg, values)}), *above])
 
 
 def merge(stack: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -192,17 +215,16 @@ def resolve_trainer(cfg, prefix: str, policy: str, plan: RunPlan, policy_config:
     whose FLYWHEEL_* variables sit just above the defaults); UserError naming the layers when it
     would not run."""
     try:
-        values, origins = merge(layers(cfg, prefix, policy, plan, policy_config))
-        user_settings = settings_options(cfg.trainer_args.split())
+        given, user_settings = trainer_args(cfg)
+        values, origins = passed(cfg, given, prefix, policy, plan, policy_config)
         load_settings(user_settings, env=env)
         train = resolve(TrainConfig, values, env).validate()
     except (ConfigError, UserError) as exc:
         raise UserError(f"flywheel train would refuse its options in this run (the kind's, the suite's, the demo's, "
                         f"then --trainer-args {cfg.trainer_args!r}; FLYWHEEL_* variables count too): {exc}") from None
-    defaults = TrainConfig()
     for f in dataclasses.fields(TrainConfig):
         if f.name not in origins:
-            origins[f.name] = "defaults" if getattr(train, f.name) == getattr(defaults, f.name) else "environment"
+            origins[f.name] = "defaults" if getattr(train, f.name) == getattr(TRAIN_DEFAULTS, f.name) else "environment"
     return Resolved(train, origins, tuple(config_argv_of(user_settings, Settings)))
 
 

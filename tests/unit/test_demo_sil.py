@@ -28,6 +28,15 @@ def test_auto_self_imitation_is_on_from_random_weights_and_on_the_teacher_free_g
         assert got.origins["sil_coef"] == "kind"
 
 
+def test_auto_self_imitation_is_on_on_the_default_suite_without_its_rft_rounds():
+    """PPO's own share (the default suite's recipe less its RFT rounds): no rounds, no teacher."""
+    for demo in ({"rft_every": 0}, {"trainer_args": "--rft-every 0"}):
+        got = trainer_of(**demo)
+        assert got.train.rft_every == 0 and got.train.lr == 3e-4  # after the cold start: its learning rate
+        assert (got.train.sil_coef, got.train.ent_floor) == (run_config.SIL_COEF, run_config.SIL_ENT_FLOOR)
+        assert got.origins["sil_coef"] == "kind"
+
+
 def test_auto_self_imitation_is_off_where_rft_rounds_or_a_teacher_run():
     default = trainer_of()  # the default suite after its cold start: RFT rounds every 4 updates
     assert default.train.rft_every > 0 and (default.train.sil_coef, default.train.ent_floor) == (0.0, 0.0)
@@ -59,3 +68,13 @@ def test_auto_self_imitation_reads_what_the_trainer_args_set(trainer_args):
     as the demo's own options do."""
     got = trainer_of(tasks=["starter"], cold_start_demos=0, trainer_args=trainer_args).train
     assert (got.sil_coef, got.ent_floor) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("passed, on", [
+    ({}, True), ({"rft_every": 0, "sil_coef": "1"}, True),  # a parsed layer's values are strings
+    ({"rft_every": "4"}, False), ({"expert_coef": 0.5}, False), ({"dagger_every": "2"}, False),
+    ({"nproc_per_node": "2"}, False), ({"sil_coef": "0"}, False),
+])
+def test_auto_self_imitation_is_decided_from_what_the_run_passes_the_trainer(passed, on):
+    assert run_config.kind_sil_coef(DemoConfig(), passed) == (run_config.SIL_COEF if on else 0.0)
+    assert run_config.kind_sil_coef(DemoConfig(policy_kind="lm"), passed) == 0.0  # no fine-tuning on its own successes
