@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from types import SimpleNamespace
 
 import pytest
 from pydantic import ValidationError
 
-from infra.runtime import versions
 from infra.runtime.checkpoint import TrainedIds, load_checkpoint, save_checkpoint
 from infra.runtime.consume_loop import CheckpointFile
-from infra.runtime.settings import load_settings
 from schemas.actions import Click
-from schemas.blobs import BlobStore
 from schemas.codec import encode
 from streams.assemble import add_event
 from streams.score import make_scorer
 from tests.fakes.steps import episode_events
+from tests.unit.ppo_learner import POLICY_CONFIG, click_batch, tiny_learner
 from tests.unit.ppo_samples import tiny_policy_and_samples
 from trainer.core.learner import LearnerState, write_weights
 from trainer.rl import intake, streaming_ppo as stream
@@ -32,7 +29,8 @@ from trainer.rl.kl_reference import anchor_version
 from trainer.rl.state import PPOState
 from trainer.rl.update import make_optimizer
 
-POLICY_CONFIG = {"grid": 4, "channels": [4, 8, 8]}  # tiny_policy_and_samples' policy
+
+LABELS = [Click(x=0.9, y=0.9)]  # each step's expert label (the DAgger rounds' data)
 
 # A checkpoint as the learner wrote it before its state was typed (after a critic-only update and a
 # PPO update with DAgger rounds on; the policy's config and the pending announcement trimmed), with
@@ -78,36 +76,18 @@ def test_the_oldest_checkpoints_fields_default_and_a_typo_is_refused():
         LearnerState.model_validate({"version": 1, "config": {}, "weights_file": "w.pt", "extra": {"kind": "lm"}})
 
 
-def _learner(tmp_path, monkeypatch, ckpt, **cfg):
-    monkeypatch.setattr(stream, "make_producer", lambda settings: None)  # nothing is sent here
-    monkeypatch.setattr(versions, "latest", lambda settings, name, timeout_s=15.0: None)  # nothing published
-    settings = load_settings({"data_dir": str(tmp_path)})
-    config = TrainConfig(policy_name="p", policy_config=json.dumps(POLICY_CONFIG), min_batch=4, epochs=1,
-                         minibatch_size=4, **cfg).validate()
-    store = BlobStore(settings.blob_root)
-    policy, optimizer = stream.start_policy(config, settings, store, ckpt)
-    return stream.PPOLearner(config, settings, store, ckpt, policy, optimizer, threading.Event(), None, "run")
-
-
-def _batch(name: str) -> list:
-    _, samples = tiny_policy_and_samples([1.0, 0.0, 1.0, 0.0])
-    for k, s in enumerate(samples):
-        s.episode_id, s.task, s.success, s.experts = f"{name}-{k}", "click-test", k % 2 == 0, [Click(x=0.9, y=0.9)]
-    return samples
-
-
 def test_a_resumed_untyped_checkpoint_goes_on_where_it_stopped(tmp_path, monkeypatch):
     folder = tmp_path / "ckpt"
     policy, _ = tiny_policy_and_samples([1.0])
     write_weights(folder, 2, policy, make_optimizer(policy, 1e-4))
     (folder / "checkpoint.json").write_text(json.dumps({**UNTYPED, "offsets": {}, "trained": {"recent": {}, "total": 8}}))
     ckpt = CheckpointFile(folder / "checkpoint.json", PPOState)
-    learner = _learner(tmp_path, monkeypatch, ckpt, value_pretrain_max_batches=2, dagger_every=2)
+    learner = tiny_learner(tmp_path, monkeypatch, ckpt, value_pretrain_max_batches=2, dagger_every=2)
     assert learner.policy.version == 1 and learner.policy.kind == "pixel"
-    learner.intake.pool = _batch("a")
+    learner.intake.pool = click_batch("a", LABELS)
     learner.flush(None)  # the second critic-only batch: the phase had one
     assert learner.state.version == 1 and len(learner.state.vp_losses) == 2 and learner.state.dagger_updates == 1
-    learner.intake.pool = _batch("b")
+    learner.intake.pool = click_batch("b", LABELS)
     learner.flush(None)  # a PPO update, the 2nd with rounds on: a DAgger round
     state = learner.state
     assert state.version == 2 and state.updates == 4 and state.dagger_updates == 2 and state.announce["version"] == 2
@@ -119,14 +99,14 @@ def test_a_resumed_untyped_checkpoint_goes_on_where_it_stopped(tmp_path, monkeyp
 
 def test_a_fresh_learner_checkpoints_value_pretraining_then_a_version(tmp_path, monkeypatch):
     ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", PPOState)
-    learner = _learner(tmp_path, monkeypatch, ckpt, value_pretrain_max_batches=1)
+    learner = tiny_learner(tmp_path, monkeypatch, ckpt, value_pretrain_max_batches=1)
     assert learner.state.kind == "pixel" and learner.state.start_version == 0 and learner.state.announce["version"] == 0
     learner.flush(None)  # an empty pool: nothing trained, the stale total reads 0
     assert learner.state.updates == 0 and learner.counts == {"stale_dropped": 0}
-    learner.intake.pool = _batch("a")
+    learner.intake.pool = click_batch("a", LABELS)
     learner.flush(None)
     assert learner.state.version == 0 and len(learner.state.vp_losses) == 1 and learner.state.vp_started is not None
-    learner.intake.pool = _batch("b")
+    learner.intake.pool = click_batch("b", LABELS)
     learner.flush(None)
     assert learner.state.version == 1 and len(learner.state.vp_losses) == 1 and learner.state.updates == 2
     assert learner.ckpt.checkpoint.trained.total == 8 and "stream/trained_total" in learner.metrics

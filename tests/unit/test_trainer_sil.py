@@ -7,25 +7,21 @@ from the policy's own successes on the sft topic (not from the checkpoint)."""
 from __future__ import annotations
 
 import copy
-import json
-import threading
 
 import pytest
 import torch
 
-from infra.runtime import versions
 from infra.runtime.checkpoint import load_checkpoint
 from infra.runtime.config import ConfigError
 from infra.runtime.consume_loop import CheckpointFile
-from infra.runtime.settings import load_settings
 from schemas.actions import Click
-from schemas.blobs import BlobStore
 from streams.assemble import add_event
 from streams.score import make_scorer
 from tests.fakes.steps import episode_events
+from tests.unit.ppo_learner import click_batch, tiny_learner
 from tests.unit.ppo_samples import tiny_policy_and_samples
 from trainer.core import metric_names as M
-from trainer.rl import intake, sil_replay, streaming_ppo as stream
+from trainer.rl import intake, sil_replay
 from trainer.sft import bc
 from trainer.rl.config import TrainConfig
 from trainer.rl.self_imitation import ENT_RAISE, SILSample, adapt_ent_coef, returns_to_go, sil_loss
@@ -33,7 +29,6 @@ from trainer.rl.sil_replay import SuccessReplay
 from trainer.rl.state import PPOState
 from trainer.rl.update import EpisodeSample, collate, ppo_update
 
-POLICY_CONFIG = {"grid": 4, "channels": [4, 8, 8]}  # tiny_policy_and_samples' policy
 REPLAYED = Click(x=0.9, y=0.9)  # a corner cell of the 4 x 4 grid: no sample's own action there
 
 
@@ -160,39 +155,20 @@ def test_bad_self_imitation_settings_are_refused(changes):
         TrainConfig(**changes).validate()
 
 
-def _learner(tmp_path, monkeypatch, ckpt, sft=(), **cfg):
-    monkeypatch.setattr(stream, "make_producer", lambda settings: None)  # nothing is sent here
-    monkeypatch.setattr(bc, "read_sft", lambda settings, stage, timeout_s: list(sft))  # the sft topic's snapshot
-    monkeypatch.setattr(versions, "latest", lambda settings, name, timeout_s=15.0: None)  # nothing published
-    settings = load_settings({"data_dir": str(tmp_path)})
-    config = TrainConfig(policy_name="p", policy_config=json.dumps(POLICY_CONFIG), min_batch=4, epochs=1,
-                         minibatch_size=4, **cfg).validate()
-    store = BlobStore(settings.blob_root)
-    policy, optimizer = stream.start_policy(config, settings, store, ckpt)
-    return stream.PPOLearner(config, settings, store, ckpt, policy, optimizer, threading.Event(), None, "run")
-
-
-def _batch(name: str) -> list:
-    _, samples = tiny_policy_and_samples([1.0, 0.0, 1.0, 0.0])
-    for k, s in enumerate(samples):
-        s.episode_id, s.task, s.success = f"{name}-{k}", "click-test", k % 2 == 0
-    return samples
-
-
 def test_the_learner_replays_successes_and_a_restart_keeps_the_coefficient_not_the_replay_itself(tmp_path, monkeypatch):
     ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", PPOState)
     settings = dict(sil_coef=0.5, sil_batch=6, ent_coef=0.002, ent_floor=50.0)  # a floor above any entropy
-    learner = _learner(tmp_path, monkeypatch, ckpt, **settings)
-    learner.intake.pool = _batch("a")
+    learner = tiny_learner(tmp_path, monkeypatch, ckpt, **settings)
+    learner.intake.pool = click_batch("a")
     learner.flush(None)
     assert learner.self_imitation.replay.episodes() == 2  # the batch's two successes, replayed at once
     assert learner.metrics[M.SIL_STEPS] == 6 and learner.metrics[M.ENT_COEF] == 0.002
     assert learner.state.ent_coef == pytest.approx(0.002 * ENT_RAISE)
     ckpt.save()
     assert load_checkpoint(ckpt.path, PPOState).state.ent_coef == pytest.approx(0.002 * ENT_RAISE)
-    again = _learner(tmp_path, monkeypatch, CheckpointFile(ckpt.path, PPOState), **settings)
+    again = tiny_learner(tmp_path, monkeypatch, CheckpointFile(ckpt.path, PPOState), **settings)
     assert again.state.ent_coef == pytest.approx(0.002 * ENT_RAISE) and again.self_imitation.replay.episodes() == 0
-    again.intake.pool = _batch("b")
+    again.intake.pool = click_batch("b")
     again.flush(None)
     assert again.metrics[M.ENT_COEF] == pytest.approx(0.002 * ENT_RAISE)  # the update used the kept coefficient
     assert again.state.ent_coef == pytest.approx(0.002 * ENT_RAISE ** 2)
@@ -200,8 +176,8 @@ def test_the_learner_replays_successes_and_a_restart_keeps_the_coefficient_not_t
 
 def test_an_old_checkpoint_has_no_adapted_coefficient_and_a_learner_without_the_band_keeps_none(tmp_path, monkeypatch):
     assert PPOState.model_validate({"version": 3, "config": {}, "weights_file": "w.pt", "extra": {}}).ent_coef is None
-    learner = _learner(tmp_path, monkeypatch, CheckpointFile(tmp_path / "c" / "checkpoint.json", PPOState))
-    learner.intake.pool = _batch("a")
+    learner = tiny_learner(tmp_path, monkeypatch, CheckpointFile(tmp_path / "c" / "checkpoint.json", PPOState))
+    learner.intake.pool = click_batch("a")
     learner.flush(None)
     assert learner.self_imitation.replay is None and M.SIL_STEPS not in learner.metrics
     assert learner.state.ent_coef is None and learner.metrics[M.ENT_COEF] == TrainConfig().ent_coef
@@ -222,18 +198,18 @@ def test_the_replay_is_seeded_with_the_policys_own_successes_on_the_sft_topic(tm
         task=scored.trajectory.task.name, success=scored.trajectory.success))
     sft = [_on_sft("mine", "p"), _on_sft("taught", "scripted-p"), _on_sft("other", "q")]
     assert all(s.verdict == 1 for s in sft)
-    learner = _learner(tmp_path, monkeypatch, CheckpointFile(tmp_path / "c" / "checkpoint.json", PPOState), sft,
+    learner = tiny_learner(tmp_path, monkeypatch, CheckpointFile(tmp_path / "c" / "checkpoint.json", PPOState), sft,
                        sil_coef=0.5)
-    learner.intake.pool = [s for s in _batch("a") if not s.success]  # nothing of its own to add
+    learner.intake.pool = [s for s in click_batch("a") if not s.success]  # nothing of its own to add
     learner.flush(None)
     assert [k.key for kept in learner.self_imitation.replay.tasks.values() for k in kept] == [0]  # "mine" alone
     assert learner.metrics[M.SIL_REPLAY_EPISODES] == 1 and learner.self_imitation.seed is None
 
 
 def test_a_seed_that_fails_leaves_the_replay_to_the_batches(tmp_path, monkeypatch):
-    learner = _learner(tmp_path, monkeypatch, CheckpointFile(tmp_path / "c" / "checkpoint.json", PPOState), sil_coef=0.5)
+    learner = tiny_learner(tmp_path, monkeypatch, CheckpointFile(tmp_path / "c" / "checkpoint.json", PPOState), sil_coef=0.5)
     monkeypatch.setattr(bc, "read_sft", lambda settings, stage, timeout_s: 1 / 0)
-    learner.intake.pool = _batch("a")
+    learner.intake.pool = click_batch("a")
     learner.flush(None)
     assert learner.self_imitation.replay.episodes() == 2 and learner.state.version == 1
 
@@ -273,11 +249,11 @@ def test_a_restart_with_the_band_off_trains_with_the_configured_coefficient(tmp_
     """The adapted coefficient is the band's: a checkpoint that holds one, resumed with the band
     off (--ent-floor 0, or --sil-coef 0 from the demo), trains with the configured ent_coef."""
     ckpt = CheckpointFile(tmp_path / "ckpt" / "checkpoint.json", PPOState)
-    learner = _learner(tmp_path, monkeypatch, ckpt, sil_coef=0.5, ent_coef=0.002, ent_floor=50.0)
-    learner.intake.pool = _batch("a")
+    learner = tiny_learner(tmp_path, monkeypatch, ckpt, sil_coef=0.5, ent_coef=0.002, ent_floor=50.0)
+    learner.intake.pool = click_batch("a")
     learner.flush(None)
     ckpt.save()
-    off = _learner(tmp_path, monkeypatch, CheckpointFile(ckpt.path, PPOState), ent_coef=0.002)
-    off.intake.pool = _batch("b")
+    off = tiny_learner(tmp_path, monkeypatch, CheckpointFile(ckpt.path, PPOState), ent_coef=0.002)
+    off.intake.pool = click_batch("b")
     off.flush(None)
     assert off.metrics[M.ENT_COEF] == 0.002
