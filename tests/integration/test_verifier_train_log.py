@@ -65,7 +65,7 @@ def _train_and_check(tmp_path):
     finally:
         client.close()
     out = tmp_path / "verifier.pt"
-    report = train(settings, VerifierTrainConfig(holdout="held-task", out=str(out), side=16, epochs=3, batch_size=8,
+    report = train(settings, VerifierTrainConfig(holdout=["held-task"], out=str(out), side=16, epochs=3, batch_size=8,
                                                  calibration_fraction=0.25))
     assert report["train_tasks"] == ["click-button", "click-test"] and report["holdout"] == ["held-task"]
     held = report["tasks"]["held-task"]

@@ -15,11 +15,12 @@ import pytest
 import torch
 from PIL import Image
 
+from infra.runtime.config import resolve
 from schemas.blobs import BlobStore
 from streams.assemble import add_event
 from streams.judge import judge_request
 from tests.fakes.steps import episode_events
-from trainer.verifier.config import VerifierTrainConfig
+from trainer.verifier.config import VerifierEvalConfig, VerifierTrainConfig
 from trainer.verifier.dataset import (Example, calibration_split, example_from_request, examples_from_rows,
                                       split_by_task)
 from trainer.verifier.features import action_counts, featurize, pointer_plane, stack, typed_text
@@ -99,6 +100,12 @@ def test_split_by_task_holds_out_whole_tasks_and_calibration_keeps_a_share():
     assert {e.task for e in train} == {"a"} and {e.task for e in held} == {"b", "c"}
     fit_set, cal = calibration_split([ex("a", 1, i) for i in range(10)], 0.2, seed=0)
     assert len(cal) == 2 and len(fit_set) == 8 and not set(cal) & set(fit_set)
+
+
+def test_the_held_out_tasks_are_a_comma_separated_list_as_the_other_commands_lists():
+    assert resolve(VerifierTrainConfig, {"holdout": " click-test, click-button,"}).holdout == ["click-test", "click-button"]
+    assert resolve(VerifierEvalConfig, {}, {"FLYWHEEL_HOLDOUT": "click-test"}).holdout == ["click-test"]
+    assert resolve(VerifierEvalConfig, {}).holdout == []  # none: the model's own
 
 
 def test_balance_caps_each_task_and_verdict():

@@ -9,7 +9,7 @@ from infra.runtime.config import opt
 
 @dataclass
 class VerifierTrainConfig:
-    holdout: str = opt("", "comma-separated task names held out of training and evaluated after it (required)")
+    holdout: list[str] = opt([], "task names held out of training and evaluated after it, comma separated (required)")
     out: str = opt("verifier.pt", "where the model goes; its held-out evaluation beside it, <out>.eval.json")
     per_task_label_cap: int = opt(300, "at most this many episodes per task and verdict (balanced: a task's success rate is no cue)")
     side: int = opt(64, "screens are resized to side x side pixels")
@@ -25,11 +25,7 @@ class VerifierTrainConfig:
 @dataclass
 class VerifierEvalConfig:
     model: str = opt("verifier.pt", "a model `flywheel verifier train` wrote")
-    holdout: str = opt("", "tasks to evaluate on; empty: the ones the model was held out of")
-
-
-def task_list(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
+    holdout: list[str] = opt([], "tasks to evaluate on, comma separated; none: the ones the model was held out of")
 
 
 @dataclass

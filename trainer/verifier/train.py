@@ -23,7 +23,7 @@ from infra.clickhouse.client import query_client
 from infra.runtime.errors import UserError
 from infra.runtime.settings import Settings
 from schemas.blobs import BlobNotFound, BlobStore
-from trainer.verifier.config import VerifierEvalConfig, VerifierTrainConfig, task_list
+from trainer.verifier.config import VerifierEvalConfig, VerifierTrainConfig
 from trainer.verifier.dataset import EPISODES_SQL, Example, calibration_split, examples_from_rows, split_by_task
 from trainer.verifier.features import Batch, featurize, stack
 from trainer.verifier.metrics import per_task, render_table, threshold_for_recall
@@ -128,7 +128,7 @@ def evaluate(model: VerifierNet, blob: dict, examples: Sequence[Example], store:
 def train(settings: Settings, cfg: VerifierTrainConfig) -> dict:
     """`flywheel verifier train`: read the log, fit on the training tasks, choose the threshold on
     their calibration episodes, save, and evaluate on the held-out tasks."""
-    holdout = task_list(cfg.holdout)
+    holdout = cfg.holdout
     if not holdout:
         raise UserError("--holdout names the tasks to hold out of training (comma-separated)")
     examples = balance(load_examples(settings), cfg.per_task_label_cap, cfg.seed)
@@ -162,7 +162,7 @@ def json_safe(value):
 def evaluate_command(settings: Settings, cfg: VerifierEvalConfig) -> dict:
     """`flywheel verifier eval`: the confusion table per held-out task of a trained model."""
     model, blob = load(cfg.model)
-    holdout = task_list(cfg.holdout) or blob["holdout"]
+    holdout = cfg.holdout or blob["holdout"]
     _, held = split_by_task(load_examples(settings), holdout)
     if not held:
         raise UserError(f"no episode of {', '.join(holdout)} in the log")
