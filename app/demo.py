@@ -14,6 +14,12 @@ skips value pretraining); whatever ends the run, it stops the processes it start
 --sync alternates rollout and training without overlap: the rollout workers collect one batch
 under the current version and then wait for the next one, and the trainer updates only on a
 full batch; the same report then tells the wall-clock to the target in that mode.
+
+This module runs a run from its start to its report, and the learner's loop (progress readings,
+the curriculum's task feed); its parts are apart: app.demo_config (the options and what a run
+makes of them before anything starts), app.demo_children (the processes and what each is started
+with), app.demo_platform (the broker and the topics), app.demo_report (the header, config.json,
+the outcome and the report). Their public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -21,368 +27,39 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import secrets
 import signal
 import time
-import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from app import demo_queries as Q
-from app import measures, phase_list, phases, run_config, start_from, taught
+from app import demo_report, phase_list, phases, run_config, start_from, taught
+from app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
+# the names below are this entry's too: callers and tests import them from app.demo
+from app.demo_children import (TRAINER_FILE, check_child_options, check_labels, child_env, plan_children,
+                               trainer_config, ui_child)
+from app.demo_config import (RUN_ID, VALUE_PRETRAIN_BATCHES, DemoConfig, effective, expert_labels, ppo_lr,
+                             rft_every, run_names, target_kl)
+from app.demo_platform import broker_to_start, ensure_platform, leave_platform, stop_children
+from app.demo_report import OUTCOME, exit_code, resolved, rl_outcome
 from infra.kafka.broker import free_port_block
-from infra.runtime.config import ConfigError, describe, json_object, opt, to_env
+from infra.runtime import versions
+from infra.runtime.admin import consumer_lag
+from infra.runtime.config import describe
 from infra.runtime.cpu_share import CpuShare
 from infra.runtime.errors import UserError
-from infra.runtime.policy import DemoPPO, policy_kind
-from infra.runtime.procs import Child, flywheel_argv, say as _say, stop_signals, wait_until
+from infra.runtime.procs import Child, say as _say, stop_signals, wait_until
 from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
-from producers.policy_client import noise_error
-from producers.suites import RunPlan, plan as suite_plan, setting as suite_setting
-from app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
-import app.ui.cli as ui_cli
-from app.commands import local_cluster, running_cluster
-from infra.runtime.admin import consumer_lag, ensure_topics
-from infra.kafka.jars import fetch_jars
-from infra.runtime import versions
+from producers.suites import RunPlan, plan as suite_plan
 
 log = logging.getLogger("flywheel.demo")
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # a Kafka topic prefix and a folder name
-
-
-@dataclass
-class DemoConfig:
-    minutes: float = opt(15.0, "stop after this many minutes of wall-clock")
-    until_target: bool = opt(False, "stop early once every task's last-100 success reached its target")
-    until_version: int = opt(0, "stop early once PPO published this many versions past the one the trainer started "
-                                "from (0: run the whole --minutes); a quick check that the loop closes")
-    tasks: list[str] = opt(["default"], "MiniWoB++ tasks or suites to train on (producers.suites: default, quick)")
-    episodes: int = opt(20000, "episodes submitted per task at most (the run stops before it uses them all)")
-    curriculum: bool = opt(True, "share the RL steps among the tasks by their failure rate over the last 30 (app.curriculum; "
-                                 "a solved task keeps a fifth of an unsolved one's share, a long episode counts its "
-                                 "steps); --no-curriculum: every task the same share of episodes, all submitted up front")
-    max_steps: int = opt(0, "step budget per episode (0: the suite's; 1 means the first click must succeed)")
-    cold_start_demos: int = opt(-1, "cold start: scripted demonstrations per task cloned into pi_sft before RL (-1: 20 of "
-                                    "each task with a demonstrator, PPO alone on the others, random weights if no task has one; "
-                                    "0: start from random weights; N > 0: N of every task, refused if a task has no demonstrator)")
-    start_from: str = opt("", "RUN or RUN@VERSION: RL starts from that published version of another run of this data dir "
-                              "(its newest without @) instead of a cold start, copied unchanged as this run's first "
-                              "version (app.start_from), with the settings of a run after a cold start (PPO's learning "
-                              "rate, value pretraining, RFT rounds on the policy's own successes); excludes "
-                              "--cold-start-demos > 0")
-    demos_from: str = opt("scripted", "cold start demonstrations by: scripted (the solvers play the annotators) or human "
-                                      "(the human:<name> ones recorded beforehand in `flywheel ui`'s Annotate view on this "
-                                      "platform's topics; only their tasks get a cold start)", choices=("scripted", "human"))
-    demo_noise: float = opt(-1.0, "cold start: the chance each step of a game's demonstration is a mistake drawn from "
-                                  "the game's plausible ones instead of the heuristic's move (DART: the clone also sees "
-                                  "the heuristic recover; those steps are not imitated); -1: the suite's (0.2 on the "
-                                  "games), 0: off")
-    ppo_lr: float = opt(0.0, "PPO learning rate (0: 3e-4 after a cold start, the trainer's default from random weights; 3e-3 undid pi_sft's typing within minutes)")
-    target_kl: float = opt(-1.0, "PPO stops an update's epochs once it moved the policy this far (KL; `flywheel train "
-                                 "--target-kl`): -1: the policy kind's, 0.02 for the pixel policy from random weights, off "
-                                 "after a cold start and for the language policy; 0: off")
-    value_pretrain_batches: int = opt(-1, "value pretraining: critic-only batches at most on the starting policy's rollouts "
-                                          "before PPO (-1: 20 after a cold start, off from random weights, whose rollouts "
-                                          "give the critic nothing to learn that PPO keeps; 0: off), and in "
-                                          "any case for a fifth of --minutes at most")
-    rft_every: int = opt(-1, "rejection-sampling fine-tuning: after every this many PPO updates the trainer fine-tunes "
-                             "the policy on its own successful episodes and the demonstrations, so after a cold start "
-                             "the demonstrations teach during RL too (0: off; -1: 4 for the pixel policy after a cold "
-                             "start, +0.03 and +0.06 over 2 seeds in 15 minutes; off on the games, whose RL is "
-                             "teacher-free by default, where DAgger's rounds run, and otherwise)")
-    sil_coef: float = opt(-1.0, "self-imitation: the trainer keeps the policy's own best episodes (per task the newest "
-                                "successes, then the highest returns) and imitates their steps where the return beat "
-                                "the critic's value, with this weight beside PPO's loss, and raises the entropy bonus "
-                                "while the policy's entropy is below 0.5 (`flywheel train --sil-coef`, trainer.rl.self_imitation; 0: off; -1: 0.5 "
-                                "where the run has no RFT rounds and no teacher during RL, i.e. from random weights "
-                                "and on the games after their cold start; off on the default suite, whose RFT rounds "
-                                "learn from the same successes)")
-    expert_coef: float = opt(-1.0, "a teacher during RL, off by default: the rollout workers record on each step of a task "
-                                   "with a scripted solver what it would have done there (--expert-labels) and the trainer "
-                                   "imitates those labels with this weight beside PPO's loss (DAgger's expert term; the "
-                                   "policy still acts alone; 0: off; -1: the suite's, 0 on every suite, the games' RL "
-                                   "teacher-free; e.g. 1 with --dagger-every 2, the games' earlier recipe)")
-    dagger_every: int = opt(-1, "a teacher during RL, off by default: DAgger rounds; the rollout workers record the solver's "
-                                "labels as with --expert-coef and, after every this many PPO updates, the trainer fits "
-                                "the policy to the labels of the states it visited (at most 8192, shared among the tasks; "
-                                "`flywheel train --dagger-every`, trainer.sft.dagger; 0: off; -1: the suite's, 0 on "
-                                "every suite)")
-    seed: int = opt(0, "seed of the initial weights, the cloning and the task layouts")
-    sandboxes: int = opt(0, "browser sandboxes per rollout worker (0: the machine's share of each worker, producers.capacity)")
-    workers: int = opt(1, "rollout worker processes")
-    sync: bool = opt(False, "alternate rollout and training without overlap (for the async/sync comparison)")
-    batch_episodes: int = opt(32, "complete trajectories per PPO update")
-    policy_kind: str = opt("pixel", "policy model the trainer learns (a registered kind: pixel, lm)")
-    dpo_minutes: float = opt(-1.0, "last minutes of the run given to DPO of pi_sft on reflection pairs annotated meanwhile "
-                                   "(0: no DPO phase; -1: a quarter of --minutes for the language policy, 0 for the pixel policy)")
-    dpo_args: str = opt("", "extra arguments for `flywheel dpo`, space separated")
-    progress_s: float = opt(5.0, "seconds between progress lines")
-    run_id: str = opt("", "name of this run (default: a fresh id); prefixes its topics and policy name")
-    report_dir: str = opt("", "where the report goes (default <data_dir>/reports/<run_id>)")
-    policy_config: str = opt("", "JSON object merged into the pixel policy's config, e.g. '{\"ground\": false}' "
-                                 "(default: the suite's heads, text grounding and coordinates)")
-    trainer_args: str = opt("", "extra arguments for `flywheel train`, space separated")
-    bc_args: str = opt("", "extra arguments for `flywheel bc` (the cold start's cloning), space separated, "
-                            "e.g. '--epochs 12' for many demonstrations")
-    rollout_args: str = opt("", "extra arguments for `flywheel rollout`, space separated")
-    streams_args: str = opt("", "extra arguments for `flywheel streams`, space separated")
-    keep_broker: bool = opt(False, "leave the Kafka broker this demo started running at exit")
-    ui: bool = opt(True, "start `flywheel ui` on a free loopback port and print its URL")
-
-    def validate(self) -> "DemoConfig":
-        if self.run_id and not RUN_ID.fullmatch(self.run_id):
-            raise UserError(f"--run-id names the run's topics and folders: letters, digits, '.', '_' and '-', "
-                            f"starting with a letter or digit, at most 100; got {self.run_id!r}")
-        if self.minutes <= 0 or self.episodes < 1 or self.sandboxes < 0 or self.workers < 1 or self.batch_episodes < 1:
-            raise UserError("minutes must be > 0; episodes, workers and batch_episodes >= 1, sandboxes >= 0")
-        if self.demo_noise != -1 and noise_error(self.demo_noise):
-            raise UserError(f"--demo-noise is a chance per step in [0, 1) or -1 (the suite's), got {self.demo_noise}")
-        if self.demo_noise > 0 and (self.cold_start_demos == 0 or self.demos_from != "scripted"):
-            raise UserError("--demo-noise perturbs the scripted demonstrations of the cold start: it needs "
-                            "--demos-from scripted and --cold-start-demos other than 0")
-        if self.start_from:
-            start_from.parse(self.start_from, RUN_ID)
-            if self.cold_start_demos > 0 or self.demos_from != "scripted":
-                raise UserError("--start-from starts RL from a published version: it has no cold start "
-                                "(leave --cold-start-demos and --demos-from out)")
-        if self.until_version < 0:
-            raise UserError(f"until_version must be >= 0 (0: run the whole --minutes), got {self.until_version}")
-        if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:
-            raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
-        if not (self.sil_coef == -1 or self.sil_coef >= 0):  # NaN included
-            raise UserError(f"--sil-coef is a weight >= 0 (0: off) or -1 (auto), got {self.sil_coef}")
-        if not (self.expert_coef == -1 or self.expert_coef >= 0):  # NaN included
-            raise UserError(f"--expert-coef is a weight >= 0 (0: off) or -1 (the suite's), got {self.expert_coef}")
-        if self.dagger_every < -1:
-            raise UserError(f"--dagger-every counts PPO updates between rounds (0: off) or is -1 (the suite's), "
-                            f"got {self.dagger_every}")
-        if expert_labels(self) and not policy_kind(self.policy_kind).scores_actions:
-            raise UserError(f"--expert-coef and --dagger-every train a policy on labels it is handed (the pixel policy); the "
-                            f"{self.policy_kind} policy scores only its own samples")
-        if not (self.target_kl == -1 or self.target_kl >= 0):  # NaN included
-            raise UserError(f"target_kl must be -1 (the kind's), 0 (off) or a KL > 0, got {self.target_kl}")
-        if self.rft_every > 0 and not policy_kind(self.policy_kind).rft:
-            raise UserError(f"--rft-every fine-tunes a kind with RFT rounds (the pixel policy); the {self.policy_kind} "
-                            "policy's is another job (the language policy's: `flywheel sft`)")
-        if self.dpo_minutes < -1 or self.dpo_minutes >= self.minutes:
-            raise UserError(f"dpo_minutes must be -1 (auto), 0 (off) or less than --minutes ({self.minutes:g})")
-        if self.until_version and self.dpo_span_s() > 0:
-            raise UserError("--until-version stops the run during PPO, before a DPO phase: add --dpo-minutes 0")
-        if self.dpo_minutes > 0 and self.cold_start_demos == 0:
-            raise UserError("a DPO phase needs pi_sft as its reference: set --cold-start-demos > 0 or --dpo-minutes 0")
-        self.policy_overrides()
-        return self
-
-    def policy_overrides(self) -> dict:
-        """``policy_config`` as a dict; UserError when it is not a JSON object."""
-        try:
-            return json_object(self.policy_config, "--policy-config")
-        except ConfigError as exc:
-            raise UserError(str(exc)) from None
-
-    def dpo_span_s(self) -> float:
-        """Seconds of DPO at the end of the run (0: none)."""
-        if self.dpo_minutes >= 0:
-            return self.dpo_minutes * 60
-        return self.minutes * 60 * self.kind_ppo().dpo_share
-
-    def kind_ppo(self) -> DemoPPO:
-        """The kind's automatic PPO settings for this run (``PolicyKind.demo_ppo``)."""
-        return policy_kind(self.policy_kind).demo_ppo(self.cold_start)
-
-    @property
-    def cold_start(self) -> bool:
-        """Whether RL starts from pi_sft: cloned before RL (auto counts as yes until ``effective``
-        resolves it), or another run's version (--start-from), which takes the same PPO settings."""
-        return self.cold_start_demos != 0 or bool(self.start_from)
-
-
-def run_names(cfg: DemoConfig) -> tuple[str, str, str]:
-    run_id = cfg.run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
-    return run_id, f"demo-{run_id}.", f"{cfg.policy_kind}-{run_id}"
-
-
-def child_env(settings: Settings, prefix: str) -> dict[str, str]:
-    """Children rebuild the platform settings from FLYWHEEL_* variables: every setting is passed,
-    credentials given as options included, with the run's topic prefix."""
-    env = {
-        **to_env(settings),
-        "FLYWHEEL_DATA_DIR": str(settings.data_path),
-        "FLYWHEEL_KAFKA_BOOTSTRAP": settings.bootstrap,
-        "FLYWHEEL_TOPIC_PREFIX": prefix,
-        "PYTHONUNBUFFERED": "1",
-        # one torch/OpenMP thread per process: with every child sharing the cores, two spinning
-        # threads made a PPO update 3-5x slower and act() ~10x slower than one
-        "OMP_NUM_THREADS": "1",
-    }
-    return env
-
-
-def plan_children(cfg: DemoConfig, settings: Settings, prefix: str, policy: str, logs: Path,
-                  plan: RunPlan, trainer: run_config.Resolved | None = None) -> list[Child]:
-    """The processes of the loop, in start order (stop order is the reverse): the platform (sink,
-    stream processors), then the learner (trainer, rollout workers). ``trainer``: the trainer's
-    resolved configuration (``check_child_options``'; resolved here when not given), handed to it
-    as one file in the run's folder (``TRAINER_FILE``, beside ``logs``)."""
-    env = child_env(settings, prefix)
-    trainer = trainer or trainer_config(cfg, prefix, policy, plan, {**os.environ, **env})
-    sync_batch = str(cfg.batch_episodes) if cfg.sync else "0"
-    children = [
-        Child("sink", flywheel_argv("sink", "--group-id", f"{prefix}sink", "--query-port", "0"),
-              logs / "sink.log", env),
-        Child("streams", flywheel_argv("streams", "--app-id", f"{prefix}streams", *cfg.streams_args.split()),
-              logs / "streams.log", env),
-        Child("trainer", flywheel_argv("train", *trainer.write(logs.parent / TRAINER_FILE)), logs / "trainer.log", env),
-    ]
-    for i in range(cfg.workers):
-        children.append(Child(f"rollout-{i}", flywheel_argv(
-            "rollout", "--sandboxes", str(cfg.sandboxes or machine_sandboxes(cfg.workers)), "--policy-backend", "torch",
-            "--policy-kind", cfg.policy_kind, "--policy-name", policy, "--worker-id", f"worker-{i}",
-            "--group-id", f"{prefix}rollout", *(["--sync-episodes", sync_batch] if cfg.sync else []),
-            *(["--expert-labels"] if expert_labels(cfg) else []), *cfg.rollout_args.split(),
-        ), logs / f"rollout-{i}.log", env))
-    return children
-
-
-def trainer_config(cfg: DemoConfig, prefix: str, policy: str, plan: RunPlan,
-                   env: dict[str, str] | None = None) -> run_config.Resolved:
-    """`flywheel train`'s whole configuration in the run (``app.run_config``: the kind's, the
-    suite's, the demo's, then --trainer-args; ``env``: the child's, this process's by default)."""
-    return run_config.resolve_trainer(cfg, prefix, policy, plan, phases.kind_config(cfg, plan.action_types),
-                                      dict(os.environ) if env is None else env)
-
-
-TRAINER_FILE = "trainer.json"  # in the run's folder: `flywheel train --config`'s, the trainer's whole configuration
-
-
-def ui_child(port: int, token: str, logs: Path, env: dict[str, str]) -> Child:
-    """`flywheel ui` for the run. The token travels in its environment (``FLYWHEEL_UI_TOKEN``, which
-    only its owner can read), never in its arguments, which any local user sees with `ps` and the
-    demo's log repeats. It reads through the run's sink only (``--through-sink``): started first,
-    it must not hold the chDB data directory the sink is about to lock."""
-    return Child("ui", flywheel_argv("ui", "--port", str(port), "--through-sink"), logs / "ui.log",
-                 {**env, ui_cli.TOKEN_ENV: token})
-
-
-def ppo_lr(cfg: DemoConfig) -> float:
-    """PPO's learning rate: fine-tuning a cloned policy takes smaller steps than learning from
-    random weights (default suite, seed 0: at 3e-3 the typing tasks fell from 0.9-1.0 under pi_sft
-    to 0.0 within 6 minutes of PPO; at 3e-4 they held). The pretrained language policy takes
-    1e-6, as docs/language-policy.md measured (one update of 2 epochs moves a step's log-prob by
-    about 1 nat); at 3e-5, 16 minutes of PPO took click-test from 0.55 under pi_sft to 0.23
-    (demo lm40-s1); the kind says (``PolicyKind.demo_ppo``). 0: the trainer's own default."""
-    return cfg.ppo_lr or cfg.kind_ppo().lr
-
-
-def expert_labels(cfg: DemoConfig) -> bool:
-    """Whether the rollout workers record the solvers' labels (DAgger: its term or its rounds)."""
-    return cfg.expert_coef > 0 or cfg.dagger_every > 0
-
-
-def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[str, str, str],
-                        settings: Settings) -> run_config.Resolved:
-    """The trainer's resolved configuration in this run (``trainer_config``), or UserError unless
-    `flywheel train` and, with a cold start, `flywheel bc` accept what the run will give them
-    (``phases.bc_options``: the demo's settings, then --bc-args), parsed by their own parser,
-    platform settings included. A misspelt option, a bad value, or RFT rounds with
-    --nproc-per-node 2 failed the run only when its phase began, minutes in. Checked before
-    anything starts, in the environment they will have (``child_env``: the run's ``settings`` as
-    FLYWHEEL_* variables over this process's)."""
-    _, prefix, policy = names
-    plan = suite_plan(cfg.tasks, cfg.max_steps)
-    env = {**os.environ, **child_env(settings, prefix)}
-    trainer = trainer_config(cfg, prefix, policy, plan, env)
-    check_labels(cfg, trainer.train, type(trainer.train)())
-    if cfg.cold_start_demos:
-        try:
-            run_config.bc_config(phases.bc_options(cfg, policy, list(cold.demonstrated), plan.action_types), env)
-        except (ConfigError, UserError) as exc:
-            raise UserError(f"flywheel bc would refuse its options in this run (the demo's, then --bc-args "
-                            f"{cfg.bc_args!r}; FLYWHEEL_* variables count too): {exc}") from None
-    return trainer
-
-
-def check_labels(cfg: DemoConfig, train: Any, default: Any) -> None:
-    """UserError where the trainer would run DAgger otherwise than the demo set it (--trainer-args,
-    abbreviated or not, or a FLYWHEEL_* variable): the demo also tells the rollout workers whether
-    to record the solver's labels, and its header says what it set."""
-    meant = {"expert_coef": cfg.expert_coef if cfg.expert_coef > 0 else default.expert_coef,
-             "dagger_every": cfg.dagger_every if cfg.dagger_every > 0 else default.dagger_every}
-    changed = [f"--{k.replace('_', '-')}" for k, v in meant.items() if getattr(train, k) != v]
-    if changed:
-        raise UserError(f"give {' and '.join(changed)} to the demo itself, not in --trainer-args or a FLYWHEEL_* "
-                        "variable: the demo also tells the rollout workers whether to record the solver's labels")
-
-
-def rft_every(cfg: DemoConfig) -> int:
-    """PPO updates between RFT rounds (0: none): the user's, else the kind's (``run_config.kind_rft_every``)."""
-    return cfg.rft_every if cfg.rft_every >= 0 else run_config.kind_rft_every(cfg)
-
-
-def target_kl(cfg: DemoConfig) -> float:
-    """The KL at which PPO stops an update's epochs (0: every epoch runs). Auto (-1): the kind's
-    (``PolicyKind.demo_ppo``): 0.02 for the pixel policy from random weights, where the
-    starter suite's tasks had collapsed onto one wrong click without it (docs/tasks.md); off after
-    a cold start and for the language policy."""
-    return cfg.target_kl if cfg.target_kl >= 0 else cfg.kind_ppo().target_kl
-
-
-def resolved(cfg: DemoConfig, train: Any = None) -> dict[str, float]:
-    """What the run's automatic settings (-1 or 0 in the config) came to, for its report: those of
-    the trainer as it runs (``train``, the resolved TrainConfig; by default this run's, resolved
-    here), whichever layer set them (the kind, the suite, the user)."""
-    if train is None:
-        train = trainer_config(cfg, "demo-x.", f"{cfg.policy_kind}-x", suite_plan(cfg.tasks, cfg.max_steps)).train
-    return {"ppo_lr": train.lr, "rft_every": train.rft_every, "target_kl": train.target_kl,
-            "sandboxes_per_worker": cfg.sandboxes or machine_sandboxes(cfg.workers)}
-
-
-def broker_to_start(settings: Settings):
-    """The local broker this run must start (not started yet), or None when one is named or
-    already running: known before it starts, so an exit while it is starting still stops it."""
-    if settings.kafka_bootstrap:
-        return None
-
-    return local_cluster(settings, 1) if running_cluster(settings) is None else None
-
-
-def ensure_platform(settings: Settings, broker) -> None:
-    """Start ``broker`` (``broker_to_start``'s) if there is one, then create the run's topics."""
-
-    if broker is not None:
-
-        fetch_jars(broker.libs)
-        took = broker.start()
-        print(f"Kafka up in {took:.1f}s at {broker.bootstrap}", flush=True)
-    report = ensure_topics(settings)
-    if report.drift:
-        raise UserError("topic drift: " + "; ".join(report.lines()))
-
-
-def leave_platform(settings: Settings, started, keep: bool) -> str:
-    """Stop the broker this run started unless asked to keep it; -> one line saying what is left."""
-    if started is None:
-        where = settings.kafka_bootstrap or f"127.0.0.1:{settings.kafka_port}"
-        return f"Kafka at {where} was running before this demo and is left running"
-    if keep:
-        return f"Kafka at {started.bootstrap} is left running (--keep-broker); stop it with `flywheel down`"
-    if not started.stop():
-        return f"the Kafka broker this demo was to start ({started.bootstrap}) is not running"
-    return f"stopped the Kafka broker this demo started ({started.bootstrap}); its data stays under {settings.data_path}"
-
-
-def stop_children(children: list[Child]) -> str:
-    """Stop every child still running, the last started first (the sink gets longer to flush its
-    last batch); -> one line naming the ones this call stopped (empty when none was running)."""
-    stopped = []
-    for child in reversed(children):
-        if child.alive:
-            child.stop(grace=60 if child.name == "sink" else 30)
-            stopped.append(child.name)
-    return f"stopped {', '.join(stopped)}" if stopped else ""
+__all__ = ["OUTCOME", "RUN_ID", "TRAINER_FILE", "VALUE_PRETRAIN_BATCHES", "DemoConfig", "Learner", "Terminated",
+           "broker_to_start", "check_child_options", "check_labels", "child_env", "claim_run_id", "effective",
+           "ensure_platform", "exit_code", "expert_labels", "feed_tick", "format_progress", "leave_platform",
+           "plan_children", "ppo_lr", "resolved", "rft_every", "rl_outcome", "run_demo", "run_lags", "run_names",
+           "snapshot", "stop_children", "target_kl", "task_feed", "trainer_config", "ui_child"]
 
 
 def snapshot(settings: Settings, policy: str, prefix: str) -> dict:
@@ -465,45 +142,6 @@ def task_feed(cfg: DemoConfig, settings: Settings, run_id: str, tasks: list[str]
     sandboxes = (cfg.sandboxes or machine_sandboxes(cfg.workers)) * cfg.workers
     return TaskFeed(list(tasks), max(64, 8 * sandboxes), phases.rl_seed(cfg.seed), max_steps, f"{run_id}.rl",
                     lambda specs: phases.send_tasks(settings, specs), cfg.episodes, allowance=cfg.batch_episodes)
-
-
-VALUE_PRETRAIN_BATCHES = 20  # critic-only batches at most after a cold start, when left on auto
-# (and at most run_config.VALUE_PRETRAIN_SHARE of the run's minutes)
-
-
-def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tuple[DemoConfig, phases.ColdStart, list[str]]:
-    """The configuration a run can honour, its cold start and what was changed, decided before
-    anything starts: the cold start over the tasks ``demonstrable`` holds (default: those with a
-    scripted solver; ``phases.cold_start_plan``, a UserError when demonstrations were asked of a
-    task that has none), value pretraining's auto setting resolved (none from random weights) and
-    the demonstrations' noise (the suite's, on a scripted cold start) and DAgger's settings (the
-    suite's, for a policy kind that scores the labels it is handed).
-    Under --sync a critic-only update publishes no version while the synchronous rollout waits for
-    one, so value pretraining would stall the run after one batch."""
-    tasks = suite_plan(cfg.tasks, cfg.max_steps).tasks
-    if cfg.start_from:  # no cloning: RL starts from the copied version
-        cfg = replace(cfg, cold_start_demos=0)
-    cold = phases.cold_start_plan(tasks, cfg.cold_start_demos, phases.demonstrators() if demonstrable is None else demonstrable)
-    cfg = replace(cfg, cold_start_demos=cold.per_task)
-    if cfg.value_pretrain_batches < 0:
-        cfg = replace(cfg, value_pretrain_batches=VALUE_PRETRAIN_BATCHES if cfg.cold_start else 0)
-    if cfg.demo_noise < 0:
-        scripted = cold.per_task and cfg.demos_from == "scripted"
-        cfg = replace(cfg, demo_noise=suite_setting(list(cold.demonstrated), "demo_noise") if scripted else 0.0)
-    labels = policy_kind(cfg.policy_kind).scores_actions
-    if cfg.expert_coef < 0:
-        cfg = replace(cfg, expert_coef=float(suite_setting(tasks, "expert_coef")) if labels else 0.0)
-    if cfg.dagger_every < 0:
-        cfg = replace(cfg, dagger_every=int(suite_setting(tasks, "dagger_every")) if labels else 0)
-    changed: list[str] = []
-    if cfg.sync and cfg.value_pretrain_batches:
-        cfg = replace(cfg, value_pretrain_batches=0)
-        changed.append("--sync: value pretraining off (a critic-only update publishes no version, and the synchronous "
-                       "rollout waits for a new one)")
-    if cfg.sync and cfg.dpo_span_s():
-        cfg = replace(cfg, dpo_minutes=0.0)
-        changed.append("--sync: no DPO phase (with the trainer stopped, the synchronous rollout would wait for ever)")
-    return cfg.validate(), cold, changed
 
 
 def _roots(children: list[Child]) -> dict[str, int]:
@@ -675,25 +313,10 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     plan = suite_plan(cfg.tasks, cfg.max_steps)
     trainer = trainer or trainer_config(cfg, prefix, policy, plan, {**os.environ, **child_env(settings, prefix)})
     train = trainer.train
-    tasks = list(plan.tasks)
     out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id
     logs = out / "logs"
-    cold_start = cfg.cold_start_demos > 0
-    dpo_s = cfg.dpo_span_s()
     taught_by = taught.taught_of(cfg.cold_start_demos, cfg.demos_from, cfg.demo_noise, train)
-    print(f"Flywheel demo {run_id}: mode {'sync' if cfg.sync else 'async'}, policy {policy}, {len(tasks)} tasks "
-          f"({', '.join(tasks)}), step budget {plan.max_steps}, phases: "
-          f"{'cold start' if cold_start else ''}"
-          f"{f' ({cfg.demo_noise:.0%} mistakes)' if cold_start and cfg.demo_noise else ''}"
-          f"{' -> SFT -> ' if cold_start else ''}{'value pretraining -> ' if cfg.value_pretrain_batches else ''}"
-          f"PPO{f' (RFT every {train.rft_every} updates)' if train.rft_every else ''}"
-          f"{f' (epochs stop at KL {train.target_kl:g})' if train.target_kl else ''}"
-          f"{f' (self-imitation x {train.sil_coef:g})' if train.sil_coef else ''}"
-          f"{f' (expert labels x {train.expert_coef:g})' if train.expert_coef else ''}"
-          f"{f' (DAgger every {train.dagger_every} updates)' if train.dagger_every else ''}"
-          f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min"
-          f"{f' (the cold start ends by {budget.deadline(phases.COLD_START) - budget.t0:.0f} s, SFT by {budget.deadline(phases.SFT) - budget.t0:.0f} s)' if cold_start else ''}"
-          f"; logs in {logs}\n{taught.line(taught_by)}", flush=True)
+    print(demo_report.header(cfg, run_id, policy, plan, train, budget, logs, taught_by), flush=True)
     log.info("demo config %s", describe(cfg))
     log.info("trainer config %s", trainer.record())
     ensure_platform(settings, broker)
@@ -702,13 +325,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
         pv = start_from.copy_into(settings, start_from.parse(cfg.start_from, RUN_ID), cfg.policy_kind, policy)
         print(f"starting from {cfg.start_from}: published as {policy} v{pv.version}", flush=True)
     logs.mkdir(parents=True, exist_ok=True)  # after the claim: a run's logs mean its run id is spent
-    config = {"demo": asdict(cfg), "resolved": resolved(cfg, train), "run_config": trainer.record(),
-              "taught_by": taught.record(taught_by),
-              "settings": describe(settings)}
-    if cold_start:  # the cloning's, as `flywheel bc` will resolve it (SFT may cut its epochs to its share)
-        config["bc"] = describe(run_config.bc_config(phases.bc_options(cfg, policy, list(cold.demonstrated),
-                                                                       plan.action_types),
-                                                     {**os.environ, **child_env(settings, prefix)}))
+    config = demo_report.record(cfg, settings, prefix, policy, plan, cold, trainer, taught_by)
     (out / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
     children += plan_children(cfg, settings, prefix, policy, logs, plan, trainer)
     env = child_env(settings, prefix)
@@ -743,45 +360,12 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
         _say(stop_children(children) or "no child was running")
     stop.interruptible = True  # the processes are stopped: a further Ctrl-C may skip the report
     # local: loads Pillow, clickhouse-connect, needed only on this path
-    from app.report import RunInfo, write_report
+    from app.report import RunInfo
 
-    run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", budget.t0, ended,
-                  config, notes)
-    extra, data = [], {}
-    try:
-        extra, data = measures.report_section(settings, policy, learner.base_version, cfg.cold_start,
-                                              cfg.value_pretrain_batches > 0, clock, learner.dpo_version, taught_by)
-    except Exception as exc:  # noqa: BLE001 - the rest of the report still helps
-        notes.append(f"the phase section could not be computed: {exc}")
-    path = write_report(settings, run, out, extra + [learner.cpu.markdown()], extra_summary=data)
+    run = RunInfo(run_id, policy, "sync" if cfg.sync else "async", budget.t0, ended, config, notes)
+    path = demo_report.write(settings, cfg, run, out, learner, clock, taught_by)
     _say(f"report: {path}")  # after a SIGHUP the terminal is gone: the report is written all the same
     return path
-
-
-def rl_outcome(base_version: int, snap: dict, out: Path) -> str:
-    """Whether the run made an RL update (the trainer published a version past ``base_version``,
-    by ``snap``, the last reading), kept in ``<out>/outcome.json`` for `flywheel demo`'s exit
-    code; -> the line saying it made none, or ''."""
-    published = snap.get("published")
-    line = phase_list.rl_update_line(base_version, published)
-    try:
-        (out / OUTCOME).write_text(json.dumps({"rl_update": not line, "base_version": base_version,
-                                               "published": published}) + "\n")
-    except OSError as exc:  # the line still says it; the exit code cannot
-        log.warning("could not write %s: %s", out / OUTCOME, exc)
-    return line
-
-
-OUTCOME = "outcome.json"  # in the run's folder: whether the run made an RL update
-
-
-def exit_code(report: Path) -> int:
-    """`flywheel demo`'s exit code from the run's folder: ``phase_list.NO_RL_UPDATE`` when it made no RL update."""
-    try:
-        outcome = json.loads((report.parent / OUTCOME).read_text())
-    except (OSError, ValueError):
-        return 0
-    return 0 if outcome.get("rl_update", True) else phase_list.NO_RL_UPDATE
 
 
 def _dpo_phase(cfg: DemoConfig, settings: Settings, env: dict[str, str], children: list[Child], policy: str,
