@@ -34,7 +34,20 @@ second (the demo's feed tick), each task's share in proportion to how far it is 
   ``producers.tasks.build_tasks`` numbers them, so no seed repeats within a task, not even after a
   refill the broker refused part of (its seeds are skipped, the queue is topped up at the next).
 
-``weights``, ``lengths``, ``by_steps`` and ``share`` are pure; ``TaskFeed`` is the thin loop's state.
+- with ``explore`` (the demo's --explore, off by default), a task whose recent success is below
+  ``EXPLORE_BELOW`` (or that has too few episodes to say) gets its episodes with an exploration
+  floor: that share of the policy's clicks drawn uniformly (``exploring``; the pixel policy's
+  ``mix_uniform``). Why: in a multistep run from random weights with self-imitation
+  (docs/rl-alone, ms-sil-s0), click-menu-2 had no success in 1,610 episodes where random clicks
+  solve 5%: the click head, shared across tasks, had moved to where the other tasks' successes
+  were (the lower half of the page), away from the menu at the top, with its entropy still near
+  3 nats, so no entropy band could bring it back. A floor of uniform clicks gives such a task back
+  random clicks' rare successes; the logged log-prob is the mixture's, so PPO's truncated
+  importance weights (decoupled PPO) correct for the behaviour, and self-imitation, which needs
+  no importance weight, learns the successes it finds. A task at or above the bar plays the
+  policy alone, and its figures measure the policy.
+
+``weights``, ``exploring``, ``lengths``, ``by_steps`` and ``share`` are pure; ``TaskFeed`` is the thin loop's state.
 """
 
 from __future__ import annotations
@@ -42,12 +55,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from itertools import zip_longest
 
-from producers.tasks import build_tasks
+from producers.tasks import EXPLORE, build_tasks
 from schemas.events import TaskSpec
 
 FLOOR = 0.2  # a solved task's weight relative to an unsolved one's: it keeps being played and measured
 WINDOW = 30  # a task's recent episodes its weight reads: a solved task's forgetting shows in a few minutes
 MIN_EPISODES = 20  # below this many ended episodes a task's rate says too little: weight 1
+# a task explores (``exploring``) while its recent success is below this: about random clicks'
+# rate on the multistep suite's tasks (1-10%), so a policy worse than random clicks gets theirs back
+EXPLORE_BELOW = 0.1
 
 
 def weights(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: Mapping[str, tuple[float, int]],
@@ -59,6 +75,18 @@ def weights(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: Ma
         value, n = scores.get(task) or rates.get(task) or (0.0, 0)
         unsolved = 1.0 if n < min_episodes else 1.0 - min(max(float(value), 0.0), 1.0)
         out[task] = max(unsolved, floor)
+    return out
+
+
+def exploring(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: Mapping[str, tuple[float, int]],
+              explore: float, below: float = EXPLORE_BELOW, min_episodes: int = MIN_EPISODES) -> dict[str, float]:
+    """Each task's exploration floor for its next episodes: ``explore`` (a share of uniform clicks,
+    producers.tasks.explore_share) while its recent success (a game: its normalised score) is below
+    ``below`` or it has fewer than ``min_episodes`` ended episodes, else 0."""
+    out = {}
+    for task in tasks:
+        value, n = scores.get(task) or rates.get(task) or (0.0, 0)
+        out[task] = explore if explore > 0 and (n < min_episodes or float(value) < below) else 0.0
     return out
 
 
@@ -109,9 +137,10 @@ class TaskFeed:
     ``send`` produces a list of TaskSpecs and returns how many the broker acknowledged."""
 
     def __init__(self, tasks: list[str], queue: int, seed: int, max_steps: int, run: str,
-                 send: Callable[[list[TaskSpec]], int], max_per_task: int, allowance: int = 0) -> None:
+                 send: Callable[[list[TaskSpec]], int], max_per_task: int, allowance: int = 0,
+                 explore: float = 0.0) -> None:
         self.tasks, self.queue, self.seed, self.max_steps, self.run = tasks, queue, seed, max_steps, run
-        self.send, self.max_per_task, self.allowance = send, max_per_task, allowance
+        self.send, self.max_per_task, self.allowance, self.explore = send, max_per_task, allowance, explore
         self.submitted = {t: 0 for t in tasks}
         self.credit: dict[str, float] = {}  # share's, carried from refill to refill
 
@@ -129,8 +158,10 @@ class TaskFeed:
         w = by_steps(weights(open_tasks, rates, scores), lengths(open_tasks, steps or {}))
         counts, self.credit = share(w, room, self.credit)
         counts = {t: min(k, self.max_per_task - self.submitted[t]) for t, k in counts.items() if k > 0}
+        floor = exploring(list(counts), rates, scores, self.explore)
         per_task = [build_tasks("miniwob", [t], k, self.seed + self.submitted[t], max_steps=self.max_steps,
-                                prefix=self.run) for t, k in counts.items()]
+                                prefix=self.run, params={EXPLORE: floor[t]} if floor[t] else None)
+                    for t, k in counts.items()]
         # interleaved, as build_tasks does: no task waits behind a burst of another
         specs = [spec for row in zip_longest(*per_task) for spec in row if spec is not None]
         for t, k in counts.items():  # counted before sending: a send that fails part-way reuses no task id

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from app import demo_queries as Q
 from app import demo_report, phase_list, phases, run_config, start_from, taught
-from app.curriculum import WINDOW as CURRICULUM_WINDOW, TaskFeed
+from app.curriculum import EXPLORE_BELOW, WINDOW as CURRICULUM_WINDOW, TaskFeed
 # the names below are this entry's too: callers and tests import them from app.demo
 from app.demo_children import (TRAINER_FILE, check_child_options, check_labels, child_env, plan_children,
                                trainer_config, ui_child)
@@ -141,7 +141,8 @@ def task_feed(cfg: DemoConfig, settings: Settings, run_id: str, tasks: list[str]
     sandbox, 64 at least, less the trainer's unread trajectories beyond one batch."""
     sandboxes = (cfg.sandboxes or machine_sandboxes(cfg.workers)) * cfg.workers
     return TaskFeed(list(tasks), max(64, 8 * sandboxes), phases.rl_seed(cfg.seed), max_steps, f"{run_id}.rl",
-                    lambda specs: phases.send_tasks(settings, specs), cfg.episodes, allowance=cfg.batch_episodes)
+                    lambda specs: phases.send_tasks(settings, specs), cfg.episodes, allowance=cfg.batch_episodes,
+                    explore=cfg.explore)
 
 
 def _roots(children: list[Child]) -> dict[str, int]:
@@ -205,6 +206,10 @@ class Learner:
             self.notes.append(f"RL tasks fed by failure rate over the last {CURRICULUM_WINDOW}, shared by steps (app.curriculum), "
                               f"{self.feed.queue} queued less the trajectories the trainer has not read; "
                               "--no-curriculum gives every task the same share")
+            if cfg.explore:
+                self.notes.append(f"exploration floor (--explore {cfg.explore:g}): a task below {EXPLORE_BELOW:g} success "
+                                  f"over its last {CURRICULUM_WINDOW} episodes plays with that share of its clicks "
+                                  "uniform, logged with the mixture's log-prob (app.curriculum.exploring)")
         else:
             phases.submit(self.env, self.logs, tasks, cfg.episodes, self.plan.max_steps, phases.rl_seed(cfg.seed))
         self.cpu = CpuShare()

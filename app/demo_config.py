@@ -67,6 +67,10 @@ class DemoConfig:
                                 "where the run has no RFT rounds and no teacher during RL, i.e. from random weights "
                                 "and on the games after their cold start; off on the default suite, whose RFT rounds "
                                 "learn from the same successes)")
+    explore: float = opt(0.0, "an exploration floor, off by default: while a task's success over its last 30 episodes "
+                              "is below 0.1 (or it has fewer than 20), this share of the policy's clicks on it is drawn "
+                              "uniformly over the page, logged with the mixture's log-prob (app.curriculum.exploring; "
+                              "0 <= e < 1; the pixel policy, with the curriculum)")
     expert_coef: float = opt(-1.0, "a teacher during RL, off by default: the rollout workers record on each step of a task "
                                    "with a scripted solver what it would have done there (--expert-labels) and the trainer "
                                    "imitates those labels with this weight beside PPO's loss (DAgger's expert term; the "
@@ -121,6 +125,11 @@ class DemoConfig:
             raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
         if not (self.sil_coef == -1 or self.sil_coef >= 0):  # NaN included
             raise UserError(f"--sil-coef is a weight >= 0 (0: off) or -1 (auto), got {self.sil_coef}")
+        if not 0.0 <= self.explore < 1.0:  # NaN included
+            raise UserError(f"--explore is the share of uniform clicks, 0 <= e < 1 (0: off), got {self.explore}")
+        if self.explore > 0 and (self.policy_kind != "pixel" or not self.curriculum):
+            raise UserError("--explore mixes uniform clicks into the pixel policy's click head for the tasks the "
+                            "curriculum reads as unsolved: it needs --policy-kind pixel and the curriculum")
         if not (self.expert_coef == -1 or self.expert_coef >= 0):  # NaN included
             raise UserError(f"--expert-coef is a weight >= 0 (0: off) or -1 (the suite's), got {self.expert_coef}")
         if self.dagger_every < -1:

@@ -44,6 +44,20 @@ def check_task(task: TaskSpec) -> None:
     names = known_tasks(task.suite)
     if task.name not in names:
         raise ValueError(f"unknown {task.suite} task {task.name!r} ({len(names)} known)")
+    explore_share(task)
+
+
+EXPLORE = "explore"  # the task param: the share of uniform clicks the policy mixes into this episode's
+
+
+def explore_share(task: TaskSpec) -> float:
+    """The exploration floor the curriculum asked of this episode (app.curriculum.exploring): a
+    share 0 <= e < 1 of uniform clicks mixed into the policy's click locations; 0 when unset.
+    Raises ValueError for anything else (the rollout dead-letters the task)."""
+    e = task.params.get(EXPLORE, 0.0)
+    if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0.0 <= e < 1.0:  # NaN fails the range
+        raise ValueError(f"task param {EXPLORE!r} must be a number in [0, 1), got {e!r}")
+    return float(e)
 
 
 MIN_TIMEOUT_S = 60.0  # an episode's wall-clock limit, at least
@@ -60,7 +74,7 @@ def episode_timeout_s(max_steps: int) -> float:
 
 
 def build_tasks(suite: str, names: list[str], episodes: int, seed: int = 0, *, max_steps: int = 10,
-                timeout_s: float | None = None, prefix: str = "") -> list[TaskSpec]:
+                timeout_s: float | None = None, prefix: str = "", params: dict | None = None) -> list[TaskSpec]:
     """K episodes per task name; episode k of task n gets seed ``seed + k`` and a unique task_id.
     Tasks are interleaved (k-th episode of every task before the (k+1)-th) so a worker that
     consumes them in order sees every task from the start. A registered suite's name stands for
@@ -79,7 +93,8 @@ def build_tasks(suite: str, names: list[str], episodes: int, seed: int = 0, *, m
         for name in names:
             try:
                 task = TaskSpec(task_id=f"{run}.{name}.{seed + k}", suite=family(name, suite), name=name,
-                                seed=seed + k, max_steps=max_steps, timeout_s=timeout_s, submitted_at=time.time())
+                                seed=seed + k, max_steps=max_steps, timeout_s=timeout_s, submitted_at=time.time(),
+                                params=dict(params or {}))
                 check_task(task)
             except (ValueError, DecodeError) as exc:  # pydantic's ValidationError is a ValueError
                 raise UserError(f"task {name!r}: {exc}") from None

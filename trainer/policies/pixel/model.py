@@ -62,6 +62,15 @@ ARG_TYPES = ("type", "hotkey")
 NEG = -1e9
 HISTORY_PLANES = 3  # earlier pointer cells, the last pointer cell, the counts (first bytes of the plane)
 
+def mix_uniform(logits: torch.Tensor, explore: torch.Tensor) -> torch.Tensor:
+    """Log-probs of the mixture (1 - e) softmax(logits) + e uniform over the last dim, e = ``explore``
+    [N] per row of ``logits`` [N, ...]: an exploration floor that no sharpening of the policy can take
+    away (e = 0: the policy's own log-probs; e < 1)."""
+    e = explore.to(logits.dtype).reshape((-1,) + (1,) * (logits.dim() - 1))
+    own = torch.log1p(-e) + F.log_softmax(logits, -1)
+    return torch.logaddexp(own, torch.log(e / logits.shape[-1]).expand_as(own))
+
+
 # the heads the multi-step MiniWoB suites need (producers.suites names them per suite)
 MULTI_STEP_ACTIONS = ["click", "type", "press_enter", "scroll", "finished"]
 
@@ -445,16 +454,23 @@ class PixelPolicy(nn.Module, PolicyDefaults):
     # ------------------------------------------------------------ the Policy interface
 
     @torch.no_grad()
-    def act(self, inputs: list[PolicyInput], greedy: bool = False) -> list[Decision]:
+    def act(self, inputs: list[PolicyInput], greedy: bool = False,
+            explore: Sequence[float] | None = None) -> list[Decision]:
         if not inputs:
             return []
         obs = torch.stack([self.preprocess(i.image, i.history, i.instruction) for i in inputs])
-        return self.decide(obs, [i.instruction for i in inputs], greedy)
+        return self.decide(obs, [i.instruction for i in inputs], greedy, explore)
 
     @torch.no_grad()
-    def decide(self, obs: torch.Tensor, instructions: list[str], greedy: bool = False) -> list[Decision]:
-        """``act`` on already preprocessed inputs (obs [N, C + 3 (+ 1), 8G, 8G] from ``preprocess``)."""
+    def decide(self, obs: torch.Tensor, instructions: list[str], greedy: bool = False,
+               explore: Sequence[float] | None = None) -> list[Decision]:
+        """``act`` on already preprocessed inputs (obs [N, C + 3 (+ 1), 8G, 8G] from ``preprocess``).
+        ``explore`` (per input, 0 <= e < 1; None: none) mixes a uniform share e into the pointer
+        cells (``mix_uniform``): the action is drawn from that mixture and its logprob is the
+        mixture's, the behaviour PPO's importance weights correct for (producers.tasks.explore_share)."""
         out = self(obs, instructions)
+        if explore is not None and any(explore):
+            out = {**out, "cells": mix_uniform(out["cells"], torch.tensor(list(explore), dtype=torch.float32))}
         actions = self._sample(out, instructions, greedy)
         logprob, _ = self._logprob_entropy(out, self._targets(actions, instructions))
         return [Decision(action=a, logprob=float(logprob[k]), value=float(out["value"][k]),
