@@ -28,7 +28,6 @@ import asyncio
 import json
 import random
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import asdict
@@ -39,13 +38,12 @@ from app.ablation.runs import ROOT
 from app.demo import RUN_ID
 from app.provenance import add_allow_dirty, commit_to_run, record
 from benchmarks.bench_main_job import bare, measure
+from benchmarks.bench_main_loop import started_sandboxes
 from benchmarks.bench_rollout import bare_loop
 from producers.capacity import machine_sandboxes
 from producers.sandboxes.browser import BrowserSandbox
-from producers.sandboxes.browser_host import BrowserHost
 from producers.suites import SUITES, plan
 from producers.tasks import build_tasks
-from schemas.blobs import BlobStore
 
 
 async def floor_rate(boxes: list[BrowserSandbox], tasks: list, steps: int) -> float:
@@ -70,17 +68,8 @@ async def floor(n: int, group: str, steps: int) -> tuple[float, float]:
     runplan = plan([group], 0)
     tasks = build_tasks("miniwob", list(runplan.tasks), 1, max_steps=runplan.max_steps,
                         prefix=f"floor{uuid.uuid4().hex[:6]}.")
-    host = BrowserHost()
-    blobs = BlobStore(tempfile.mkdtemp(prefix="bench-floor-blobs-"))
-    boxes = [BrowserSandbox(blobs, host=host, defer_writes=True) for _ in range(n)]
-    try:
-        for sb in boxes:
-            await sb.start()
+    async with started_sandboxes(n, "bench-floor-blobs-") as boxes:
         return await floor_rate(boxes[:1], tasks, steps), await floor_rate(boxes, tasks, steps)
-    finally:
-        for sb in boxes:
-            await sb.close()
-        await host.close()
 
 
 def from_result(fig: GroupFigures, result: dict) -> None:

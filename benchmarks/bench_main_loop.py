@@ -27,6 +27,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import psutil
@@ -59,23 +60,31 @@ class Bare:
     steps_per_episode: float
 
 
-async def bare_capacity(n: int, tasks: list, steps: int, episode_steps: int = 0) -> Bare:
+@asynccontextmanager
+async def started_sandboxes(n: int, prefix: str):
+    """``n`` started browser sandboxes on one browser host, blobs in a fresh temporary folder;
+    closed on exit."""
     host = BrowserHost()
-    blobs = BlobStore(tempfile.mkdtemp(prefix="bench-bare-blobs-"))
+    blobs = BlobStore(tempfile.mkdtemp(prefix=prefix))
     boxes = [BrowserSandbox(blobs, host=host, defer_writes=True) for _ in range(n)]
     try:
         for sb in boxes:
             await sb.start()
+        yield boxes
+    finally:
+        for sb in boxes:
+            await sb.close()
+        await host.close()
+
+
+async def bare_capacity(n: int, tasks: list, steps: int, episode_steps: int = 0) -> Bare:
+    async with started_sandboxes(n, "bench-bare-blobs-") as boxes:
         await asyncio.gather(*(bare_sandbox(sb, tasks, 5, random.Random(100 + i)) for i, sb in enumerate(boxes)))
         t0 = time.perf_counter()
         done = await asyncio.gather(*(bare_sandbox(sb, tasks, steps, random.Random(i), episode_steps)
                                       for i, sb in enumerate(boxes)))
         seconds = time.perf_counter() - t0
         return Bare(sum(s for s, _ in done) / seconds, sum(s for s, _ in done) / sum(e for _, e in done))
-    finally:
-        for sb in boxes:
-            await sb.close()
-        await host.close()
 
 
 # ---------------------------------------------------------------- 2. the main loop
@@ -88,9 +97,9 @@ class ForwardTimer:
         self.act, self.batches, self.seconds = policy.act, [], []
         policy.act = self
 
-    def __call__(self, inputs, greedy=False):
+    def __call__(self, inputs, greedy=False, *rest):
         t0 = time.perf_counter()
-        out = self.act(inputs, greedy)
+        out = self.act(inputs, greedy, *rest)
         self.seconds.append(time.perf_counter() - t0)
         self.batches.append(len(inputs))
         return out
