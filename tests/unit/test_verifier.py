@@ -15,12 +15,12 @@ import pytest
 import torch
 from PIL import Image
 
-from infra.runtime.config import resolve
+from infra.runtime.config import ConfigError, resolve
 from schemas.blobs import BlobStore
 from streams.assemble import add_event
 from streams.judge import judge_request
 from tests.fakes.steps import episode_events
-from trainer.verifier.config import VerifierEvalConfig, VerifierTrainConfig
+from trainer.verifier.config import VerifierEvalConfig, VerifierServeConfig, VerifierTrainConfig
 from trainer.verifier.dataset import (Example, calibration_split, example_from_request, examples_from_rows,
                                       split_by_task)
 from trainer.verifier.features import action_counts, featurize, pointer_plane, stack, typed_text
@@ -253,3 +253,20 @@ def test_a_screenshot_too_large_to_decode_is_bad_input(store, monkeypatch):
     body = json.dumps({"request": {"task": "t", "instruction": "i", "steps": [{"screenshot": sha}]}}).encode()
     status, reply = score_body(body, VerifierNet(side=16, buckets=64), 0.4, store.get)
     assert status == 400 and "not a readable image" in reply["error"]
+
+
+@pytest.mark.parametrize("bad", [{"holdout": []}, {"side": 8}, {"epochs": 0}, {"batch_size": 0}, {"lr": 0.0},
+                                 {"minutes": float("nan")}, {"min_recall": 0.0}, {"min_recall": 1.5},
+                                 {"calibration_fraction": 1.0}, {"per_task_label_cap": 0}])
+def test_a_verifier_training_config_that_could_only_fail_later_is_refused_at_start(bad):
+    with pytest.raises(ConfigError):
+        VerifierTrainConfig(**{"holdout": ["click-test"], **bad}).validate()
+    assert VerifierTrainConfig(holdout=["click-test"]).validate().holdout == ["click-test"]
+
+
+def test_the_verifiers_eval_and_serve_configs_refuse_what_they_cannot_use():
+    with pytest.raises(ConfigError, match="port"):
+        VerifierServeConfig(port=70000).validate()
+    with pytest.raises(ConfigError, match="model"):
+        VerifierEvalConfig(model="").validate()
+    assert VerifierServeConfig(port=0).validate().port == 0

@@ -18,7 +18,7 @@ def _train(args) -> int:
     from trainer.verifier import train  # torch is heavy: only these commands load it
 
     settings = command_settings(args)
-    cfg = resolve(VerifierTrainConfig, vars(args))
+    cfg = resolve(VerifierTrainConfig, vars(args)).validate()
     log.info("verifier train config %s", describe(cfg))
     report = train.train(settings, cfg)
     print(train.render(report))
@@ -31,7 +31,7 @@ def _eval(args) -> int:
     from trainer.verifier import train  # torch is heavy: only these commands load it
 
     settings = command_settings(args)
-    cfg = resolve(VerifierEvalConfig, vars(args))
+    cfg = resolve(VerifierEvalConfig, vars(args)).validate()
     report = train.evaluate_command(settings, cfg)
     print(train.render(report))
     print(json.dumps(train.json_safe(report)))
@@ -42,7 +42,7 @@ def _serve(args) -> int:
     from trainer.verifier import serve, train  # torch is heavy: only these commands load it
 
     settings = command_settings(args)
-    cfg = resolve(VerifierServeConfig, vars(args))
+    cfg = resolve(VerifierServeConfig, vars(args)).validate()
     model, blob = train.load(cfg.model)
     server = serve.make_server(model, blob["threshold"], BlobStore(settings.blob_root), cfg.host, cfg.port)
     print(f"verifier serving http://{cfg.host}:{server.server_port}/score (threshold {blob['threshold']:.4f})",

@@ -128,9 +128,7 @@ def evaluate(model: VerifierNet, blob: dict, examples: Sequence[Example], store:
 def train(settings: Settings, cfg: VerifierTrainConfig) -> dict:
     """`flywheel verifier train`: read the log, fit on the training tasks, choose the threshold on
     their calibration episodes, save, and evaluate on the held-out tasks."""
-    holdout = cfg.holdout
-    if not holdout:
-        raise UserError("--holdout names the tasks to hold out of training (comma-separated)")
+    holdout = cfg.validate().holdout
     examples = balance(load_examples(settings), cfg.per_task_label_cap, cfg.seed)
     train_set, held = split_by_task(examples, holdout)
     if not train_set or not held:
