@@ -10,7 +10,8 @@ from infra.runtime.settings import Settings, load_settings, log_settings
 
 def cmd_demo(args: argparse.Namespace) -> int:
     # local: loads confluent-kafka, numpy, needed only on this path
-    from app.demo import DemoConfig, exit_code, run_demo
+    from app.demo import exit_code, run_demo
+    from app.demo_config import DemoConfig
 
     settings = load_settings(vars(args))
     log_settings(settings)
@@ -20,8 +21,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    # local: loads confluent-kafka, numpy, needed only on this path
-    from app.demo import DemoConfig
+    from app.demo_config import DemoConfig  # its home (app.demo re-exports it for older callers)
 
     p = subparsers.add_parser("demo", help="the whole closed learning loop, with live progress and a report")
     add_arguments(p, DemoConfig)
