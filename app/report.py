@@ -104,7 +104,7 @@ def plot_game_scores(rows, path: Path, bucket_s: int) -> str:
         ax.text(0.01, level, what, transform=ax.get_yaxis_transform(), fontsize=7, color="grey", va="bottom")
     ax.set(xlabel="minutes since start", ylabel=f"normalised score ({bucket_s} s buckets)",
            title="Games: normalised score")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the axes: inside, it hid a level's label
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
