@@ -39,8 +39,7 @@ from app.curriculum import EXPLORE_BELOW, WINDOW as CURRICULUM_WINDOW, TaskFeed
 # the names below are this entry's too: callers and tests import them from app.demo
 from app.demo_children import (TRAINER_FILE, check_child_options, check_labels, child_env, plan_children,
                                trainer_config, ui_child)
-from app.demo_config import (RUN_ID, VALUE_PRETRAIN_BATCHES, DemoConfig, effective, expert_labels, ppo_lr,
-                             rft_every, run_names, target_kl)
+from app.demo_config import RUN_ID, VALUE_PRETRAIN_BATCHES, DemoConfig, effective, expert_labels, run_names
 from app.demo_platform import broker_to_start, ensure_platform, leave_platform, stop_children
 from app.demo_report import OUTCOME, exit_code, resolved, rl_outcome
 from infra.kafka.broker import free_port_block
@@ -58,8 +57,8 @@ log = logging.getLogger("flywheel.demo")
 __all__ = ["OUTCOME", "RUN_ID", "TRAINER_FILE", "VALUE_PRETRAIN_BATCHES", "DemoConfig", "Learner", "Terminated",
            "broker_to_start", "check_child_options", "check_labels", "child_env", "claim_run_id", "effective",
            "ensure_platform", "exit_code", "expert_labels", "feed_tick", "format_progress", "leave_platform",
-           "plan_children", "ppo_lr", "resolved", "rft_every", "rl_outcome", "run_demo", "run_lags", "run_names",
-           "snapshot", "stop_children", "target_kl", "task_feed", "trainer_config", "ui_child"]
+           "plan_children", "resolved", "rl_outcome", "run_demo", "run_lags", "run_names",
+           "snapshot", "stop_children", "task_feed", "trainer_config", "ui_child"]
 
 
 def snapshot(settings: Settings, policy: str, prefix: str) -> dict:

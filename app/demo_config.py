@@ -1,7 +1,8 @@
 """`flywheel demo`'s options (``DemoConfig``) and what a run makes of them before anything
 starts: ``effective`` (the cold start over the tasks with a demonstrator, the settings on auto
-resolved, what --sync changes) and the policy kind's automatic PPO settings where an option is
-on auto (``ppo_lr``, ``target_kl``, ``rft_every``)."""
+resolved, what --sync changes). What the trainer runs with, the kind's automatic PPO settings
+where an option is on auto included, is app.run_config's to decide (``passed``: --trainer-args
+last) and app.demo_report.resolved's to say."""
 
 from __future__ import annotations
 
@@ -181,32 +182,9 @@ def run_names(cfg: DemoConfig) -> tuple[str, str, str]:
     return run_id, f"demo-{run_id}.", f"{cfg.policy_kind}-{run_id}"
 
 
-def ppo_lr(cfg: DemoConfig) -> float:
-    """PPO's learning rate: fine-tuning a cloned policy takes smaller steps than learning from
-    random weights (default suite, seed 0: at 3e-3 the typing tasks fell from 0.9-1.0 under pi_sft
-    to 0.0 within 6 minutes of PPO; at 3e-4 they held). The pretrained language policy takes
-    1e-6, as docs/language-policy.md measured (one update of 2 epochs moves a step's log-prob by
-    about 1 nat); at 3e-5, 16 minutes of PPO took click-test from 0.55 under pi_sft to 0.23
-    (demo lm40-s1); the kind says (``PolicyKind.demo_ppo``). 0: the trainer's own default."""
-    return cfg.ppo_lr or cfg.kind_ppo().lr
-
-
 def expert_labels(cfg: DemoConfig) -> bool:
     """Whether the rollout workers record the solvers' labels (DAgger: its term or its rounds)."""
     return cfg.expert_coef > 0 or cfg.dagger_every > 0
-
-
-def rft_every(cfg: DemoConfig) -> int:
-    """PPO updates between RFT rounds (0: none): the user's, else the kind's (``run_config.kind_rft_every``)."""
-    return cfg.rft_every if cfg.rft_every >= 0 else run_config.kind_rft_every(cfg)
-
-
-def target_kl(cfg: DemoConfig) -> float:
-    """The KL at which PPO stops an update's epochs (0: every epoch runs). Auto (-1): the kind's
-    (``PolicyKind.demo_ppo``): 0.02 for the pixel policy from random weights, where the
-    starter suite's tasks had collapsed onto one wrong click without it (docs/tasks.md); off after
-    a cold start and for the language policy."""
-    return cfg.target_kl if cfg.target_kl >= 0 else cfg.kind_ppo().target_kl
 
 
 VALUE_PRETRAIN_BATCHES = 20  # critic-only batches at most after a cold start, when left on auto

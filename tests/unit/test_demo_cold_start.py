@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app import phases
-from app.demo import DemoConfig, effective
+from app.demo import DemoConfig, effective, resolved
 from infra.runtime.errors import UserError
 
 SOLVED = frozenset({"click-test", "enter-text"})
@@ -63,15 +63,16 @@ def test_from_random_weights_value_pretraining_is_off_unless_asked():
 
 
 def test_the_run_from_random_weights_takes_the_trainers_defaults():
-    from app.demo import ppo_lr, rft_every, target_kl
+    from trainer.rl.config import TrainConfig
 
     cfg, _, _ = effective(DemoConfig(tasks=["click-link"]), SOLVED)
-    assert ppo_lr(cfg) == 0.0 and rft_every(cfg) == 0
-    assert target_kl(cfg) == 0.02  # bounded updates: from random weights tasks collapsed without
+    got = resolved(cfg)  # what the trainer runs with
+    assert got["ppo_lr"] == TrainConfig().lr and got["rft_every"] == 0  # the trainer's own learning rate
+    assert got["target_kl"] == 0.02  # bounded updates: from random weights tasks collapsed without
     cfg, _, _ = effective(DemoConfig(tasks=["click-test"]), SOLVED)
-    assert target_kl(cfg) == 0.0  # after a cold start: every epoch
-    assert target_kl(DemoConfig(policy_kind="lm", cold_start_demos=0)) == 0.0
-    assert target_kl(DemoConfig(target_kl=0.05)) == 0.05
+    assert resolved(cfg)["target_kl"] == 0.0  # after a cold start: every epoch
+    assert resolved(DemoConfig(policy_kind="lm", cold_start_demos=0))["target_kl"] == 0.0
+    assert resolved(DemoConfig(target_kl=0.05))["target_kl"] == 0.05
     with pytest.raises(UserError):  # DPO needs pi_sft as its reference
         effective(DemoConfig(tasks=["click-link"], minutes=10, dpo_minutes=2), SOLVED)
 
@@ -103,7 +104,6 @@ def test_the_trainer_of_a_run_from_random_weights_is_told_its_target_kl(tmp_path
 
 
 def test_the_report_names_what_the_automatic_settings_came_to():
-    from app.demo import resolved
     from trainer.rl.config import TrainConfig
 
     scratch, _, _ = effective(DemoConfig(tasks=["click-link"], sandboxes=3), SOLVED)  # no demonstrator
@@ -115,14 +115,12 @@ def test_the_report_names_what_the_automatic_settings_came_to():
 
 
 def test_each_kind_says_its_automatic_ppo_settings_in_one_record_and_the_user_overrides_them():
-    from app.demo import ppo_lr, rft_every
-
     lm = DemoConfig(policy_kind="lm", minutes=20)  # auto cold start counts as one
-    assert (ppo_lr(lm), rft_every(lm), lm.dpo_span_s()) == (1e-6, 0, 20 * 60 * 0.25)
+    assert (resolved(lm)["ppo_lr"], resolved(lm)["rft_every"], lm.dpo_span_s()) == (1e-6, 0, 20 * 60 * 0.25)
     scratch = DemoConfig(policy_kind="lm", cold_start_demos=0, minutes=20)
     assert scratch.dpo_span_s() == 0.0  # DPO needs pi_sft as its reference
     pixel = DemoConfig(minutes=20, ppo_lr=1e-3, rft_every=2, dpo_minutes=3)
-    assert (ppo_lr(pixel), rft_every(pixel), pixel.dpo_span_s()) == (1e-3, 2, 180.0)
+    assert (resolved(pixel)["ppo_lr"], resolved(pixel)["rft_every"], pixel.dpo_span_s()) == (1e-3, 2, 180.0)
     assert DemoConfig(minutes=20).dpo_span_s() == 0.0  # the pixel policy has no DPO phase by default
 
 

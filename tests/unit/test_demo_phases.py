@@ -97,11 +97,12 @@ def test_demo_config_refuses_negative_phases():
 
 
 def test_ppo_fine_tunes_a_cloned_policy_with_smaller_steps():
-    from app.demo import ppo_lr
+    from app.demo import resolved
+    from trainer.rl.config import TrainConfig
 
-    assert ppo_lr(DemoConfig()) == 3e-4  # after the cold start
-    assert ppo_lr(DemoConfig(cold_start_demos=0)) == 0.0  # the trainer's own default
-    assert ppo_lr(DemoConfig(ppo_lr=1e-3)) == 1e-3
+    assert resolved(DemoConfig())["ppo_lr"] == 3e-4  # after the cold start
+    assert resolved(DemoConfig(cold_start_demos=0))["ppo_lr"] == TrainConfig().lr  # the trainer's own default
+    assert resolved(DemoConfig(ppo_lr=1e-3))["ppo_lr"] == 1e-3
 
 
 def test_sync_runs_without_value_pretraining():
@@ -150,10 +151,10 @@ def test_sync_runs_without_a_dpo_phase():
 
 
 def test_the_language_policy_fine_tunes_with_small_steps():
-    from app.demo import ppo_lr
+    from app.demo import resolved
     from trainer.policies.lm.kind import LM_PPO_ARGS
 
-    assert ppo_lr(DemoConfig(policy_kind="lm")) == 1e-6
+    assert resolved(DemoConfig(policy_kind="lm"))["ppo_lr"] == 1e-6
     assert "--minibatch-size" in LM_PPO_ARGS
 
 
@@ -256,7 +257,10 @@ def test_the_dpo_phase_stops_ppo_and_pauses_the_workers_while_dpo_runs(monkeypat
 
 
 def test_rft_rounds_are_on_for_the_cloned_pixel_policy_by_default():
-    from app.demo import rft_every
+    from app.demo import resolved
+
+    def rft_every(cfg: DemoConfig) -> int:  # what the trainer runs with
+        return resolved(cfg)["rft_every"]
 
     assert rft_every(DemoConfig()) == 4  # after the cold start
     assert rft_every(DemoConfig(cold_start_demos=0)) == 0  # from random weights: few successes
@@ -447,15 +451,15 @@ def test_dagger_on_auto_is_the_suites_for_a_kind_that_scores_labels():
 
 
 def test_rft_rounds_on_auto_stay_off_the_games_and_where_dagger_rounds_run():
-    from app.demo import effective, rft_every
+    from app.demo import effective, resolved
 
     games, _, _ = effective(DemoConfig(tasks=["games"]))
-    assert games.cold_start_demos > 0 and rft_every(games) == 0  # re-cloning demonstrations: a teacher during RL
-    assert rft_every(effective(DemoConfig(tasks=["games.snake"]))[0]) == 0  # a game named alone: its suite's
-    assert rft_every(effective(DemoConfig(tasks=["games"], rft_every=3))[0]) == 3  # the user's setting wins
-    assert rft_every(effective(DemoConfig(tasks=["default"]))[0]) == 4  # no DAgger there
-    assert rft_every(effective(DemoConfig(tasks=["default"], dagger_every=2))[0]) == 0  # DAgger's rounds run
-    assert rft_every(effective(DemoConfig(tasks=["games.snake", "click-button"]))[0]) == 4  # no suite holds both
+    assert games.cold_start_demos > 0 and resolved(games)["rft_every"] == 0  # re-cloning demonstrations: a teacher during RL
+    assert resolved(effective(DemoConfig(tasks=["games.snake"]))[0])["rft_every"] == 0  # a game named alone: its suite's
+    assert resolved(effective(DemoConfig(tasks=["games"], rft_every=3))[0])["rft_every"] == 3  # the user's setting wins
+    assert resolved(effective(DemoConfig(tasks=["default"]))[0])["rft_every"] == 4  # no DAgger there
+    assert resolved(effective(DemoConfig(tasks=["default"], dagger_every=2))[0])["rft_every"] == 0  # DAgger's rounds run
+    assert resolved(effective(DemoConfig(tasks=["games.snake", "click-button"]))[0])["rft_every"] == 4  # no suite holds both
 
 
 def test_the_gain_at_the_runs_end_reads_each_tasks_last_episodes_against_the_same_start():

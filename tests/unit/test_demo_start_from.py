@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app import start_from
-from app.demo import RUN_ID, DemoConfig, effective, ppo_lr, rft_every, target_kl
+from app.demo import RUN_ID, DemoConfig, effective, resolved
 from infra.runtime.errors import UserError
 from infra.runtime.settings import load_settings
 
@@ -30,8 +30,9 @@ def test_a_run_from_a_version_has_no_cold_start_and_the_settings_of_one():
     after, _, _ = effective(DemoConfig(tasks=["click-test"]), SOLVED)  # a cold start's run
     scratch, _, _ = effective(DemoConfig(tasks=["click-test"], cold_start_demos=0), SOLVED)
     assert cfg.value_pretrain_batches == after.value_pretrain_batches == 20 != scratch.value_pretrain_batches
-    assert (ppo_lr(cfg), target_kl(cfg), rft_every(cfg)) == (ppo_lr(after), target_kl(after), rft_every(after))
-    assert (ppo_lr(cfg), target_kl(cfg)) != (ppo_lr(scratch), target_kl(scratch))
+    assert resolved(cfg) == resolved(after)  # the trainer's learning rate, KL bound and RFT rounds
+    assert (resolved(cfg)["ppo_lr"], resolved(cfg)["target_kl"]) != (resolved(scratch)["ppo_lr"],
+                                                                  resolved(scratch)["target_kl"])
 
 
 def test_a_run_from_a_version_refuses_a_cold_start_or_a_bad_name():
