@@ -101,14 +101,6 @@ def test_metrics_by_hand():
     torch.testing.assert_close(w, torch.tensor([-1.0, 1.0, 0.0]), atol=1e-4, rtol=0)
 
 
-def test_filter_stale_counts_dropped():
-    trajs = [("a", 5), ("b", 3), ("c", 1)]
-    kept, dropped = ppo.filter_stale(trajs, current_version=5, max_staleness=2, version_of=lambda t: t[1])
-    assert [t[0] for t in kept] == ["a", "b"] and dropped == 1
-    kept, dropped = ppo.filter_stale(trajs, current_version=5, max_staleness=0, version_of=lambda t: t[1])
-    assert [t[0] for t in kept] == ["a"] and dropped == 2
-
-
 def test_value_pretrain_criterion():
     crit = ppo.ValuePretrainCriterion(min_explained_variance=0.8, rel_tol=0.05, patience=2, max_batches=10)
     assert not ppo.value_pretrain_done([], [], crit)

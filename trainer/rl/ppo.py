@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence, TypeVar
+from typing import Sequence
 
 import torch
-
-from infra.runtime.versions import is_stale
-
-T = TypeVar("T")
 
 
 # ---------------------------------------------------------------- masked statistics
@@ -206,23 +202,7 @@ def correlation(x: torch.Tensor, y: torch.Tensor) -> float:
     return float((xc * yc).sum() / denom)
 
 
-# ---------------------------------------------------------------- staleness and value pretraining
-
-
-def filter_stale(trajs: Sequence[T], current_version: int, max_staleness: int,
-                 version_of: Callable[[T], int] | None = None) -> tuple[list[T], int]:
-    """Keep trajectories produced at most ``max_staleness`` versions ago; count the rest.
-
-    ``version_of(traj)`` gives the oldest policy version that acted in it (default: the
-    trajectory's ``policy_versions[0]``, or ``trajectory.policy_versions[0]`` for a scored one).
-    """
-    def default_version(t):
-        inner = getattr(t, "trajectory", t)
-        return inner.policy_versions[0]
-
-    get = version_of or default_version
-    kept = [t for t in trajs if not is_stale(current_version, get(t), max_staleness)]
-    return kept, len(trajs) - len(kept)
+# ---------------------------------------------------------------- value pretraining (staleness: trainer.rl.intake)
 
 
 @dataclass(frozen=True)
