@@ -216,6 +216,9 @@ class Trajectory(OmitsAbsentOptionals, Event):
         return [s.step_index for s in self.steps if s.sampled]
 
 
+JUDGE_OUTCOME = "judge_outcome"  # the component of a task the judge decides (streams.score.judged_components)
+
+
 class ScoredTrajectory(Event):
     trajectory: Trajectory
     scorer: Name
@@ -236,6 +239,13 @@ class ScoredTrajectory(Event):
     @property
     def event_id(self) -> str:
         return f"{self.trajectory.episode_id}:{self.scorer}:{self.scorer_version}"
+
+    @property
+    def judged(self) -> bool:
+        """Whether the streams' judge decided this task's outcome (its ``judge_outcome`` component
+        stands in the page outcome's place, streams.score): then nothing of the page's verdict or
+        score may reach what is learnt from it."""
+        return JUDGE_OUTCOME in self.components
 
 
 # ---------------------------------------------------------------- policy and trainer

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 
 from infra.runtime.errors import UserError
 from schemas.actions import SDK_ACTIONS, TERMINAL_ACTIONS
-from schemas.events import ScoredTrajectory, Step, Trajectory
+from schemas.events import JUDGE_OUTCOME, ScoredTrajectory, Step, Trajectory
 from streams.judge import OutcomeJudge
 
 # The verifier's reward for a failed attempt, by suite: what a task judged at its end is worth when
@@ -170,7 +170,7 @@ def judged_components(traj: Trajectory, w: RewardWeights, flagged: set[int], jud
     outcome's place (no additive judge term: it would count the judge twice)."""
     components = reward_components(traj, w, flagged)
     del components["outcome"]
-    return {"judge_outcome": judge_outcome(traj, judge_score), **components}
+    return {JUDGE_OUTCOME: judge_outcome(traj, judge_score), **components}
 
 
 def rl_eligible(traj: Trajectory) -> tuple[bool, str]:

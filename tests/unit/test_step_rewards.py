@@ -48,3 +48,21 @@ def test_game_steps_carry_their_score_changes(game):
 
 def test_unknown_task_has_no_scale():
     assert score_scale("click-button") is None
+
+
+def test_a_game_the_judge_decided_learns_the_judges_reward_alone():
+    """The judge's outcome stands for the game's score: its steps carry no score change (the page's
+    own reward, a label), and the rewards sum to the scored reward, the judge's outcome counted once."""
+    from streams.score import make_scorer
+
+    class Fixed:
+        def judge(self, traj):
+            return 0.25
+
+    game = sorted(GAMES)[0]
+    plain = scored_episode(game, [0.0, 4.0, 0.0, 8.0], suite="games")
+    judged = make_scorer("rule-v1", Fixed(), frozenset({game})).score(plain.trajectory, 0.0)
+    assert judged.judged and not plain.judged and "outcome" not in judged.components
+    rewards = step_rewards(judged)
+    assert rewards[:-1] == [0.0, 0.0, 0.0] and rewards[-1] == pytest.approx(judged.reward)
+    assert step_rewards(plain)[1] != 0.0  # unjudged, the score changes stay where they were scored

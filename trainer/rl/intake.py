@@ -66,7 +66,7 @@ def learnt_success(scored: ScoredTrajectory) -> bool:
     per-task window): the page's verdict, except where the streams' judge decided the task
     (a ``judge_outcome`` component, streams.score): there the scorer's V(s), so RL on a verifier's
     reward learns nothing from the page's label, which stays in the trajectory to measure against."""
-    if "judge_outcome" in scored.components:
+    if scored.judged:
         return bool(scored.verdict)
     return scored.trajectory.success
 

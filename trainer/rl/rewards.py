@@ -10,7 +10,8 @@ score, is the sum of the score changes less the random policy's mean (on that sc
 per game, the same for every episode, so leaving it out ranks no episode differently. Before, the
 last step carried it: every 2048 episode ended on a reward of -1.48 whatever its play, a drop
 the critic must learn to foresee at every game over and at the step limit before the policy's
-advantages are clean of it (docs/tasks.md, g37a and g38a).
+advantages are clean of it (docs/tasks.md, g37a and g38a). A game the streams' judge decided
+(``ScoredTrajectory.judged``) takes its scored reward on the last step, as a MiniWoB++ episode does.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ def score_scale(task_name: str) -> float | None:
 def step_rewards(scored: ScoredTrajectory) -> list[float]:
     """One reward per step of ``scored.trajectory``: summing to ``scored.reward``, except on a
     game, where the score changes stand for the outcome component and so sum to the scored
-    reward plus the random policy's mean score on the normalised scale (a constant per game)."""
+    reward plus the random policy's mean score on the normalised scale (a constant per game).
+    A game the judge decided is a MiniWoB++ episode here: its score changes are the page's own
+    reward, which would count the outcome twice beside the judge's and train on the page's label."""
     steps = scored.trajectory.steps
-    scale = score_scale(scored.trajectory.task.name)
+    scale = None if scored.judged else score_scale(scored.trajectory.task.name)
     if scale is None:
         return [0.0] * (len(steps) - 1) + [scored.reward]
     rewards = [s.reward * scale for s in steps]
