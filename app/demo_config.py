@@ -27,6 +27,9 @@ class DemoConfig:
     until_target: bool = opt(False, "stop early once every task's last-100 success reached its target")
     until_version: int = opt(0, "stop early once PPO published this many versions past the one the trainer started "
                                 "from (0: run the whole --minutes); a quick check that the loop closes")
+    until_episodes: int = opt(0, "stop early once every task has this many ended episodes of the run's policy, at most "
+                                 "100 (0: run the whole --minutes); for evaluation runs that submit their episodes up "
+                                 "front (--no-curriculum --episodes N)")
     tasks: list[str] = opt(["default"], "MiniWoB++ tasks or suites to train on (producers.suites: default, quick)")
     episodes: int = opt(20000, "episodes submitted per task at most (the run stops before it uses them all)")
     curriculum: bool = opt(True, "share the RL steps among the tasks by their failure rate over the last 30 (app.curriculum; "
@@ -120,6 +123,9 @@ class DemoConfig:
             if self.cold_start_demos > 0 or self.demos_from != "scripted":
                 raise UserError("--start-from starts RL from a published version: it has no cold start "
                                 "(leave --cold-start-demos and --demos-from out)")
+        if not 0 <= self.until_episodes <= UNTIL_EPISODES_MAX:
+            raise UserError(f"--until-episodes counts a task's ended episodes, 0 (off) to {UNTIL_EPISODES_MAX} "
+                            f"(the progress reading's window), got {self.until_episodes}")
         if self.until_version < 0:
             raise UserError(f"until_version must be >= 0 (0: run the whole --minutes), got {self.until_version}")
         if min(self.max_steps, self.ppo_lr, self.cold_start_demos + 1, self.value_pretrain_batches + 1, self.rft_every + 1) < 0:
@@ -187,6 +193,7 @@ def expert_labels(cfg: DemoConfig) -> bool:
     return cfg.expert_coef > 0 or cfg.dagger_every > 0
 
 
+UNTIL_EPISODES_MAX = 100  # the progress reading counts each task's last 100 episodes (app.demo.snapshot)
 VALUE_PRETRAIN_BATCHES = 20  # critic-only batches at most after a cold start, when left on auto
 # (and at most run_config.VALUE_PRETRAIN_SHARE of the run's minutes)
 

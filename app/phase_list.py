@@ -238,13 +238,23 @@ def deadline(ctx: Ctx, budget: "Budget", p: Phase) -> float:
 
 def goal_reached(ctx: Ctx, reading: dict, name: str, t0: float) -> str:
     """The run's goal at a reading of phase ``name``: '' or the line saying it was reached (every
-    task at its target with --until-target; PPO's --until-version versions published)."""
+    task at its target with --until-target; PPO's --until-version versions published; every task's
+    --until-episodes episodes ended)."""
     cfg, minutes = ctx.cfg, (time.time() - t0) / 60
     if cfg.until_target and reached_targets(reading, list(ctx.plan.tasks)):
         return f"every task reached its target after {minutes:.1f} min"
     if reached_version(cfg.until_version, reading, ctx.learner.base_version, name):
         return f"PPO published v{reading['published']} after {minutes:.1f} min (--until-version {cfg.until_version})"
+    if reached_episodes(cfg.until_episodes, reading, list(ctx.plan.tasks)):
+        return f"every task ended {cfg.until_episodes} episodes after {minutes:.1f} min (--until-episodes)"
     return ""
+
+
+def reached_episodes(n: int, snap: dict, tasks: list[str]) -> bool:
+    """``--until-episodes``: every task has at least ``n`` ended episodes in the reading (its
+    last-100 window); 0 never stops the run."""
+    rates = snap.get("rates", {})
+    return n > 0 and all(t in rates and rates[t][1] >= n for t in tasks)
 
 
 def reached_targets(snap: dict, tasks: list[str]) -> bool:

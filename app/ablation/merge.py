@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from app.ablation.plot import _pyplot
+from app.demo_config import UNTIL_EPISODES_MAX
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the games specialist's weight
 DOMAINS = {"web": ("default", "success"), "games": ("games", "normalised_score")}  # suite, measure
@@ -78,8 +79,11 @@ def rl_extra(start: str, demo_args: str = "") -> list[str]:
 
 def eval_extra(start: str, episodes: int) -> list[str]:
     """An evaluation run's options: ``episodes`` of every task submitted up front, scored under
-    ``start`` alone (the trainer never has a full batch; no value pretraining, RFT or self-imitation)."""
-    return ["--start-from", start, "--no-curriculum", "--episodes", str(episodes), "--batch-episodes", str(NO_TRAINING),
+    ``start`` alone (the trainer never has a full batch; no value pretraining, RFT or self-imitation),
+    the run ending once every task's are played (or at its minutes, where some never end)."""
+    until = ["--until-episodes", str(episodes)] if episodes <= UNTIL_EPISODES_MAX else []  # beyond: its minutes
+    return ["--start-from", start, "--no-curriculum", "--episodes", str(episodes), *until,
+            "--batch-episodes", str(NO_TRAINING),
             "--value-pretrain-batches", "0", "--rft-every", "0", "--sil-coef", "0", "--dpo-minutes", "0"]
 
 

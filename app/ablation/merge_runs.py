@@ -161,8 +161,9 @@ def parse(argv: list[str] | None = None):
     ap.add_argument("--minutes", type=float, default=30.0, help="RL minutes per specialist (joint RL: twice)")
     ap.add_argument("--sft-minutes", type=float, default=15.0, help="pi_sft's run (cold start, SFT; it ends at PPO's first version)")
     ap.add_argument("--eval-episodes", type=int, default=20, help="evaluation episodes of every task")
-    ap.add_argument("--eval-minutes", type=float, default=8.0, help="wall-clock of each evaluation run (long enough "
-                                                                    "for its episodes: the demo runs until it)")
+    ap.add_argument("--eval-minutes", type=float, default=8.0, help="wall-clock of each evaluation run at most "
+                                                                    "(long enough for its episodes: the run ends once "
+                                                                    "they are played, --until-episodes)")
     ap.add_argument("--alphas", default=",".join(f"{a:g}" for a in M.ALPHAS), help="the games specialist's weights")
     ap.add_argument("--demo-args", default="", help="more flywheel demo options for pi_sft's and the RL runs")
     ap.add_argument("--tag", default="", help="part of every run id (a data dir refuses a run id used before)")

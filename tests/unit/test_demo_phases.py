@@ -506,3 +506,24 @@ def test_the_critic_at_ppo_start_is_pooled_over_its_first_batches():
     none = measures.value_pretraining_summary(rows[:1])
     assert none["value_return_corr_ppo_start_pooled"] is None and none["episodes_at_ppo_start"] is None
     assert measures.critic_sentence(none).endswith("correlation -.")
+
+
+def test_until_episodes_stops_once_every_task_has_ended_that_many():
+    from app.phase_list import reached_episodes
+
+    snap = {"rates": {"a": (0.5, 20), "b": (0.0, 19)}}
+    assert not reached_episodes(20, snap, ["a", "b"])  # b is one short
+    assert reached_episodes(19, snap, ["a", "b"]) and not reached_episodes(0, snap, ["a", "b"])  # 0: off
+    assert not reached_episodes(1, snap, ["a", "b", "c"])  # a task with no ended episode yet
+    for bad in (-1, 101):
+        with pytest.raises(UserError, match="until-episodes"):
+            DemoConfig(until_episodes=bad).validate()
+    from types import SimpleNamespace
+
+    from app.phase_list import goal_reached
+
+    ctx = SimpleNamespace(cfg=DemoConfig(until_episodes=19), plan=SimpleNamespace(tasks=("a", "b")),
+                          learner=SimpleNamespace(base_version=0))
+    assert "--until-episodes" in goal_reached(ctx, snap, "PPO", 0.0)  # the run's goal line, and the run stops
+    ctx.cfg = DemoConfig(until_episodes=20)
+    assert goal_reached(ctx, snap, "PPO", 0.0) == ""

@@ -37,6 +37,9 @@ def test_the_demo_command_lines_parse_and_say_what_the_experiment_means(tmp_path
     assert (web.start_from, web.minutes, web.seed, web.keep_broker, web.workers) == ("mrg-sft-s0@4", 30, 0, True, 1)
     ev = _demo(M.demo_argv("mrg-eval-a0.5-games-s0", "games", 8, 0, tmp_path, M.eval_extra("mrg-pool-s0@5", 20)))
     assert (ev.start_from, ev.curriculum, ev.episodes, ev.batch_episodes) == ("mrg-pool-s0@5", False, 20, M.NO_TRAINING)
+    assert ev.until_episodes == 20  # it ends once its episodes are played, not at its minutes
+    many = _demo(M.demo_argv("mrg-eval-a0-web-s0", "default", 8, 0, tmp_path, M.eval_extra("mrg-pool-s0@5", 150)))
+    assert many.until_episodes == 0  # beyond the reading's window of 100: its minutes
     ev, _, _ = effective(ev)
     assert (ev.cold_start_demos, ev.value_pretrain_batches, ev.rft_every, ev.sil_coef, ev.dpo_span_s()) == (0, 0, 0, 0, 0)
     assert ev.batch_episodes > ev.episodes * 100  # the trainer's batch never fills: the version is never updated
