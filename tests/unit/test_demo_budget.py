@@ -130,9 +130,10 @@ class Learner:
 class Run:
     """The demo's options the phases read."""
 
-    def __init__(self, value_pretrain_batches=20, dpo_s=0.0, until_version=0, until_target=False) -> None:
+    def __init__(self, value_pretrain_batches=20, dpo_s=0.0, until_version=0, until_target=False,
+                 until_episodes=0) -> None:
         self.value_pretrain_batches, self.dpo_s = value_pretrain_batches, dpo_s
-        self.until_version, self.until_target = until_version, until_target
+        self.until_version, self.until_target, self.until_episodes = until_version, until_target, until_episodes
 
     def dpo_span_s(self) -> float:
         return self.dpo_s
