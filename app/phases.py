@@ -54,7 +54,8 @@ from schemas.events import ScoredTrajectory
 from schemas.codec import encode
 from infra.runtime import versions
 from infra.runtime.dlq import read_snapshot
-from infra.runtime.kafka_clients import DeliveryTracker, client_config, flush_or_raise, high_watermarks, make_consumer, make_producer
+from infra.runtime.kafka_clients import (DeliveryTracker, client_config, commit_offsets, flush_or_raise, high_watermarks,
+                                         make_consumer, make_producer)
 from producers.human import HUMAN
 
 COLD_START, SFT, VALUE_PRETRAIN, PPO, DPO = "cold start", "SFT", "value pretraining", "PPO", "DPO"
@@ -303,7 +304,7 @@ def skip_leftover_tasks(settings, group: str) -> dict[int, int]:
     consumer = make_consumer(settings, group, **{"enable.auto.commit": False})
     try:
         ends = high_watermarks(consumer, topic)
-        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in ends.items()], asynchronous=False)
+        commit_offsets(consumer, [TopicPartition(topic, p, o) for p, o in ends.items()])
         return ends
     finally:
         consumer.close()

@@ -42,7 +42,7 @@ from pydantic import BaseModel
 from infra.runtime.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from infra.runtime.config import opt
 from infra.runtime.dlq import dead_letter, send_dead_letter
-from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_consumer, make_producer
+from infra.runtime.kafka_clients import DeliveryTracker, commit_offsets, flush_or_raise, make_consumer, make_producer
 from infra.runtime.settings import Settings
 
 log = logging.getLogger("flywheel.loop")
@@ -110,7 +110,7 @@ class GroupOffsets:
         """Start where the group's committed offsets say (``auto.offset.reset`` when none)."""
 
     def commit(self, consumer: Any, positions: Positions) -> None:
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()], asynchronous=False)
+        commit_offsets(consumer, [TopicPartition(t, p, o) for (t, p), o in positions.items()])
 
 
 class CheckpointFile:

@@ -8,6 +8,7 @@ Consumers from ``make_consumer`` never auto-commit: each caller commits after it
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -17,6 +18,8 @@ from infra.runtime.settings import Settings
 from infra.runtime.topics import MAX_MESSAGE_BYTES
 from infra.kafka.tls import MECHANISM
 from infra.runtime.probe import check_login
+
+log = logging.getLogger(__name__)
 
 
 class DeliveryError(RuntimeError):
@@ -158,6 +161,34 @@ _TRANSIENT = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE,
 
 def _transient(err) -> bool:
     return isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT)
+
+
+# a group coordinator moving or loading its offsets (a broker killed, a leader elected): the
+# same commit goes through a moment later; a lost assignment (ILLEGAL_GENERATION, ...) is not here
+_COORDINATOR_MOVING = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
+                       KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT,
+                       KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+
+
+def commit_offsets(consumer: Consumer, offsets: list, timeout_s: float = 60.0, pause_s: float = 0.5) -> None:
+    """Commit ``offsets`` (TopicPartitions) synchronously, retrying while the group's coordinator
+    moves (``_COORDINATOR_MOVING``) for up to ``timeout_s``; any other error, or one that outlasts
+    it, raises. Committing the same offsets twice is harmless."""
+    import time
+
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+            return
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if not (isinstance(err, KafkaError) and err.code() in _COORDINATOR_MOVING) or time.monotonic() > deadline:
+                raise
+            log.warning("commit failed while the group coordinator moves (%s); retrying", err.str())
+            time.sleep(pause_s)
 
 
 def high_watermarks(consumer: Consumer, topic: str, timeout_s: float = 15.0) -> dict[int, int]:

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from infra.runtime.checkpoint import TrainedIds, load_checkpoint, save_checkpoint
 from infra.runtime.consume_loop import CheckpointFile, ConsumeLoop, DeadLetters, GroupOffsets, LoopConfig
-from infra.runtime.kafka_clients import DeliveryError
+from infra.runtime.kafka_clients import DeliveryError, commit_offsets
 from infra.runtime.settings import load_settings
 
 
@@ -276,3 +276,45 @@ def test_trained_ids_stay_bounded_by_the_staleness_window(tmp_path):
     from infra.runtime.checkpoint import Checkpoint
     save_checkpoint(path, Checkpoint[LearnerState](trained=ids))
     assert load_checkpoint(path, LearnerState).trained == ids
+
+
+class FlakyCommits:
+    """A consumer whose first commits fail with ``errors`` (KafkaError codes), then succeed."""
+
+    def __init__(self, *errors: int) -> None:
+        self.errors = list(errors)
+        self.committed: list[list[TopicPartition]] = []
+
+    def commit(self, offsets, asynchronous):
+        from confluent_kafka import KafkaException
+
+        assert asynchronous is False
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        self.committed.append(offsets)
+
+
+def test_a_commit_waits_out_a_moving_coordinator_and_nothing_else():
+    from confluent_kafka import KafkaException
+
+    # the sink's failure under a killed broker (tests/e2e/test_chaos.py): retried, then committed
+    moving = FlakyCommits(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR)
+    offsets = [TopicPartition("t", 0, 5)]
+    commit_offsets(moving, offsets, pause_s=0.0)
+    assert moving.committed == [offsets] and not moving.errors
+    # a lost assignment is not waited for: the loop's rebalance handling owns it
+    lost = FlakyCommits(KafkaError.ILLEGAL_GENERATION)
+    with pytest.raises(KafkaException, match="ILLEGAL_GENERATION"):
+        commit_offsets(lost, offsets, pause_s=0.0)
+    assert lost.committed == []
+    # a coordinator that never comes back fails the commit once the time is up
+    stuck = FlakyCommits(*[KafkaError.COORDINATOR_LOAD_IN_PROGRESS] * 1000)
+    with pytest.raises(KafkaException, match="COORDINATOR_LOAD_IN_PROGRESS"):
+        commit_offsets(stuck, offsets, timeout_s=0.05, pause_s=0.01)
+    assert stuck.committed == []
+
+
+def test_group_offsets_commit_through_the_retrying_commit():
+    moving = FlakyCommits(KafkaError.COORDINATOR_NOT_AVAILABLE)
+    GroupOffsets().commit(moving, {("t", 1): 7, ("u", 0): 2})
+    assert [sorted((tp.topic, tp.partition, tp.offset) for tp in c) for c in moving.committed] == [[("t", 1, 7), ("u", 0, 2)]]

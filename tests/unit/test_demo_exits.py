@@ -184,11 +184,22 @@ def test_tasks_without_a_demonstrator_are_named_before_anything_starts(monkeypat
 def test_the_task_queue_is_topped_up_between_progress_lines(monkeypatch, tmp_path, capsys):
     run = Run(monkeypatch, tmp_path)
     sent: list[int] = []
-    monkeypatch.setattr(phases, "send_tasks", lambda settings, specs: sent.append(len(specs)) or len(specs))
+    inherited = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def send(settings, specs):
+        sent.append(len(specs))
+        if len(sent) == 3:  # the first fill and two refills: the run ends by count, not by the clock
+            os.kill(os.getpid(), signal.SIGTERM)
+        return len(specs)
+
+    monkeypatch.setattr(phases, "send_tasks", send)
     monkeypatch.setattr(demo, "FEED_TICK_S", 0.05)
-    run_demo(run.config(minutes=0.03, progress_s=30.0), run.settings())
+    try:
+        run_demo(run.config(minutes=1.0, progress_s=120.0), run.settings())
+    finally:
+        signal.signal(signal.SIGTERM, inherited)
     assert "episodes 0 |" not in capsys.readouterr().out, "no progress line within the run"
-    assert len(sent) >= 3 and set(sent) == {64}, sent  # the first fill, then refills at the ticks (nothing consumed them)
+    assert sent == [64, 64, 64], sent  # refilled at the ticks (nothing consumed the tasks), long before a progress line
 
 
 def test_options_the_trainer_or_cloning_would_refuse_fail_before_anything_starts(monkeypatch, tmp_path):
