@@ -51,7 +51,7 @@ from infra.runtime.errors import UserError
 from infra.runtime.procs import Child, say as _say, stop_signals, wait_until
 from infra.runtime.settings import Settings, load_settings
 from producers.capacity import machine_sandboxes
-from producers.suites import RunPlan, plan as suite_plan
+from producers.suites import RunPlan
 
 log = logging.getLogger("flywheel.demo")
 __all__ = ["OUTCOME", "RUN_ID", "TRAINER_FILE", "VALUE_PRETRAIN_BATCHES", "DemoConfig", "Learner", "Terminated",
@@ -314,7 +314,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     ``trainer``: the trainer's resolved configuration (resolved here when not given)."""
     run_id, prefix, policy = names
     budget = phase_list.Budget(time.time(), cfg.minutes)  # --minutes bounds the whole run, its start-up included
-    plan = suite_plan(cfg.tasks, cfg.max_steps)
+    plan = cfg.plan()
     trainer = trainer or trainer_config(cfg, prefix, policy, plan, {**os.environ, **child_env(settings, prefix)})
     train = trainer.train
     out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id

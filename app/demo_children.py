@@ -18,7 +18,7 @@ from infra.runtime.errors import UserError
 from infra.runtime.procs import Child, flywheel_argv
 from infra.runtime.settings import Settings
 from producers.capacity import machine_sandboxes
-from producers.suites import RunPlan, plan as suite_plan
+from producers.suites import RunPlan
 
 def child_env(settings: Settings, prefix: str) -> dict[str, str]:
     """Children rebuild the platform settings from FLYWHEEL_* variables: every setting is passed,
@@ -92,7 +92,7 @@ def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[st
     anything starts, in the environment they will have (``child_env``: the run's ``settings`` as
     FLYWHEEL_* variables over this process's)."""
     _, prefix, policy = names
-    plan = suite_plan(cfg.tasks, cfg.max_steps)
+    plan = cfg.plan()
     env = {**os.environ, **child_env(settings, prefix)}
     trainer = trainer_config(cfg, prefix, policy, plan, env)
     check_labels(cfg, trainer.train, type(trainer.train)())

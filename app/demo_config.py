@@ -16,7 +16,7 @@ from infra.runtime.config import ConfigError, json_object, opt
 from infra.runtime.errors import UserError
 from infra.runtime.policy import DemoPPO, policy_kind
 from producers.policy_client import noise_error
-from producers.suites import plan as suite_plan, setting as suite_setting
+from producers.suites import RunPlan, plan as suite_plan, setting as suite_setting
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # a Kafka topic prefix and a folder name
 
@@ -36,6 +36,9 @@ class DemoConfig:
                                  "a solved task keeps a fifth of an unsolved one's share, a long episode counts its "
                                  "steps); --no-curriculum: every task the same share of episodes, all submitted up front")
     max_steps: int = opt(0, "step budget per episode (0: the suite's; 1 means the first click must succeed)")
+    actions: list[str] = opt([], "the action types the policy may take, e.g. click (default: the heads of the suites that "
+                                 "hold the tasks; a task in no suite gets the default suite's: click, type, scroll, "
+                                 "press_enter, finished)")
     cold_start_demos: int = opt(-1, "cold start: scripted demonstrations per task cloned into pi_sft before RL (-1: 20 of "
                                     "each task with a demonstrator, PPO alone on the others, random weights if no task has one; "
                                     "0: start from random weights; N > 0: N of every task, refused if a task has no demonstrator)")
@@ -106,6 +109,11 @@ class DemoConfig:
     streams_args: str = opt("", "extra arguments for `flywheel streams`, space separated")
     keep_broker: bool = opt(False, "leave the Kafka broker this demo started running at exit")
     ui: bool = opt(True, "start `flywheel ui` on a free loopback port and print its URL")
+
+    def plan(self) -> RunPlan:
+        """The run's tasks, policy heads and step budget (producers.suites.plan); UserError for an
+        unknown task name or action type."""
+        return suite_plan(self.tasks, self.max_steps, tuple(self.actions))
 
     def validate(self) -> "DemoConfig":
         if self.run_id and not RUN_ID.fullmatch(self.run_id):
@@ -207,7 +215,7 @@ def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tu
     suite's, for a policy kind that scores the labels it is handed).
     Under --sync a critic-only update publishes no version while the synchronous rollout waits for
     one, so value pretraining would stall the run after one batch."""
-    tasks = suite_plan(cfg.tasks, cfg.max_steps).tasks
+    tasks = cfg.plan().tasks
     if cfg.start_from:  # no cloning: RL starts from the copied version
         cfg = replace(cfg, cold_start_demos=0)
     cold = phases.cold_start_plan(tasks, cfg.cold_start_demos, phases.demonstrators() if demonstrable is None else demonstrable)

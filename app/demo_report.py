@@ -20,7 +20,7 @@ from infra.runtime.config import describe
 from infra.runtime.cpu_share import CpuShare
 from infra.runtime.settings import Settings
 from producers.capacity import machine_sandboxes
-from producers.suites import RunPlan, plan as suite_plan
+from producers.suites import RunPlan
 
 log = logging.getLogger("flywheel.demo")
 
@@ -76,7 +76,7 @@ def resolved(cfg: DemoConfig, train: Any = None) -> dict[str, float]:
     the trainer as it runs (``train``, the resolved TrainConfig; by default this run's, resolved
     here), whichever layer set them (the kind, the suite, the user)."""
     if train is None:
-        train = trainer_config(cfg, "demo-x.", f"{cfg.policy_kind}-x", suite_plan(cfg.tasks, cfg.max_steps)).train
+        train = trainer_config(cfg, "demo-x.", f"{cfg.policy_kind}-x", cfg.plan()).train
     return {"ppo_lr": train.lr, "rft_every": train.rft_every, "target_kl": train.target_kl,
             "sandboxes_per_worker": cfg.sandboxes or machine_sandboxes(cfg.workers)}
 

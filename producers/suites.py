@@ -192,10 +192,11 @@ class RunPlan:
     max_steps: int
 
 
-def plan(names: list[str], max_steps: int = 0) -> RunPlan:
+def plan(names: list[str], max_steps: int = 0, actions: tuple[str, ...] | list[str] = ()) -> RunPlan:
     """The tasks ``names`` stand for, the action heads they need (the union of the suites that
     hold them, in the order the suites list them; a task in no suite gets the default suite's
-    heads) and the step budget (``max_steps`` when > 0, else the largest budget of those suites)."""
+    heads; ``actions``, when given, instead: a task in no suite may need fewer) and the step budget
+    (``max_steps`` when > 0, else the largest budget of those suites)."""
     tasks = expand(names)
     if not tasks:
         raise UserError("no tasks given (a suite: --tasks default, or task names)")
@@ -204,5 +205,9 @@ def plan(names: list[str], max_steps: int = 0) -> RunPlan:
     if homeless or not holders:
         holders.append(SUITES["default"])
     known = dict.fromkeys(a for s in SUITES.values() for a in s.action_types)  # in registration order
-    heads = tuple(a for a in known if any(a in s.action_types for s in holders))
+    unknown = [a for a in actions if a not in known]
+    if unknown:
+        raise UserError(f"--actions {','.join(unknown)}: the policy has heads for {', '.join(known)} only")
+    wanted = set(actions) if actions else {a for s in holders for a in s.action_types}
+    heads = tuple(a for a in known if a in wanted)
     return RunPlan(tuple(tasks), heads, max_steps if max_steps > 0 else max(s.max_steps for s in holders))

@@ -26,7 +26,7 @@ GAMES = frozenset(get_suite("games").tasks)
 
 def trainer_of(env: dict[str, str] | None = None, **demo) -> run_config.Resolved:
     cfg, _, _ = effective(DemoConfig(**demo), GAMES)
-    return trainer_config(cfg, "demo-x.", "pixel-x", plan(cfg.tasks, cfg.max_steps), {} if env is None else env)
+    return trainer_config(cfg, "demo-x.", "pixel-x", cfg.plan(), {} if env is None else env)
 
 
 def as_the_trainer_parses_it(resolved: run_config.Resolved, env: dict[str, str], folder) -> TrainConfig:
@@ -155,3 +155,17 @@ def test_the_cloning_rebuilds_its_configuration_from_the_file_the_cold_start_han
     (tmp_path / "bad.json").write_text('{"demos_per_task": 4, "epoch": 3}')
     with pytest.raises(ConfigError, match="no setting 'epoch' .did you mean 'epochs'"):
         trainer_cli.config_of(BCConfig, parse_command(trainer_cli.register, "bc", ["--config", str(tmp_path / "bad.json")]))
+
+
+def test_actions_choose_the_heads_of_tasks_in_no_suite_and_unknown_ones_are_refused(tmp_path):
+    homeless = ["click-dialog", "count-shape"]  # in no suite: the default suite's heads
+    assert plan(homeless).action_types == ("click", "type", "scroll", "press_enter", "finished")
+    cfg = DemoConfig(tasks=homeless, actions=["click"], cold_start_demos=0)
+    assert cfg.plan().action_types == ("click",) and cfg.plan().tasks == tuple(homeless)
+    # the policy the trainer builds has the click head alone, so the workers play clicks only
+    config = json.loads(trainer_of(tasks=homeless, actions=["click"], cold_start_demos=0).train.policy_config)
+    assert config["action_types"] == ["click"]
+    assert plan(["games"], actions=["hotkey", "click"]).action_types == ("click", "hotkey")  # the heads' own order
+    for bad in (["tap"], ["click", "shell"]):
+        with pytest.raises(UserError, match="--actions .*the policy has heads for click"):
+            effective(DemoConfig(tasks=homeless, actions=bad, cold_start_demos=0), GAMES)
