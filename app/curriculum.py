@@ -69,15 +69,22 @@ MIN_EPISODES = 20  # below this many ended episodes a task's rate says too littl
 EXPLORE_BELOW = 0.1
 
 
+def recent(task: str, rates: Mapping[str, tuple[float, int]], scores: Mapping[str, tuple[float, int]],
+           min_episodes: int = MIN_EPISODES) -> float | None:
+    """A task's recent figure: its normalised score for a game, else its success rate; None while
+    it has fewer than ``min_episodes`` ended episodes (nothing known yet)."""
+    value, n = scores.get(task) or rates.get(task) or (0.0, 0)
+    return None if n < min_episodes else float(value)
+
+
 def weights(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: Mapping[str, tuple[float, int]],
             floor: float = FLOOR, min_episodes: int = MIN_EPISODES) -> dict[str, float]:
     """Each task's weight from its recent (success rate, episodes) and, for a game, its
     (normalised score, episodes): how far from solved, at least ``floor``."""
     out = {}
     for task in tasks:
-        value, n = scores.get(task) or rates.get(task) or (0.0, 0)
-        unsolved = 1.0 if n < min_episodes else 1.0 - min(max(float(value), 0.0), 1.0)
-        out[task] = max(unsolved, floor)
+        value = recent(task, rates, scores, min_episodes)
+        out[task] = max(1.0 if value is None else 1.0 - min(max(value, 0.0), 1.0), floor)
     return out
 
 
@@ -88,8 +95,8 @@ def exploring(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: 
     ``below`` or it has fewer than ``min_episodes`` ended episodes, else 0."""
     out = {}
     for task in tasks:
-        value, n = scores.get(task) or rates.get(task) or (0.0, 0)
-        out[task] = explore if explore > 0 and (n < min_episodes or float(value) < below) else 0.0
+        value = recent(task, rates, scores, min_episodes)
+        out[task] = explore if explore > 0 and (value is None or value < below) else 0.0
     return out
 
 
