@@ -142,9 +142,9 @@ class DemoConfig:
             raise UserError(f"--sil-coef is a weight >= 0 (0: off) or -1 (auto), got {self.sil_coef}")
         if not 0.0 <= self.explore < 1.0:  # NaN included
             raise UserError(f"--explore is the share of uniform clicks, 0 <= e < 1 (0: off), got {self.explore}")
-        if self.explore > 0 and (self.policy_kind != "pixel" or not self.curriculum):
-            raise UserError("--explore mixes uniform clicks into the pixel policy's click head for the tasks the "
-                            "curriculum reads as unsolved: it needs --policy-kind pixel and the curriculum")
+        if self.explore > 0 and (not policy_kind(self.policy_kind).explores or not self.curriculum):
+            raise UserError("--explore mixes uniform clicks into the policy's click head for the tasks the curriculum "
+                            "reads as unsolved: it needs a policy kind that explores (pixel) and the curriculum")
         if not (self.expert_coef == -1 or self.expert_coef >= 0):  # NaN included
             raise UserError(f"--expert-coef is a weight >= 0 (0: off) or -1 (the suite's), got {self.expert_coef}")
         if self.dagger_every < -1:

@@ -247,6 +247,9 @@ class PolicyKind(Protocol):
     # the one its own sample holds
     scores_actions: bool
     chat: bool  # its policies write text and answer chat completions (``ChatPolicy``)
+    # its act takes a per-input exploration floor (``act(inputs, greedy, explore)``: that share of
+    # its clicks uniform, logged with the mixture's log-prob; --explore)
+    explores: bool
     bc_epochs: int  # `flywheel bc`'s defaults for this kind
     bc_lr: float
     bc_minibatch_size: int

@@ -159,6 +159,10 @@ def test_the_demo_refuses_a_floor_it_cannot_honour():
         DemoConfig(explore=0.3, curriculum=False).validate()
     with pytest.raises(UserError, match="pixel"):
         DemoConfig(explore=0.3, policy_kind="lm").validate()
+    from infra.runtime.policy import policy_kind
+
+    # the kind says what it can do (PolicyKind.explores), not its name
+    assert policy_kind("pixel").explores and not policy_kind("lm").explores
     DemoConfig(explore=0.3).validate()
 
 
