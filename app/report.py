@@ -88,7 +88,7 @@ def plot_learning_curve(rows, path: Path, bucket_s: int) -> str:
     ax.set(xlabel="minutes since start", ylabel=f"{measure} ({bucket_s} s buckets)", title="Learning curve")
     if measure == "success":  # a normalised score may leave [0, 1]
         ax.set_ylim(-0.02, 1.02)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the axes: inside, it hid curves
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
