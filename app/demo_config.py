@@ -164,6 +164,11 @@ class DemoConfig:
             raise UserError("--until-version stops the run during PPO, before a DPO phase: add --dpo-minutes 0")
         if self.dpo_minutes > 0 and self.cold_start_demos == 0:
             raise UserError("a DPO phase needs pi_sft as its reference: set --cold-start-demos > 0 or --dpo-minutes 0")
+        if self.actions and not policy_kind(self.policy_kind).sized_heads:
+            raise UserError(f"--actions sets the policy's action heads; the {self.policy_kind} policy has none "
+                            "(it writes its actions as text)")
+        if self.actions and "action_types" in self.policy_overrides():
+            raise UserError("give the action types once: --actions, or action_types in --policy-config")
         self.policy_overrides()
         return self
 

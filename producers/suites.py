@@ -195,19 +195,24 @@ class RunPlan:
 def plan(names: list[str], max_steps: int = 0, actions: tuple[str, ...] | list[str] = ()) -> RunPlan:
     """The tasks ``names`` stand for, the action heads they need (the union of the suites that
     hold them, in the order the suites list them; a task in no suite gets the default suite's
-    heads; ``actions``, when given, instead: a task in no suite may need fewer) and the step budget
+    heads; ``actions``, when given, instead: a task in no suite may need fewer, a suite's task keeps
+    its suite's heads, a UserError otherwise) and the step budget
     (``max_steps`` when > 0, else the largest budget of those suites)."""
     tasks = expand(names)
     if not tasks:
         raise UserError("no tasks given (a suite: --tasks default, or task names)")
-    holders = [s for s in SUITES.values() if s.name in names or any(t in s.tasks for t in tasks)]
-    homeless = [t for t in tasks if not any(t in s.tasks for s in holders)]
-    if homeless or not holders:
-        holders.append(SUITES["default"])
+    holding = [s for s in SUITES.values() if s.name in names or any(t in s.tasks for t in tasks)]
+    homeless = [t for t in tasks if not any(t in s.tasks for s in holding)]
+    holders = holding + [SUITES["default"]] * bool(homeless or not holding)
     known = dict.fromkeys(a for s in SUITES.values() for a in s.action_types)  # in registration order
     unknown = [a for a in actions if a not in known]
     if unknown:
         raise UserError(f"--actions {','.join(unknown)}: the policy has heads for {', '.join(known)} only")
+    # a suite's tasks need its heads (the games' arrows): --actions may add to them, not take them away
+    missing = [a for a in known if actions and a not in actions and any(a in s.action_types for s in holding)]
+    if missing:
+        raise UserError(f"--actions leaves out {', '.join(missing)}, which the suites holding these tasks need; "
+                        "--actions is for tasks in no suite")
     wanted = set(actions) if actions else {a for s in holders for a in s.action_types}
     heads = tuple(a for a in known if a in wanted)
     return RunPlan(tuple(tasks), heads, max_steps if max_steps > 0 else max(s.max_steps for s in holders))

@@ -250,6 +250,9 @@ class PolicyKind(Protocol):
     # its act takes a per-input exploration floor (``act(inputs, greedy, explore)``: that share of
     # its clicks uniform, logged with the mixture's log-prob; --explore)
     explores: bool
+    # its policy has action-type heads sized by the run's action types (task_config's
+    # ``action_types``, --actions); False: it writes its actions as text
+    sized_heads: bool
     bc_epochs: int  # `flywheel bc`'s defaults for this kind
     bc_lr: float
     bc_minibatch_size: int

@@ -169,3 +169,14 @@ def test_actions_choose_the_heads_of_tasks_in_no_suite_and_unknown_ones_are_refu
     for bad in (["tap"], ["click", "shell"]):
         with pytest.raises(UserError, match="--actions .*the policy has heads for click"):
             effective(DemoConfig(tasks=homeless, actions=bad, cold_start_demos=0), GAMES)
+    # a suite's tasks keep its heads: the games without their arrows could not be played
+    with pytest.raises(UserError, match="leaves out hotkey"):
+        DemoConfig(tasks=["games"], actions=["click"]).plan()
+    with pytest.raises(UserError, match="leaves out type, scroll, press_enter, finished"):
+        DemoConfig(tasks=["default", "click-dialog"], actions=["click"]).plan()
+    assert plan(["starter", "click-dialog"], actions=["click", "type"]).action_types == ("click", "type")  # may widen
+    # given once, to a policy that has heads
+    with pytest.raises(UserError, match="give the action types once"):
+        DemoConfig(tasks=homeless, actions=["click"], policy_config='{"action_types": ["click"]}').validate()
+    with pytest.raises(UserError, match="the lm policy has none"):
+        DemoConfig(tasks=homeless, actions=["click"], policy_kind="lm").validate()

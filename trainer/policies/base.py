@@ -57,6 +57,7 @@ class KindDefaults:
     scores_actions = True
     chat = False
     explores = False
+    sized_heads = False
     bc_epochs, bc_lr, bc_minibatch_size = 40, 1e-2, 32
     dpo_lr, dpo_micro_batch = 1e-3, 0
     demo_ppo_args: tuple[str, ...] = ()

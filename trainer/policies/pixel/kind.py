@@ -14,6 +14,7 @@ from trainer.policies.pixel.config import pixel_config
 class PixelKind(KindDefaults):
     name = "pixel"
     explores = True  # trainer.policies.pixel.model.mix_uniform
+    sized_heads = True
 
     def build(self, name: str, config: dict[str, Any] | None) -> Any:
         from trainer.policies.pixel.model import PixelPolicy  # imports torch: only when a policy is built
