@@ -72,9 +72,9 @@ EXPLORE_BELOW = 0.1
 def recent(task: str, rates: Mapping[str, tuple[float, int]], scores: Mapping[str, tuple[float, int]],
            min_episodes: int = MIN_EPISODES) -> float | None:
     """A task's recent figure: its normalised score for a game, else its success rate; None while
-    it has fewer than ``min_episodes`` ended episodes (nothing known yet)."""
+    it has fewer than ``min_episodes`` ended episodes or the figure is NaN (nothing known)."""
     value, n = scores.get(task) or rates.get(task) or (0.0, 0)
-    return None if n < min_episodes else float(value)
+    return None if n < min_episodes or float(value) != float(value) else float(value)  # a NaN says nothing
 
 
 def weights(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: Mapping[str, tuple[float, int]],

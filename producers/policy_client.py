@@ -235,8 +235,8 @@ class TorchClient(PolicyClient):
                 batch, self._pending = self._pending, []
                 policy = self.policy  # one batch, one version: a reload swaps between batches
                 explore = [b[1] for b in batch]
-                # only a batch that explores passes it: every kind has act(inputs, greedy), the
-                # pixel policy alone takes ``explore`` (the demo refuses --explore for other kinds)
+                # only a batch that explores passes it: every kind has act(inputs, greedy), a kind
+                # whose ``explores`` is set takes ``explore`` too (the demo refuses --explore for others)
                 extra = (explore,) if any(explore) else ()
                 try:
                     decisions = await asyncio.to_thread(policy.act, [b[0] for b in batch], self.greedy, *extra)

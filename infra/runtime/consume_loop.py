@@ -16,7 +16,8 @@ order:
    so a dead letter is never lost behind a committed offset.
 3. the commit of the next offset of every (topic, partition) added since the last checkpoint:
    ``GroupOffsets`` commits the consumer group's offsets synchronously (sinks, exporter,
-   rescore); ``CheckpointFile`` writes them, keyed by (topic, partition), with the learner's
+   rescore), waiting out a group coordinator that moves (a broker killed: up to a minute,
+   ``kafka_clients.commit_offsets``); ``CheckpointFile`` writes them, keyed by (topic, partition), with the learner's
    typed state and trained ids into one atomic file (learners), then commits the group's offsets
    for lag monitoring only.
 

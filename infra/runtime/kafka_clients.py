@@ -19,7 +19,7 @@ from infra.runtime.topics import MAX_MESSAGE_BYTES
 from infra.kafka.tls import MECHANISM
 from infra.runtime.probe import check_login
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("flywheel.kafka")
 
 
 class DeliveryError(RuntimeError):

@@ -181,3 +181,11 @@ def test_the_demo_feeds_the_curriculum_each_tasks_mean_length_from_its_window(mo
                     send=len, max_per_task=10_000)
     demo.feed_tick(feed, None, "demo-r.", snap)
     assert feed.submitted == {"games.mines": 80, "games.2048": 2}  # weights 0.9 and 1 over 4.5 and 200 steps: 40:1
+
+
+def test_a_nan_figure_reads_as_unknown_for_the_weights_and_the_floor():
+    from app.curriculum import exploring
+
+    rates = {"a": (float("nan"), 30), "b": (0.5, 30)}
+    assert weights(["a", "b"], rates, {}) == {"a": 1.0, "b": 0.5}  # not a NaN weight
+    assert exploring(["a", "b"], rates, {}, 0.3) == {"a": 0.3, "b": 0.0}

@@ -184,7 +184,8 @@ def test_tasks_without_a_demonstrator_are_named_before_anything_starts(monkeypat
 def test_the_task_queue_is_topped_up_between_progress_lines(monkeypatch, tmp_path, capsys):
     run = Run(monkeypatch, tmp_path)
     sent: list[int] = []
-    inherited = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    inherited = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as from a terminal: the demo installs its own handler
 
     def send(settings, specs):
         sent.append(len(specs))
