@@ -203,7 +203,7 @@ def plan(names: list[str], max_steps: int = 0, actions: tuple[str, ...] | list[s
         raise UserError("no tasks given (a suite: --tasks default, or task names)")
     holding = [s for s in SUITES.values() if s.name in names or any(t in s.tasks for t in tasks)]
     homeless = [t for t in tasks if not any(t in s.tasks for s in holding)]
-    holders = holding + [SUITES["default"]] * bool(homeless or not holding)
+    holders = holding + [SUITES["default"]] * bool(homeless)  # no holder: every task is homeless
     known = dict.fromkeys(a for s in SUITES.values() for a in s.action_types)  # in registration order
     unknown = [a for a in actions if a not in known]
     if unknown:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from infra.runtime.settings import Settings
 from infra.runtime.topics import MAX_MESSAGE_BYTES
@@ -174,10 +175,6 @@ def commit_offsets(consumer: Consumer, offsets: list, timeout_s: float = 60.0, p
     """Commit ``offsets`` (TopicPartitions) synchronously, retrying while the group's coordinator
     moves (``_COORDINATOR_MOVING``) for up to ``timeout_s``; any other error, or one that outlasts
     it, raises. Committing the same offsets twice is harmless."""
-    import time
-
-    from confluent_kafka import KafkaException
-
     deadline = time.monotonic() + timeout_s
     while True:
         try:
