@@ -1,12 +1,16 @@
-"""The rollout worker's idle exit: counted from the latest assignment, with a grace for the first."""
+"""The rollout worker's idle exit (counted from the latest assignment, with a grace for the first)
+and its commits (a moving group coordinator is waited out)."""
 
 from __future__ import annotations
 
 import time
 
+from confluent_kafka import KafkaError, TopicPartition
+
 from infra.runtime.settings import load_settings
 from producers.policy_client import make_client
 from producers.rollout import JOIN_GRACE_S, RolloutConfig, RolloutWorker
+from tests.unit.test_consume_loop import FlakyCommits
 
 
 def worker(tmp_path, idle_exit_s: float) -> RolloutWorker:
@@ -34,3 +38,11 @@ def test_after_an_assignment_idle_counts_from_it_or_the_last_task(tmp_path):
 
 def test_no_idle_exit_when_it_is_off(tmp_path):
     assert worker(tmp_path, idle_exit_s=0.0)._idle_s(time.monotonic() - 1e6) == (0.0, 0.0)
+
+
+def test_a_task_commit_waits_out_a_moving_coordinator(tmp_path):
+    w = worker(tmp_path, idle_exit_s=0.0)
+    w._consumer = FlakyCommits(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)  # a broker was killed a moment ago
+    tps = [TopicPartition("flywheel.tasks.v1", 0, 12)]
+    w._commit(tps)
+    assert w._consumer.committed == [tps] and not w._consumer.errors
