@@ -36,8 +36,8 @@ second (the demo's feed tick), each task's share in proportion to how far it is 
 
 - with ``explore`` (the demo's --explore, off by default), a task whose recent success is below
   ``EXPLORE_BELOW`` (or that has too few episodes to say) gets its episodes with an exploration
-  floor: that share of the policy's clicks drawn uniformly (``exploring``; the pixel policy's
-  ``mix_uniform``). Why: in a multistep run from random weights with self-imitation
+  floor: a share of the policy's clicks drawn uniformly (``exploring``; the pixel policy's
+  ``mix_uniform``), ``explore`` at no success, shrinking linearly to none at the bar. Why: in a multistep run from random weights with self-imitation
   (docs/rl-alone, ms-sil-s0), click-menu-2 had no success in 1,610 episodes where random clicks
   solve 5%: the click head, shared across tasks, had moved to where the other tasks' successes
   were (the lower half of the page), away from the menu at the top, with its entropy still near
@@ -48,7 +48,8 @@ second (the demo's feed tick), each task's share in proportion to how far it is 
   policy alone, and its figures measure the policy. Measured once (docs/tasks.md, multistep seed
   0, 0.5): click-menu-2 rose from 0.00 to 0.16 and the suite's mean fell from 0.324 to 0.249, the
   tasks near the bar playing half their clicks at random for most of the run; so it is off by
-  default.
+  default, and since then the floor shrinks with the task's success (a task at 0.05 plays a
+  quarter of its clicks at random with --explore 0.5, not half).
 
 ``weights``, ``exploring``, ``lengths``, ``by_steps`` and ``share`` are pure; ``TaskFeed`` is the thin loop's state.
 """
@@ -90,13 +91,15 @@ def weights(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: Ma
 
 def exploring(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: Mapping[str, tuple[float, int]],
               explore: float, below: float = EXPLORE_BELOW, min_episodes: int = MIN_EPISODES) -> dict[str, float]:
-    """Each task's exploration floor for its next episodes: ``explore`` (a share of uniform clicks,
-    producers.tasks.explore_share) while its recent success (a game: its normalised score) is below
-    ``below`` or it has fewer than ``min_episodes`` ended episodes, else 0."""
+    """Each task's exploration floor for its next episodes (a share of uniform clicks,
+    producers.tasks.explore_share): ``explore`` while it has fewer than ``min_episodes`` ended
+    episodes or no success, shrinking linearly with its recent success (a game: its normalised
+    score) to 0 at ``below``: explore * (1 - success / below)."""
     out = {}
     for task in tasks:
         value = recent(task, rates, scores, min_episodes)
-        out[task] = explore if explore > 0 and (value is None or value < below) else 0.0
+        share = 1.0 if value is None else max(0.0, 1.0 - max(value, 0.0) / below)
+        out[task] = explore * share if explore > 0 else 0.0
     return out
 
 

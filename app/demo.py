@@ -207,8 +207,9 @@ class Learner:
                               "--no-curriculum gives every task the same share")
             if cfg.explore:
                 self.notes.append(f"exploration floor (--explore {cfg.explore:g}): a task below {EXPLORE_BELOW:g} success "
-                                  f"over its last {CURRICULUM_WINDOW} episodes plays with that share of its clicks "
-                                  "uniform, logged with the mixture's log-prob (app.curriculum.exploring)")
+                                  f"over its last {CURRICULUM_WINDOW} episodes plays with up to that share of its clicks "
+                                  f"uniform (all of it at no success, none at {EXPLORE_BELOW:g}), logged with the "
+                                  "mixture's log-prob (app.curriculum.exploring)")
         else:
             phases.submit(self.env, self.logs, tasks, cfg.episodes, self.plan.max_steps, phases.rl_seed(cfg.seed))
         self.cpu = CpuShare()

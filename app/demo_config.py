@@ -75,9 +75,10 @@ class DemoConfig:
                                 "and on the games after their cold start; off on the default suite, whose RFT rounds "
                                 "learn from the same successes)")
     explore: float = opt(0.0, "an exploration floor, off by default: while a task's success over its last 30 episodes "
-                              "is below 0.1 (or it has fewer than 20), this share of the policy's clicks on it is drawn "
-                              "uniformly over the page, logged with the mixture's log-prob (app.curriculum.exploring; "
-                              "0 <= e < 1; the pixel policy, with the curriculum)")
+                              "is below 0.1 (or it has fewer than 20), up to this share of the policy's clicks on it is "
+                              "drawn uniformly over the page, all of it at no success and less as the success nears "
+                              "0.1, logged with the mixture's log-prob (app.curriculum.exploring; 0 <= e < 1; the "
+                              "pixel policy, with the curriculum)")
     expert_coef: float = opt(-1.0, "a teacher during RL, off by default: the rollout workers record on each step of a task "
                                    "with a scripted solver what it would have done there (--expert-labels) and the trainer "
                                    "imitates those labels with this weight beside PPO's loss (DAgger's expert term; the "

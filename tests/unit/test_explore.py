@@ -58,7 +58,8 @@ def test_an_exploring_decision_is_drawn_from_the_mixture_and_logs_its_log_prob()
     explored = policy.act(inputs, explore=[0.5] * 16)
     obs = torch.stack([policy.preprocess(i.image, i.history, i.instruction) for i in inputs])
     actions = [d.action for d in explored]
-    lp_policy, _, _ = policy.evaluate(obs, [i.instruction for i in inputs], actions)
+    with torch.no_grad():
+        lp_policy, _, _ = policy.evaluate(obs, [i.instruction for i in inputs], actions)
     # the behaviour log-prob is the mixture's: log(0.5 pi(a) + 0.5 / G^2), for every decision
     cells = policy.cfg["grid"] ** 2
     assert float((torch.tensor([d.logprob for d in explored]) - lp_policy).abs().max()) > 1.0  # not the policy's
@@ -88,9 +89,11 @@ def test_a_floor_spreads_the_clicks_of_a_sharp_policy():
     assert len(alone) == 1 and len(spread) > 50  # ~100 uniform draws over 400 cells
 
 
-def test_the_curriculum_floors_only_the_tasks_below_the_bar():
-    rates = {"a": (0.0, 30), "b": (EXPLORE_BELOW, 30), "c": (0.5, MIN_EPISODES - 1), "d": (0.05, 30)}
-    assert exploring(["a", "b", "c", "d", "e"], rates, {}, 0.4) == {"a": 0.4, "b": 0.0, "c": 0.4, "d": 0.4, "e": 0.4}
+def test_the_curriculum_floors_only_the_tasks_below_the_bar_and_less_as_they_near_it():
+    rates = {"a": (0.0, 30), "b": (EXPLORE_BELOW, 30), "c": (0.5, MIN_EPISODES - 1), "d": (EXPLORE_BELOW / 2, 30),
+             "f": (EXPLORE_BELOW * 0.9, 30), "g": (0.8, 30)}
+    out = exploring(["a", "b", "c", "d", "e", "f", "g"], rates, {}, 0.4)
+    assert out == pytest.approx({"a": 0.4, "b": 0.0, "c": 0.4, "d": 0.2, "e": 0.4, "f": 0.04, "g": 0.0})
     assert exploring(["a", "c"], rates, {}, 0.0) == {"a": 0.0, "c": 0.0}  # off
     assert exploring(["games.mines"], {}, {"games.mines": (0.6, 40)}, 0.4) == {"games.mines": 0.0}  # a game: its score
 
