@@ -19,7 +19,7 @@ This module runs a run from its start to its report, and the learner's loop (pro
 the curriculum's task feed); its parts are apart: app.demo_config (the options and what a run
 makes of them before anything starts), app.demo_children (the processes and what each is started
 with), app.demo_platform (the broker and the topics), app.demo_report (the header, config.json,
-the outcome and the report). Their public names are importable from here too.
+the outcome and the report).
 """
 
 from __future__ import annotations
@@ -36,12 +36,10 @@ from pathlib import Path
 from app import demo_queries as Q
 from app import demo_report, phase_list, phases, run_config, start_from, taught
 from app.curriculum import EXPLORE_BELOW, WINDOW as CURRICULUM_WINDOW, TaskFeed
-# the names below are this entry's too: callers and tests import them from app.demo
-from app.demo_children import (TRAINER_FILE, check_child_options, check_labels, child_env, plan_children,
-                               trainer_config, ui_child)
-from app.demo_config import RUN_ID, VALUE_PRETRAIN_BATCHES, DemoConfig, effective, expert_labels, run_names
+from app.demo_children import check_child_options, child_env, plan_children, trainer_config, ui_child
+from app.demo_config import RUN_ID, DemoConfig, effective, run_names
 from app.demo_platform import broker_to_start, ensure_platform, leave_platform, stop_children
-from app.demo_report import OUTCOME, exit_code, resolved, rl_outcome
+from app.demo_report import resolved, rl_outcome
 from infra.kafka.broker import free_port_block
 from infra.runtime import versions
 from infra.runtime.admin import consumer_lag
@@ -54,11 +52,6 @@ from producers.capacity import machine_sandboxes
 from producers.suites import RunPlan
 
 log = logging.getLogger("flywheel.demo")
-__all__ = ["OUTCOME", "RUN_ID", "TRAINER_FILE", "VALUE_PRETRAIN_BATCHES", "DemoConfig", "Learner", "Terminated",
-           "broker_to_start", "check_child_options", "check_labels", "child_env", "claim_run_id", "effective",
-           "ensure_platform", "exit_code", "expert_labels", "feed_tick", "format_progress", "leave_platform",
-           "plan_children", "resolved", "rl_outcome", "run_demo", "run_lags", "run_names",
-           "snapshot", "stop_children", "task_feed", "trainer_config", "ui_child"]
 
 
 def snapshot(settings: Settings, policy: str, prefix: str) -> dict:

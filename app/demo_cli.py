@@ -10,7 +10,8 @@ from infra.runtime.settings import Settings, load_settings, log_settings
 
 def cmd_demo(args: argparse.Namespace) -> int:
     # local: loads confluent-kafka, numpy, needed only on this path
-    from app.demo import exit_code, run_demo
+    from app.demo import run_demo
+    from app.demo_report import exit_code
     from app.demo_config import DemoConfig
 
     settings = load_settings(vars(args))
@@ -21,7 +22,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    from app.demo_config import DemoConfig  # its home (app.demo re-exports it for older callers)
+    from app.demo_config import DemoConfig
 
     p = subparsers.add_parser("demo", help="the whole closed learning loop, with live progress and a report")
     add_arguments(p, DemoConfig)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from app.ablation.main_job_table import GROUPS, GroupFigures, group_minutes, markdown
 from app.ablation.runs import ROOT
-from app.demo import RUN_ID
+from app.demo_config import RUN_ID
 from app.provenance import add_allow_dirty, commit_to_run, record
 from benchmarks.bench_main_job import bare, measure
 from benchmarks.bench_main_loop import started_sandboxes

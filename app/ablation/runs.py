@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from app.demo import RUN_ID
+from app.demo_config import RUN_ID
 from app.demo_queries import trainer_metrics
 from app.provenance import add_allow_dirty, commit_to_run, record
 from app.measures import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary

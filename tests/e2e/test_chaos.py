@@ -95,7 +95,8 @@ def run_under_chaos(settings, tmp_path, disrupt, scale: int = 1) -> str:
     episodes flow, then count; -> a summary line."""
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("Debian chromium is not installed (bash infra/run.sh installs it as root)")
-    from app.demo import DemoConfig, child_env, plan_children
+    from app.demo_children import child_env, plan_children
+    from app.demo_config import DemoConfig
     from app.phases import submit
     from producers.suites import plan
     from infra.runtime.procs import wait_until

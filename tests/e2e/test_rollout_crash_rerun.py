@@ -70,7 +70,7 @@ class StepsWatch:
 
 
 def _worker(settings, group_id: str, name: str, log_dir) -> subprocess.Popen:
-    from app.demo import child_env
+    from app.demo_children import child_env
     from infra.runtime.procs import flywheel_argv
 
     argv = flywheel_argv("rollout", "--sandboxes", "1", "--policy-backend", "random", "--group-id", group_id,

@@ -49,7 +49,8 @@ def test_a_demo_refuses_a_run_id_used_before_in_the_data_dir(settings, tmp_path)
 
     from infra.runtime import versions
     from infra.runtime.admin import delete_topics, ensure_topics
-    from app.demo import DemoConfig, run_demo
+    from app.demo import run_demo
+    from app.demo_config import DemoConfig
     from infra.runtime.errors import UserError
     from infra.runtime.kafka_clients import DeliveryTracker, make_producer
     from infra.runtime.policy import build_policy
@@ -78,7 +79,8 @@ def test_a_demo_refuses_a_run_id_whose_checkpoint_the_data_dir_keeps(settings, t
 
     import pytest
 
-    from app.demo import DemoConfig, run_demo
+    from app.demo import run_demo
+    from app.demo_config import DemoConfig
     from infra.runtime.errors import UserError
 
     run_id = f"reused-{uuid.uuid4().hex[:6]}"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app import phase_list, phases
-from app.demo import DemoConfig, effective
+from app.demo_config import DemoConfig, effective
 from app.phase_list import PHASES, Budget, Ctx, rl_update_line, run_phases, sft_epochs, sft_train_budget
 from producers.suites import get_suite, plan
 

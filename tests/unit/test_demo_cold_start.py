@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from app import phases
-from app.demo import DemoConfig, effective, resolved
+from app.demo_config import DemoConfig, effective
+from app.demo_report import resolved
 from infra.runtime.errors import UserError
 
 SOLVED = frozenset({"click-test", "enter-text"})
@@ -85,7 +86,7 @@ def test_the_scripted_solvers_are_the_demonstrators():
 
 
 def test_the_trainer_of_a_run_from_random_weights_is_told_its_target_kl(tmp_path):
-    from app.demo import plan_children
+    from app.demo_children import plan_children
     from infra.runtime.settings import load_settings
     from producers.suites import plan as suite_plan
 

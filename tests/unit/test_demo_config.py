@@ -12,7 +12,9 @@ import json
 import pytest
 
 from app import run_config
-from app.demo import DemoConfig, check_child_options, effective, resolved, trainer_config
+from app.demo_children import check_child_options, trainer_config
+from app.demo_config import DemoConfig, effective
+from app.demo_report import resolved
 from infra.runtime.command import parse_command
 from infra.runtime.config import ConfigError
 from infra.runtime.errors import UserError

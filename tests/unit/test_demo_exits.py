@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from app import demo, measures, phase_list, phases
-from app.demo import DemoConfig, run_demo
+from app import demo, demo_report, measures, phase_list, phases
+from app.demo import run_demo
+from app.demo_config import DemoConfig
 from infra.runtime.errors import UserError
 from infra.runtime.procs import Child
 from infra.runtime.settings import load_settings
@@ -272,11 +273,11 @@ def test_a_run_without_an_rl_update_says_so_and_exits_non_zero(monkeypatch, tmp_
     run = Run(monkeypatch, tmp_path)  # the trainer starts from v1 and publishes nothing past it
     path = run_demo(run.config(), run.settings())
     assert any("NO RL UPDATE" in n for n in run.reports[0].notes) and "NO RL UPDATE" in capsys.readouterr().out
-    assert demo.exit_code(path) == phase_list.NO_RL_UPDATE
+    assert demo_report.exit_code(path) == phase_list.NO_RL_UPDATE
     run = Run(monkeypatch, tmp_path / "again")
     monkeypatch.setattr(demo, "snapshot", lambda settings, policy, prefix: {"published": 2})  # PPO's first version
     path = run_demo(run.config(), run.settings())
-    assert not any("NO RL UPDATE" in n for n in run.reports[0].notes) and demo.exit_code(path) == 0
+    assert not any("NO RL UPDATE" in n for n in run.reports[0].notes) and demo_report.exit_code(path) == 0
 
 
 def test_the_runs_resolved_configuration_is_in_its_folder_and_report(monkeypatch, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app import measures, phases
-from app.demo import DemoConfig
+from app.demo_config import DemoConfig
 from infra.runtime.errors import UserError
 from trainer.core import metric_names as M
 
@@ -97,7 +97,7 @@ def test_demo_config_refuses_negative_phases():
 
 
 def test_ppo_fine_tunes_a_cloned_policy_with_smaller_steps():
-    from app.demo import resolved
+    from app.demo_report import resolved
     from trainer.rl.config import TrainConfig
 
     assert resolved(DemoConfig())["ppo_lr"] == 3e-4  # after the cold start
@@ -107,7 +107,7 @@ def test_ppo_fine_tunes_a_cloned_policy_with_smaller_steps():
 
 def test_sync_runs_without_value_pretraining():
     """A critic-only update publishes no version and the synchronous rollout waits for one."""
-    from app.demo import effective
+    from app.demo_config import effective
 
     cfg, _, changed = effective(DemoConfig(sync=True))
     assert cfg.value_pretrain_batches == 0 and changed
@@ -144,14 +144,14 @@ def test_the_dpo_phase_is_the_language_policys_last_quarter_by_default():
 
 
 def test_sync_runs_without_a_dpo_phase():
-    from app.demo import effective
+    from app.demo_config import effective
 
     cfg, _, changed = effective(DemoConfig(sync=True, policy_kind="lm"))
     assert cfg.dpo_span_s() == 0.0 and any("DPO" in c for c in changed)
 
 
 def test_the_language_policy_fine_tunes_with_small_steps():
-    from app.demo import resolved
+    from app.demo_report import resolved
     from trainer.policies.lm.kind import LM_PPO_ARGS
 
     assert resolved(DemoConfig(policy_kind="lm"))["ppo_lr"] == 1e-6
@@ -257,7 +257,7 @@ def test_the_dpo_phase_stops_ppo_and_pauses_the_workers_while_dpo_runs(monkeypat
 
 
 def test_rft_rounds_are_on_for_the_cloned_pixel_policy_by_default():
-    from app.demo import resolved
+    from app.demo_report import resolved
 
     def rft_every(cfg: DemoConfig) -> int:  # what the trainer runs with
         return resolved(cfg)["rft_every"]
@@ -341,7 +341,7 @@ def test_the_ui_child_takes_a_token_that_starts_with_a_dash():
     the ui exited with code 2, failing the demo (a 15-minute ablation run, 1 in ~64 runs)."""
     import argparse
 
-    from app.demo import ui_child
+    from app.demo_children import ui_child
     from app.ui.cli import register, token_for
 
     child = ui_child(1234, "-Ab3_x", Path("logs"), {})
@@ -353,7 +353,7 @@ def test_the_ui_child_takes_a_token_that_starts_with_a_dash():
 
 def test_bc_args_reach_the_cold_starts_cloning_last(monkeypatch, tmp_path):
     from app import phases
-    from app.demo import DemoConfig
+    from app.demo_config import DemoConfig
 
     seen = []
     monkeypatch.setattr(phases, "_run_step", lambda name, argv, env, logs, **k: seen.append(argv) or "published pi_sft")
@@ -370,7 +370,8 @@ def test_bc_args_reach_the_cold_starts_cloning_last(monkeypatch, tmp_path):
 
 def test_a_suites_options_come_before_the_users_and_only_for_its_kind():
     from app import phases
-    from app.demo import DemoConfig, trainer_config
+    from app.demo_children import trainer_config
+    from app.demo_config import DemoConfig
     from infra.runtime.command import check_argv
     from producers.suites import plan
     from trainer import cli
@@ -398,7 +399,7 @@ def handed(argv: list[str]) -> dict:
 
 
 def test_expert_coef_labels_the_rollouts_and_weighs_the_labels_in_the_trainer(tmp_path):
-    from app.demo import plan_children
+    from app.demo_children import plan_children
     from infra.runtime.settings import load_settings
     from producers.suites import plan
 
@@ -417,7 +418,7 @@ def test_expert_coef_labels_the_rollouts_and_weighs_the_labels_in_the_trainer(tm
 
 
 def test_dagger_every_labels_the_rollouts_and_sets_the_trainers_rounds(tmp_path):
-    from app.demo import plan_children
+    from app.demo_children import plan_children
     from infra.runtime.settings import load_settings
     from producers.suites import plan
 
@@ -434,7 +435,7 @@ def test_dagger_every_labels_the_rollouts_and_sets_the_trainers_rounds(tmp_path)
 
 
 def test_dagger_on_auto_is_the_suites_for_a_kind_that_scores_labels():
-    from app.demo import effective, expert_labels
+    from app.demo_config import effective, expert_labels
 
     games, _, _ = effective(DemoConfig(tasks=["games"]))
     assert (games.expert_coef, games.dagger_every) == (0.0, 0) and not expert_labels(games)  # teacher-free RL
@@ -451,7 +452,8 @@ def test_dagger_on_auto_is_the_suites_for_a_kind_that_scores_labels():
 
 
 def test_rft_rounds_on_auto_stay_off_the_games_and_where_dagger_rounds_run():
-    from app.demo import effective, resolved
+    from app.demo_config import effective
+    from app.demo_report import resolved
 
     games, _, _ = effective(DemoConfig(tasks=["games"]))
     assert games.cold_start_demos > 0 and resolved(games)["rft_every"] == 0  # re-cloning demonstrations: a teacher during RL

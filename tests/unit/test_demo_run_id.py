@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from app import demo
-from app.demo import DemoConfig, claim_run_id
+from app.demo import claim_run_id
+from app.demo_config import DemoConfig
 from infra.runtime.errors import UserError
 from infra.runtime.settings import load_settings
 

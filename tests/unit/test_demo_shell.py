@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from app.demo import child_env
+from app.demo_children import child_env
 from infra.runtime.config import resolve
 from infra.runtime.settings import Settings, load_settings
 
@@ -33,7 +33,7 @@ def test_report_buckets_are_sized_to_the_run():
 
 
 def test_at_exit_the_demo_says_what_it_leaves_running(tmp_path):
-    from app.demo import leave_platform
+    from app.demo_platform import leave_platform
 
     class Started:
         bootstrap, stopped, nodes = "127.0.0.1:1", False, [1]

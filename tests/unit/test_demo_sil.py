@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from app import run_config
-from app.demo import DemoConfig, effective, trainer_config
+from app.demo_children import trainer_config
+from app.demo_config import DemoConfig, effective
 from infra.runtime.errors import UserError
 from producers.suites import get_suite, plan
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from app import start_from
-from app.demo import RUN_ID, DemoConfig, effective, resolved
+from app.demo_config import RUN_ID, DemoConfig, effective
+from app.demo_report import resolved
 from infra.runtime.errors import UserError
 from infra.runtime.settings import load_settings
 

@@ -10,7 +10,7 @@ import pytest
 
 from app import demo_cli
 from app.ablation import merge as M
-from app.demo import DemoConfig, effective
+from app.demo_config import DemoConfig, effective
 from infra.runtime.command import parse_command
 from infra.runtime.config import resolve
 from trainer import cli as trainer_cli
@@ -53,7 +53,7 @@ def test_the_merge_command_line_runs_on_the_pool_topics():
 
 
 def test_run_ids_are_ones_the_demo_accepts():
-    from app.demo import RUN_ID
+    from app.demo_config import RUN_ID
 
     ids = [M.run_id(M.eval_role(M.label_of(a), d), 2, "t1") for a in M.ALPHAS for d in M.DOMAINS]
     assert all(RUN_ID.fullmatch(i) for i in ids) and len(set(ids)) == len(ids)

@@ -7,7 +7,8 @@ import json
 from types import SimpleNamespace
 
 from app import report, taught
-from app.demo import DemoConfig, effective, trainer_config
+from app.demo_children import trainer_config
+from app.demo_config import DemoConfig, effective
 from app.report import RunInfo, curve_measure, taught_line, write_report
 from app.taught import Taught, phase_heading, rl_label, sources, taught_of
 from producers.suites import plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import subprocess
 
-from app.demo import ui_child
+from app.demo_children import ui_child
 from app.ui import cli
 from infra.runtime import procs
 

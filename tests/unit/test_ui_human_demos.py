@@ -42,7 +42,7 @@ def test_select_demos_keeps_only_the_sources_successes():
 def test_the_demo_cold_start_from_human_demonstrations(monkeypatch, tmp_path):
     """--demos-from human: the people's demonstrations of the planned tasks are copied onto the
     run's sft topic (acknowledged) and `flywheel bc` is asked for human ones only."""
-    from app import demo, phases
+    from app import demo_config, phases
     from infra.runtime.settings import load_settings
 
     produced, argvs = [], []
@@ -58,8 +58,8 @@ def test_the_demo_cold_start_from_human_demonstrations(monkeypatch, tmp_path):
     monkeypatch.setattr(phases, "make_producer", lambda _s: Producer())  # phases imports it by name
     monkeypatch.setattr(phases, "_run_step", lambda name, argv, env, logs, **kw: argvs.append(argv) or "published")
     demos = [demonstration("e1", "human:alice", "click-dialog"), demonstration("e2", "human:bob", "enter-text")]
-    cfg, cold, _ = demo.effective(demo.DemoConfig(tasks=["click-dialog", "click-test"], demos_from="human"),
-                                  frozenset(s.trajectory.task.name for s in demos))
+    asked = demo_config.DemoConfig(tasks=["click-dialog", "click-test"], demos_from="human")
+    cfg, cold, _ = demo_config.effective(asked, frozenset(s.trajectory.task.name for s in demos))
     assert cold.demonstrated == ("click-dialog",) and cold.rl_only == ("click-test",)
     settings = load_settings({"data_dir": str(tmp_path), "topic_prefix": "demo-r1."})
     n = phases.import_demonstrations(settings, demos, list(cold.demonstrated), phases.PhaseClock())
