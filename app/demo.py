@@ -39,7 +39,7 @@ from app.curriculum import EXPLORE_BELOW, WINDOW as CURRICULUM_WINDOW, TaskFeed
 from app.demo_children import check_child_options, child_env, plan_children, trainer_config, ui_child
 from app.demo_config import RUN_ID, DemoConfig, effective, run_names
 from app.demo_platform import broker_to_start, ensure_platform, leave_platform, stop_children
-from app.demo_report import resolved, rl_outcome
+from app.demo_report import rl_outcome
 from infra.kafka.broker import free_port_block
 from infra.runtime import versions
 from infra.runtime.admin import consumer_lag

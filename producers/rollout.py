@@ -28,8 +28,8 @@ from confluent_kafka import TopicPartition
 from infra.runtime.config import ConfigError, opt
 from infra.runtime.dlq import dead_letter, send_dead_letter
 from infra.runtime.metrics import process_metrics, serve_metrics
-from infra.runtime.kafka_clients import (DeliveryError, DeliveryTracker, commit_offsets, flush_or_raise, make_consumer,
-                                         make_producer)
+from infra.runtime.kafka_clients import (DeliveryError, DeliveryTracker, commit_offsets, commit_offsets_async,
+                                         flush_or_raise, make_consumer, make_producer)
 from infra.runtime.topics import TOPICS, topic_name
 from producers.rollout_metrics import observe
 from producers.capacity import machine_sandboxes
@@ -404,14 +404,13 @@ class RolloutWorker:
         if commit is None:
             return
         tp = TopicPartition(msg.topic(), msg.partition(), commit)
-        try:  # a moving coordinator is waited out (commit_offsets); a commit point lost otherwise is re-sent
-            await asyncio.to_thread(self._commit, [tp])  # with the next one, or by _final_commit
+        # librdkafka is thread-safe: the commit need not wait for the feeder's poll to return. A
+        # moving coordinator is waited out until the in-flight episodes are aborted; a commit point
+        # lost otherwise is covered by the partition's next one, or by _final_commit
+        try:
+            await commit_offsets_async(self._consumer, [tp], self.abort)
         except Exception as exc:  # noqa: BLE001 - e.g. the partition moved to another worker
             log.warning("commit of %s[%d]@%d failed: %s", tp.topic, tp.partition, tp.offset, exc)
-
-    def _commit(self, tps: list[TopicPartition], timeout_s: float = 60.0) -> None:
-        # librdkafka is thread-safe: the commit need not wait for the feeder's poll to return
-        commit_offsets(self._consumer, tps, timeout_s=timeout_s)
 
     def _final_commit(self) -> None:
         """Re-commit every commit point of the partitions still owned (one may have been lost)."""
@@ -421,7 +420,7 @@ class RolloutWorker:
         tps = [TopicPartition(t, p, o) for t, p, o in positions if (t, p) in owned]
         if tps:
             try:
-                self._commit(tps, timeout_s=10.0)  # shutting down: wait a moving coordinator out briefly
+                commit_offsets(self._consumer, tps, timeout_s=10.0)  # shutting down: wait a moving coordinator out briefly
             except Exception as exc:  # noqa: BLE001
                 log.warning("final commit failed: %s", exc)
 

@@ -8,6 +8,7 @@ Consumers from ``make_consumer`` never auto-commit: each caller commits after it
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -171,9 +172,16 @@ _COORDINATOR_MOVING = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_C
                        KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
 
 
+def coordinator_moving(exc: BaseException) -> bool:
+    """Whether a failed commit says the group's coordinator is moving (``_COORDINATOR_MOVING``):
+    the same commit goes through a moment later."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and err.code() in _COORDINATOR_MOVING
+
+
 def commit_offsets(consumer: Consumer, offsets: list, timeout_s: float = 60.0, pause_s: float = 0.5) -> None:
     """Commit ``offsets`` (TopicPartitions) synchronously, retrying while the group's coordinator
-    moves (``_COORDINATOR_MOVING``) for up to ``timeout_s``; any other error, or one that outlasts
+    moves (``coordinator_moving``) for up to ``timeout_s``; any other error, or one that outlasts
     it, raises. Committing the same offsets twice is harmless."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -181,11 +189,28 @@ def commit_offsets(consumer: Consumer, offsets: list, timeout_s: float = 60.0, p
             consumer.commit(offsets=offsets, asynchronous=False)
             return
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if not (isinstance(err, KafkaError) and err.code() in _COORDINATOR_MOVING) or time.monotonic() > deadline:
+            if not coordinator_moving(exc) or time.monotonic() > deadline:
                 raise
-            log.warning("commit failed while the group coordinator moves (%s); retrying", err.str())
+            log.warning("commit failed while the group coordinator moves (%s); retrying", exc)
             time.sleep(pause_s)
+
+
+async def commit_offsets_async(consumer: Consumer, offsets: list, stop: asyncio.Event, timeout_s: float = 60.0,
+                               pause_s: float = 0.5) -> None:
+    """``commit_offsets`` for an event loop: each try in a worker thread, the pauses between them
+    on the loop, so a coordinator that takes its time holds no thread of the loop's shared pool;
+    the retries end at ``timeout_s`` or once ``stop`` is set (the caller is going away and commits
+    its positions at the end), raising the last error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await asyncio.to_thread(consumer.commit, offsets=offsets, asynchronous=False)
+            return
+        except KafkaException as exc:
+            if not coordinator_moving(exc) or time.monotonic() > deadline or stop.is_set():
+                raise
+            log.warning("commit failed while the group coordinator moves (%s); retrying", exc)
+            await asyncio.sleep(pause_s)
 
 
 def high_watermarks(consumer: Consumer, topic: str, timeout_s: float = 15.0) -> dict[int, int]:

@@ -16,8 +16,9 @@ from pydantic import BaseModel
 
 from infra.runtime.checkpoint import TrainedIds, load_checkpoint, save_checkpoint
 from infra.runtime.consume_loop import CheckpointFile, ConsumeLoop, DeadLetters, GroupOffsets, LoopConfig
-from infra.runtime.kafka_clients import DeliveryError, commit_offsets
+from infra.runtime.kafka_clients import DeliveryError, commit_offsets, commit_offsets_async
 from infra.runtime.settings import load_settings
+from tests.fakes.commits import FlakyCommits
 
 
 class Msg:
@@ -278,22 +279,6 @@ def test_trained_ids_stay_bounded_by_the_staleness_window(tmp_path):
     assert load_checkpoint(path, LearnerState).trained == ids
 
 
-class FlakyCommits:
-    """A consumer whose first commits fail with ``errors`` (KafkaError codes), then succeed."""
-
-    def __init__(self, *errors: int) -> None:
-        self.errors = list(errors)
-        self.committed: list[list[TopicPartition]] = []
-
-    def commit(self, offsets, asynchronous):
-        from confluent_kafka import KafkaException
-
-        assert asynchronous is False
-        if self.errors:
-            raise KafkaException(KafkaError(self.errors.pop(0)))
-        self.committed.append(offsets)
-
-
 def test_a_commit_waits_out_a_moving_coordinator_and_nothing_else():
     from confluent_kafka import KafkaException
 
@@ -312,6 +297,37 @@ def test_a_commit_waits_out_a_moving_coordinator_and_nothing_else():
     with pytest.raises(KafkaException, match="COORDINATOR_LOAD_IN_PROGRESS"):
         commit_offsets(stuck, offsets, timeout_s=0.05, pause_s=0.01)
     assert stuck.committed == []
+
+
+def test_the_event_loops_commit_waits_on_the_loop_and_gives_up_when_asked():
+    import asyncio
+
+    from confluent_kafka import KafkaException
+
+    offsets = [TopicPartition("t", 0, 5)]
+
+    async def both():
+        moving = FlakyCommits(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR)
+        ticks = 0
+
+        async def ticker():  # the loop stays free while the commit waits
+            nonlocal ticks
+            while not moving.committed:
+                ticks += 1
+                await asyncio.sleep(0.001)
+
+        await asyncio.gather(commit_offsets_async(moving, offsets, asyncio.Event(), pause_s=0.05), ticker())
+        assert moving.committed == [offsets] and ticks >= 5
+        stop = asyncio.Event()
+        stop.set()  # the worker is going away: no more waiting, its final commit covers it
+        gone = FlakyCommits(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+        with pytest.raises(KafkaException, match="COORDINATOR_LOAD_IN_PROGRESS"):
+            await commit_offsets_async(gone, offsets, stop, pause_s=0.05)
+        lost = FlakyCommits(KafkaError.ILLEGAL_GENERATION)  # not the coordinator: not retried
+        with pytest.raises(KafkaException, match="ILLEGAL_GENERATION"):
+            await commit_offsets_async(lost, offsets, asyncio.Event(), pause_s=0.0)
+
+    asyncio.run(both())
 
 
 def test_group_offsets_commit_through_the_retrying_commit():

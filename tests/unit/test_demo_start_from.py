@@ -19,7 +19,7 @@ def test_parse_names_a_run_and_optionally_its_version():
     assert start_from.parse("sft-s0@7", RUN_ID) == start_from.StartFrom("sft-s0", 7)
     assert str(start_from.StartFrom("sft-s0", 7)) == "sft-s0@7"
     s = start_from.StartFrom("sft-s0")
-    assert (s.prefix, s.policy("pixel")) == ("demo-sft-s0.", "pixel-sft-s0")  # as app.demo.run_names names them
+    assert (s.prefix, s.policy("pixel")) == ("demo-sft-s0.", "pixel-sft-s0")  # as app.demo_config.run_names names them
     for bad in ("", "@3", "sft-s0@", "sft-s0@x", "sft-s0@-1", "a b@1"):
         with pytest.raises(UserError):
             start_from.parse(bad, RUN_ID)

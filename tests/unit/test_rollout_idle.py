@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError
 
 from infra.runtime.settings import load_settings
 from producers.policy_client import make_client
 from producers.rollout import JOIN_GRACE_S, RolloutConfig, RolloutWorker
-from tests.unit.test_consume_loop import FlakyCommits
+from tests.fakes.commits import FlakyCommits
 
 
 def worker(tmp_path, idle_exit_s: float) -> RolloutWorker:
@@ -41,8 +41,21 @@ def test_no_idle_exit_when_it_is_off(tmp_path):
 
 
 def test_a_task_commit_waits_out_a_moving_coordinator(tmp_path):
+    import asyncio
+
     w = worker(tmp_path, idle_exit_s=0.0)
     w._consumer = FlakyCommits(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)  # a broker was killed a moment ago
-    tps = [TopicPartition("flywheel.tasks.v1", 0, 12)]
-    w._commit(tps)
-    assert w._consumer.committed == [tps] and not w._consumer.errors
+    w.offsets.taken("flywheel.tasks.v1", 0, 11)
+
+    class Msg:
+        def topic(self):
+            return "flywheel.tasks.v1"
+
+        def partition(self):
+            return 0
+
+        def offset(self):
+            return 11
+
+    asyncio.run(w._finished(Msg()))
+    assert [[(tp.topic, tp.partition, tp.offset) for tp in c] for c in w._consumer.committed] == [[("flywheel.tasks.v1", 0, 12)]]
