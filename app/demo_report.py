@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from app import measures, phase_list, phases, run_config, taught
+from app.provenance import checkout_state
 from app.demo_children import child_env, trainer_config
 from app.demo_config import DemoConfig
 from infra.runtime.config import describe
@@ -60,10 +61,11 @@ def record(cfg: DemoConfig, settings: Settings, prefix: str, policy: str, plan: 
     """The run's ``config.json``: the demo's options, what its automatic ones came to (``resolved``),
     the trainer's configuration with each field's layer, what taught it, the platform settings and,
     with a cold start, the cloning's configuration as `flywheel bc` will resolve it (SFT may cut
-    its epochs to its share)."""
+    its epochs to its share); and the code it ran (``code``: the checkout's commit and the tracked
+    files changed since, app.provenance; a run is reproducible from the commit it names)."""
     config = {"demo": asdict(cfg), "resolved": resolved(cfg, trainer.train), "run_config": trainer.record(),
               "taught_by": taught.record(taught_by),
-              "settings": describe(settings)}
+              "settings": describe(settings), "code": checkout_state(Path(__file__).resolve().parents[1])}
     if cfg.cold_start_demos > 0:
         config["bc"] = describe(run_config.bc_config(phases.bc_options(cfg, policy, list(cold.demonstrated),
                                                                        plan.action_types),

@@ -289,3 +289,6 @@ def test_the_runs_resolved_configuration_is_in_its_folder_and_report(monkeypatch
     assert written["run_config"]["trainer"]["target_kl"] == 0.05 and written["resolved"]["target_kl"] == 0.05
     assert written["run_config"]["trainer_origins"]["minibatch_size"] == "suite"
     assert written["bc"]["epochs"] == 3 and written["bc"]["lr"] == 1e-3  # the user's epochs, the suite's rate
+    # the code it ran: this checkout's commit (None outside a git checkout), so a figure names its code
+    assert set(written["code"]) == {"commit", "dirty"} and isinstance(written["code"]["dirty"], list)
+    assert written["code"]["commit"] is None or len(written["code"]["commit"]) == 40
