@@ -7,7 +7,7 @@ import asyncio
 import random
 from types import SimpleNamespace
 
-from producers.bare_loop import bare_sandbox
+from producers.bare_loop import bare_sandbox, load_pages
 
 
 class CountingSandbox:
@@ -45,3 +45,10 @@ def test_the_main_jobs_episode_length_resets_the_page_every_l_steps():
     tasks = CountingSandbox()
     play(tasks, 6, episode_steps=2)
     assert len(set(tasks.resets)) == 3  # each new page is the next task
+
+
+def test_every_task_page_is_loaded_once_before_the_timed_loop():
+    sb = CountingSandbox()
+    tasks = [SimpleNamespace(name=n, seed=k) for k, n in enumerate(["a", "b", "a", "c", "b"])]
+    assert asyncio.run(load_pages(sb, tasks)) == 3
+    assert [(t.name, t.seed) for t in sb.resets] == [("a", 0), ("b", 1), ("c", 3)]  # each name once, its first task
