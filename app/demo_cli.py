@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from app.demo_config import DemoConfig
 from infra.runtime.config import add_arguments, resolve
 from infra.runtime.settings import Settings, load_settings, log_settings
 
@@ -12,7 +13,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # local: loads confluent-kafka, numpy, needed only on this path
     from app.demo import run_demo
     from app.demo_report import exit_code
-    from app.demo_config import DemoConfig
 
     settings = load_settings(vars(args))
     log_settings(settings)
@@ -22,8 +22,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    from app.demo_config import DemoConfig
-
     p = subparsers.add_parser("demo", help="the whole closed learning loop, with live progress and a report")
     add_arguments(p, DemoConfig)
     add_arguments(p, Settings)
