@@ -198,8 +198,9 @@ class Learner:
             self.notes.append(f"RL tasks fed by failure rate over the last {CURRICULUM_WINDOW}, shared by steps (app.curriculum), "
                               f"{self.feed.queue} queued less the trajectories the trainer has not read; "
                               "--no-curriculum gives every task the same share")
-            if cfg.explore:
-                self.notes.append(f"exploration floor (--explore {cfg.explore:g}): a task below {EXPLORE_BELOW:g} success "
+            if cfg.explore > 0:
+                self.notes.append(f"exploration floor {cfg.explore:g} (--explore; on auto 0.5 from random weights on "
+                                  f"MiniWoB++ tasks, --explore 0 for none): a task below {EXPLORE_BELOW:g} success "
                                   f"over its last {CURRICULUM_WINDOW} episodes plays with up to that share of its clicks "
                                   f"uniform (all of it at no success, none at {EXPLORE_BELOW:g}), logged with the "
                                   "mixture's log-prob (app.curriculum.exploring)")

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, replace
 
 from app import phases, run_config, start_from
+from app.curriculum import auto_explore
 from infra.runtime.config import ConfigError, json_object, opt
 from infra.runtime.errors import UserError
 from infra.runtime.policy import DemoPPO, policy_kind
@@ -74,11 +75,12 @@ class DemoConfig:
                                 "where the run has no RFT rounds and no teacher during RL, i.e. from random weights "
                                 "and on the games after their cold start; off on the default suite, whose RFT rounds "
                                 "learn from the same successes)")
-    explore: float = opt(0.0, "an exploration floor, off by default: while a task's success over its last 30 episodes "
-                              "is below 0.1 (or it has fewer than 20), up to this share of the policy's clicks on it is "
-                              "drawn uniformly over the page, all of it at no success and less as the success nears "
-                              "0.1, logged with the mixture's log-prob (app.curriculum.exploring; 0 <= e < 1; the "
-                              "pixel policy, with the curriculum)")
+    explore: float = opt(-1.0, "an exploration floor: while a task's success over its last 30 episodes is below 0.1 (or "
+                               "it has fewer than 20), up to this share of the policy's clicks on it is drawn uniformly "
+                               "over the page, all of it at no success and less as the success nears 0.1, logged with the "
+                               "mixture's log-prob (app.curriculum.exploring; 0 <= e < 1, 0: off; -1: 0.5 from random "
+                               "weights on MiniWoB++ tasks, for a kind that explores (pixel) with the curriculum, "
+                               "else off; app.curriculum.auto_explore)")
     expert_coef: float = opt(-1.0, "a teacher during RL, off by default: the rollout workers record on each step of a task "
                                    "with a scripted solver what it would have done there (--expert-labels) and the trainer "
                                    "imitates those labels with this weight beside PPO's loss (DAgger's expert term; the "
@@ -141,8 +143,8 @@ class DemoConfig:
             raise UserError("max_steps and ppo_lr must be >= 0; cold_start_demos, value_pretrain_batches and rft_every >= -1")
         if not (self.sil_coef == -1 or self.sil_coef >= 0):  # NaN included
             raise UserError(f"--sil-coef is a weight >= 0 (0: off) or -1 (auto), got {self.sil_coef}")
-        if not 0.0 <= self.explore < 1.0:  # NaN included
-            raise UserError(f"--explore is the share of uniform clicks, 0 <= e < 1 (0: off), got {self.explore}")
+        if not (self.explore == -1 or 0.0 <= self.explore < 1.0):  # NaN included
+            raise UserError(f"--explore is the share of uniform clicks, 0 <= e < 1 (0: off) or -1 (auto), got {self.explore}")
         if self.explore > 0 and (not policy_kind(self.policy_kind).explores or not self.curriculum):
             raise UserError("--explore mixes uniform clicks into the policy's click head for the tasks the curriculum "
                             "reads as unsolved: it needs a policy kind that explores (pixel) and the curriculum")
@@ -228,6 +230,8 @@ def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tu
     cfg = replace(cfg, cold_start_demos=cold.per_task)
     if cfg.value_pretrain_batches < 0:
         cfg = replace(cfg, value_pretrain_batches=VALUE_PRETRAIN_BATCHES if cfg.cold_start else 0)
+    if cfg.explore == -1:
+        cfg = replace(cfg, explore=auto_explore(tasks, cfg.cold_start, policy_kind(cfg.policy_kind).explores and cfg.curriculum))
     if cfg.demo_noise < 0:
         scripted = cold.per_task and cfg.demos_from == "scripted"
         cfg = replace(cfg, demo_noise=suite_setting(list(cold.demonstrated), "demo_noise") if scripted else 0.0)

@@ -49,6 +49,7 @@ def header(cfg: DemoConfig, run_id: str, policy: str, plan: RunPlan, train: Any,
             f"PPO{f' (RFT every {train.rft_every} updates)' if train.rft_every else ''}"
             f"{f' (epochs stop at KL {train.target_kl:g})' if train.target_kl else ''}"
             f"{f' (self-imitation x {train.sil_coef:g})' if train.sil_coef else ''}"
+            f"{f' (exploration floor {cfg.explore:g})' if cfg.explore > 0 else ''}"
             f"{f' (expert labels x {train.expert_coef:g})' if train.expert_coef else ''}"
             f"{f' (DAgger every {train.dagger_every} updates)' if train.dagger_every else ''}"
             f"{f' -> DPO (last {dpo_s / 60:g} min)' if dpo_s else ''}; {cfg.minutes:g} min"
@@ -79,7 +80,7 @@ def resolved(cfg: DemoConfig, train: Any = None) -> dict[str, float]:
     here), whichever layer set them (the kind, the suite, the user)."""
     if train is None:
         train = trainer_config(cfg, "demo-x.", f"{cfg.policy_kind}-x", cfg.plan()).train
-    return {"ppo_lr": train.lr, "rft_every": train.rft_every, "target_kl": train.target_kl,
+    return {"ppo_lr": train.lr, "rft_every": train.rft_every, "target_kl": train.target_kl, "explore": cfg.explore,
             "sandboxes_per_worker": cfg.sandboxes or machine_sandboxes(cfg.workers)}
 
 

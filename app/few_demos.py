@@ -5,7 +5,8 @@ by the recorder (``app.ui.record``: Playwright playing the person, no scripted s
 platform of the cell's own (its topic prefix: a later cell never sees an earlier cell's
 demonstrations), then ``flywheel demo --demos-from human`` on those tasks for the run's minutes.
 N = 0 records nothing and runs the demo with its own settings for tasks without a demonstrator:
-random weights, the RL issue's recipe. The measure is each task's last-100 success from the
+random weights, the RL issue's recipe (with the exploration floor the demo turns on from random
+weights on MiniWoB++ tasks, which a cell with demonstrations, starting from pi_sft, does not have). The measure is each task's last-100 success from the
 run's summary.json (``after``). Pure: command lines, names and the table; benchmarks/few_demos.py
 runs them.
 """

@@ -144,7 +144,7 @@ def demo_speedup(args) -> list[Row]:
         run_id = f"bench-{mode}-{int(time.time())}"
         cmd = [sys.executable, "-m", "app.cli", "demo", "--minutes", str(args.demo_minutes), "--until-target",
                "--run-id", run_id, "--tasks", "quick", "--max-steps", "1", "--cold-start-demos", "0",
-               "--value-pretrain-batches", "0", *(["--sync"] if mode == "sync" else [])]
+               "--value-pretrain-batches", "0", "--explore", "0", *(["--sync"] if mode == "sync" else [])]
         shown = " ".join(["flywheel", *cmd[3:]])
         cmds.append(shown)
         print(f"# {shown}", flush=True)

@@ -71,6 +71,11 @@ CONFIGS: dict[str, list[str]] = {
     "value-pretrain": ["--value-pretrain-batches", "20"],
 }
 DEFAULT_CONFIGS = [c for c in CONFIGS if c != "value-pretrain"]
+# every arm runs without the exploration floor (the demo's --explore, on by default from random
+# weights on MiniWoB++ tasks): otherwise no-cold-start and, from random weights, no-curriculum would
+# differ from "full" in the floor too, and the tables recorded before it would mix recipes;
+# --demo-args "--explore 0.5" (after these) puts it in every arm
+NO_FLOOR = ("--explore", "0")
 # the recipe "full" stands for; a table keeps no run measured on another (the first table's runs
 # had no curriculum and no RFT rounds: docs/performance.md keeps it beside the new one)
 RECIPE = "curriculum+rft4"
@@ -214,7 +219,7 @@ def run_one(config: str, seed: int, args, out: Path) -> Path:
         return report_dir
     argv = [sys.executable, "-m", "app.cli", "demo", "--run-id", run_id, "--minutes", str(args.minutes),
             "--seed", str(seed), "--tasks", args.tasks, "--report-dir", str(report_dir), "--keep-broker",
-            "--progress-s", "30", *options(config), *args.demo_args.split()]
+            "--progress-s", "30", *NO_FLOOR, *options(config), *args.demo_args.split()]
     print(f"== {run_id}: {' '.join(argv[3:])}", flush=True)
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / RECIPE_FILE).write_text(recipe(args.tasks) + "\n")

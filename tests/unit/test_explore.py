@@ -155,7 +155,7 @@ def test_the_torch_client_passes_each_episodes_floor_to_the_policy():
 
 
 def test_the_demo_refuses_a_floor_it_cannot_honour():
-    for bad in (1.0, -0.5, float("nan")):
+    for bad in (1.0, -0.5, -2.0, float("nan")):
         with pytest.raises(UserError, match="--explore"):
             DemoConfig(explore=bad).validate()
     with pytest.raises(UserError, match="curriculum"):
@@ -167,6 +167,8 @@ def test_the_demo_refuses_a_floor_it_cannot_honour():
     # the kind says what it can do (PolicyKind.explores), not its name
     assert policy_kind("pixel").explores and not policy_kind("lm").explores
     DemoConfig(explore=0.3).validate()
+    DemoConfig(policy_kind="lm").validate()  # auto asks nothing of a kind that cannot explore
+    DemoConfig(curriculum=False).validate()  # nor of a run without the curriculum
 
 
 def test_the_demo_hands_its_floor_to_the_feed_and_says_so(monkeypatch):
@@ -177,4 +179,28 @@ def test_the_demo_hands_its_floor_to_the_feed_and_says_so(monkeypatch):
     feed = demo.task_feed(DemoConfig(explore=0.3), None, "r", ["click-menu"], 8)
     feed.refill(0, {}, {})
     assert feed.explore == 0.3 and sent and all(explore_share(s) == 0.3 for s in sent)
-    assert demo.task_feed(DemoConfig(), None, "r", ["click-menu"], 8).explore == 0.0
+    assert demo.task_feed(DemoConfig(explore=0.0), None, "r", ["click-menu"], 8).explore == 0.0
+
+
+def test_the_floor_on_auto_is_on_from_random_weights_on_miniwob_tasks_only():
+    from app.curriculum import EXPLORE_AUTO
+    from app.demo_config import effective
+
+    every = frozenset({"click-button", "games.2048", "games.mines", "games.snake"})  # what has a demonstrator
+    assert DemoConfig().explore == -1  # auto until the run resolves it
+    cfg, _, _ = effective(DemoConfig(tasks=["multistep"], cold_start_demos=0), every)
+    assert cfg.explore == EXPLORE_AUTO == 0.5
+    cfg, _, _ = effective(DemoConfig(tasks=["click-menu"]), every)  # no demonstrator: from random weights
+    assert cfg.explore == 0.5
+    for off in (DemoConfig(tasks=["click-button"]),  # a cold start: pi_sft clicks as its demonstrator did
+                DemoConfig(tasks=["click-button", "click-menu"]),  # a cold start over some of the tasks
+                DemoConfig(tasks=["click-menu"], start_from="sft-s0@3"),  # RL from another run's version
+                DemoConfig(tasks=["games"], cold_start_demos=0),  # the games: not measured with it
+                DemoConfig(tasks=["click-menu"], curriculum=False),  # no curriculum to read a task's success
+                DemoConfig(tasks=["click-menu"], policy_kind="lm")):  # a kind that does not explore
+        cfg, _, _ = effective(off, every)
+        assert cfg.explore == 0.0, off
+    cfg, _, _ = effective(DemoConfig(tasks=["click-menu"], explore=0.2), every)  # a given share is kept
+    assert cfg.explore == 0.2
+    cfg, _, _ = effective(DemoConfig(tasks=["click-menu"], explore=0.0), every)  # and 0 is off
+    assert cfg.explore == 0.0
