@@ -101,9 +101,9 @@ def auto_explore(tasks: list[str] | tuple[str, ...], cold_start: bool, can: bool
     1,200-1,600 episodes where random clicks solve 2-5%). Three seeds each, reward alone with
     self-imitation (docs/tasks.md): the multistep suite 0.308 +- 0.020 with this floor, 0.282 +-
     0.033 without; four tasks in no suite 0.578 +- 0.020 with it, every task above random clicks
-    on every seed, 0.404 +- 0.088 without. Not measured
-    with it: the starter suite (its tasks pass the bar within minutes, so the floor plays little
-    there) and PPO without self-imitation. After a cold start pi_sft's clicks are the
+    on every seed, 0.404 +- 0.088 without; the starter suite 0.806 with it on one seed (0.777
+    without; its tasks pass the bar within minutes, so the floor plays little there). Not measured
+    with it: PPO without self-imitation. After a cold start pi_sft's clicks are the
     demonstrators' and uniform ones would only spend its episodes (a run cloning some of its tasks
     gives the others none either); the games' long episodes (arrow keys, scores) were not measured
     with it."""
