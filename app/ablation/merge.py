@@ -53,6 +53,39 @@ def run_id(role: str, seed: int, tag: str = "") -> str:
     return f"mrg{'-' + tag if tag else ''}-{role}-s{seed}"
 
 
+def attempt(run: str, folders: dict[str, bool]) -> tuple[str, bool]:
+    """The run id an invocation uses for ``run`` and whether that run finished before, from the
+    report folders there are (name -> finished): the first attempt (``run``, then ``run-r2``,
+    ``run-r3``, ...) that finished, else the first never started. An unfinished attempt claimed its
+    id in the data dir, so the next attempt runs under the next id, from its start."""
+    k = 1
+    while True:
+        name = run if k == 1 else f"{run}-r{k}"
+        if name not in folders or folders[name]:
+            return name, folders.get(name, False)
+        k += 1
+
+
+def pool_plan(web: str, games: str, alphas: list[float]) -> dict:
+    """What a pool is built from: the specialists' versions (RUN@VERSION) and the α list."""
+    return {"sources": [web, games], "alphas": list(alphas)}
+
+
+def pool_versions(alphas: list[float]) -> list[tuple[float, int]]:
+    """(α, the pool's version of that merge): versions 1 and 2 are the copies, each merge the next."""
+    return [(alpha, 3 + i) for i, alpha in enumerate(alphas)]
+
+
+def pool_state(recorded: dict | None, plan: dict, newest: int | None) -> str:
+    """What to do with a pool's run id: "kept" where it was built from ``plan`` (``recorded``, its
+    pool.json) and the broker still holds every merge (``newest``: its newest version there),
+    "build" where the broker holds none of its versions (never built, or built on a broker since
+    gone), else "next" (half built, or from other runs or αs): the next attempt's id."""
+    if recorded == plan and newest == 2 + len(plan["alphas"]):
+        return "kept"
+    return "build" if newest is None else "next"
+
+
 def eval_role(label: str, domain: str) -> str:
     """The role of the run that scores ``label`` (pi_sft, joint, a0.25, ...) on ``domain``."""
     return f"eval-{label}-{domain}"

@@ -7,10 +7,15 @@ policy scored on both domains by evaluation runs (app.ablation.merge says how).
     python -m benchmarks.merge_curve --seeds 0 --minutes 1 --eval-episodes 2 --dry-run   # the commands only
 
 Runs go one after the other on one broker (started here unless one answers), told apart by run
-id (``mrg[-TAG]-ROLE-sSEED``). A published version lives on the broker, so a seed runs whole in
-one invocation; a data dir refuses a run id used before: rerun under a new --tag. A seed whose
-step fails is left out and the next seed starts. Ctrl-C stops the running demo cleanly
-(app/ablation/clean_stop.py) and writes what was measured.
+id (``mrg[-TAG]-ROLE-sSEED``). A seed takes hours (about 3 at --minutes 30), longer than a
+session: rerunning the same command resumes it. A run whose report folder holds no unfinished
+marker is kept (its report read, its evaluation re-read from the log), one left unfinished (a
+Ctrl-C, a crash, a cut-off session) runs again from its start under the next attempt's id
+(``...-r2``: a data dir refuses a run id used before), and the pool's copies and merges are made
+again where the broker no longer holds them (a version a run published is read back from the
+log when the broker that held it is gone; the pool has no sink, so it lives on its broker only).
+A seed whose step fails is left out and the next seed starts. Ctrl-C stops the running demo
+cleanly (app/ablation/clean_stop.py) and writes what was measured.
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ from app.ablation.runs import MEASURES, ROOT, UNFINISHED, sql
 from app.phase_list import NO_RL_UPDATE
 from app.provenance import add_allow_dirty, commit_to_run, record
 from app.start_from import StartFrom, copy_into
+from infra.runtime import versions
 from infra.kafka.own_broker import broker_for_benchmarks
 from infra.runtime.admin import ensure_topics
 from infra.runtime.settings import load_settings
 
 KIND = "pixel"
+POOL = "pool.json"  # in the pool's folder: what it was built from, written once every merge is published
 
 
 class StepFailed(RuntimeError):
@@ -58,9 +65,15 @@ class Runner:
         self.args, self.out, self.dry = args, out, args.dry_run
 
     def demo(self, role: str, seed: int, tasks: str, minutes: float, extra: list[str], ok=(0,)) -> Path:
-        run = M.run_id(role, seed, self.args.tag)
-        report = self.out / "runs" / run
+        """Run ``role``'s demo, or keep its finished run; -> its report folder, named by its run id."""
+        runs = self.out / "runs"
+        folders = {d.name: not (d / UNFINISHED).exists() for d in runs.iterdir() if d.is_dir()} if runs.is_dir() else {}
+        run, finished = M.attempt(M.run_id(role, seed, self.args.tag), folders)
+        report = runs / run
         argv = M.demo_argv(run, tasks, minutes, seed, report, extra)
+        if finished:
+            say(f"{run}: kept (finished before: {' '.join(argv[3:])})")
+            return report
         say(f"{run}: {' '.join(argv[3:])}")
         if self.dry:
             return report
@@ -79,54 +92,75 @@ class Runner:
         """A finished run's version from its outcome.json: base_version (pi_sft's) or published (its last)."""
         if self.dry:
             return {"base_version": 1, "published": 9}[key]
+        if not (report / "outcome.json").exists():
+            raise StepFailed(f"{report}: no outcome.json (the demo wrote no outcome; its log: {report / 'logs'})")
         value = json.loads((report / "outcome.json").read_text()).get(key)
         if value is None:
             raise StepFailed(f"{report}: no {key} in outcome.json")
         return int(value)
 
     def pool(self, seed: int, web: str, games: str) -> tuple[str, list[tuple[float, int]]]:
-        """Both specialists copied into one policy (the pool run's topics) and merged at each α;
-        -> the pool's run id and (α, merged version)."""
-        run = M.run_id("pool", seed, self.args.tag)
-        policy, prefix = f"{KIND}-{run}", f"demo-{run}."
-        say(f"{run}: copy {web} as v1 and {games} as v2 of {policy}")
-        if not self.dry:
-            settings = load_settings({"topic_prefix": prefix})
+        """Both specialists copied into one policy (the pool run's topics) and merged at each α, or
+        an earlier invocation's pool kept where the broker still holds it; -> the pool's run id
+        and (α, merged version)."""
+        plan = M.pool_plan(web, games, self.args.alphas)
+        base, k = M.run_id("pool", seed, self.args.tag), 1
+        while True:
+            run = base if k == 1 else f"{base}-r{k}"
+            folder, policy = self.out / "runs" / run, f"{KIND}-{run}"
+            if self.dry:
+                return run, self.build_pool(run, policy, plan)
+            settings = load_settings({"topic_prefix": f"demo-{run}."})
             ensure_topics(settings)
-            for version, src in ((1, web), (2, games)):
+            newest = versions.latest(settings, policy)
+            recorded = json.loads((folder / POOL).read_text()) if (folder / POOL).exists() else None
+            state = M.pool_state(recorded, plan, None if newest is None else newest.version)
+            if state == "kept":
+                say(f"{run}: kept (the broker holds its copies and merges)")
+                return run, M.pool_versions(plan["alphas"])
+            if state == "build":
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / POOL).unlink(missing_ok=True)
+                merged = self.build_pool(run, policy, plan, settings)
+                (folder / POOL).write_text(json.dumps(plan))
+                return run, merged
+            k += 1
+
+    def build_pool(self, run: str, policy: str, plan: dict, settings=None) -> list[tuple[float, int]]:
+        say(f"{run}: copy {plan['sources'][0]} as v1 and {plan['sources'][1]} as v2 of {policy}")
+        if not self.dry:
+            for version, src in ((1, plan["sources"][0]), (2, plan["sources"][1])):
                 name, _, v = src.partition("@")
                 copy_into(settings, StartFrom(name, int(v)), KIND, policy, version)
-        merged = []
-        for i, alpha in enumerate(self.args.alphas):
-            argv = M.merge_argv(prefix, policy, (1, 2), alpha)
+        merged = M.pool_versions(plan["alphas"])
+        for alpha, _ in merged:
+            argv = M.merge_argv(f"demo-{run}.", policy, (1, 2), alpha)
             say(f"{run}: {argv[1]} {' '.join(argv[5:])}")
             if not self.dry and run_child(argv, ROOT) != 0:
                 raise StepFailed(f"flywheel merge at α {alpha:g} failed")
-            merged.append((alpha, 3 + i))  # the pool's versions 1 and 2 are the copies; each merge is the next
-        return run, merged
+        return merged
 
     def score(self, seed: int, label: str, start: str) -> dict[str, dict]:
         """``start`` (RUN@VERSION) scored on each domain by an evaluation run."""
         scores = {}
         for domain, (suite, measure) in M.DOMAINS.items():
             role = M.eval_role(label, domain)
-            self.demo(role, seed, suite, self.args.eval_minutes, M.eval_extra(start, self.args.eval_episodes),
-                      ok=(0, NO_RL_UPDATE))  # no update is what an evaluation run is for
+            report = self.demo(role, seed, suite, self.args.eval_minutes, M.eval_extra(start, self.args.eval_episodes),
+                               ok=(0, NO_RL_UPDATE))  # no update is what an evaluation run is for
             if not self.dry:
-                scores[domain] = {"measure": measure,
-                                  **M.domain_score(sql(score_sql(f"{KIND}-{M.run_id(role, seed, self.args.tag)}", measure)))}
+                scores[domain] = {"measure": measure, **M.domain_score(sql(score_sql(f"{KIND}-{report.name}", measure)))}
         return scores
 
 
 def one_seed(r: Runner, seed: int) -> list[dict]:
     a = r.args
     sft = r.demo("sft", seed, M.SFT_TASKS, a.sft_minutes, M.sft_extra(a.demo_args))
-    pi_sft = f"{M.run_id('sft', seed, a.tag)}@{r.outcome(sft, 'base_version')}"
+    pi_sft = f"{sft.name}@{r.outcome(sft, 'base_version')}"
     last = {}
     for role, tasks, minutes in (("web", "default", a.minutes), ("games", "games", a.minutes),
                                  ("joint", M.SFT_TASKS, 2 * a.minutes)):
         report = r.demo(role, seed, tasks, minutes, M.rl_extra(pi_sft, a.demo_args))
-        last[role] = f"{M.run_id(role, seed, a.tag)}@{r.outcome(report, 'published')}"
+        last[role] = f"{report.name}@{r.outcome(report, 'published')}"
     pool, merged = r.pool(seed, last["web"], last["games"])
     rows = [M.row(seed, "pi_sft", None, r.score(seed, "pi_sft", pi_sft))]
     rows += [M.row(seed, f"merge α={alpha:g}", alpha, r.score(seed, M.label_of(alpha), f"{pool}@{v}"))

@@ -105,3 +105,61 @@ def test_the_alpha_curve_and_its_plot(tmp_path: Path):
     assert M.level(_results(), "joint", "web") == pytest.approx(0.71)
     M.plot(_results(), tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 5000
+
+
+def test_an_attempt_keeps_a_finished_run_and_reruns_an_unfinished_one_under_the_next_id():
+    assert M.attempt("mrg-web-s0", {}) == ("mrg-web-s0", False)  # never started: run it
+    assert M.attempt("mrg-web-s0", {"mrg-web-s0": True}) == ("mrg-web-s0", True)  # finished: keep it
+    assert M.attempt("mrg-web-s0", {"mrg-web-s0": False}) == ("mrg-web-s0-r2", False)  # its id is claimed
+    assert M.attempt("mrg-web-s0", {"mrg-web-s0": False, "mrg-web-s0-r2": True}) == ("mrg-web-s0-r2", True)
+    assert M.attempt("mrg-web-s0", {"mrg-web-s0": False, "mrg-web-s0-r2": False}) == ("mrg-web-s0-r3", False)
+    assert M.attempt("mrg-web-s0", {"mrg-web-s0-r2": True}) == ("mrg-web-s0", False)  # the first id comes first
+
+
+def test_a_pool_is_kept_only_as_built_and_while_the_broker_holds_every_merge():
+    plan = M.pool_plan("mrg-web-s0@9", "mrg-games-s0@7", [0.0, 0.5, 1.0])
+    assert M.pool_versions(plan["alphas"]) == [(0.0, 3), (0.5, 4), (1.0, 5)]
+    assert M.pool_state(None, plan, None) == "build"  # never built
+    assert M.pool_state(plan, plan, 5) == "kept"
+    assert M.pool_state(plan, plan, None) == "build"  # built on a broker since gone: the copies are made again
+    assert M.pool_state(None, plan, 3) == "next"  # half built (no pool.json yet)
+    assert M.pool_state(plan, plan, 4) == "next"
+    other = M.pool_plan("mrg-web-s0-r2@8", "mrg-games-s0@7", [0.0, 0.5, 1.0])
+    assert M.pool_state(plan, other, 5) == "next"  # built from another run
+    assert M.pool_state(plan, M.pool_plan("mrg-web-s0@9", "mrg-games-s0@7", [0.0, 1.0]), 5) == "next"
+
+
+def test_a_rerun_keeps_the_finished_runs_and_reruns_the_unfinished_one(tmp_path, monkeypatch):
+    """Runner.demo on a folder of an earlier invocation: the finished run is not run again, the
+    one a cut-off left unfinished runs again under its next id, and a run's id is its folder's."""
+    import argparse
+    import json
+
+    from app.ablation import merge_runs
+    from app.ablation.runs import UNFINISHED
+
+    ran: list[list[str]] = []
+
+    def child(argv, cwd):
+        ran.append(argv)
+        return 0
+
+    monkeypatch.setattr(merge_runs, "run_child", child)
+    runs = tmp_path / "runs"
+    (runs / "mrg-sft-s0").mkdir(parents=True)
+    (runs / "mrg-sft-s0" / "outcome.json").write_text(json.dumps({"base_version": 4}))
+    (runs / "mrg-web-s0").mkdir()
+    (runs / "mrg-web-s0" / UNFINISHED).write_text("started, not ended\n")
+    args = argparse.Namespace(tag="", dry_run=False)
+    r = merge_runs.Runner(args, tmp_path)
+    sft = r.demo("sft", 0, M.SFT_TASKS, 15, M.sft_extra())
+    assert (sft.name, ran, r.outcome(sft, "base_version")) == ("mrg-sft-s0", [], 4)
+    web = r.demo("web", 0, "default", 30, M.rl_extra("mrg-sft-s0@4"))
+    assert web.name == "mrg-web-s0-r2" and len(ran) == 1
+    assert ran[0][ran[0].index("--run-id") + 1] == "mrg-web-s0-r2"
+    assert ran[0][ran[0].index("--report-dir") + 1] == str(web)
+    assert not (web / UNFINISHED).exists() and (runs / "mrg-web-s0" / UNFINISHED).exists()
+    with pytest.raises(merge_runs.StepFailed, match="no outcome.json"):
+        r.outcome(web, "published")  # the fake demo wrote none
+    again = r.demo("web", 0, "default", 30, M.rl_extra("mrg-sft-s0@4"))
+    assert again == web and len(ran) == 1  # now finished: kept
