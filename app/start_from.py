@@ -6,8 +6,9 @@ A demo's versions live on its own topics (prefix ``demo-<run id>.``) under its o
 (trainer.rl.start). So the start is a copy: the named version's weights, hash-verified, are
 published unchanged as this run's policy's first version, keeping its number, before the
 trainer starts; the trainer then continues from it as it continues from pi_sft after a cold start.
-The blob store is the data dir's, shared by every run in it, so RUN must be a run of this data dir
-on the same broker. The copy's metrics name where it came from (``start_from/<run>``: the version).
+The blob store is the data dir's, shared by every run in it, so RUN must be a run of this data dir:
+its version is read from its topic on this broker, or from ClickHouse where this broker never held
+it (the run's sink landed it there; versions.history). The copy's metrics name where it came from (``start_from/<run>``: the version).
 """
 
 from __future__ import annotations

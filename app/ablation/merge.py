@@ -20,6 +20,7 @@ game's normalised score: 0 the random policy's mean, 1 the scripted heuristic's)
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the games specialist's weight
 DOMAINS = {"web": ("default", "success"), "games": ("games", "normalised_score")}  # suite, measure
 SFT_TASKS = "default,games"
 NO_TRAINING = 1_000_000  # the eval run's trainer batch: never full, so the evaluated version is never updated
+COMMAND = "command.json"  # in a run's report folder: the demo's options it ran with
 SFT_EXTRA = ["--until-version", "1", "--dpo-minutes", "0"]  # pi_sft's run ends at PPO's first version
 
 
@@ -53,11 +55,19 @@ def run_id(role: str, seed: int, tag: str = "") -> str:
     return f"mrg{'-' + tag if tag else ''}-{role}-s{seed}"
 
 
+def kept(folder: Path, command: list[str], unfinished: str) -> bool:
+    """Whether the run in report ``folder`` can stand for this invocation's: it finished (no
+    ``unfinished`` marker) and ran ``command`` (its COMMAND file), so a run of other minutes,
+    episodes or start (a short trial into the same folder) is never taken for it."""
+    recorded = folder / COMMAND
+    return not (folder / unfinished).exists() and recorded.exists() and json.loads(recorded.read_text()) == command
+
+
 def attempt(run: str, folders: dict[str, bool]) -> tuple[str, bool]:
-    """The run id an invocation uses for ``run`` and whether that run finished before, from the
-    report folders there are (name -> finished): the first attempt (``run``, then ``run-r2``,
-    ``run-r3``, ...) that finished, else the first never started. An unfinished attempt claimed its
-    id in the data dir, so the next attempt runs under the next id, from its start."""
+    """The run id an invocation uses for ``run`` and whether that run is kept, from the report
+    folders there are (name -> kept): the first attempt (``run``, then ``run-r2``, ``run-r3``, ...)
+    that is kept, else the first never started. An attempt that is not kept (unfinished, or another
+    command) claimed its id in the data dir, so the next attempt runs under the next id, from its start."""
     k = 1
     while True:
         name = run if k == 1 else f"{run}-r{k}"
@@ -76,14 +86,15 @@ def pool_versions(alphas: list[float]) -> list[tuple[float, int]]:
     return [(alpha, 3 + i) for i, alpha in enumerate(alphas)]
 
 
-def pool_state(recorded: dict | None, plan: dict, newest: int | None) -> str:
+def pool_state(recorded: dict | None, plan: dict, held: set[int]) -> str:
     """What to do with a pool's run id: "kept" where it was built from ``plan`` (``recorded``, its
-    pool.json) and the broker still holds every merge (``newest``: its newest version there),
-    "build" where the broker holds none of its versions (never built, or built on a broker since
-    gone), else "next" (half built, or from other runs or αs): the next attempt's id."""
-    if recorded == plan and newest == 2 + len(plan["alphas"]):
+    pool.json) and the broker still holds every copy and merge (``held``: the versions on its
+    topic, compacted: an older one may be gone), "build" where the broker holds none of its
+    versions (never built, or built on a broker since gone), else "next" (half built, built from
+    other runs or αs, or part of it gone): the next attempt's id."""
+    if recorded == plan and held >= {v for _, v in pool_versions(plan["alphas"])} | {1, 2}:
         return "kept"
-    return "build" if newest is None else "next"
+    return "build" if not held else "next"
 
 
 def eval_role(label: str, domain: str) -> str:

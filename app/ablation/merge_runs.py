@@ -29,13 +29,14 @@ from pathlib import Path
 
 from app.ablation import merge as M
 from app.ablation.clean_stop import end_stopping, run_child, stop_on_signals
-from app.ablation.runs import MEASURES, ROOT, UNFINISHED, sql
+from app.ablation.runs import MEASURES, ROOT, UNFINISHED, sql, stopped_by
 from app.phase_list import NO_RL_UPDATE
 from app.provenance import add_allow_dirty, commit_to_run, record
 from app.start_from import StartFrom, copy_into
 from infra.runtime import versions
 from infra.kafka.own_broker import broker_for_benchmarks
 from infra.runtime.admin import ensure_topics
+from infra.runtime.errors import UserError
 from infra.runtime.settings import load_settings
 
 KIND = "pixel"
@@ -65,12 +66,17 @@ class Runner:
         self.args, self.out, self.dry = args, out, args.dry_run
 
     def demo(self, role: str, seed: int, tasks: str, minutes: float, extra: list[str], ok=(0,)) -> Path:
-        """Run ``role``'s demo, or keep its finished run; -> its report folder, named by its run id."""
+        """Run ``role``'s demo, or keep a run of an earlier invocation that finished with this
+        command; -> its report folder, named by its run id."""
         runs = self.out / "runs"
-        folders = {d.name: not (d / UNFINISHED).exists() for d in runs.iterdir() if d.is_dir()} if runs.is_dir() else {}
+
+        def command(run: str) -> list[str]:
+            return M.demo_argv(run, tasks, minutes, seed, runs / run, extra)
+
+        folders = {d.name: M.kept(d, command(d.name)[3:], UNFINISHED) for d in runs.iterdir() if d.is_dir()} \
+            if runs.is_dir() else {}
         run, finished = M.attempt(M.run_id(role, seed, self.args.tag), folders)
-        report = runs / run
-        argv = M.demo_argv(run, tasks, minutes, seed, report, extra)
+        report, argv = runs / run, command(run)
         if finished:
             say(f"{run}: kept (finished before: {' '.join(argv[3:])})")
             return report
@@ -79,12 +85,14 @@ class Runner:
             return report
         report.mkdir(parents=True, exist_ok=True)
         (report / UNFINISHED).write_text(f"started {time.strftime('%Y-%m-%d %H:%M:%S')}, not ended\n")
+        (report / M.COMMAND).write_text(json.dumps(argv[3:]))
         t0 = time.time()
         rc = run_child(argv, ROOT)
         say(f"{run}: exit {rc} after {(time.time() - t0) / 60:.1f} min")
-        if rc not in ok:
-            (report / UNFINISHED).write_text(f"the demo exited with code {rc}\n")
-            raise StepFailed(f"{run} exited {rc} (its log: {report / 'logs'})")
+        stop = stopped_by(report)
+        if rc not in ok or stop:
+            (report / UNFINISHED).write_text(f"{stop or f'the demo exited with code {rc}'}\n")
+            raise StepFailed(f"{run}: {stop or f'exited {rc}'} (its log: {report / 'logs'})")
         (report / UNFINISHED).unlink()
         return report
 
@@ -112,9 +120,9 @@ class Runner:
                 return run, self.build_pool(run, policy, plan)
             settings = load_settings({"topic_prefix": f"demo-{run}."})
             ensure_topics(settings)
-            newest = versions.latest(settings, policy)
+            held = {pv.version for pv in versions.scan(settings, policy)}
             recorded = json.loads((folder / POOL).read_text()) if (folder / POOL).exists() else None
-            state = M.pool_state(recorded, plan, None if newest is None else newest.version)
+            state = M.pool_state(recorded, plan, held)
             if state == "kept":
                 say(f"{run}: kept (the broker holds its copies and merges)")
                 return run, M.pool_versions(plan["alphas"])
@@ -233,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             for seed in seeds:
                 try:
                     results += one_seed(runner, seed)
-                except StepFailed as exc:
+                except (StepFailed, UserError) as exc:  # UserError: a copy or a read the platform refused
                     print(f"seed {seed} left out: {exc}", file=sys.stderr)
     except KeyboardInterrupt:
         print("stopped: what was measured is written", file=sys.stderr)

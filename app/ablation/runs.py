@@ -252,11 +252,20 @@ def finished(config: str, seed: int, out: Path, tag: str) -> bool:
     if not summary.exists():
         print(f"{config} seed {seed}: no finished run under {out / 'runs'}", file=sys.stderr)
         return False
-    stops = [n for n in json.loads(summary.read_text()).get("notes", []) if n.startswith("stopped by")]
-    if stops:  # the demo itself was stopped, by someone else than this benchmark
-        print(f"{config} seed {seed}: {stops[0]}, not measured", file=sys.stderr)
+    stop = stopped_by(report_dir)
+    if stop:
+        print(f"{config} seed {seed}: {stop}, not measured", file=sys.stderr)
         return False
     return True
+
+
+def stopped_by(report_dir: Path) -> str | None:
+    """The note of a demo stopped by someone else than the benchmark running it (it writes its
+    report and exits 0 on a SIGTERM: "stopped by SIGTERM ..."), from its summary.json; None where
+    it ended on its own or wrote no summary."""
+    summary = report_dir / "summary.json"
+    notes = json.loads(summary.read_text()).get("notes", []) if summary.exists() else []
+    return next((n for n in notes if n.startswith("stopped by")), None)
 
 
 def measure(config: str, seed: int, out: Path, target: float, tag: str = "", measured: str = "success") -> dict:

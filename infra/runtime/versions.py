@@ -129,9 +129,18 @@ def clickhouse_history(settings: Settings, policy: str) -> list[PolicyVersion]:
                           metrics=dict(r[7]), config=json.loads(r[8] or "{}")) for r in rows]
 
 
-def history(settings: Settings, policy: str, wanted: list[int] | None = None) -> dict[int, PolicyVersion]:
-    """version -> PolicyVersion for ``policy``: all known ones, or at least ``wanted`` (else UserError)."""
-    by_version = {pv.version: pv for pv in scan(settings, policy)}
+def history(settings: Settings, policy: str, wanted: list[int] | None = None,
+            timeout_s: float = 15.0) -> dict[int, PolicyVersion]:
+    """version -> PolicyVersion for ``policy``: all known ones, or at least ``wanted`` (else
+    UserError), from the topic and then ClickHouse, also where the topic cannot be read (a run's
+    versions outlive the broker they were published on: the sink landed them)."""
+    try:
+        by_version = {pv.version: pv for pv in scan(settings, policy, timeout_s)}
+    except UserError as exc:  # a topic this broker never had (a run on a broker since gone): the log may hold it
+        if wanted is None:
+            raise
+        log.warning("%s; looking in ClickHouse", exc)
+        by_version = {}
     if wanted is None or any(v not in by_version for v in wanted):
         for pv in clickhouse_history(settings, policy):
             by_version.setdefault(pv.version, pv)

@@ -119,39 +119,52 @@ def test_an_attempt_keeps_a_finished_run_and_reruns_an_unfinished_one_under_the_
 def test_a_pool_is_kept_only_as_built_and_while_the_broker_holds_every_merge():
     plan = M.pool_plan("mrg-web-s0@9", "mrg-games-s0@7", [0.0, 0.5, 1.0])
     assert M.pool_versions(plan["alphas"]) == [(0.0, 3), (0.5, 4), (1.0, 5)]
-    assert M.pool_state(None, plan, None) == "build"  # never built
-    assert M.pool_state(plan, plan, 5) == "kept"
-    assert M.pool_state(plan, plan, None) == "build"  # built on a broker since gone: the copies are made again
-    assert M.pool_state(None, plan, 3) == "next"  # half built (no pool.json yet)
-    assert M.pool_state(plan, plan, 4) == "next"
+    assert M.pool_state(None, plan, set()) == "build"  # never built
+    assert M.pool_state(plan, plan, {1, 2, 3, 4, 5}) == "kept"
+    assert M.pool_state(plan, plan, set()) == "build"  # built on a broker since gone: the copies are made again
+    assert M.pool_state(None, plan, {1, 2, 3}) == "next"  # half built (no pool.json yet)
+    assert M.pool_state(plan, plan, {1, 2, 3, 5}) == "next"  # a merge compacted away
     other = M.pool_plan("mrg-web-s0-r2@8", "mrg-games-s0@7", [0.0, 0.5, 1.0])
-    assert M.pool_state(plan, other, 5) == "next"  # built from another run
-    assert M.pool_state(plan, M.pool_plan("mrg-web-s0@9", "mrg-games-s0@7", [0.0, 1.0]), 5) == "next"
+    assert M.pool_state(plan, other, {1, 2, 3, 4, 5}) == "next"  # built from another run
+    assert M.pool_state(plan, M.pool_plan("mrg-web-s0@9", "mrg-games-s0@7", [0.0, 1.0]), {1, 2, 3, 4, 5}) == "next"
 
-
-def test_a_rerun_keeps_the_finished_runs_and_reruns_the_unfinished_one(tmp_path, monkeypatch):
-    """Runner.demo on a folder of an earlier invocation: the finished run is not run again, the
-    one a cut-off left unfinished runs again under its next id, and a run's id is its folder's."""
+def _runner(tmp_path, monkeypatch, summary_notes=()):
+    """A merge_runs.Runner on ``tmp_path`` whose demos are fakes: each records its argv and
+    writes a summary.json with ``summary_notes``; -> (runner, the argvs run)."""
     import argparse
     import json
 
     from app.ablation import merge_runs
-    from app.ablation.runs import UNFINISHED
 
     ran: list[list[str]] = []
 
     def child(argv, cwd):
         ran.append(argv)
+        if "--report-dir" in argv:
+            Path(argv[argv.index("--report-dir") + 1], "summary.json").write_text(json.dumps({"notes": list(summary_notes)}))
         return 0
 
     monkeypatch.setattr(merge_runs, "run_child", child)
+    return merge_runs.Runner(argparse.Namespace(tag="", dry_run=False, alphas=[0.0, 0.5, 1.0]), tmp_path), ran
+
+
+def test_a_rerun_keeps_the_finished_runs_and_reruns_the_unfinished_one(tmp_path, monkeypatch):
+    """Runner.demo on a folder of an earlier invocation: the run that finished with this command
+    is not run again, the one a cut-off left unfinished runs again under its next id, one of other
+    options (a short trial) is never taken for it, and a run's id is its folder's."""
+    import json
+
+    from app.ablation import merge_runs
+    from app.ablation.runs import UNFINISHED
+
+    r, ran = _runner(tmp_path, monkeypatch)
     runs = tmp_path / "runs"
     (runs / "mrg-sft-s0").mkdir(parents=True)
     (runs / "mrg-sft-s0" / "outcome.json").write_text(json.dumps({"base_version": 4}))
+    sft_argv = M.demo_argv("mrg-sft-s0", M.SFT_TASKS, 15, 0, runs / "mrg-sft-s0", M.sft_extra())
+    (runs / "mrg-sft-s0" / M.COMMAND).write_text(json.dumps(sft_argv[3:]))
     (runs / "mrg-web-s0").mkdir()
     (runs / "mrg-web-s0" / UNFINISHED).write_text("started, not ended\n")
-    args = argparse.Namespace(tag="", dry_run=False)
-    r = merge_runs.Runner(args, tmp_path)
     sft = r.demo("sft", 0, M.SFT_TASKS, 15, M.sft_extra())
     assert (sft.name, ran, r.outcome(sft, "base_version")) == ("mrg-sft-s0", [], 4)
     web = r.demo("web", 0, "default", 30, M.rl_extra("mrg-sft-s0@4"))
@@ -163,3 +176,47 @@ def test_a_rerun_keeps_the_finished_runs_and_reruns_the_unfinished_one(tmp_path,
         r.outcome(web, "published")  # the fake demo wrote none
     again = r.demo("web", 0, "default", 30, M.rl_extra("mrg-sft-s0@4"))
     assert again == web and len(ran) == 1  # now finished: kept
+    shorter = r.demo("web", 0, "default", 1, M.rl_extra("mrg-sft-s0@4"))  # other minutes: not that run
+    assert shorter.name == "mrg-web-s0-r3" and len(ran) == 2
+    assert r.demo("sft", 0, M.SFT_TASKS, 15, M.sft_extra("--sandboxes 2")).name == "mrg-sft-s0-r2"
+
+
+def test_a_demo_stopped_by_someone_else_is_not_kept(tmp_path, monkeypatch):
+    """A demo stopped from outside writes its report and exits 0: not a finished run."""
+    from app.ablation import merge_runs
+    from app.ablation.runs import UNFINISHED
+
+    r, ran = _runner(tmp_path, monkeypatch, ["stopped by SIGTERM after 3.0 of 30 min"])
+    with pytest.raises(merge_runs.StepFailed, match="stopped by SIGTERM"):
+        r.demo("games", 0, "games", 30, M.rl_extra("mrg-sft-s0@4"))
+    folder = tmp_path / "runs" / "mrg-games-s0"
+    assert "stopped by SIGTERM" in (folder / UNFINISHED).read_text()
+    r2, _ = _runner(tmp_path, monkeypatch)
+    assert r2.demo("games", 0, "games", 30, M.rl_extra("mrg-sft-s0@4")).name == "mrg-games-s0-r2"
+
+
+def test_the_pool_is_built_once_kept_while_held_and_rebuilt_under_the_next_id_when_half_gone(tmp_path, monkeypatch):
+    import json
+
+    from app.ablation import merge_runs
+
+    r, ran = _runner(tmp_path, monkeypatch)
+    held: dict[str, set[int]] = {}
+    copies: list[tuple[str, int]] = []
+
+    class PV:
+        def __init__(self, v):
+            self.version = v
+
+    monkeypatch.setattr(merge_runs, "load_settings", lambda over: over)
+    monkeypatch.setattr(merge_runs, "ensure_topics", lambda settings: None)
+    monkeypatch.setattr(merge_runs.versions, "scan", lambda settings, policy: [PV(v) for v in held.get(policy, ())])
+    monkeypatch.setattr(merge_runs, "copy_into", lambda settings, start, kind, policy, version: copies.append((str(start), version)))
+    run, merged = r.pool(0, "mrg-web-s0@9", "mrg-games-s0@7")
+    assert (run, merged, copies) == ("mrg-pool-s0", [(0.0, 3), (0.5, 4), (1.0, 5)], [("mrg-web-s0@9", 1), ("mrg-games-s0@7", 2)])
+    assert [a[a.index("--alphas") + 1] for a in ran] == ["1,0", "0.5,0.5", "0,1"]
+    assert json.loads((tmp_path / "runs" / run / merge_runs.POOL).read_text()) == M.pool_plan("mrg-web-s0@9", "mrg-games-s0@7", [0.0, 0.5, 1.0])
+    held["pixel-mrg-pool-s0"] = {1, 2, 3, 4, 5}
+    assert r.pool(0, "mrg-web-s0@9", "mrg-games-s0@7") == (run, merged) and len(ran) == 3  # kept: nothing made
+    held["pixel-mrg-pool-s0"] = {1, 2, 3, 5}  # a merge compacted away: the next id, built whole
+    assert r.pool(0, "mrg-web-s0@9", "mrg-games-s0@7")[0] == "mrg-pool-s0-r2" and len(ran) == 6 and len(copies) == 4
