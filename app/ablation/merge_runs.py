@@ -7,11 +7,12 @@ policy scored on both domains by evaluation runs (app.ablation.merge says how).
     python -m benchmarks.merge_curve --seeds 0 --minutes 1 --eval-episodes 2 --dry-run   # the commands only
 
 Runs go one after the other on one broker (started here unless one answers), told apart by run
-id (``mrg[-TAG]-ROLE-sSEED``). A seed takes hours (about 3 at --minutes 30), longer than a
-session: rerunning the same command resumes it. A run whose report folder holds no unfinished
-marker is kept (its report read, its evaluation re-read from the log), one left unfinished (a
-Ctrl-C, a crash, a cut-off session) runs again from its start under the next attempt's id
-(``...-r2``: a data dir refuses a run id used before), and the pool's copies and merges are made
+id (``mrg[-TAG]-ROLE-sSEED``). A seed takes 3 to 4 hours at --minutes 30, longer than a
+session: rerunning the same command resumes it. A run that finished with the same options
+(no unfinished marker, its command.json) is kept (its report read, its evaluation re-read from
+the log), any other (a Ctrl-C, a crash, a cut-off session, a demo stopped by someone else, other
+options) runs again from its start under the next attempt's id (``...-r2``: a data dir refuses a
+run id used before), and the pool's copies and merges are made
 again where the broker no longer holds them (a version a run published is read back from the
 log when the broker that held it is gone; the pool has no sink, so it lives on its broker only).
 A seed whose step fails is left out and the next seed starts. Ctrl-C stops the running demo
