@@ -3,7 +3,7 @@ games together, a MiniWoB++ specialist and a games specialist by RL from it, the
 α with `flywheel merge`, and joint RL from the same pi_sft for the specialists' total time, each
 policy scored on both domains by evaluation runs (app.ablation.merge says how).
 
-    python -m benchmarks.merge_curve --seeds 0,1,2 --minutes 30 --eval-episodes 20 --out docs/merging
+    python -m benchmarks.merge_curve --seeds 0,1,2 --minutes 30 --eval-episodes 20   # out: var/merging; rerun to resume
     python -m benchmarks.merge_curve --seeds 0 --minutes 1 --eval-episodes 2 --dry-run   # the commands only
 
 Runs go one after the other on one broker (started here unless one answers), told apart by run
