@@ -7,8 +7,8 @@ demonstrations), then ``flywheel demo --demos-from human`` on those tasks for th
 N = 0 records nothing and runs the demo with its own settings for tasks without a demonstrator:
 random weights, the RL issue's recipe (with the exploration floor the demo turns on from random
 weights on MiniWoB++ tasks, which a cell with demonstrations, starting from pi_sft, does not have). The measure is each task's last-100 success from the
-run's summary.json (``after``). Pure: command lines, names and the table; benchmarks/few_demos.py
-runs them.
+run's summary.json (``after``). Pure: command lines, names and the table; app.ablation.few_demos_runs
+runs them (``python -m benchmarks.few_demos``).
 """
 
 from __future__ import annotations

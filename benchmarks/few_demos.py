@@ -1,133 +1,16 @@
-"""Few demonstrations recorded through the UI, plus RL (issue 59, item 3; app.few_demos says what
-one cell is): for each seed and N, record N demonstrations of each task through the Annotate view
-on the cell's own platform topics (`flywheel streams` routing them), then a `flywheel demo
---demos-from human` of --minutes; N = 0 records nothing and runs the demo from random weights.
-One heavy job at a time. Writes <out>/results.json and <out>/few_demos.md.
+"""Few demonstrations recorded through the UI, plus RL (issue 59, item 3), in one command
+(app.ablation.few_demos_runs runs it, app.few_demos says what one cell is):
 
     python -m benchmarks.few_demos --minutes 20 --seeds 0,1,2               # the full table
     python -m benchmarks.few_demos --dry-run                                # the commands only
-    python -m benchmarks.few_demos --report-only --out docs/few_demos       # re-read finished runs
-
-A finished run (its summary.json) is kept: rerunning resumes the table.
+    python -m benchmarks.few_demos --report-only                            # re-read finished runs
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
 import sys
-import time
-from pathlib import Path
 
-from app.ablation.clean_stop import end_stopping, run_child, stop_on_signals
-from app.few_demos import NS, TASKS, Cell, cells, demo_argv, record_argv, result_row, streams_argv, table
-from app.phases import human_demonstrations
-from app.provenance import add_allow_dirty, commit_to_run, record
-from infra.kafka.own_broker import ROOT, broker_for_benchmarks
-from infra.runtime.admin import ensure_topics
-from infra.runtime.settings import load_settings
-
-ROUTE_WAIT_S = 180.0
-
-
-def record_cell(cell: Cell, tasks: list[str], args, run_dir: Path) -> dict:
-    """Record the cell's demonstrations on its own platform topics with `flywheel streams`
-    routing them; -> the recorder's tally per task. Waits until the successes are on sft."""
-    prefix = cell.platform_prefix(args.tag)
-    env = {**os.environ, "FLYWHEEL_TOPIC_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
-    ensure_topics(load_settings({"topic_prefix": prefix}))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    streams = subprocess.Popen(streams_argv(sys.executable), cwd=ROOT, env=env,
-                               stdout=open(run_dir / "streams.log", "wb"), stderr=subprocess.STDOUT)
-    try:
-        done = subprocess.run(record_argv(sys.executable, cell, tasks, args.tag), cwd=ROOT, env=env,
-                              capture_output=True, text=True)
-        (run_dir / "record.log").write_text(done.stdout + done.stderr)
-        if done.returncode != 0:
-            raise SystemExit(f"{cell.name(args.tag)}: the recorder failed: {done.stderr[-1000:]}")
-        tally = json.loads(done.stdout.strip().splitlines()[-1])["by_task"]
-        want, end = sum(t["success"] for t in tally.values()), time.monotonic() + ROUTE_WAIT_S
-        while len(human_demonstrations(load_settings({"topic_prefix": prefix}), 20)) < want:
-            if time.monotonic() > end:
-                raise SystemExit(f"{cell.name(args.tag)}: {want} successes recorded, not all on sft after "
-                                 f"{ROUTE_WAIT_S:.0f} s (see {run_dir / 'streams.log'})")
-            time.sleep(3)
-        return tally
-    finally:
-        streams.terminate()
-        streams.wait(60)
-
-
-def run_cell(cell: Cell, tasks: list[str], args, out: Path) -> None:
-    """Record the cell's demonstrations and run its demo, unless its run finished before."""
-    run_dir = out / "runs" / cell.name(args.tag)
-    if (run_dir / "summary.json").exists():
-        print(f"== {cell.name(args.tag)}: finished before, kept", flush=True)
-        return
-    tally = record_cell(cell, tasks, args, run_dir) if cell.n else {}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "recorded.json").write_text(json.dumps(tally))
-    os.environ["FLYWHEEL_TOPIC_PREFIX"] = cell.platform_prefix(args.tag)  # the demo reads the demonstrations there
-    argv = demo_argv(sys.executable, cell, tasks, args.minutes, run_dir, args.tag, args.demo_args.split())
-    print(f"== {cell.name(args.tag)}: {' '.join(argv[3:])}", flush=True)
-    print(f"== {cell.name(args.tag)}: exit {run_child(argv, ROOT)}", flush=True)
-
-
-def measured(cell: Cell, tasks: list[str], out: Path, tag: str) -> dict | None:
-    """The cell's row from its run's summary.json and the recorder's tally (None: no finished run)."""
-    run_dir = out / "runs" / cell.name(tag)
-    if not (run_dir / "summary.json").exists():
-        print(f"{cell.name(tag)}: no finished run under {run_dir}", file=sys.stderr)
-        return None
-    recorded = json.loads((run_dir / "recorded.json").read_text()) if (run_dir / "recorded.json").exists() else {}
-    return result_row(cell, tasks, json.loads((run_dir / "summary.json").read_text()), recorded)
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", default=",".join(TASKS), help="tasks with a recorder routine (app.ui.record_routines)")
-    ap.add_argument("--ns", default=",".join(map(str, NS)), help="demonstrations per task, one cell each")
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--minutes", type=float, default=20.0)
-    ap.add_argument("--out", default=str(ROOT / "var" / "few_demos"))
-    ap.add_argument("--tag", default="", help="tells these runs' ids and topics from earlier ones")
-    ap.add_argument("--demo-args", default="", help="more options for every demo")
-    ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    ap.add_argument("--report-only", action="store_true", help="measure the finished runs under --out, run nothing")
-    add_allow_dirty(ap)
-    args = ap.parse_args()
-    tasks, out = args.tasks.split(","), Path(args.out)
-    plan = cells([int(n) for n in args.ns.split(",")], [int(s) for s in args.seeds.split(",")])
-    if args.dry_run:
-        for cell in plan:
-            run_dir = out / "runs" / cell.name(args.tag)
-            prefix = f"FLYWHEEL_TOPIC_PREFIX={cell.platform_prefix(args.tag)}"
-            if cell.n:
-                print(f"{prefix} {' '.join(streams_argv('python'))} &  # routes the recorded demonstrations")
-                print(f"{prefix} {' '.join(record_argv('python', cell, tasks, args.tag))}")
-            print(f"{prefix} {' '.join(demo_argv('python', cell, tasks, args.minutes, run_dir, args.tag, args.demo_args.split()))}")
-        return 0
-    if not args.report_only:
-        record(out, commit_to_run(ROOT, args.allow_dirty))
-    if not args.report_only:
-        stop_on_signals()
-        try:
-            with broker_for_benchmarks():
-                for cell in plan:
-                    run_cell(cell, tasks, args, out)
-        except KeyboardInterrupt:
-            print("stopped: no further cell; the finished ones are measured", flush=True)
-        finally:
-            end_stopping()
-    results = [r for r in (measured(c, tasks, out, args.tag) for c in plan) if r is not None]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"tasks": tasks, "minutes": args.minutes, "results": results}, indent=1))
-    (out / "few_demos.md").write_text("\n".join(table(results, tasks, args.minutes)) + "\n")
-    print("\n".join(table(results, tasks, args.minutes)))
-    return 0
-
+from app.ablation.few_demos_runs import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,71 @@
+"""The few-demonstrations benchmark's cells (app.ablation.few_demos_runs) with a fake demo: a cell
+is kept and measured only where its demo ended on its own; a stopped or cut-off one is reported,
+never measured, and never run again under its id (its topics already hold its demonstrations)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from app.ablation.runs import UNFINISHED
+from app.few_demos import TASKS, Cell
+from app.ablation import few_demos_runs as B
+
+COMMIT = {"commit": "0" * 40, "dirty": []}
+
+
+def _fake_demo(monkeypatch, notes=(), rc=0, stop=False):
+    """run_child replaced by a demo that writes its summary (with ``notes``) and exits ``rc``, or
+    is stopped (KeyboardInterrupt, after it wrote its report); -> the argvs it was given."""
+    ran: list[list[str]] = []
+
+    def child(argv, cwd):
+        ran.append(argv)
+        report = argv[argv.index("--report-dir") + 1]
+        after = {t: 0.5 for t in TASKS}
+        with open(f"{report}/summary.json", "w") as f:
+            json.dump({"run_id": argv[argv.index("--run-id") + 1], "after": after, "notes": list(notes)}, f)
+        if stop:
+            raise KeyboardInterrupt
+        return rc
+
+    monkeypatch.setattr(B, "run_child", child)
+    monkeypatch.setenv("FLYWHEEL_TOPIC_PREFIX", "unchanged.")
+    return ran
+
+
+def _args():
+    return argparse.Namespace(tag="", minutes=20.0, demo_args="")
+
+
+def test_a_cell_that_ended_on_its_own_is_kept_measured_and_names_its_commit(tmp_path, monkeypatch):
+    ran = _fake_demo(monkeypatch)
+    cell = Cell(0, 0)
+    B.run_cell(cell, list(TASKS), _args(), tmp_path, COMMIT)
+    run_dir = tmp_path / "runs" / cell.name()
+    assert B.state(run_dir) == "finished" and not (run_dir / UNFINISHED).exists()
+    assert json.loads((run_dir / "commit.json").read_text())["commit"] == COMMIT["commit"]
+    assert B.measured(cell, list(TASKS), tmp_path, "")["success"] == {t: 0.5 for t in TASKS}
+    B.run_cell(cell, list(TASKS), _args(), tmp_path, COMMIT)
+    assert len(ran) == 1  # kept, not run again
+
+
+@pytest.mark.parametrize("how", ["stopped by someone else", "failed", "stopped by the benchmark"])
+def test_a_cell_that_did_not_end_on_its_own_is_never_measured_nor_run_again(tmp_path, monkeypatch, capsys, how):
+    fake = {"stopped by someone else": {"notes": ["stopped by SIGTERM after 4.0 of 20 min"]},
+            "failed": {"rc": 1}, "stopped by the benchmark": {"stop": True}}[how]
+    ran = _fake_demo(monkeypatch, **fake)
+    cell = Cell(0, 1)
+    run_dir = tmp_path / "runs" / cell.name()
+    if how == "stopped by the benchmark":
+        with pytest.raises(KeyboardInterrupt):
+            B.run_cell(cell, list(TASKS), _args(), tmp_path, COMMIT)
+    else:
+        B.run_cell(cell, list(TASKS), _args(), tmp_path, COMMIT)
+    assert (run_dir / "summary.json").exists()  # the demo wrote its report all the same
+    assert B.state(run_dir) == "unfinished" and (run_dir / UNFINISHED).exists()
+    assert B.measured(cell, list(TASKS), tmp_path, "") is None
+    B.run_cell(cell, list(TASKS), _args(), tmp_path, COMMIT)
+    assert len(ran) == 1 and "new --tag" in capsys.readouterr().out
