@@ -34,8 +34,8 @@ from app.ablation.runs import MEASURES, ROOT, UNFINISHED, sql, stopped_by
 from app.phase_list import NO_RL_UPDATE
 from app.provenance import add_allow_dirty, commit_to_run, record
 from app.start_from import StartFrom, copy_into
-from infra.runtime import versions
 from infra.kafka.own_broker import broker_for_benchmarks
+from infra.runtime import versions
 from infra.runtime.admin import ensure_topics
 from infra.runtime.errors import UserError
 from infra.runtime.settings import load_settings
