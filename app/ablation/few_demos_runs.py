@@ -66,8 +66,10 @@ def record_cell(cell: Cell, tasks: list[str], args, run_dir: Path) -> dict:
 def run_cell(cell: Cell, tasks: list[str], args, out: Path, commit: dict) -> None:
     """Record the cell's demonstrations and run its demo, unless its run finished before. A cell
     left unfinished (a stop, a crash, a cut-off session) is not run again under its id: the data
-    dir refuses a used run id, and its platform topics already hold its recorded demonstrations
-    (recording again would clone twice as many); it says so, and a new --tag runs it afresh."""
+    dir refuses a used run id (and on a lasting broker its platform topics already hold its
+    recorded demonstrations: recording again would clone twice as many); it says so, and a new
+    --tag runs it afresh. A failed recording or a demo that refused its options (it exits at once,
+    before its logs) stops the benchmark (CellFailed): the next cells would fail alike."""
     run_dir = out / "runs" / cell.name(args.tag)
     if state(run_dir) == "finished":
         print(f"== {cell.name(args.tag)}: finished before, kept", flush=True)
@@ -79,18 +81,33 @@ def run_cell(cell: Cell, tasks: list[str], args, out: Path, commit: dict) -> Non
     marker = run_dir / UNFINISHED
     marker.write_text(f"started {time.strftime('%Y-%m-%d %H:%M:%S')}, not ended\n")
     record(run_dir, commit)  # the commit this cell ran at (a later invocation rewrites <out>/commit.json)
-    tally = record_cell(cell, tasks, args, run_dir) if cell.n else {}
+    try:
+        tally = record_cell(cell, tasks, args, run_dir) if cell.n else {}
+    except SystemExit as exc:
+        marker.write_text(f"the recording failed: {exc}\n")
+        raise CellFailed(str(exc)) from None
     (run_dir / "recorded.json").write_text(json.dumps(tally))
     os.environ["FLYWHEEL_TOPIC_PREFIX"] = cell.platform_prefix(args.tag)  # the demo reads the demonstrations there
     argv = demo_argv(sys.executable, cell, tasks, args.minutes, run_dir, args.tag, args.demo_args.split())
     print(f"== {cell.name(args.tag)}: {' '.join(argv[3:])}", flush=True)
-    rc = run_child(argv, ROOT)  # a stop raises here, after the demo wrote its report: the marker stays
+    t0 = time.time()
+    try:
+        rc = run_child(argv, ROOT)
+    except KeyboardInterrupt:  # the benchmark was stopped; the demo stopped and wrote its report
+        marker.write_text(f"stopped after {(time.time() - t0) / 60:.1f} of {args.minutes:g} min\n")
+        raise
     stop = stopped_by(run_dir)
     if rc == 0 and not stop:
         marker.unlink()
     else:
         marker.write_text(f"{stop or f'the demo exited with code {rc}'}\n")
     print(f"== {cell.name(args.tag)}: exit {rc}{f' ({stop})' if stop else ''}", flush=True)
+    if rc != 0 and not (run_dir / "logs").exists():
+        raise CellFailed(f"{cell.name(args.tag)}: the demo exited {rc} before it started (its options? see above)")
+
+
+class CellFailed(RuntimeError):
+    """A cell failed in a way the next cells would too: the benchmark stops and measures what finished."""
 
 
 def state(run_dir: Path) -> str:
@@ -111,8 +128,7 @@ def measured(cell: Cell, tasks: list[str], out: Path, tag: str) -> dict | None:
     """The cell's row from its run's summary.json and the recorder's tally (None: no finished run)."""
     run_dir = out / "runs" / cell.name(tag)
     if state(run_dir) != "finished":
-        print(f"{cell.name(tag)}: {why_not(run_dir) if run_dir.exists() else 'not run'} under {out / 'runs'}",
-              file=sys.stderr)
+        print(f"{cell.name(tag)}: {why_not(run_dir) if run_dir.exists() else 'not run'} ({run_dir})", file=sys.stderr)
         return None
     recorded = json.loads((run_dir / "recorded.json").read_text()) if (run_dir / "recorded.json").exists() else {}
     return result_row(cell, tasks, json.loads((run_dir / "summary.json").read_text()), recorded)
@@ -152,6 +168,8 @@ def main() -> int:
                     run_cell(cell, tasks, args, out, commit)
         except KeyboardInterrupt:
             print("stopped: no further cell; the finished ones are measured", flush=True)
+        except CellFailed as exc:
+            print(f"stopped: {exc}; no further cell, the finished ones are measured", file=sys.stderr, flush=True)
         finally:
             end_stopping()
     results = [r for r in (measured(c, tasks, out, args.tag) for c in plan) if r is not None]

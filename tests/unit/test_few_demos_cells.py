@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,7 @@ def _fake_demo(monkeypatch, notes=(), rc=0, stop=False):
     def child(argv, cwd):
         ran.append(argv)
         report = argv[argv.index("--report-dir") + 1]
+        Path(report, "logs").mkdir(exist_ok=True)  # a demo that started: its run id is spent
         after = {t: 0.5 for t in TASKS}
         with open(f"{report}/summary.json", "w") as f:
             json.dump({"run_id": argv[argv.index("--run-id") + 1], "after": after, "notes": list(notes)}, f)
@@ -69,3 +71,34 @@ def test_a_cell_that_did_not_end_on_its_own_is_never_measured_nor_run_again(tmp_
     assert B.measured(cell, list(TASKS), tmp_path, "") is None
     B.run_cell(cell, list(TASKS), _args(), tmp_path, COMMIT)
     assert len(ran) == 1 and "new --tag" in capsys.readouterr().out
+
+
+def test_a_folder_of_the_older_runner_counts_by_its_summary_and_its_notes(tmp_path):
+    """Cells run before the marker existed: a summary and no stop note is finished; a summary that
+    says the demo was stopped, or no summary, is not."""
+    ok, stopped, empty = (tmp_path / n for n in ("ok", "stopped", "empty"))
+    for d in (ok, stopped, empty):
+        d.mkdir()
+    (ok / "summary.json").write_text(json.dumps({"notes": ["exploration floor 0.5"]}))
+    (stopped / "summary.json").write_text(json.dumps({"notes": ["stopped by Ctrl-C"]}))
+    assert [B.state(d) for d in (ok, stopped, empty)] == ["finished", "unfinished", "unfinished"]
+    assert B.why_not(stopped) == "stopped by Ctrl-C" and B.why_not(empty) == "no summary.json"
+    assert B.state(tmp_path / "never") == "not run"
+
+
+def test_a_demo_that_refused_its_options_stops_the_benchmark(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLYWHEEL_TOPIC_PREFIX", "unchanged.")
+    monkeypatch.setattr(B, "run_child", lambda argv, cwd: 2)  # exits at once: no report, no logs
+    with pytest.raises(B.CellFailed, match="before it started"):
+        B.run_cell(Cell(0, 2), list(TASKS), _args(), tmp_path, COMMIT)
+    assert "exited with code 2" in (tmp_path / "runs" / Cell(0, 2).name() / UNFINISHED).read_text()
+
+
+def test_a_failed_recording_stops_the_benchmark_and_says_why(tmp_path, monkeypatch):
+    def fail(cell, tasks, args, run_dir):
+        raise SystemExit("the recorder failed: no browser")
+
+    monkeypatch.setattr(B, "record_cell", fail)
+    with pytest.raises(B.CellFailed, match="no browser"):
+        B.run_cell(Cell(3, 0), list(TASKS), _args(), tmp_path, COMMIT)
+    assert "the recording failed" in (tmp_path / "runs" / Cell(3, 0).name() / UNFINISHED).read_text()
