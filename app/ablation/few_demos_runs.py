@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from app.ablation.clean_stop import end_stopping, run_child, stop_on_signals
-from app.ablation.runs import UNFINISHED, stopped_by
+from app.ablation.clean_stop import end_stopping, stop_on_signals
+from app.ablation.marked import UNFINISHED, run_marked, stopped_by, why_unfinished
 from app.few_demos import NS, TASKS, Cell, cells, demo_argv, record_argv, result_row, streams_argv, table
 from app.phases import human_demonstrations
 from app.provenance import add_allow_dirty, commit_to_run, record
@@ -75,7 +75,7 @@ def run_cell(cell: Cell, tasks: list[str], args, out: Path, commit: dict) -> Non
         print(f"== {cell.name(args.tag)}: finished before, kept", flush=True)
         return
     if run_dir.exists():
-        print(f"== {cell.name(args.tag)}: {why_not(run_dir)}; not measured (run it again under a new --tag)", flush=True)
+        print(f"== {cell.name(args.tag)}: {why_unfinished(run_dir)}; not measured (run it again under a new --tag)", flush=True)
         return
     run_dir.mkdir(parents=True)
     marker = run_dir / UNFINISHED
@@ -90,17 +90,8 @@ def run_cell(cell: Cell, tasks: list[str], args, out: Path, commit: dict) -> Non
     os.environ["FLYWHEEL_TOPIC_PREFIX"] = cell.platform_prefix(args.tag)  # the demo reads the demonstrations there
     argv = demo_argv(sys.executable, cell, tasks, args.minutes, run_dir, args.tag, args.demo_args.split())
     print(f"== {cell.name(args.tag)}: {' '.join(argv[3:])}", flush=True)
-    t0 = time.time()
-    try:
-        rc = run_child(argv, ROOT)
-    except KeyboardInterrupt:  # the benchmark was stopped; the demo stopped and wrote its report
-        marker.write_text(f"stopped after {(time.time() - t0) / 60:.1f} of {args.minutes:g} min\n")
-        raise
+    rc = run_marked(argv, ROOT, run_dir, args.minutes)
     stop = stopped_by(run_dir)
-    if rc == 0 and not stop:
-        marker.unlink()
-    else:
-        marker.write_text(f"{stop or f'the demo exited with code {rc}'}\n")
     print(f"== {cell.name(args.tag)}: exit {rc}{f' ({stop})' if stop else ''}", flush=True)
     if rc != 0 and not (run_dir / "logs").exists():
         raise CellFailed(f"{cell.name(args.tag)}: the demo exited {rc} before it started (its options? see above)")
@@ -114,21 +105,14 @@ def state(run_dir: Path) -> str:
     """"finished" (the demo ended on its own and wrote its summary), else "not run" or "unfinished"."""
     if not run_dir.exists():
         return "not run"
-    done = (run_dir / "summary.json").exists() and not (run_dir / UNFINISHED).exists() and not stopped_by(run_dir)
-    return "finished" if done else "unfinished"
-
-
-def why_not(run_dir: Path) -> str:
-    if (run_dir / UNFINISHED).exists():
-        return f"did not finish ({(run_dir / UNFINISHED).read_text().strip()})"
-    return stopped_by(run_dir) or "no summary.json"
+    return "unfinished" if why_unfinished(run_dir) else "finished"
 
 
 def measured(cell: Cell, tasks: list[str], out: Path, tag: str) -> dict | None:
     """The cell's row from its run's summary.json and the recorder's tally (None: no finished run)."""
     run_dir = out / "runs" / cell.name(tag)
     if state(run_dir) != "finished":
-        print(f"{cell.name(tag)}: {why_not(run_dir) if run_dir.exists() else 'not run'} ({run_dir})", file=sys.stderr)
+        print(f"{cell.name(tag)}: {why_unfinished(run_dir) if run_dir.exists() else 'not run'} ({run_dir})", file=sys.stderr)
         return None
     recorded = json.loads((run_dir / "recorded.json").read_text()) if (run_dir / "recorded.json").exists() else {}
     return result_row(cell, tasks, json.loads((run_dir / "summary.json").read_text()), recorded)

@@ -20,10 +20,12 @@ game's normalised score: 0 the random policy's mean, 1 the scripted heuristic's)
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from app.ablation.plot import _pyplot
 from app.demo_config import UNTIL_EPISODES_MAX
@@ -68,12 +70,17 @@ def attempt(run: str, folders: dict[str, bool]) -> tuple[str, bool]:
     folders there are (name -> kept): the first attempt (``run``, then ``run-r2``, ``run-r3``, ...)
     that is kept, else the first never started. An attempt that is not kept (unfinished, or another
     command) claimed its id in the data dir, so the next attempt runs under the next id, from its start."""
-    k = 1
-    while True:
-        name = run if k == 1 else f"{run}-r{k}"
+    for name in attempts(run):
         if name not in folders or folders[name]:
             return name, folders.get(name, False)
-        k += 1
+    raise AssertionError("attempts() is endless")
+
+
+def attempts(run: str) -> Iterator[str]:
+    """``run``'s attempt ids in order: ``run``, ``run-r2``, ``run-r3``, ..."""
+    yield run
+    for k in itertools.count(2):
+        yield f"{run}-r{k}"
 
 
 def pool_plan(web: str, games: str, alphas: list[float]) -> dict:

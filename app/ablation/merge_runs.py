@@ -30,7 +30,8 @@ from pathlib import Path
 
 from app.ablation import merge as M
 from app.ablation.clean_stop import end_stopping, run_child, stop_on_signals
-from app.ablation.runs import MEASURES, ROOT, UNFINISHED, sql, stopped_by
+from app.ablation.marked import UNFINISHED, run_marked, why_unfinished
+from app.ablation.runs import MEASURES, ROOT, sql
 from app.phase_list import NO_RL_UPDATE
 from app.provenance import add_allow_dirty, commit_to_run, record
 from app.start_from import StartFrom, copy_into
@@ -85,16 +86,13 @@ class Runner:
         if self.dry:
             return report
         report.mkdir(parents=True, exist_ok=True)
-        (report / UNFINISHED).write_text(f"started {time.strftime('%Y-%m-%d %H:%M:%S')}, not ended\n")
         (report / M.COMMAND).write_text(json.dumps(argv[3:]))
         t0 = time.time()
-        rc = run_child(argv, ROOT)
+        rc = run_marked(argv, ROOT, report, minutes, ok)
         say(f"{run}: exit {rc} after {(time.time() - t0) / 60:.1f} min")
-        stop = stopped_by(report)
-        if rc not in ok or stop:
-            (report / UNFINISHED).write_text(f"{stop or f'the demo exited with code {rc}'}\n")
-            raise StepFailed(f"{run}: {stop or f'exited {rc}'} (its log: {report / 'logs'})")
-        (report / UNFINISHED).unlink()
+        why = why_unfinished(report)
+        if why:
+            raise StepFailed(f"{run}: {why} (its log: {report / 'logs'})")
         return report
 
     def outcome(self, report: Path, key: str) -> int:
@@ -113,9 +111,7 @@ class Runner:
         an earlier invocation's pool kept where the broker still holds it; -> the pool's run id
         and (α, merged version)."""
         plan = M.pool_plan(web, games, self.args.alphas)
-        base, k = M.run_id("pool", seed, self.args.tag), 1
-        while True:
-            run = base if k == 1 else f"{base}-r{k}"
+        for run in M.attempts(M.run_id("pool", seed, self.args.tag)):
             folder, policy = self.out / "runs" / run, f"{KIND}-{run}"
             if self.dry:
                 return run, self.build_pool(run, policy, plan)
@@ -133,7 +129,7 @@ class Runner:
                 merged = self.build_pool(run, policy, plan, settings)
                 (folder / POOL).write_text(json.dumps(plan))
                 return run, merged
-            k += 1
+        raise AssertionError("attempts() is endless")
 
     def build_pool(self, run: str, policy: str, plan: dict, settings=None) -> list[tuple[float, int]]:
         say(f"{run}: copy {plan['sources'][0]} as v1 and {plan['sources'][1]} as v2 of {policy}")

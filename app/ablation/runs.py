@@ -45,7 +45,8 @@ from app.demo_config import RUN_ID
 from app.demo_queries import trainer_metrics
 from app.provenance import add_allow_dirty, commit_to_run, record
 from app.measures import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary
-from app.ablation.clean_stop import end_stopping, run_child, stop_on_signals
+from app.ablation.clean_stop import end_stopping, stop_on_signals
+from app.ablation.marked import UNFINISHED, run_marked, why_unfinished
 from app.ablation.effects import effects_table
 from app.ablation.plot import curve_key, plot, plot_by_task
 from infra.kafka.own_broker import broker_for_benchmarks
@@ -179,9 +180,6 @@ def sql(statement: str) -> list[dict]:
     return data if isinstance(data, list) else data.get("rows", data.get("data", []))
 
 
-# in a run's report folder from its start until its demo ends on its own with exit 0: a run
-# stopped, failed or cut short by a crash of the benchmark keeps it and is not measured
-UNFINISHED = "unfinished.txt"
 RECIPE_FILE = "recipe.txt"  # the recipe a run ran on, written before it starts
 STOP_AFTER = "stop-after-run"  # created in --out by someone: no further run starts
 
@@ -210,7 +208,7 @@ def run_one(config: str, seed: int, args, out: Path) -> Path:
     run_id = run_of(config, seed, args.tag)
     report_dir = out / "runs" / run_id
     if (report_dir / UNFINISHED).exists() and (report_dir / "logs").exists():
-        print(f"== {run_id}: did not finish before ({(report_dir / UNFINISHED).read_text().strip()}); not measured "
+        print(f"== {run_id}: {why_unfinished(report_dir)}; not measured "
               "(a data dir takes a run id once: run it again under a new --tag)")
         return report_dir
     # a demo that refused its options started nothing (no logs folder yet): its run id is unspent, run it
@@ -223,19 +221,12 @@ def run_one(config: str, seed: int, args, out: Path) -> Path:
     print(f"== {run_id}: {' '.join(argv[3:])}", flush=True)
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / RECIPE_FILE).write_text(recipe(args.tasks) + "\n")
-    marker = report_dir / UNFINISHED
-    marker.write_text(f"started {time.strftime('%Y-%m-%d %H:%M:%S')}, not ended\n")
     t0 = time.time()
     try:
-        rc = run_child(argv, ROOT)
+        rc = run_marked(argv, ROOT, report_dir, args.minutes)
     except KeyboardInterrupt:
-        marker.write_text(f"stopped after {(time.time() - t0) / 60:.1f} of {args.minutes:g} min\n")
         print(f"== {run_id}: stopped after {(time.time() - t0) / 60:.1f} min; not measured, no further run", flush=True)
         raise
-    if rc == 0:
-        marker.unlink()
-    else:
-        marker.write_text(f"the demo exited with code {rc}\n")
     print(f"== {run_id}: exit {rc} after {(time.time() - t0) / 60:.1f} min", flush=True)
     return report_dir
 
@@ -243,29 +234,10 @@ def run_one(config: str, seed: int, args, out: Path) -> Path:
 def finished(config: str, seed: int, out: Path, tag: str) -> bool:
     """A run to measure: its demo ended on its own (not stopped, not failed) and wrote its summary
     (say why not)."""
-    report_dir = out / "runs" / run_of(config, seed, tag)
-    summary = report_dir / "summary.json"
-    if (report_dir / UNFINISHED).exists():
-        print(f"{config} seed {seed}: did not finish ({(report_dir / UNFINISHED).read_text().strip()}), "
-              "not measured", file=sys.stderr)
-        return False
-    if not summary.exists():
-        print(f"{config} seed {seed}: no finished run under {out / 'runs'}", file=sys.stderr)
-        return False
-    stop = stopped_by(report_dir)
-    if stop:
-        print(f"{config} seed {seed}: {stop}, not measured", file=sys.stderr)
-        return False
-    return True
-
-
-def stopped_by(report_dir: Path) -> str | None:
-    """The note of a demo stopped by someone else than the benchmark running it (it writes its
-    report and exits 0 on a SIGTERM: "stopped by SIGTERM ..."), from its summary.json; None where
-    it ended on its own or wrote no summary."""
-    summary = report_dir / "summary.json"
-    notes = json.loads(summary.read_text()).get("notes", []) if summary.exists() else []
-    return next((n for n in notes if n.startswith("stopped by")), None)
+    why = why_unfinished(out / "runs" / run_of(config, seed, tag))
+    if why:
+        print(f"{config} seed {seed}: {why}, not measured ({out / 'runs'})", file=sys.stderr)
+    return why is None
 
 
 def measure(config: str, seed: int, out: Path, target: float, tag: str = "", measured: str = "success") -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.ablation import runs as ablate
+from app.ablation import marked, runs as ablate
 
 # stands in for a demo: on SIGTERM or Ctrl-C it takes a while to clean up (stopping its children),
 # then exits; further signals do not cut that short (as the demo's handler)
@@ -117,22 +117,22 @@ def test_a_stopped_run_keeps_its_marker_and_no_further_run_starts(tmp_path, monk
         (report / "summary.json").write_text("{}")  # a stopped demo still writes its report
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ablate, "run_child", stopped)
+    monkeypatch.setattr(marked, "run_child", stopped)
     with pytest.raises(KeyboardInterrupt):  # main's loop ends on it: no further run
         ablate.run_one("full", 0, Args, tmp_path)
     assert "stopped after" in (tmp_path / "runs" / "abl-t-full-s0" / ablate.UNFINISHED).read_text()
     assert not ablate.finished("full", 0, tmp_path, "t")
     (tmp_path / "runs" / "abl-t-full-s0" / "logs").mkdir()  # the demo had started
-    monkeypatch.setattr(ablate, "run_child", lambda argv, cwd: pytest.fail("a spent run id was run again"))
+    monkeypatch.setattr(marked, "run_child", lambda argv, cwd: pytest.fail("a spent run id was run again"))
     ablate.run_one("full", 0, Args, tmp_path)
 
 
 def test_a_run_whose_demo_refused_before_starting_anything_runs_again(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(ablate, "run_child", lambda argv, cwd: calls.append(argv) or 2)  # its options refused
+    monkeypatch.setattr(marked, "run_child", lambda argv, cwd: calls.append(argv) or 2)  # its options refused
     ablate.run_one("full", 0, Args, tmp_path)
     assert "exited with code 2" in (tmp_path / "runs" / "abl-t-full-s0" / ablate.UNFINISHED).read_text()
-    monkeypatch.setattr(ablate, "run_child", lambda argv, cwd: calls.append(argv) or 0)
+    monkeypatch.setattr(marked, "run_child", lambda argv, cwd: calls.append(argv) or 0)
     ablate.run_one("full", 0, Args, tmp_path)  # the options mended: the same command runs it
     assert len(calls) == 2 and not (tmp_path / "runs" / "abl-t-full-s0" / ablate.UNFINISHED).exists()
 
@@ -146,14 +146,14 @@ def test_only_runs_that_ended_on_their_own_are_measured(tmp_path, monkeypatch, c
         return child
 
     for config, rc, notes in [("full", 0, []), ("coupled-gae", 2, []), ("sync", 0, ["stopped by SIGTERM"])]:
-        monkeypatch.setattr(ablate, "run_child", ends(rc, notes))
+        monkeypatch.setattr(marked, "run_child", ends(rc, notes))
         ablate.run_one(config, 0, Args, tmp_path)
     assert ablate.finished("full", 0, tmp_path, "t")
     assert not ablate.finished("coupled-gae", 0, tmp_path, "t")  # the demo failed
     assert not ablate.finished("sync", 0, tmp_path, "t")  # someone stopped the demo itself
     assert not ablate.finished("fixed-lambda", 0, tmp_path, "t")  # never run
     err = capsys.readouterr().err
-    assert "exited with code 2" in err and "stopped by SIGTERM" in err and "no finished run" in err
+    assert "exited with code 2" in err and "stopped by SIGTERM" in err and "not run" in err
     # a run of an earlier benchmark (no marker, no notes) that wrote its summary is measured
     old = tmp_path / "runs" / ablate.run_of("no-rft", 0, "t")
     old.mkdir()

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.ablation.runs import UNFINISHED
+from app.ablation import marked
+from app.ablation.marked import UNFINISHED
 from app.few_demos import TASKS, Cell
 from app.ablation import few_demos_runs as B
 
@@ -33,7 +34,7 @@ def _fake_demo(monkeypatch, notes=(), rc=0, stop=False):
             raise KeyboardInterrupt
         return rc
 
-    monkeypatch.setattr(B, "run_child", child)
+    monkeypatch.setattr(marked, "run_child", child)
     monkeypatch.setenv("FLYWHEEL_TOPIC_PREFIX", "unchanged.")
     return ran
 
@@ -82,13 +83,13 @@ def test_a_folder_of_the_older_runner_counts_by_its_summary_and_its_notes(tmp_pa
     (ok / "summary.json").write_text(json.dumps({"notes": ["exploration floor 0.5"]}))
     (stopped / "summary.json").write_text(json.dumps({"notes": ["stopped by Ctrl-C"]}))
     assert [B.state(d) for d in (ok, stopped, empty)] == ["finished", "unfinished", "unfinished"]
-    assert B.why_not(stopped) == "stopped by Ctrl-C" and B.why_not(empty) == "no summary.json"
+    assert marked.why_unfinished(stopped) == "stopped by Ctrl-C" and marked.why_unfinished(empty) == "no summary.json"
     assert B.state(tmp_path / "never") == "not run"
 
 
 def test_a_demo_that_refused_its_options_stops_the_benchmark(tmp_path, monkeypatch):
     monkeypatch.setenv("FLYWHEEL_TOPIC_PREFIX", "unchanged.")
-    monkeypatch.setattr(B, "run_child", lambda argv, cwd: 2)  # exits at once: no report, no logs
+    monkeypatch.setattr(marked, "run_child", lambda argv, cwd: 2)  # exits at once: no report, no logs
     with pytest.raises(B.CellFailed, match="before it started"):
         B.run_cell(Cell(0, 2), list(TASKS), _args(), tmp_path, COMMIT)
     assert "exited with code 2" in (tmp_path / "runs" / Cell(0, 2).name() / UNFINISHED).read_text()

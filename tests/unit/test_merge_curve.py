@@ -134,7 +134,7 @@ def _runner(tmp_path, monkeypatch, summary_notes=()):
     import argparse
     import json
 
-    from app.ablation import merge_runs
+    from app.ablation import marked, merge_runs
 
     ran: list[list[str]] = []
 
@@ -144,7 +144,8 @@ def _runner(tmp_path, monkeypatch, summary_notes=()):
             Path(argv[argv.index("--report-dir") + 1], "summary.json").write_text(json.dumps({"notes": list(summary_notes)}))
         return 0
 
-    monkeypatch.setattr(merge_runs, "run_child", child)
+    monkeypatch.setattr(merge_runs, "run_child", child)  # the pool's merges
+    monkeypatch.setattr(marked, "run_child", child)  # the demos
     return merge_runs.Runner(argparse.Namespace(tag="", dry_run=False, alphas=[0.0, 0.5, 1.0]), tmp_path), ran
 
 
@@ -154,8 +155,8 @@ def test_a_rerun_keeps_the_finished_runs_and_reruns_the_unfinished_one(tmp_path,
     options (a short trial) is never taken for it, and a run's id is its folder's."""
     import json
 
-    from app.ablation import merge_runs
-    from app.ablation.runs import UNFINISHED
+    from app.ablation import marked, merge_runs
+    from app.ablation.marked import UNFINISHED
 
     r, ran = _runner(tmp_path, monkeypatch)
     runs = tmp_path / "runs"
@@ -183,8 +184,8 @@ def test_a_rerun_keeps_the_finished_runs_and_reruns_the_unfinished_one(tmp_path,
 
 def test_a_demo_stopped_by_someone_else_is_not_kept(tmp_path, monkeypatch):
     """A demo stopped from outside writes its report and exits 0: not a finished run."""
-    from app.ablation import merge_runs
-    from app.ablation.runs import UNFINISHED
+    from app.ablation import marked, merge_runs
+    from app.ablation.marked import UNFINISHED
 
     r, ran = _runner(tmp_path, monkeypatch, ["stopped by SIGTERM after 3.0 of 30 min"])
     with pytest.raises(merge_runs.StepFailed, match="stopped by SIGTERM"):
