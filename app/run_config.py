@@ -111,6 +111,8 @@ def kind_layer(cfg) -> dict[str, Any]:
         out["lr"] = auto.lr
     out["target_kl"] = auto.target_kl
     out["rft_every"] = kind_rft_every(cfg)
+    if auto.rft_epochs:  # a round's passes, on auto or asked with --rft-every
+        out["rft_epochs"] = auto.rft_epochs
     return out
 
 
@@ -140,9 +142,10 @@ def kind_sil_coef(cfg, passed: dict[str, Any]) -> float:
 
 
 def kind_rft_every(cfg) -> int:
-    """PPO updates between RFT rounds when the demo's --rft-every is on auto: 4 for the pixel
-    policy after a cold start (default suite, 15 minutes: suite mean 0.682 vs 0.623 on seed 0, 0.68
-    vs 0.658 on seed 1, docs/performance.md); none from random weights (few successes to learn
+    """PPO updates between RFT rounds when the demo's --rft-every is on auto: 8 for the pixel
+    policy after a cold start, one pass each (every 4, two passes: default suite, 15 minutes, suite
+    mean 0.682 vs 0.623 on seed 0, 0.68 vs 0.658 on seed 1; a quarter of that work since it bound
+    the run, docs/performance.md); none from random weights (few successes to learn
     from) or for the language policy (its fine-tuning is `flywheel sft`); none on the games
     (``producers.suites.auto_rft``): a round re-clones the cold start's demonstrations, a teacher
     during RL their teacher-free default keeps out; nor where DAgger rounds run: they fit the

@@ -231,6 +231,7 @@ class DemoPPO:
     target_kl: float  # the KL at which PPO stops an update's epochs (0: every epoch runs)
     rft_every: int  # PPO updates between rejection-sampling rounds (0: none)
     dpo_share: float  # the share of the run's minutes given to DPO at its end (0: none)
+    rft_epochs: int = 0  # passes over a round's steps (0: the trainer's default)
 
 
 class PolicyKind(Protocol):

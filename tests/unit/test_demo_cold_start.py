@@ -113,7 +113,7 @@ def test_the_report_names_what_the_automatic_settings_came_to():
                                  "sandboxes_per_worker": 3}
     cloned, _, _ = effective(DemoConfig(tasks=["click-test"], target_kl=0.05), SOLVED)
     got = resolved(cloned)
-    assert (got["ppo_lr"], got["rft_every"], got["target_kl"], got["explore"]) == (3e-4, 4, 0.05, 0.0) and got["sandboxes_per_worker"] >= 1
+    assert (got["ppo_lr"], got["rft_every"], got["target_kl"], got["explore"]) == (3e-4, 8, 0.05, 0.0) and got["sandboxes_per_worker"] >= 1
 
 
 def test_each_kind_says_its_automatic_ppo_settings_in_one_record_and_the_user_overrides_them():

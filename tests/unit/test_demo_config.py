@@ -182,3 +182,20 @@ def test_actions_choose_the_heads_of_tasks_in_no_suite_and_unknown_ones_are_refu
         DemoConfig(tasks=homeless, actions=["click"], policy_config='{"action_types": ["click"]}').validate()
     with pytest.raises(UserError, match="the lm policy has none"):
         DemoConfig(tasks=homeless, actions=["click"], policy_kind="lm").validate()
+
+
+def test_the_default_suites_rft_rounds_are_every_8_updates_one_pass_and_a_persons_options_beat_them():
+    demonstrable = frozenset(get_suite("default").tasks)  # the cold start clones them: RFT on auto
+
+    def of(**demo) -> run_config.Resolved:
+        cfg, _, _ = effective(DemoConfig(tasks=["default"], **demo), demonstrable)
+        return trainer_config(cfg, "demo-x.", "pixel-x", cfg.plan(), {})
+
+    auto = of()
+    assert (auto.train.rft_every, auto.train.rft_epochs) == (8, 1)
+    assert auto.origins["rft_every"] == auto.origins["rft_epochs"] == "kind"
+    asked = of(rft_every=4)  # a round is one pass however often it runs
+    assert (asked.train.rft_every, asked.train.rft_epochs, asked.origins["rft_every"]) == (4, 1, "run")
+    mine = of(rft_every=4, trainer_args="--rft-epochs 2")
+    assert (mine.train.rft_every, mine.train.rft_epochs, mine.origins["rft_epochs"]) == (4, 2, "trainer_args")
+    assert trainer_of(tasks=["games"]).train.rft_every == 0  # no RFT on the games' teacher-free recipe

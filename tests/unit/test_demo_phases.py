@@ -262,7 +262,7 @@ def test_rft_rounds_are_on_for_the_cloned_pixel_policy_by_default():
     def rft_every(cfg: DemoConfig) -> int:  # what the trainer runs with
         return resolved(cfg)["rft_every"]
 
-    assert rft_every(DemoConfig()) == 4  # after the cold start
+    assert rft_every(DemoConfig()) == 8  # after the cold start
     assert rft_every(DemoConfig(cold_start_demos=0)) == 0  # from random weights: few successes
     assert rft_every(DemoConfig(policy_kind="lm")) == 0  # the language policy's fine-tuning is flywheel sft
     assert rft_every(DemoConfig(rft_every=0)) == 0 and rft_every(DemoConfig(rft_every=2)) == 2
@@ -459,9 +459,9 @@ def test_rft_rounds_on_auto_stay_off_the_games_and_where_dagger_rounds_run():
     assert games.cold_start_demos > 0 and resolved(games)["rft_every"] == 0  # re-cloning demonstrations: a teacher during RL
     assert resolved(effective(DemoConfig(tasks=["games.snake"]))[0])["rft_every"] == 0  # a game named alone: its suite's
     assert resolved(effective(DemoConfig(tasks=["games"], rft_every=3))[0])["rft_every"] == 3  # the user's setting wins
-    assert resolved(effective(DemoConfig(tasks=["default"]))[0])["rft_every"] == 4  # no DAgger there
+    assert resolved(effective(DemoConfig(tasks=["default"]))[0])["rft_every"] == 8  # no DAgger there
     assert resolved(effective(DemoConfig(tasks=["default"], dagger_every=2))[0])["rft_every"] == 0  # DAgger's rounds run
-    assert resolved(effective(DemoConfig(tasks=["games.snake", "click-button"]))[0])["rft_every"] == 4  # no suite holds both
+    assert resolved(effective(DemoConfig(tasks=["games.snake", "click-button"]))[0])["rft_every"] == 8  # no suite holds both
 
 
 def test_the_gain_at_the_runs_end_reads_each_tasks_last_episodes_against_the_same_start():

@@ -92,13 +92,16 @@ class KindDefaults:
         if cold_start:
             # fine-tuning a cloned policy takes smaller steps than learning from random weights
             # (default suite, seed 0: at 3e-3 the typing tasks fell from 0.9-1.0 under pi_sft to 0.0
-            # within 6 minutes of PPO; at 3e-4 they held); RFT rounds every 4 updates
-            # (app.run_config.kind_rft_every says where they stay off)
-            return DemoPPO(lr=3e-4, target_kl=0.0, rft_every=4 if self.rft else 0, dpo_share=0.0)
+            # within 6 minutes of PPO; at 3e-4 they held); RFT rounds every 8 updates, one pass
+            # each: every 4 with two passes, a round took 35% of the trainer on the default suite,
+            # which bound the run at 12.3 env steps/s; this is a quarter of that work
+            # (docs/performance.md, "RFT rounds sized to the trainer"; app.run_config.kind_rft_every
+            # says where they stay off)
+            return DemoPPO(lr=3e-4, target_kl=0.0, rft_every=8 if self.rft else 0, dpo_share=0.0, rft_epochs=1)
         # from random weights, 8 epochs at 3e-3 on a 90-step batch moved the policy so far per
         # update that tasks collapsed onto one wrong click (docs/tasks.md, starter suite): stop at
         # a KL of 0.02; few successes to fine-tune on, so no RFT
-        return DemoPPO(lr=0.0, target_kl=0.02, rft_every=0, dpo_share=0.0)
+        return DemoPPO(lr=0.0, target_kl=0.02, rft_every=0, dpo_share=0.0, rft_epochs=1)
 
     def prompt_spec(self, config: dict[str, Any]) -> Any | None:
         return None
