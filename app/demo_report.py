@@ -57,6 +57,17 @@ def header(cfg: DemoConfig, run_id: str, policy: str, plan: RunPlan, train: Any,
             f"; logs in {logs}\n{taught.line(taught_by)}")
 
 
+def in_checkout(path: str, root: Path) -> str:
+    """``path`` relative to the checkout ``root`` where it lies inside it (a report committed to
+    docs/ then names no folder of the machine it ran on), else as given."""
+    if not path:
+        return path
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return path
+
+
 def record(cfg: DemoConfig, settings: Settings, prefix: str, policy: str, plan: RunPlan, cold: phases.ColdStart,
            trainer: run_config.Resolved, taught_by: taught.Taught) -> dict:
     """The run's ``config.json``: the demo's options, what its automatic ones came to (``resolved``),
@@ -64,9 +75,10 @@ def record(cfg: DemoConfig, settings: Settings, prefix: str, policy: str, plan: 
     with a cold start, the cloning's configuration as `flywheel bc` will resolve it (SFT may cut
     its epochs to its share); and the code it ran (``code``: the checkout's commit and the tracked
     files changed since, app.provenance; a run is reproducible from the commit it names)."""
-    config = {"demo": asdict(cfg), "resolved": resolved(cfg, trainer.train), "run_config": trainer.record(),
-              "taught_by": taught.record(taught_by),
-              "settings": describe(settings), "code": checkout_state(Path(__file__).resolve().parents[1])}
+    root = Path(__file__).resolve().parents[1]
+    config = {"demo": {**asdict(cfg), "report_dir": in_checkout(cfg.report_dir, root)},
+              "resolved": resolved(cfg, trainer.train), "run_config": trainer.record(),
+              "taught_by": taught.record(taught_by), "settings": describe(settings), "code": checkout_state(root)}
     if cfg.cold_start_demos > 0:
         config["bc"] = describe(run_config.bc_config(phases.bc_options(cfg, policy, list(cold.demonstrated),
                                                                        plan.action_types),

@@ -199,3 +199,14 @@ def test_the_default_suites_rft_rounds_are_every_8_updates_one_pass_and_a_person
     mine = of(rft_every=4, trainer_args="--rft-epochs 2")
     assert (mine.train.rft_every, mine.train.rft_epochs, mine.origins["rft_epochs"]) == (4, 2, "trainer_args")
     assert trainer_of(tasks=["games"]).train.rft_every == 0  # no RFT on the games' teacher-free recipe
+
+
+def test_a_report_folder_inside_the_checkout_is_recorded_relative_to_it(tmp_path):
+    from app.demo_report import in_checkout
+
+    root = tmp_path / "checkout"
+    (root / "var" / "r").mkdir(parents=True)
+    assert in_checkout(str(root / "var" / "r"), root) == "var/r"
+    assert in_checkout(str(root / "var" / ".." / "var" / "r"), root) == "var/r"
+    assert in_checkout(str(tmp_path / "elsewhere"), root) == str(tmp_path / "elsewhere")  # outside: as given
+    assert in_checkout("", root) == ""  # none asked: the demo's own folder
