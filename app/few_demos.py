@@ -52,13 +52,20 @@ def record_argv(python: str, cell: Cell, tasks: list[str], tag: str = "") -> lis
             "--annotator", cell.annotator(tag), "--first-seed", str(cell.first_task_seed())]
 
 
+# the cold start's RFT rounds the table's seeds 0 and 1 ran with (the demo's auto setting before
+# 504a869 made it every 8 updates, one pass): pinned so later seeds run the same recipe
+CELL_RFT = ["--rft-every", "4", "--trainer-args=--rft-epochs 2"]
+
+
 def demo_argv(python: str, cell: Cell, tasks: list[str], minutes: float, report_dir: Path, tag: str = "",
               extra: list[str] | None = None) -> list[str]:
     """The demo of one cell; N > 0 clones the cell's recorded demonstrations (only their tasks
-    get a cold start), N = 0 is the demo's default for tasks with no demonstrator."""
+    get a cold start) with CELL_RFT's rounds, N = 0 is the demo's default for tasks with no
+    demonstrator. ``extra`` comes last: its options win (its --trainer-args replaces CELL_RFT's)."""
     return [python, "-m", "app.cli", "demo", "--tasks", ",".join(tasks), "--minutes", f"{minutes:g}",
             "--seed", str(cell.seed), "--run-id", cell.name(tag), "--report-dir", str(report_dir),
-            "--keep-broker", "--progress-s", "30", *(["--demos-from", "human"] if cell.n else []), *(extra or [])]
+            "--keep-broker", "--progress-s", "30", *(["--demos-from", "human", *CELL_RFT] if cell.n else []),
+            *(extra or [])]
 
 
 def streams_argv(python: str) -> list[str]:

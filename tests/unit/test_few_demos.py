@@ -26,6 +26,13 @@ def test_the_commands_clone_the_recorded_demonstrations_only_when_there_are_some
     assert with_demos[:4] == ["py", "-m", "app.cli", "demo"] and "--demos-from" in with_demos
     assert with_demos[with_demos.index("--minutes") + 1] == "20" and with_demos[-2:] == ["--x", "1"]
     assert with_demos[with_demos.index("--seed") + 1] == "1"
+    from app import demo_cli  # the demo's own parser reads the pinned rounds
+    from app.demo_config import DemoConfig
+    from infra.runtime.command import parse_command
+    from infra.runtime.config import resolve
+
+    cfg = resolve(DemoConfig, parse_command(demo_cli.register, "demo", with_demos[4:-2]))
+    assert (cfg.rft_every, cfg.trainer_args) == (4, "--rft-epochs 2")  # seeds 0 and 1's rounds
     from_random = demo_argv("py", Cell(0, 1), TASKS, 20, Path("r"))
     assert "--demos-from" not in from_random and "--cold-start-demos" not in from_random  # the demo's own settings
 
