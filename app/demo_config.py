@@ -65,8 +65,8 @@ class DemoConfig:
                                           "any case for a fifth of --minutes at most")
     rft_every: int = opt(-1, "rejection-sampling fine-tuning: after every this many PPO updates the trainer fine-tunes "
                              "the policy on its own successful episodes and the demonstrations, so after a cold start "
-                             "the demonstrations teach during RL too (0: off; -1: 4 for the pixel policy after a cold "
-                             "start, +0.03 and +0.06 over 2 seeds in 15 minutes; off on the games, whose RL is "
+                             "the demonstrations teach during RL too (0: off; -1: 8 for the pixel policy after a cold "
+                             "start, one pass a round; off on the games, whose RL is "
                              "teacher-free by default, where DAgger's rounds run, and otherwise)")
     sil_coef: float = opt(-1.0, "self-imitation: the trainer keeps the policy's own best episodes (per task the newest "
                                 "successes, then the highest returns) and imitates their steps where the return beat "

@@ -86,6 +86,7 @@ class Runner:
         if self.dry:
             return report
         report.mkdir(parents=True, exist_ok=True)
+        (report / UNFINISHED).write_text("starting, not run\n")  # before its command: never kept unrun
         (report / M.COMMAND).write_text(json.dumps(argv[3:]))
         t0 = time.time()
         rc = run_marked(argv, ROOT, report, minutes, ok)

@@ -78,8 +78,10 @@ DEFAULT_CONFIGS = [c for c in CONFIGS if c != "value-pretrain"]
 # --demo-args "--explore 0.5" (after these) puts it in every arm
 NO_FLOOR = ("--explore", "0")
 # the recipe "full" stands for; a table keeps no run measured on another (the first table's runs
-# had no curriculum and no RFT rounds: docs/performance.md keeps it beside the new one)
-RECIPE = "curriculum+rft4"
+# had no curriculum and no RFT rounds: docs/performance.md keeps it beside the new one). RFT
+# rounds on auto every 8 updates, one pass (504a869); UNRECORDED's every 4, two passes before
+RECIPE = "curriculum+rft8x1"
+UNRECORDED = "curriculum+rft4"  # the recipe of a run from before runs recorded theirs (recipe.txt)
 
 
 def recipe(tasks: str) -> str:
@@ -198,10 +200,10 @@ def runs_in_order(seeds: list[int], configs: list[str], out: Path) -> Iterator[t
 
 
 def recipe_of(report_dir: Path) -> str:
-    """The recipe the run in ``report_dir`` ran on: its recipe.txt, else RECIPE (a run from before
-    runs recorded it: no games recipe then named its noise or scoring version)."""
+    """The recipe the run in ``report_dir`` ran on: its recipe.txt, else UNRECORDED (a run from
+    before runs recorded it: no games recipe then named its noise or scoring version)."""
     path = report_dir / RECIPE_FILE
-    return path.read_text().strip() if path.exists() else RECIPE
+    return path.read_text().strip() if path.exists() else UNRECORDED
 
 
 def run_one(config: str, seed: int, args, out: Path) -> Path:

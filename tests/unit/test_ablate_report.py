@@ -68,7 +68,7 @@ def test_a_games_recipe_names_the_demonstrations_noise_the_scoring_version_and_d
 def test_a_run_is_measured_under_the_recipe_it_recorded(tmp_path):
     run = tmp_path / "runs" / "abl-x-full-s0"
     run.mkdir(parents=True)
-    assert ablate.recipe_of(run) == ablate.RECIPE  # from before runs recorded it
+    assert ablate.recipe_of(run) == ablate.UNRECORDED != ablate.RECIPE  # from before runs recorded it: RFT every 4
     (run / ablate.RECIPE_FILE).write_text(ablate.recipe("games") + "\n")
     assert ablate.recipe_of(run) == ablate.recipe("games")
     assert ablate.recipe("games , games.snake") == ablate.recipe("games")  # --tasks read as the demo reads it
