@@ -208,3 +208,27 @@ def test_target_kl_on_several_ranks_stops_on_every_ranks_share(monkeypatch):
 
     assert epochs(None) == 6
     assert epochs(Rank(0, 1)) == 1
+
+
+def test_an_update_reads_the_whole_batch_once_before_its_minibatches_decoupled_or_not():
+    """GAE's values and the proximal policy's log-probs come from one pass over the batch (the
+    weights do not move between them), so the steps scored without gradients are the batch's N
+    once; then each of the epochs scores every step once with gradients."""
+    from tests.unit.ppo_samples import tiny_policy_and_samples
+    from trainer.rl.config import TrainConfig
+    from trainer.rl.update import collate, ppo_update
+
+    for tis_cap in (2.0, 0.0):
+        policy, samples = tiny_policy_and_samples([1.0, 0.0, 1.0, 0.0, 1.0])
+        seen = {"no_grad": 0, "grad": 0}
+        evaluate = policy.evaluate
+
+        def counting(obs, instructions, actions, evaluate=evaluate, seen=seen):
+            seen["grad" if torch.is_grad_enabled() else "no_grad"] += len(actions)
+            return evaluate(obs, instructions, actions)
+
+        policy.evaluate = counting
+        cfg = TrainConfig(epochs=3, minibatch_size=2, lr=0.01, tis_cap=tis_cap).validate()
+        batch = collate(samples)
+        ppo_update(policy, torch.optim.Adam(policy.parameters(), lr=cfg.lr), batch, cfg)
+        assert seen == {"no_grad": len(batch.actions), "grad": 3 * len(batch.actions)}, tis_cap

@@ -272,7 +272,9 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     t0 = time.perf_counter()
     policy.train()
     mask_b = batch.mask.bool()
-    _, values0 = _evaluate_all(policy, batch, me=me)
+    # one pass over the batch gives both the values GAE needs and the proximal policy's
+    # log-probs: no weight changes between them (a second pass cost 4% of an update)
+    logprob0, values0 = _evaluate_all(policy, batch, me=me)
     values_bt = _to_bt(values0, batch.mask)
     lam_critic = 1.0 if critic_only else cfg.lam_critic
     lam_policy = None if cfg.lam_policy < 0 else cfg.lam_policy  # None: length-adaptive from alpha
@@ -282,7 +284,7 @@ def ppo_update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg, crit
     adv, ret = adv_bt[mask_b], ret_bt[mask_b]
     if cfg.norm_adv and adv.numel() > 1:
         adv = ppo.masked_whiten(adv)
-    proximal = _evaluate_all(policy, batch, me=me)[0] if cfg.tis_cap > 0 else None
+    proximal = logprob0 if cfg.tis_cap > 0 else None
     params = [p for n, p in policy.named_parameters() if n.startswith("value_head")] if critic_only \
         else [p for p in policy.parameters()]
     N = len(batch.actions)
