@@ -38,7 +38,7 @@ from app import demo_report, phase_list, phases, run_config, start_from, taught
 from app.curriculum import EXPLORE_BELOW, WINDOW as CURRICULUM_WINDOW, TaskFeed
 from app.demo_children import check_child_options, child_env, plan_children, trainer_config, ui_child
 from app.demo_config import RUN_ID, DemoConfig, effective, run_names
-from app.demo_platform import broker_to_start, ensure_platform, leave_platform, stop_children
+from app.demo_platform import broker_processes, broker_to_start, ensure_platform, leave_platform, stop_children
 from app.demo_report import rl_outcome
 from infra.kafka.broker import free_port_block
 from infra.runtime import versions
@@ -166,6 +166,7 @@ class Learner:
     dpo_version: int | None = None
     snap: dict = field(default_factory=dict)
     cpu: CpuShare = field(default_factory=CpuShare)  # each process's share, from RL's first task on
+    broker: dict[str, int] = field(default_factory=dict)  # the local Kafka's processes, counted beside the children
     feed: TaskFeed | None = None
     started: bool = False
     next_line: float = 0.0
@@ -206,8 +207,8 @@ class Learner:
                                   "mixture's log-prob (app.curriculum.exploring)")
         else:
             phases.submit(self.env, self.logs, tasks, cfg.episodes, self.plan.max_steps, phases.rl_seed(cfg.seed))
-        self.cpu = CpuShare()
-        self.cpu.sample(_roots(self.children), own="demo")
+        self.cpu, self.broker = CpuShare(), broker_processes(settings)
+        self.cpu.sample({**_roots(self.children), **self.broker}, own="demo")
         self.next_line = time.time() + cfg.progress_s
         return f"the trainer starts from v{self.base_version}"
 
@@ -220,7 +221,7 @@ class Learner:
         if time.time() < self.next_line:
             return None
         self.next_line = time.time() + self.cfg.progress_s
-        self.cpu.sample(_roots(self.children), own="demo")
+        self.cpu.sample({**_roots(self.children), **self.broker}, own="demo")
         dead = [c for c in self.children if not c.alive]
         if dead:
             c = dead[0]

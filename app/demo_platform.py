@@ -4,6 +4,8 @@ processes."""
 
 from __future__ import annotations
 
+import psutil
+
 from app.commands import local_cluster, running_cluster
 from infra.kafka.jars import fetch_jars
 from infra.runtime.admin import ensure_topics
@@ -51,3 +53,21 @@ def stop_children(children: list[Child]) -> str:
             child.stop(grace=60 if child.name == "sink" else 30)
             stopped.append(child.name)
     return f"stopped {', '.join(stopped)}" if stopped else ""
+
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+
+def broker_processes(settings: Settings) -> dict[str, int]:
+    """The processes of this machine that serve the run's Kafka (those listening on a local
+    bootstrap port) by name, ``kafka`` (``kafka-<port>`` for several), so the report's CPU table
+    counts the broker too; none where the bootstrap names other hosts."""
+    ports = {int(port) for host, _, port in (a.strip().rpartition(":") for a in settings.bootstrap.split(","))
+             if host.strip("[]") in LOCAL_HOSTS and port.isdigit()}
+    try:
+        listening = {c.laddr.port: c.pid for c in psutil.net_connections(kind="tcp")
+                     if c.status == psutil.CONN_LISTEN and c.pid is not None and c.laddr.port in ports}
+    except psutil.Error:  # not allowed to see other processes' sockets: the table goes without it
+        return {}
+    pids = sorted(set(listening.values()))
+    return {"kafka": pids[0]} if len(pids) == 1 else {f"kafka-{port}": pid for port, pid in sorted(listening.items())}
