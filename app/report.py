@@ -78,10 +78,19 @@ def taught_line(config: dict[str, Any]) -> str:
     return str((config.get("taught_by") or {}).get("line") or "")
 
 
+def curve_style(k: int) -> dict[str, Any]:
+    """The ``k``-th curve's look: the colour cycle's colours, then the same colours again dashed
+    with another marker, and so on (past ten tasks a colour repeated with nothing to tell the two
+    curves apart)."""
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    turn = k // len(colours)
+    return {"color": colours[k % len(colours)], "ls": ("-", "--", ":", "-.")[turn % 4], "marker": ".xo+"[turn % 4]}
+
+
 def plot_learning_curve(rows, path: Path, bucket_s: int) -> str:
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    for task, (minutes, rates) in sorted(_series(rows, 0, 1, 3).items()):
-        ax.plot(minutes, rates, marker=".", label=task)
+    for k, (task, (minutes, rates)) in enumerate(sorted(_series(rows, 0, 1, 3).items())):
+        ax.plot(minutes, rates, label=task, **curve_style(k))
         if task in TARGETS:
             ax.axhline(TARGETS[task], ls=":", lw=0.8, color=ax.lines[-1].get_color())
     measure = curve_measure(rows)
@@ -97,8 +106,8 @@ def plot_game_scores(rows, path: Path, bucket_s: int) -> str:
     """Normalised score per game over minutes since start (rows: game, minute, episodes, mean
     score, mean normalised score); the random policy is 0, the scripted heuristic 1."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    for game, (minutes, scores) in sorted(_series(rows, 0, 1, 4).items()):
-        ax.plot(minutes, scores, marker=".", label=game)
+    for k, (game, (minutes, scores)) in enumerate(sorted(_series(rows, 0, 1, 4).items())):
+        ax.plot(minutes, scores, label=game, **curve_style(k))
     for level, what in ((0.0, "random"), (1.0, "heuristic")):
         ax.axhline(level, ls=":", lw=0.8, color="grey")
         ax.text(0.01, level, what, transform=ax.get_yaxis_transform(), fontsize=7, color="grey", va="bottom")
@@ -111,12 +120,9 @@ def plot_game_scores(rows, path: Path, bucket_s: int) -> str:
 
 def plot_by_version(rows, path: Path) -> str:
     fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(11, 3.3))
-    for task, (vs, rates) in sorted(_series(rows, 0, 1, 3).items()):
-        a1.plot(vs, rates, marker=".", label=task)
-    for task, (vs, rewards) in sorted(_series(rows, 0, 1, 4).items()):
-        a2.plot(vs, rewards, marker=".", label=task)
-    for task, (vs, steps) in sorted(_series(rows, 0, 1, 5).items()):
-        a3.plot(vs, steps, marker=".", label=task)
+    for a, column in ((a1, 3), (a2, 4), (a3, 5)):  # success, mean reward, steps per episode
+        for k, (task, (vs, ys)) in enumerate(sorted(_series(rows, 0, 1, column).items())):
+            a.plot(vs, ys, label=task, **curve_style(k))
     a1.set(xlabel="policy version", ylabel="success rate", ylim=(-0.02, 1.02), title="Success by version")
     a2.set(xlabel="policy version", ylabel="mean reward", title="Reward by version")
     a3.set(xlabel="policy version", ylabel="steps / episode", title="Steps per episode")

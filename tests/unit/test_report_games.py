@@ -49,3 +49,16 @@ def test_before_and_after_shows_a_games_normalised_score_and_a_tasks_success(mon
     import json
 
     assert json.loads((tmp_path / "summary.json").read_text())["after"] == {"games.snake": 0.1533, "click-test": 0.9}
+
+
+def test_each_of_up_to_forty_curves_has_a_look_of_its_own_and_a_plot_of_eleven_tasks_shows_them(tmp_path, monkeypatch):
+    looks = [tuple(report.curve_style(k).values()) for k in range(40)]
+    assert len(set(looks)) == 40
+    assert looks[0][0] == looks[10][0] and looks[0] != looks[10]  # a colour comes back, drawn otherwise
+    rows = [(f"task-{t:02d}", m, 10, 0.1 * t / 2) for t in range(11) for m in (1.0, 2.0)]
+    drawn = {}
+    monkeypatch.setattr(report.plt, "close", lambda fig: drawn.update(
+        (ln.get_label(), (ln.get_color(), ln.get_linestyle())) for ln in fig.axes[0].lines))
+    report.plot_learning_curve(rows, tmp_path / "curve.png", 30)
+    assert (tmp_path / "curve.png").exists()
+    assert len(drawn) == 11 and len(set(drawn.values())) == 11
