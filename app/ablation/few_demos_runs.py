@@ -111,8 +111,9 @@ def state(run_dir: Path) -> str:
 def measured(cell: Cell, tasks: list[str], out: Path, tag: str) -> dict | None:
     """The cell's row from its run's summary.json and the recorder's tally (None: no finished run)."""
     run_dir = out / "runs" / cell.name(tag)
-    if state(run_dir) != "finished":
-        print(f"{cell.name(tag)}: {why_unfinished(run_dir) if run_dir.exists() else 'not run'} ({run_dir})", file=sys.stderr)
+    why = why_unfinished(run_dir)  # "not run" where there is no folder
+    if why:
+        print(f"{cell.name(tag)}: {why} ({run_dir})", file=sys.stderr)
         return None
     recorded = json.loads((run_dir / "recorded.json").read_text()) if (run_dir / "recorded.json").exists() else {}
     return result_row(cell, tasks, json.loads((run_dir / "summary.json").read_text()), recorded)
