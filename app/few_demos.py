@@ -52,9 +52,10 @@ def record_argv(python: str, cell: Cell, tasks: list[str], tag: str = "") -> lis
             "--annotator", cell.annotator(tag), "--first-seed", str(cell.first_task_seed())]
 
 
-# the cold start's RFT rounds the table's seeds 0 and 1 ran with (the demo's auto setting before
-# 504a869 made it every 8 updates, one pass): pinned so later seeds run the same recipe
-CELL_RFT = ["--rft-every", "4", "--trainer-args=--rft-epochs 2"]
+# the cold start's RFT rounds and PPO epochs the table's seeds ran with (the demo's auto settings
+# before 504a869 made the rounds every 8 updates, one pass, and before PPO's epochs went to 4):
+# pinned so later seeds run the same recipe
+CELL_RFT = ["--rft-every", "4", "--trainer-args=--rft-epochs 2 --epochs 8"]
 
 
 def demo_argv(python: str, cell: Cell, tasks: list[str], minutes: float, report_dir: Path, tag: str = "",

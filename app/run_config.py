@@ -113,6 +113,8 @@ def kind_layer(cfg) -> dict[str, Any]:
     out["rft_every"] = kind_rft_every(cfg)
     if auto.rft_epochs:  # a round's passes, on auto or asked with --rft-every
         out["rft_epochs"] = auto.rft_epochs
+    if auto.epochs:  # a suite's own --epochs (the games') and --trainer-args come after it
+        out["epochs"] = auto.epochs
     return out
 
 

@@ -79,8 +79,10 @@ DEFAULT_CONFIGS = [c for c in CONFIGS if c != "value-pretrain"]
 NO_FLOOR = ("--explore", "0")
 # the recipe "full" stands for; a table keeps no run measured on another (the first table's runs
 # had no curriculum and no RFT rounds: docs/performance.md keeps it beside the new one). RFT
-# rounds on auto every 8 updates, one pass (504a869); UNRECORDED's every 4, two passes before
-RECIPE = "curriculum+rft8x1"
+# rounds on auto every 8 updates, one pass (504a869), and PPO's epochs 4 after a cold start;
+# UNRECORDED's every 4, two passes, 8 epochs before. A table of curriculum+rft8x1 (8 epochs) is
+# another recipe too
+RECIPE = "curriculum+rft8x1+epochs4"
 UNRECORDED = "curriculum+rft4"  # the recipe of a run from before runs recorded theirs (recipe.txt)
 
 

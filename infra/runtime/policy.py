@@ -232,6 +232,7 @@ class DemoPPO:
     rft_every: int  # PPO updates between rejection-sampling rounds (0: none)
     dpo_share: float  # the share of the run's minutes given to DPO at its end (0: none)
     rft_epochs: int = 0  # passes over a round's steps (0: the trainer's default)
+    epochs: int = 0  # PPO's epochs over each batch (0: the trainer's default)
 
 
 class PolicyKind(Protocol):

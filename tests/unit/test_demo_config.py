@@ -201,6 +201,22 @@ def test_the_default_suites_rft_rounds_are_every_8_updates_one_pass_and_a_person
     assert trainer_of(tasks=["games"]).train.rft_every == 0  # no RFT on the games' teacher-free recipe
 
 
+def test_after_a_cold_start_ppo_runs_4_epochs_a_batch_and_a_suites_or_a_persons_setting_beats_it():
+    demonstrable = frozenset(get_suite("default").tasks)
+
+    def of(**demo) -> run_config.Resolved:
+        cfg, _, _ = effective(DemoConfig(**demo), demonstrable)
+        return trainer_config(cfg, "demo-x.", "pixel-x", cfg.plan(), {})
+
+    auto = of(tasks=["default"])
+    assert (auto.train.epochs, auto.origins["epochs"]) == (4, "kind")
+    mine = of(tasks=["default"], trainer_args="--epochs 8")
+    assert (mine.train.epochs, mine.origins["epochs"]) == (8, "trainer_args")
+    cold = of(tasks=["default"], cold_start_demos=0)  # from random weights: the trainer's default
+    assert cold.train.epochs == TrainConfig().epochs == 8 and cold.origins["epochs"] != "kind"
+    assert trainer_of(tasks=["games"]).train.epochs == 4  # the games' suite sets its own
+
+
 def test_a_report_folder_inside_the_checkout_is_recorded_relative_to_it(tmp_path):
     from app.demo_report import in_checkout
 

@@ -32,7 +32,7 @@ def test_the_commands_clone_the_recorded_demonstrations_only_when_there_are_some
     from infra.runtime.config import resolve
 
     cfg = resolve(DemoConfig, parse_command(demo_cli.register, "demo", with_demos[4:-2]))
-    assert (cfg.rft_every, cfg.trainer_args) == (4, "--rft-epochs 2")  # seeds 0 and 1's rounds
+    assert (cfg.rft_every, cfg.trainer_args) == (4, "--rft-epochs 2 --epochs 8")  # seeds 0-2's rounds and epochs
     from_random = demo_argv("py", Cell(0, 1), TASKS, 20, Path("r"))
     assert "--demos-from" not in from_random and "--cold-start-demos" not in from_random  # the demo's own settings
 

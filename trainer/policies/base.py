@@ -97,7 +97,11 @@ class KindDefaults:
             # which bound the run at 12.3 env steps/s; this is a quarter of that work
             # (docs/performance.md, "RFT rounds sized to the trainer"; app.run_config.kind_rft_every
             # says where they stay off)
-            return DemoPPO(lr=3e-4, target_kl=0.0, rft_every=8 if self.rft else 0, dpo_share=0.0, rft_epochs=1)
+            # PPO's epochs 4, not the trainer's 8: the update's compute is its epochs' forward and
+            # backward passes, and on the default suite the trainer set the run's pace
+            # (docs/performance.md, "PPO's epochs sized to the trainer")
+            return DemoPPO(lr=3e-4, target_kl=0.0, rft_every=8 if self.rft else 0, dpo_share=0.0, rft_epochs=1,
+                           epochs=4)
         # from random weights, 8 epochs at 3e-3 on a 90-step batch moved the policy so far per
         # update that tasks collapsed onto one wrong click (docs/tasks.md, starter suite): stop at
         # a KL of 0.02; few successes to fine-tune on, so no RFT
