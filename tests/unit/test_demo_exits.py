@@ -226,10 +226,12 @@ def test_options_the_trainer_or_cloning_would_refuse_fail_before_anything_starts
         "DAgger on in the trainer": (dict(trainer_args="--expert-coef 1 --dagger-every 3"),
                                      "give --expert-coef and --dagger-every to the demo itself"),
     }
-    monkeypatch.setenv("FLYWHEEL_EPOCHS", "0")  # a variable the child reads counts as its options do
-    with pytest.raises(UserError, match="epochs"):
+    # a variable the child reads counts as its options do (one no layer above the environment sets:
+    # after a cold start the kind's layer sets epochs, and it sits above FLYWHEEL_EPOCHS)
+    monkeypatch.setenv("FLYWHEEL_MINIBATCH_SIZE", "0")
+    with pytest.raises(UserError, match="minibatch_size"):
         run_demo(run.config(), run.settings())
-    monkeypatch.delenv("FLYWHEEL_EPOCHS")
+    monkeypatch.delenv("FLYWHEEL_MINIBATCH_SIZE")
     for name, (options, message) in refused.items():
         with pytest.raises(UserError, match=message):
             run_demo(run.config(**options), run.settings())
