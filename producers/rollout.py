@@ -98,14 +98,18 @@ class RolloutConfig:
             raise ConfigError(f"step_latency_ms must be >= 0, got {self.step_latency_ms}")
 
 
-def consumer_overrides(cfg: RolloutConfig) -> dict[str, int]:
-    """The task consumer's group timings. The feeder polls when a slot frees: with every slot in a
+def consumer_overrides(cfg: RolloutConfig) -> dict[str, int | str]:
+    """The task consumer's group settings. The feeder polls when a slot frees: with every slot in a
     long episode (a game's limit is up to 1 s a step, any task's at most MAX_TASK_TIMEOUT_S),
     librdkafka's default max.poll.interval.ms of 300 s would evict the worker and its tasks would
-    be played again; a dead worker still leaves after the session timeout."""
+    be played again; a dead worker still leaves after the session timeout. Cooperative-sticky
+    assignment moves only the partitions that change owner: under the default (eager) protocol a
+    worker leaving the group took every partition from the others too, and each played its own
+    in-flight tasks again from the last commit (the two-worker test saw a task started twice)."""
     session_ms = int(cfg.session_timeout_s * 1000)
     return {"session.timeout.ms": session_ms, "heartbeat.interval.ms": max(500, session_ms // 4),
-            "max.poll.interval.ms": int((MAX_TASK_TIMEOUT_S + POLL_MARGIN_S) * 1000)}
+            "max.poll.interval.ms": int((MAX_TASK_TIMEOUT_S + POLL_MARGIN_S) * 1000),
+            "partition.assignment.strategy": "cooperative-sticky"}
 
 
 class RolloutWorker:
@@ -217,7 +221,7 @@ class RolloutWorker:
     def _on_assign(self, consumer: Any, partitions: list) -> None:
         self._assigned_at = time.monotonic()  # idle time counts from the latest rebalance
 
-    def _on_revoke(self, consumer: Any, partitions: list) -> None:
+    def _on_revoke(self, consumer: Any, partitions: list) -> None:  # only those leaving (cooperative)
         with self._offsets_lock:
             for tp in partitions:
                 self.offsets.forget(tp.topic, tp.partition)
