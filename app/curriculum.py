@@ -38,7 +38,7 @@ second (the demo's feed tick), each task's share in proportion to how far it is 
   ``auto_explore``), a task whose recent success is below
   ``EXPLORE_BELOW`` (or that has too few episodes to say) gets its episodes with an exploration
   floor: a share of the policy's clicks drawn uniformly (``exploring``; the pixel policy's
-  ``mix_uniform``), ``explore`` at no success, shrinking linearly to none at the bar. Why: in a multistep run from random weights with self-imitation
+  ``mix_floor``), ``explore`` at no success, shrinking linearly to none at the bar. Why: in a multistep run from random weights with self-imitation
   (docs/rl-alone, ms-sil-s0), click-menu-2 had no success in 1,610 episodes where random clicks
   solve 5%: the click head, shared across tasks, had moved to where the other tasks' successes
   were (the lower half of the page), away from the menu at the top, with its entropy still near
@@ -52,8 +52,13 @@ second (the demo's feed tick), each task's share in proportion to how far it is 
   for most of the run; so the floor now shrinks with the task's success (a task at 0.05 plays a
   quarter of its clicks at random with --explore 0.5, not half): over three seeds the suite's mean
   is 0.308 +- 0.020 with it and 0.282 +- 0.033 without (docs/tasks.md).
+- with ``points`` (the demo's --explore-from human, ``guide_points``), a task that has
+  demonstrations draws its floor's clicks near where they clicked at the same step instead of
+  uniformly (``producers.tasks.EXPLORE_AT``, the pixel policy's ``guide_floor``): the
+  demonstrations constrain exploration and are never cloned (workflow-guided exploration, arXiv
+  1802.08802, at its simplest: where to click, not which element).
 
-``weights``, ``exploring``, ``lengths``, ``by_steps`` and ``share`` are pure; ``TaskFeed`` is the thin loop's state.
+``weights``, ``exploring``, ``guide_points``, ``lengths``, ``by_steps`` and ``share`` are pure; ``TaskFeed`` is the thin loop's state.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ from collections.abc import Callable, Mapping
 from itertools import zip_longest
 
 from producers.suites import family
-from producers.tasks import EXPLORE, build_tasks
+from producers.tasks import EXPLORE, EXPLORE_AT, MAX_EXPLORE_POINTS, build_tasks
 from schemas.events import TaskSpec
 
 FLOOR = 0.2  # a solved task's weight relative to an unsolved one's: it keeps being played and measured
@@ -126,6 +131,24 @@ def exploring(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: 
     return out
 
 
+def guide_points(demos: list, cap: int = MAX_EXPLORE_POINTS) -> dict[str, list[list]]:
+    """Per task, where its demonstrations (ScoredTrajectory or Trajectory) clicked: ``[step, x, y]``
+    of every pointer action with a position (the screen's fractions, as actions give them), the
+    first ``cap`` per task (the task param's bound, producers.tasks.explore_points)."""
+    out: dict[str, list[list]] = {}
+    for demo in demos:
+        traj = getattr(demo, "trajectory", demo)
+        for step in traj.steps:
+            a = step.action
+            x, y = getattr(a, "x", None), getattr(a, "y", None)
+            if x is None or y is None:
+                continue
+            points = out.setdefault(traj.task.name, [])
+            if len(points) < cap:
+                points.append([int(step.step_index), float(x), float(y)])
+    return out
+
+
 def lengths(tasks: list[str], steps: Mapping[str, tuple[float, int]],
             min_episodes: int = MIN_EPISODES) -> dict[str, float]:
     """Each task's mean episode length in steps from its recent (mean steps, episodes), at least 1;
@@ -174,9 +197,10 @@ class TaskFeed:
 
     def __init__(self, tasks: list[str], queue: int, seed: int, max_steps: int, run: str,
                  send: Callable[[list[TaskSpec]], int], max_per_task: int, allowance: int = 0,
-                 explore: float = 0.0) -> None:
+                 explore: float = 0.0, points: Mapping[str, list[list]] | None = None) -> None:
         self.tasks, self.queue, self.seed, self.max_steps, self.run = tasks, queue, seed, max_steps, run
         self.send, self.max_per_task, self.allowance, self.explore = send, max_per_task, allowance, explore
+        self.points = dict(points or {})  # the guide's, per task (``guide_points``): where its floor clicks
         self.submitted = {t: 0 for t in tasks}
         self.credit: dict[str, float] = {}  # share's, carried from refill to refill
 
@@ -196,7 +220,7 @@ class TaskFeed:
         counts = {t: min(k, self.max_per_task - self.submitted[t]) for t, k in counts.items() if k > 0}
         floor = exploring(list(counts), rates, scores, self.explore)
         per_task = [build_tasks("miniwob", [t], k, self.seed + self.submitted[t], max_steps=self.max_steps,
-                                prefix=self.run, params={EXPLORE: floor[t]} if floor[t] else None)
+                                prefix=self.run, params=self.floor_params(t, floor[t]))
                     for t, k in counts.items()]
         # interleaved, as build_tasks does: no task waits behind a burst of another
         specs = [spec for row in zip_longest(*per_task) for spec in row if spec is not None]
@@ -205,6 +229,13 @@ class TaskFeed:
         if specs:
             self.send(specs)  # raises when the broker did not take them all; the next refill tops up with new seeds
         return counts
+
+    def floor_params(self, task: str, floor: float) -> dict | None:
+        """A task's params for its exploration floor: its share and, where the guide has points
+        for it, where the floor clicks; None without a floor."""
+        if not floor:
+            return None
+        return {EXPLORE: floor, **({EXPLORE_AT: self.points[task]} if self.points.get(task) else {})}
 
     def room(self, queued: int | None, backlog: int | None) -> int:
         """Tasks a refill may send: the queue less what waits as tasks and as untrained

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from app import demo_queries as Q
 from app import demo_report, phase_list, phases, run_config, start_from, taught
-from app.curriculum import EXPLORE_BELOW, WINDOW as CURRICULUM_WINDOW, TaskFeed
+from app.curriculum import EXPLORE_BELOW, WINDOW as CURRICULUM_WINDOW, TaskFeed, guide_points
 from app.demo_children import check_child_options, child_env, plan_children, trainer_config, ui_child
 from app.demo_config import RUN_ID, DemoConfig, effective, run_names
 from app.demo_platform import broker_processes, broker_to_start, ensure_platform, leave_platform, stop_children
@@ -128,13 +128,30 @@ def format_progress(elapsed_s: float, snap: dict, phase: str = "") -> str:
 FEED_TICK_S = 1.0  # how often the task queue is topped up (progress lines come every progress_s)
 
 
-def task_feed(cfg: DemoConfig, settings: Settings, run_id: str, tasks: list[str], max_steps: int) -> TaskFeed:
+def task_feed(cfg: DemoConfig, settings: Settings, run_id: str, tasks: list[str], max_steps: int,
+              guide: dict[str, list] | None = None) -> TaskFeed:
     """The RL task feed of a run (``tasks``: the plan's, suites expanded): a queue of 8 tasks per
-    sandbox, 64 at least, less the trainer's unread trajectories beyond one batch."""
+    sandbox, 64 at least, less the trainer's unread trajectories beyond one batch; ``guide``: where
+    the exploration floor clicks per task (``explore_guide``)."""
     sandboxes = (cfg.sandboxes or machine_sandboxes(cfg.workers)) * cfg.workers
     return TaskFeed(list(tasks), max(64, 8 * sandboxes), phases.rl_seed(cfg.seed), max_steps, f"{run_id}.rl",
                     lambda specs: phases.send_tasks(settings, specs), cfg.episodes, allowance=cfg.batch_episodes,
-                    explore=cfg.explore)
+                    explore=cfg.explore, points=guide)
+
+
+def explore_guide(cfg: DemoConfig, demos: list | None) -> dict[str, list]:
+    """--explore-from human: per task of the run, where its recorded demonstrations clicked
+    (app.curriculum.guide_points); {} without the option; UserError when none of the run's tasks
+    has a demonstration with a click."""
+    if not cfg.explore_from:
+        return {}
+    tasks = set(cfg.plan().tasks)
+    guide = {t: p for t, p in guide_points(demos or []).items() if t in tasks}
+    if not guide:
+        raise UserError(f"--explore-from {cfg.explore_from}: no recorded demonstration with a click of the run's "
+                        f"tasks ({', '.join(sorted(tasks))}) on this platform's topics: record some in `flywheel ui`'s "
+                        f"Annotate view first")
+    return guide
 
 
 def _roots(children: list[Child]) -> dict[str, int]:
@@ -168,6 +185,7 @@ class Learner:
     cpu: CpuShare = field(default_factory=CpuShare)  # each process's share, from RL's first task on
     broker: dict[str, int] = field(default_factory=dict)  # the local Kafka's processes, counted beside the children
     feed: TaskFeed | None = None
+    guide: dict[str, list] = field(default_factory=dict)  # --explore-from: where the floor clicks (``explore_guide``)
     started: bool = False
     next_line: float = 0.0
 
@@ -194,7 +212,7 @@ class Learner:
                                                              cfg.rollout_args).start())
         tasks = list(self.plan.tasks)
         if cfg.curriculum:
-            self.feed = task_feed(cfg, settings, self.run_id, tasks, self.plan.max_steps)
+            self.feed = task_feed(cfg, settings, self.run_id, tasks, self.plan.max_steps, self.guide)
             self.feed.refill(0, {}, {})
             self.notes.append(f"RL tasks fed by failure rate over the last {CURRICULUM_WINDOW}, shared by steps (app.curriculum), "
                               f"{self.feed.queue} queued less the trajectories the trainer has not read; "
@@ -205,6 +223,11 @@ class Learner:
                                   f"over its last {CURRICULUM_WINDOW} episodes plays with up to that share of its clicks "
                                   f"uniform (all of it at no success, none at {EXPLORE_BELOW:g}), logged with the "
                                   "mixture's log-prob (app.curriculum.exploring)")
+            if self.guide:
+                self.notes.append(f"the exploration floor guided by {cfg.explore_from} demonstrations (--explore-from; "
+                                  f"not cloned): "
+                                  + ", ".join(f"{t} {len(p)} clicks" for t, p in sorted(self.guide.items()))
+                                  + " draw its share near where they clicked at the same step (app.curriculum.guide_points)")
         else:
             phases.submit(self.env, self.logs, tasks, cfg.episodes, self.plan.max_steps, phases.rl_seed(cfg.seed))
         self.cpu, self.broker = CpuShare(), broker_processes(settings)
@@ -274,9 +297,11 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     without a demonstrator). Every exit (a phase failing, a child dying, Ctrl-C, SIGTERM, the
     report failing) stops each child still running and the broker this run started (unless
     --keep-broker); the last line says what is left running."""
-    human = phases.human_demonstrations(settings) if cfg.demos_from == "human" else None
+    recorded = phases.human_demonstrations(settings) if "human" in (cfg.demos_from, cfg.explore_from) else None
+    human = recorded if cfg.demos_from == "human" else None  # cloned by the cold start
     cfg, cold, changed = effective(cfg.validate(), None if human is None else
                                    frozenset(s.trajectory.task.name for s in human))
+    guide = explore_guide(cfg, recorded)
     run_id, prefix, policy = run_names(cfg)
     settings = load_settings({**asdict(settings), "topic_prefix": prefix})
     trainer = check_child_options(cfg, cold, (run_id, prefix, policy), settings)
@@ -287,7 +312,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     stop = phases.Stop()
     previous = {s: signal.signal(s, _terminate_once(stop)) for s in stop_signals()}
     try:
-        return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, human, trainer)
+        return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, human, trainer, guide)
     finally:
         stop.set("the run ended")  # from here a signal lets the cleanup finish
         stop.interruptible = False
@@ -303,11 +328,12 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
 
 def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tuple[str, str, str], broker,
          children: list[Child], stop: phases.Stop, changed: list[str], human: list | None = None,
-         trainer: run_config.Resolved | None = None) -> Path:
+         trainer: run_config.Resolved | None = None, guide: dict[str, list] | None = None) -> Path:
     """Start the platform and the children (appended to ``children`` as they are planned, for
     run_demo to stop whatever happens), run the phases until the deadline, stop the children and
     write the report; -> its path. ``human``: the people's demonstrations of ``--demos-from human``;
-    ``trainer``: the trainer's resolved configuration (resolved here when not given)."""
+    ``trainer``: the trainer's resolved configuration (resolved here when not given); ``guide``:
+    --explore-from's points per task (``explore_guide``)."""
     run_id, prefix, policy = names
     budget = phase_list.Budget(time.time(), cfg.minutes)  # --minutes bounds the whole run, its start-up included
     plan = cfg.plan()
@@ -315,7 +341,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     train = trainer.train
     out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id
     logs = out / "logs"
-    taught_by = taught.taught_of(cfg.cold_start_demos, cfg.demos_from, cfg.demo_noise, train)
+    taught_by = taught.taught_of(cfg.cold_start_demos, cfg.demos_from, cfg.demo_noise, train, cfg.explore_from)
     print(demo_report.header(cfg, run_id, policy, plan, train, budget, logs, taught_by), flush=True)
     log.info("demo config %s", describe(cfg))
     log.info("trainer config %s", trainer.record())
@@ -336,7 +362,8 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
         print(f"ui: http://127.0.0.1:{ui_port}/?token={token}&run={policy}", flush=True)
     notes: list[str] = list(changed)
     clock = phases.PhaseClock()
-    learner = Learner(cfg, settings, env, run_id, prefix, policy, plan, logs, children, clock, notes, budget.t0)
+    learner = Learner(cfg, settings, env, run_id, prefix, policy, plan, logs, children, clock, notes, budget.t0,
+                      guide=dict(guide or {}))
     ctx = phase_list.Ctx(cfg, settings, env, prefix, policy, plan, cold, logs, clock, stop, human, notes, learner)
     try:
         for child in [c for c in children if not learner.runs(c)]:  # the platform (and the UI)

@@ -81,6 +81,11 @@ class DemoConfig:
                                "mixture's log-prob (app.curriculum.exploring; 0 <= e < 1, 0: off; -1: 0.5 from random "
                                "weights on MiniWoB++ tasks, for a kind that explores (pixel) with the curriculum, "
                                "else off; app.curriculum.auto_explore)")
+    explore_from: str = opt("", "guide the exploration floor by demonstrations instead of drawing its clicks uniformly: "
+                                "human (the human:<name> ones recorded in `flywheel ui`'s Annotate view on this platform's "
+                                "topics): a task they demonstrate draws its floor's clicks near where they clicked at the "
+                                "same step (app.curriculum.guide_points); they are not cloned. Needs a floor (--explore "
+                                "> 0, or auto from random weights); '': uniform", choices=("", "human"))
     expert_coef: float = opt(-1.0, "a teacher during RL, off by default: the rollout workers record on each step of a task "
                                    "with a scripted solver what it would have done there (--expert-labels) and the trainer "
                                    "imitates those labels with this weight beside PPO's loss (DAgger's expert term; the "
@@ -148,6 +153,9 @@ class DemoConfig:
         if self.explore > 0 and (not policy_kind(self.policy_kind).explores or not self.curriculum):
             raise UserError("--explore mixes uniform clicks into the policy's click head for the tasks the curriculum "
                             "reads as unsolved: it needs a policy kind that explores (pixel) and the curriculum")
+        if self.explore_from and self.explore == 0:  # auto (-1) is resolved by ``effective``, then checked here again
+            raise UserError(f"--explore-from {self.explore_from} guides the exploration floor, which is off: give "
+                            f"--explore > 0 (auto turns it on only from random weights on MiniWoB++ tasks)")
         if not (self.expert_coef == -1 or self.expert_coef >= 0):  # NaN included
             raise UserError(f"--expert-coef is a weight >= 0 (0: off) or -1 (the suite's), got {self.expert_coef}")
         if self.dagger_every < -1:

@@ -58,15 +58,24 @@ def record_argv(python: str, cell: Cell, tasks: list[str], tag: str = "") -> lis
 CELL_RFT = ["--rft-every", "4", "--trainer-args=--rft-epochs 2 --epochs 8"]
 
 
+# what a cell with demonstrations does with them: "clone" them into pi_sft (the cold start, RFT
+# rounds re-cloning them), or "guide" the exploration floor's clicks with them from random weights
+# (--explore-from human: N = 0's recipe, the floor drawn near where they clicked; never cloned)
+USES = ("clone", "guide")
+
+
 def demo_argv(python: str, cell: Cell, tasks: list[str], minutes: float, report_dir: Path, tag: str = "",
-              extra: list[str] | None = None) -> list[str]:
+              extra: list[str] | None = None, use: str = "clone") -> list[str]:
     """The demo of one cell; N > 0 clones the cell's recorded demonstrations (only their tasks
-    get a cold start) with CELL_RFT's rounds, N = 0 is the demo's default for tasks with no
-    demonstrator. ``extra`` comes last: its options win (its --trainer-args replaces CELL_RFT's)."""
+    get a cold start) with CELL_RFT's rounds, or with ``use`` "guide" runs N = 0's recipe with
+    the floor guided by them; N = 0 is the demo's default for tasks with no demonstrator.
+    ``extra`` comes last: its options win (its --trainer-args replaces CELL_RFT's)."""
+    if use not in USES:
+        raise ValueError(f"use is one of {', '.join(USES)}, got {use!r}")
+    with_demos = ["--demos-from", "human", *CELL_RFT] if use == "clone" else ["--explore-from", "human"]
     return [python, "-m", "app.cli", "demo", "--tasks", ",".join(tasks), "--minutes", f"{minutes:g}",
             "--seed", str(cell.seed), "--run-id", cell.name(tag), "--report-dir", str(report_dir),
-            "--keep-broker", "--progress-s", "30", *(["--demos-from", "human", *CELL_RFT] if cell.n else []),
-            *(extra or [])]
+            "--keep-broker", "--progress-s", "30", *(with_demos if cell.n else []), *(extra or [])]
 
 
 def streams_argv(python: str) -> list[str]:
@@ -87,7 +96,7 @@ def result_row(cell: Cell, tasks: list[str], summary: dict, recorded: dict | Non
             "notes": summary.get("notes", [])}
 
 
-def table(results: list[dict], tasks: list[str], minutes: float) -> list[str]:
+def table(results: list[dict], tasks: list[str], minutes: float, use: str = "clone") -> list[str]:
     """The markdown table: N demonstrations recorded through the UI × task, mean ± standard
     deviation over seeds of each task's last-100 success, and what the recorder recorded."""
     lines = [f"| N demonstrations recorded through the UI | seeds | {' | '.join(tasks)} | mean over tasks | "
@@ -101,9 +110,12 @@ def table(results: list[dict], tasks: list[str], minutes: float) -> list[str]:
         made = sum(v["recorded"] for r in rows for v in r["recorded"].values())
         lines.append(f"| {n} | {len(rows)} | {' | '.join(per_task)} | {spread(means)} | "
                      f"{f'{got} of {made}' if made else '-'} |")
+    used = ("only the page's successes are cloned into pi_sft" if use == "clone" else
+            "from random weights; only the page's successes guide the exploration floor's clicks, "
+            "`--explore-from human`, and none is cloned")
     return [f"Each cell: `flywheel demo --tasks {','.join(tasks)} --minutes {minutes:g}` after N demonstrations "
             "of each task recorded through the Annotate view by the recorder (`python -m app.ui.record`: "
-            "Playwright playing the person, no scripted solver; only the page's successes are cloned); "
+            f"Playwright playing the person, no scripted solver; {used}); "
             "N = 0 from random weights. Last-100 success per task, mean ± standard deviation over seeds.", "",
             *lines]
 

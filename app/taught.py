@@ -9,6 +9,8 @@ The sources, each from a setting the run resolved before it started:
   which reward taught);
 - a teacher during RL: the solvers' labels in PPO's loss (``expert_coef``) or DAgger's rounds
   fitting them (``dagger_every``).
+- demonstrations guiding the exploration floor's clicks (``explore_from``, --explore-from): they
+  say where the floor clicks, never what the policy is fitted to; named as a source all the same.
 Self-imitation (``sil_coef``) fits the policy's own best episodes, which reward alone picked: it is
 named beside reward, not as a source of its own.
 """
@@ -29,6 +31,7 @@ class Taught:
     expert_coef: float  # the solvers' labels' weight beside PPO's loss (0: none)
     dagger_every: int  # PPO updates between DAgger rounds (0: none)
     sil_coef: float = 0.0  # self-imitation's weight on the policy's own best episodes (0: none)
+    explore_from: str = ""  # "" or "human": demonstrations guiding the exploration floor's clicks
 
     @property
     def teacher_in_rl(self) -> bool:
@@ -41,13 +44,13 @@ class Taught:
         return self.rft_every > 0 and bool(self.demonstrations)
 
 
-def taught_of(cold_start_demos: int, demos_from: str, demo_noise: float, train: Any) -> Taught:
+def taught_of(cold_start_demos: int, demos_from: str, demo_noise: float, train: Any, explore_from: str = "") -> Taught:
     """The teaching of a run with that many demonstrations per task by ``demos_from`` (0: from
     random weights) and the trainer's resolved configuration ``train`` (a TrainConfig)."""
     return Taught(demonstrations=demos_from if cold_start_demos > 0 else "",
                   demo_noise=demo_noise if cold_start_demos > 0 and demos_from == "scripted" else 0.0,
                   rft_every=int(train.rft_every), expert_coef=float(train.expert_coef),
-                  dagger_every=int(train.dagger_every), sil_coef=float(train.sil_coef))
+                  dagger_every=int(train.dagger_every), sil_coef=float(train.sil_coef), explore_from=explore_from)
 
 
 def sources(t: Taught) -> list[str]:
@@ -56,6 +59,8 @@ def sources(t: Taught) -> list[str]:
     if t.demonstrations:
         noise = f", {t.demo_noise:.0%} mistakes" if t.demo_noise else ""
         out.append(f"{t.demonstrations} demonstrations (the cold start's pi_sft{noise})")
+    if t.explore_from:
+        out.append(f"{t.explore_from} demonstrations guiding the exploration floor's clicks (not cloned)")
     if t.rft_every > 0:
         out.append(f"RFT rounds every {t.rft_every} updates re-cloning the demonstrations" if t.recloned
                    else f"RFT rounds every {t.rft_every} updates on the policy's own successes")

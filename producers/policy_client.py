@@ -39,7 +39,7 @@ from infra.runtime.errors import UserError
 from schemas.uitars import parse_output
 from schemas.codec import validate
 from producers.sandboxes.desktop_tasks import get_task
-from producers.tasks import explore_share
+from producers.tasks import explore_points, explore_share
 
 log = logging.getLogger("flywheel.policy_client")
 
@@ -217,12 +217,12 @@ class TorchClient(PolicyClient):
         self.policy = self._with_blobs(policy)
         self.version = int(policy.version)
         self.greedy = greedy
-        self._pending: list[tuple[PolicyInput, float, asyncio.Future]] = []
+        self._pending: list[tuple[PolicyInput, float, list, asyncio.Future]] = []
         self._flushing = False
 
     async def act(self, request: PolicyRequest) -> PolicyReply:
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending.append((policy_input(request), explore_share(request.task), fut))
+        self._pending.append((policy_input(request), explore_share(request.task), explore_points(request.task), fut))
         if not self._flushing:
             self._flushing = True
             asyncio.get_running_loop().create_task(self._flush())
@@ -234,19 +234,20 @@ class TorchClient(PolicyClient):
             while self._pending:
                 batch, self._pending = self._pending, []
                 policy = self.policy  # one batch, one version: a reload swaps between batches
-                explore = [b[1] for b in batch]
+                explore, at = [b[1] for b in batch], [b[2] for b in batch]
                 # only a batch that explores passes it: every kind has act(inputs, greedy), a kind
-                # whose ``explores`` is set takes ``explore`` too (the demo refuses --explore for others)
-                extra = (explore,) if any(explore) else ()
+                # whose ``explores`` is set takes ``explore`` and ``explore_at`` too (the demo refuses
+                # --explore for others)
+                extra = ((explore, at) if any(at) else (explore,)) if any(explore) else ()
                 try:
                     decisions = await asyncio.to_thread(policy.act, [b[0] for b in batch], self.greedy, *extra)
                 except Exception as exc:  # noqa: BLE001 - each waiting episode gets the error
-                    for _, _, fut in batch:
+                    for *_, fut in batch:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
                 version = int(policy.version)
-                for (_, _, fut), decision in zip(batch, decisions):
+                for (*_, fut), decision in zip(batch, decisions):
                     if not fut.done():
                         fut.set_result(PolicyReply(decision, version))
         finally:

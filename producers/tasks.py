@@ -45,6 +45,7 @@ def check_task(task: TaskSpec) -> None:
     if task.name not in names:
         raise ValueError(f"unknown {task.suite} task {task.name!r} ({len(names)} known)")
     explore_share(task)
+    explore_points(task)
 
 
 EXPLORE = "explore"  # the task param: the share of uniform clicks the policy mixes into this episode's
@@ -58,6 +59,35 @@ def explore_share(task: TaskSpec) -> float:
     if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0.0 <= e < 1.0:  # NaN fails the range
         raise ValueError(f"task param {EXPLORE!r} must be a number in [0, 1), got {e!r}")
     return float(e)
+
+
+EXPLORE_AT = "explore_at"  # the task param: where demonstrations clicked, [[step, x, y], ...] (app.curriculum.guide_points)
+MAX_EXPLORE_POINTS = 256  # a task's guide at most: its params travel in every task record
+
+
+def explore_points(task: TaskSpec) -> list[tuple[int, float, float]]:
+    """The guided exploration floor's points (app.curriculum.guide_points): where demonstrations
+    of this task clicked, each ``[step, x, y]`` (the step's index; x, y the screen's fractions, as
+    actions give them); the floor's share
+    is then drawn near them instead of uniformly; [] when unset. Raises ValueError for anything
+    else (the rollout dead-letters the task)."""
+    raw = task.params.get(EXPLORE_AT, [])
+    if not isinstance(raw, list) or len(raw) > MAX_EXPLORE_POINTS:
+        raise ValueError(f"task param {EXPLORE_AT!r} must be a list of at most {MAX_EXPLORE_POINTS} "
+                         f"[step, x, y] points, got {type(raw).__name__}"
+                         f"{f' of {len(raw)}' if isinstance(raw, list) else ''}")
+    out = []
+    for point in raw:
+        ok = isinstance(point, list) and len(point) == 3 and not any(isinstance(v, bool) for v in point)
+        if ok:
+            step, x, y = point
+            ok = isinstance(step, int) and 0 <= step < 10_000 and all(
+                isinstance(v, (int, float)) and 0.0 <= v <= 1.0 for v in (x, y))  # NaN fails the range
+        if not ok:
+            raise ValueError(f"task param {EXPLORE_AT!r}: each point must be [step, x, y] with 0 <= step "
+                             f"< 10000 and 0 <= x, y < 100000, got {point!r}")
+        out.append((int(step), float(x), float(y)))
+    return out
 
 
 MIN_TIMEOUT_S = 60.0  # an episode's wall-clock limit, at least

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from app.ablation.clean_stop import end_stopping, stop_on_signals
 from app.ablation.marked import UNFINISHED, run_marked, stopped_by, why_unfinished
-from app.few_demos import NS, TASKS, Cell, cells, demo_argv, record_argv, result_row, streams_argv, table
+from app.few_demos import NS, TASKS, USES, Cell, cells, demo_argv, record_argv, result_row, streams_argv, table
 from app.phases import human_demonstrations
 from app.provenance import add_allow_dirty, commit_to_run, record
 from infra.kafka.own_broker import ROOT, broker_for_benchmarks
@@ -88,7 +88,7 @@ def run_cell(cell: Cell, tasks: list[str], args, out: Path, commit: dict) -> Non
         raise CellFailed(str(exc)) from None
     (run_dir / "recorded.json").write_text(json.dumps(tally))
     os.environ["FLYWHEEL_TOPIC_PREFIX"] = cell.platform_prefix(args.tag)  # the demo reads the demonstrations there
-    argv = demo_argv(sys.executable, cell, tasks, args.minutes, run_dir, args.tag, args.demo_args.split())
+    argv = demo_argv(sys.executable, cell, tasks, args.minutes, run_dir, args.tag, args.demo_args.split(), args.use)
     print(f"== {cell.name(args.tag)}: {' '.join(argv[3:])}", flush=True)
     rc = run_marked(argv, ROOT, run_dir, args.minutes)
     stop = stopped_by(run_dir)
@@ -128,6 +128,9 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "var" / "few_demos"))
     ap.add_argument("--tag", default="", help="tells these runs' ids and topics from earlier ones")
     ap.add_argument("--demo-args", default="", help="more options for every demo")
+    ap.add_argument("--use", choices=USES, default="clone",
+                    help="what a cell does with its demonstrations: clone them into pi_sft, or guide the exploration "
+                         "floor's clicks from random weights (--explore-from human); give it its own --tag and --out")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--report-only", action="store_true", help="measure the finished runs under --out, run nothing")
     add_allow_dirty(ap)
@@ -141,7 +144,8 @@ def main() -> int:
             if cell.n:
                 print(f"{prefix} {' '.join(streams_argv('python'))} &  # routes the recorded demonstrations")
                 print(f"{prefix} {' '.join(record_argv('python', cell, tasks, args.tag))}")
-            print(f"{prefix} {' '.join(demo_argv('python', cell, tasks, args.minutes, run_dir, args.tag, args.demo_args.split()))}")
+            argv = demo_argv('python', cell, tasks, args.minutes, run_dir, args.tag, args.demo_args.split(), args.use)
+            print(f"{prefix} {' '.join(argv)}")
         return 0
     if not args.report_only:
         commit = commit_to_run(ROOT, args.allow_dirty)
@@ -159,7 +163,8 @@ def main() -> int:
             end_stopping()
     results = [r for r in (measured(c, tasks, out, args.tag) for c in plan) if r is not None]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"tasks": tasks, "minutes": args.minutes, "results": results}, indent=1))
-    (out / "few_demos.md").write_text("\n".join(table(results, tasks, args.minutes)) + "\n")
-    print("\n".join(table(results, tasks, args.minutes)))
+    (out / "results.json").write_text(json.dumps({"tasks": tasks, "minutes": args.minutes, "use": args.use,
+                                                  "results": results}, indent=1))
+    (out / "few_demos.md").write_text("\n".join(table(results, tasks, args.minutes, args.use)) + "\n")
+    print("\n".join(table(results, tasks, args.minutes, args.use)))
     return 0

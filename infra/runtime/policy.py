@@ -249,8 +249,9 @@ class PolicyKind(Protocol):
     # the one its own sample holds
     scores_actions: bool
     chat: bool  # its policies write text and answer chat completions (``ChatPolicy``)
-    # its act takes a per-input exploration floor (``act(inputs, greedy, explore)``: that share of
-    # its clicks uniform, logged with the mixture's log-prob; --explore)
+    # its act takes a per-input exploration floor (``act(inputs, greedy, explore, explore_at)``: that
+    # share of its clicks uniform, or near the guide's points, logged with the mixture's log-prob;
+    # --explore, --explore-from)
     explores: bool
     # its policy has action-type heads sized by the run's action types (task_config's
     # ``action_types``, --actions); False: it writes its actions as text

@@ -16,13 +16,13 @@ from app.demo_config import DemoConfig
 from infra.runtime.errors import UserError
 from infra.runtime.policy import PolicyInput, build_policy
 from producers.tasks import EXPLORE, build_tasks, check_task, explore_share
-from trainer.policies.pixel.model import mix_uniform
+from trainer.policies.pixel.model import mix_floor
 
 
 def test_the_mixture_is_a_distribution_with_the_floor_and_none_is_the_policy():
     logits = torch.randn(3, 2, 400) * 4
     e = torch.tensor([0.0, 0.3, 0.9])
-    mixed = mix_uniform(logits, e)
+    mixed = mix_floor(logits, e)
     p = mixed.exp()
     assert torch.allclose(p.sum(-1), torch.ones(3, 2), atol=1e-5)
     assert torch.allclose(mixed[0], torch.log_softmax(logits[0], -1), atol=1e-6)  # e = 0: the policy's own
@@ -84,7 +84,7 @@ def test_a_floor_spreads_the_clicks_of_a_sharp_policy():
                                                                             out["cells"].shape[-1]) * 50.0}
     torch.manual_seed(0)
     alone = {a.model_dump_json() for a in policy._sample(sharp, ["Click the menu"] * 200, greedy=False)}
-    floored = {**sharp, "cells": mix_uniform(sharp["cells"], torch.full((200,), 0.5))}
+    floored = {**sharp, "cells": mix_floor(sharp["cells"], torch.full((200,), 0.5))}
     spread = {a.model_dump_json() for a in policy._sample(floored, ["Click the menu"] * 200, greedy=False)}
     assert len(alone) == 1 and len(spread) > 50  # ~100 uniform draws over 400 cells
 

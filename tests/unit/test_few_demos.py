@@ -37,6 +37,26 @@ def test_the_commands_clone_the_recorded_demonstrations_only_when_there_are_some
     assert "--demos-from" not in from_random and "--cold-start-demos" not in from_random  # the demo's own settings
 
 
+def test_a_guide_cell_runs_n0s_recipe_with_the_floor_guided_by_its_demonstrations_and_clones_none():
+    from app import demo_cli
+    from app.demo_config import DemoConfig, effective
+    from infra.runtime.command import parse_command
+    from infra.runtime.config import resolve
+
+    guided = demo_argv("py", Cell(3, 1), TASKS, 20, Path("r"), use="guide")
+    assert "--demos-from" not in guided and "--rft-every" not in guided
+    cfg = resolve(DemoConfig, parse_command(demo_cli.register, "demo", guided[4:]))
+    assert cfg.explore_from == "human" and cfg.demos_from == "scripted"
+    cfg, cold, _ = effective(cfg, frozenset())  # no task of theirs has a scripted demonstrator: random weights
+    assert not cold.per_task and cfg.explore == 0.5  # N = 0's floor, now guided
+    assert "--explore-from" not in demo_argv("py", Cell(0, 1), TASKS, 20, Path("r"), use="guide")
+    import pytest
+
+    with pytest.raises(ValueError, match="use"):
+        demo_argv("py", Cell(3, 1), TASKS, 20, Path("r"), use="both")
+    assert "guide the exploration floor" in table([], TASKS, 20, "guide")[0]
+
+
 def test_the_table_has_a_row_per_n_with_mean_and_spread_over_seeds():
     def row(n, seed, a, b, recorded=None):
         return result_row(Cell(n, seed), TASKS, {"run_id": f"r{n}{seed}", "after": {"click-tab-2": a,

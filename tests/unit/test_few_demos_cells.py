@@ -40,7 +40,7 @@ def _fake_demo(monkeypatch, notes=(), rc=0, stop=False):
 
 
 def _args():
-    return argparse.Namespace(tag="", minutes=20.0, demo_args="")
+    return argparse.Namespace(tag="", minutes=20.0, demo_args="", use="clone")
 
 
 def test_a_cell_that_ended_on_its_own_is_kept_measured_and_names_its_commit(tmp_path, monkeypatch):

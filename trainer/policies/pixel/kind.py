@@ -13,7 +13,7 @@ from trainer.policies.pixel.config import pixel_config
 
 class PixelKind(KindDefaults):
     name = "pixel"
-    explores = True  # trainer.policies.pixel.model.mix_uniform
+    explores = True  # trainer.policies.pixel.model.mix_floor
     sized_heads = True
 
     def build(self, name: str, config: dict[str, Any] | None) -> Any:

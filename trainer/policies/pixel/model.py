@@ -62,13 +62,41 @@ ARG_TYPES = ("type", "hotkey")
 NEG = -1e9
 HISTORY_PLANES = 3  # earlier pointer cells, the last pointer cell, the counts (first bytes of the plane)
 
-def mix_uniform(logits: torch.Tensor, explore: torch.Tensor) -> torch.Tensor:
-    """Log-probs of the mixture (1 - e) softmax(logits) + e uniform over the last dim, e = ``explore``
+def mix_floor(logits: torch.Tensor, explore: torch.Tensor, floor: torch.Tensor | None = None) -> torch.Tensor:
+    """Log-probs of the mixture (1 - e) softmax(logits) + e floor over the last dim, e = ``explore``
     [N] per row of ``logits`` [N, ...]: an exploration floor that no sharpening of the policy can take
-    away (e = 0: the policy's own log-probs; e < 1)."""
+    away (e = 0: the policy's own log-probs; e < 1). ``floor`` [N, cells] (rows summing to 1,
+    ``guide_floor``) is where the floor's share goes; None: uniformly."""
     e = explore.to(logits.dtype).reshape((-1,) + (1,) * (logits.dim() - 1))
     own = torch.log1p(-e) + F.log_softmax(logits, -1)
-    return torch.logaddexp(own, torch.log(e / logits.shape[-1]).expand_as(own))
+    if floor is None:
+        return torch.logaddexp(own, torch.log(e / logits.shape[-1]).expand_as(own))
+    f = floor.to(logits.dtype).reshape((floor.shape[0],) + (1,) * (logits.dim() - 2) + (floor.shape[-1],))
+    return torch.logaddexp(own, (torch.log(e) + torch.log(f)).expand_as(own))
+
+
+GUIDE_UNIFORM = 0.2  # the guided floor's uniform share: every cell stays reachable (the floor never excludes)
+GUIDE_NEIGHBOUR = 0.5  # a demonstrated cell's 8 neighbours each get this much of its weight: "near" it
+
+
+def guide_floor(points: Sequence[tuple[int, float, float]], step: int, cell_at: Any, grid: int,
+                uniform: float = GUIDE_UNIFORM) -> np.ndarray:
+    """The guided exploration floor of one decision [grid * grid], summing to 1: the cells where
+    demonstrations clicked at this ``step`` (any step's where none did) and their neighbours, mixed
+    with ``uniform`` of uniform; uniform alone without points. ``cell_at(x, y)``: the cell of a point
+    (the screen's fractions). Workflow-guided exploration (arXiv 1802.08802) in its simplest form: the demonstrations
+    say where to look, reward says what works."""
+    n = grid * grid
+    here = [p for p in points if p[0] == step] or list(points)
+    if not here:
+        return np.full(n, 1.0 / n)
+    heat = np.zeros((grid, grid))
+    for _, x, y in here:
+        row, col = divmod(cell_at(x, y), grid)
+        r0, r1, c0, c1 = max(row - 1, 0), min(row + 2, grid), max(col - 1, 0), min(col + 2, grid)
+        heat[r0:r1, c0:c1] += GUIDE_NEIGHBOUR
+        heat[row, col] += 1.0 - GUIDE_NEIGHBOUR
+    return (1.0 - uniform) * heat.ravel() / heat.sum() + uniform / n
 
 
 # the heads the multi-step MiniWoB suites need (producers.suites names them per suite)
@@ -358,9 +386,12 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         return True
 
     def _cell_of(self, action: Any) -> int:
+        return self._cell_at(action.x, action.y)
+
+    def _cell_at(self, x: float, y: float) -> int:
         x0, y0, x1, y1 = self.cfg["crop"]
-        col = int((action.x - x0) / (x1 - x0) * self.grid)
-        row = int((action.y - y0) / (y1 - y0) * self.grid)
+        col = int((x - x0) / (x1 - x0) * self.grid)
+        row = int((y - y0) / (y1 - y0) * self.grid)
         return min(max(row, 0), self.grid - 1) * self.grid + min(max(col, 0), self.grid - 1)
 
     def _cell_centre(self, cell: int) -> tuple[float, float]:
@@ -454,23 +485,31 @@ class PixelPolicy(nn.Module, PolicyDefaults):
     # ------------------------------------------------------------ the Policy interface
 
     @torch.no_grad()
-    def act(self, inputs: list[PolicyInput], greedy: bool = False,
-            explore: Sequence[float] | None = None) -> list[Decision]:
+    def act(self, inputs: list[PolicyInput], greedy: bool = False, explore: Sequence[float] | None = None,
+            explore_at: Sequence[Sequence[tuple[int, float, float]]] | None = None) -> list[Decision]:
+        """``explore_at`` (per input, the guide's points; producers.tasks.explore_points): the
+        floor's share goes near them (``guide_floor`` at the input's step) instead of uniformly."""
         if not inputs:
             return []
         obs = torch.stack([self.preprocess(i.image, i.history, i.instruction) for i in inputs])
-        return self.decide(obs, [i.instruction for i in inputs], greedy, explore)
+        floor = None
+        if explore_at is not None and any(explore_at):
+            floor = torch.from_numpy(np.stack([guide_floor(at, len(i.history), self._cell_at, self.grid)
+                                               for i, at in zip(inputs, explore_at)]))
+        return self.decide(obs, [i.instruction for i in inputs], greedy, explore, floor)
 
     @torch.no_grad()
     def decide(self, obs: torch.Tensor, instructions: list[str], greedy: bool = False,
-               explore: Sequence[float] | None = None) -> list[Decision]:
+               explore: Sequence[float] | None = None, floor: torch.Tensor | None = None) -> list[Decision]:
         """``act`` on already preprocessed inputs (obs [N, C + 3 (+ 1), 8G, 8G] from ``preprocess``).
-        ``explore`` (per input, 0 <= e < 1; None: none) mixes a uniform share e into the pointer
-        cells (``mix_uniform``): the action is drawn from that mixture and its logprob is the
-        mixture's, the behaviour PPO's importance weights correct for (producers.tasks.explore_share)."""
+        ``explore`` (per input, 0 <= e < 1; None: none) mixes a share e of ``floor`` (uniform when
+        None) into the pointer cells (``mix_floor``): the action is drawn from that mixture and its
+        logprob is the mixture's, the behaviour PPO's importance weights correct for
+        (producers.tasks.explore_share)."""
         out = self(obs, instructions)
         if explore is not None and any(explore):
-            out = {**out, "cells": mix_uniform(out["cells"], torch.tensor(list(explore), dtype=torch.float32))}
+            e = torch.tensor(list(explore), dtype=torch.float32)
+            out = {**out, "cells": mix_floor(out["cells"], e, floor)}
         actions = self._sample(out, instructions, greedy)
         logprob, _ = self._logprob_entropy(out, self._targets(actions, instructions))
         return [Decision(action=a, logprob=float(logprob[k]), value=float(out["value"][k]),
