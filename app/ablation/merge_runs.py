@@ -199,7 +199,9 @@ def parse(argv: list[str] | None = None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--minutes", type=float, default=30.0, help="RL minutes per specialist (joint RL: twice)")
-    ap.add_argument("--sft-minutes", type=float, default=15.0, help="pi_sft's run (cold start, SFT; it ends at PPO's first version)")
+    ap.add_argument("--sft-minutes", type=float, default=25.0,
+                    help="pi_sft's run (cold start, SFT; it ends at PPO's first version). At 15 the cold start "
+                         "(about 5 min for both suites) left `flywheel bc` under 4 min and it was cut")
     ap.add_argument("--eval-episodes", type=int, default=20, help="evaluation episodes of every task")
     ap.add_argument("--eval-minutes", type=float, default=8.0, help="wall-clock of each evaluation run at most "
                                                                     "(long enough for its episodes: the run ends once "
