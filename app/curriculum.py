@@ -133,19 +133,22 @@ def exploring(tasks: list[str], rates: Mapping[str, tuple[float, int]], scores: 
 
 def guide_points(demos: list, cap: int = MAX_EXPLORE_POINTS) -> dict[str, list[list]]:
     """Per task, where its demonstrations (ScoredTrajectory or Trajectory) clicked: ``[step, x, y]``
-    of every pointer action with a position (the screen's fractions, as actions give them), the
-    first ``cap`` per task (the task param's bound, producers.tasks.explore_points)."""
-    out: dict[str, list[list]] = {}
+    of every click (the screen's fractions, as actions give them; the floor guides the click head
+    only), at most ``cap`` per task (the task param's bound, producers.tasks.explore_points) taken
+    in turn from each step, so a long demonstration's late steps keep theirs."""
+    by_step: dict[str, dict[int, list[list]]] = {}
     for demo in demos:
         traj = getattr(demo, "trajectory", demo)
         for step in traj.steps:
             a = step.action
-            x, y = getattr(a, "x", None), getattr(a, "y", None)
-            if x is None or y is None:
-                continue
-            points = out.setdefault(traj.task.name, [])
-            if len(points) < cap:
-                points.append([int(step.step_index), float(x), float(y)])
+            if a is not None and a.type == "click":
+                steps = by_step.setdefault(traj.task.name, {})
+                steps.setdefault(int(step.step_index), []).append([int(step.step_index), float(a.x), float(a.y)])
+    out = {}
+    for task, steps in by_step.items():
+        rows = [steps[k] for k in sorted(steps)]
+        turns = (p for turn in zip_longest(*rows) for p in turn if p is not None)
+        out[task] = [p for _, p in zip(range(cap), turns)]
     return out
 
 

@@ -297,9 +297,11 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     without a demonstrator). Every exit (a phase failing, a child dying, Ctrl-C, SIGTERM, the
     report failing) stops each child still running and the broker this run started (unless
     --keep-broker); the last line says what is left running."""
-    recorded = phases.human_demonstrations(settings) if "human" in (cfg.demos_from, cfg.explore_from) else None
+    cfg = cfg.validate()  # before the broker is asked for anything
+    asked = [f"--{k.replace('_', '-')} human" for k in ("demos_from", "explore_from") if getattr(cfg, k) == "human"]
+    recorded = phases.human_demonstrations(settings, asked=" and ".join(asked)) if asked else None
     human = recorded if cfg.demos_from == "human" else None  # cloned by the cold start
-    cfg, cold, changed = effective(cfg.validate(), None if human is None else
+    cfg, cold, changed = effective(cfg, None if human is None else
                                    frozenset(s.trajectory.task.name for s in human))
     guide = explore_guide(cfg, recorded)
     run_id, prefix, policy = run_names(cfg)

@@ -153,6 +153,9 @@ class DemoConfig:
         if self.explore > 0 and (not policy_kind(self.policy_kind).explores or not self.curriculum):
             raise UserError("--explore mixes uniform clicks into the policy's click head for the tasks the curriculum "
                             "reads as unsolved: it needs a policy kind that explores (pixel) and the curriculum")
+        if self.explore_from and (not policy_kind(self.policy_kind).explores or not self.curriculum):
+            raise UserError(f"--explore-from {self.explore_from} guides the exploration floor of the tasks the "
+                            f"curriculum reads as unsolved: it needs a policy kind that explores (pixel) and the curriculum")
         if self.explore_from and self.explore == 0:  # auto (-1) is resolved by ``effective``, then checked here again
             raise UserError(f"--explore-from {self.explore_from} guides the exploration floor, which is off: give "
                             f"--explore > 0 (auto turns it on only from random weights on MiniWoB++ tasks)")

@@ -269,12 +269,13 @@ def demonstrate(cfg, settings, env: dict[str, str], prefix: str, policy: str, ta
         worker.stop(grace=30)
 
 
-def human_demonstrations(settings, timeout_s: float = 60.0) -> list:
-    """``--demos-from human``: the successful ``human:<name>`` demonstrations on ``settings``'
-    flywheel.sft.v1 (the platform's topics, where `flywheel ui`'s Annotate view records them);
-    UserError when no broker answers (they can only have been recorded on a running platform)."""
+def human_demonstrations(settings, timeout_s: float = 60.0, asked: str = "--demos-from human") -> list:
+    """``--demos-from human`` (or what ``asked`` names): the successful ``human:<name>``
+    demonstrations on ``settings``' flywheel.sft.v1 (the platform's topics, where `flywheel ui`'s
+    Annotate view records them); UserError when no broker answers (they can only have been
+    recorded on a running platform)."""
     if probe_brokers(client_config(settings), timeout=5.0) is None:
-        raise UserError(f"--demos-from human reads the demonstrations recorded in `flywheel ui` from the running "
+        raise UserError(f"{asked} reads the demonstrations recorded in `flywheel ui` from the running "
                         f"platform's Kafka ({settings.bootstrap}), which does not answer: `flywheel up` first")
     return [s for s in read_snapshot(settings, TOPICS.sft, ScoredTrajectory, "demo", timeout_s)
             if s.trajectory.policy.startswith(HUMAN + ":")]

@@ -85,7 +85,7 @@ def explore_points(task: TaskSpec) -> list[tuple[int, float, float]]:
                 isinstance(v, (int, float)) and 0.0 <= v <= 1.0 for v in (x, y))  # NaN fails the range
         if not ok:
             raise ValueError(f"task param {EXPLORE_AT!r}: each point must be [step, x, y] with 0 <= step "
-                             f"< 10000 and 0 <= x, y < 100000, got {point!r}")
+                             f"< 10000 and 0 <= x, y <= 1 (the screen's fractions), got {point!r}")
         out.append((int(step), float(x), float(y)))
     return out
 

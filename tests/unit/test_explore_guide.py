@@ -38,10 +38,12 @@ def test_the_guided_floor_puts_its_mass_near_the_steps_demonstrated_clicks_and_k
     assert f0[0] == f0.max() and f1[10 * GRID + 10] == f1.max()
     assert f0.reshape(GRID, GRID)[:2, :2].sum() == pytest.approx(1 - GUIDE_UNIFORM + 4 * GUIDE_UNIFORM / 400)
     assert f1.reshape(GRID, GRID)[9:12, 9:12].sum() == pytest.approx(1 - GUIDE_UNIFORM + 9 * GUIDE_UNIFORM / 400)
-    # a step no demonstration reached: any step's clicks; no points: uniform
-    f5 = guide_floor(points, 5, cell_at, GRID)
-    assert f5[0] > 0.1 and f5[10 * GRID + 10] > 0.1
+    # a step where no demonstration clicked (it typed, or had ended): uniform; so without points
+    assert np.allclose(guide_floor(points, 5, cell_at, GRID), 1 / 400)
     assert np.allclose(guide_floor([], 0, cell_at, GRID), 1 / 400)
+    # a point at the page's corner weighs as much as one in its middle
+    both = guide_floor([(3, 0.0, 0.0), (3, 0.52, 0.52)], 3, cell_at, GRID).reshape(GRID, GRID)
+    assert both[:2, :2].sum() == pytest.approx(both[9:12, 9:12].sum() - 5 * GUIDE_UNIFORM / 400)
 
 
 def test_the_mixture_with_a_guide_is_the_guides_and_without_one_the_uniform_floor():
@@ -84,6 +86,26 @@ def test_a_guided_decision_is_drawn_near_the_guide_and_logs_the_mixtures_log_pro
     cells = torch.tensor([policy._cell_of(d.action) for d in decisions])
     want = torch.logaddexp(math.log(0.1) + lp_policy, math.log(0.9) + torch.log(floor[cells]).float())
     assert torch.allclose(torch.tensor([d.logprob for d in decisions]), want, atol=1e-4)
+    # greedy is the policy's own argmax: a guide never moves it
+    greedy = policy.act(inputs, greedy=True, explore=[0.9] * 64, explore_at=[guide] * 64)
+    assert [d.action for d in greedy] == [d.action for d in policy.act(inputs, greedy=True)]
+
+
+def test_the_guide_floors_the_click_head_only_and_the_other_pointer_heads_stay_uniform(monkeypatch):
+    policy = build_policy("pixel", "p", {"seed": 3, "action_types": ["click", "scroll"]})
+    seen = {}
+    monkeypatch.setattr(policy, "decide", lambda obs, instr, greedy, explore, floor: seen.setdefault("floor", floor))
+    guide = [(0, 0.5, 0.6)]
+    policy.act(_inputs(2), explore=[0.5, 0.5], explore_at=[guide, []])
+    floor, click, scroll = seen["floor"], policy.pointers.index("click"), policy.pointers.index("scroll")
+    assert floor.shape == (2, 2, policy.grid ** 2)
+    assert torch.allclose(floor[0, click], torch.from_numpy(guide_floor(guide, 0, policy._cell_at, policy.grid)))
+    assert torch.allclose(floor[1, click], torch.full_like(floor[1, click], 1 / policy.grid ** 2))  # no guide
+    assert torch.allclose(floor[:, scroll], torch.full_like(floor[:, scroll], 1 / policy.grid ** 2))
+    logits = torch.randn(2, 2, policy.grid ** 2)
+    p = mix_floor(logits, torch.tensor([0.5, 0.5]), floor).exp()  # a floor shaped as the logits
+    assert torch.allclose(p[0, click], 0.5 * torch.softmax(logits[0, click], -1) + 0.5 * floor[0, click].float(), atol=1e-6)
+    assert torch.allclose(p.sum(-1), torch.ones(2, 2), atol=1e-5)
 
 
 def test_the_guide_is_read_from_the_demonstrations_pointer_actions_per_task_and_step():
@@ -95,8 +117,9 @@ def test_the_guide_is_read_from_the_demonstrations_pointer_actions_per_task_and_
              demo("click-tab-2", None, A.Scroll(x=0.3, y=0.4, direction="down")),
              demo("email-inbox-delete", A.Type(content="hi"))]
     got = guide_points(demos)
-    assert got == {"click-tab-2": [[0, 0.2, 0.05], [2, 0.6, 0.9], [1, 0.3, 0.4]]}
-    assert len(guide_points([demo("t", *[A.Click(x=1.0, y=1.0)] * 10)], cap=4)["t"]) == 4
+    assert got == {"click-tab-2": [[0, 0.2, 0.05], [2, 0.6, 0.9]]}  # clicks only: the floor guides the click head
+    long = guide_points([demo("t", *[A.Click(x=1.0, y=1.0)] * 10)] * 3, cap=4)["t"]
+    assert [p[0] for p in long] == [0, 1, 2, 3]  # in turn from each step: late steps keep theirs
 
 
 def test_the_feed_sends_the_guide_only_with_a_floor_and_only_for_the_tasks_it_has():
@@ -115,7 +138,8 @@ def test_the_feed_sends_the_guide_only_with_a_floor_and_only_for_the_tasks_it_ha
 
 @pytest.mark.parametrize("bad", [
     "0,1,2", [[0, 1.0]], [[0.5, 1.0, 1.0]], [[True, 1.0, 1.0]], [[0, float("nan"), 1.0]], [[0, -1.0, 1.0]],
-    [[-1, 1.0, 1.0]], [[0, 1.0, "2"]], [[0, 1.5, 0.5]], [(0, 1.0, 1.0)], [[0, 1.0, 1.0]] * (MAX_EXPLORE_POINTS + 1)])
+    [[-1, 1.0, 1.0]], [[0, 1.0, "2"]], [[0, 1.5, 0.5]], [[0, float("inf"), 0.5]], [[10_000, 0.5, 0.5]],
+    [[0, [0.5], 0.5]], [[[0, 0.5, 0.5]]], {"0": [0.5, 0.5]}, [(0, 1.0, 1.0)], [[0, 1.0, 1.0]] * (MAX_EXPLORE_POINTS + 1)])
 def test_a_task_with_a_bad_guide_is_refused_where_tasks_are_checked(bad):
     task = build_tasks("miniwob", ["click-tab-2"], 1, params={EXPLORE: 0.5, EXPLORE_AT: [[1, 0, 0.5]]})[0]
     assert explore_points(task) == [(1, 0.0, 0.5)]
@@ -155,8 +179,15 @@ def test_the_torch_client_hands_the_guide_to_the_policy_with_the_floor():
 def test_the_demo_refuses_a_guide_without_a_floor_or_without_demonstrations_and_names_it_as_a_source():
     from app.demo import explore_guide
 
+    from app.demo_config import effective
+
     with pytest.raises(UserError, match="--explore-from human guides the exploration floor, which is off"):
         DemoConfig(explore_from="human", explore=0.0).validate()
+    with pytest.raises(UserError, match="which is off"):  # auto is off after a cold start: pi_sft clicks as they did
+        effective(DemoConfig(tasks=["click-button"], explore_from="human"), frozenset({"click-button"}))
+    for kind, curriculum in (("lm", True), ("pixel", False)):
+        with pytest.raises(UserError, match="explores \\(pixel\\) and the curriculum"):
+            DemoConfig(explore_from="human", policy_kind=kind, curriculum=curriculum).validate()
     DemoConfig(explore_from="human", explore=0.5).validate()
     cfg = DemoConfig(tasks=["click-tab-2"], explore_from="human")
     recorded = [SimpleNamespace(trajectory=SimpleNamespace(task=SimpleNamespace(name=t),

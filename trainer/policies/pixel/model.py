@@ -65,38 +65,42 @@ HISTORY_PLANES = 3  # earlier pointer cells, the last pointer cell, the counts (
 def mix_floor(logits: torch.Tensor, explore: torch.Tensor, floor: torch.Tensor | None = None) -> torch.Tensor:
     """Log-probs of the mixture (1 - e) softmax(logits) + e floor over the last dim, e = ``explore``
     [N] per row of ``logits`` [N, ...]: an exploration floor that no sharpening of the policy can take
-    away (e = 0: the policy's own log-probs; e < 1). ``floor`` [N, cells] (rows summing to 1,
-    ``guide_floor``) is where the floor's share goes; None: uniformly."""
+    away (e = 0: the policy's own log-probs; e < 1). ``floor`` (rows summing to 1, ``guide_floor``;
+    [N, cells] for every head, or shaped as ``logits``) is where the floor's share goes; None:
+    uniformly."""
     e = explore.to(logits.dtype).reshape((-1,) + (1,) * (logits.dim() - 1))
     own = torch.log1p(-e) + F.log_softmax(logits, -1)
     if floor is None:
         return torch.logaddexp(own, torch.log(e / logits.shape[-1]).expand_as(own))
-    f = floor.to(logits.dtype).reshape((floor.shape[0],) + (1,) * (logits.dim() - 2) + (floor.shape[-1],))
-    return torch.logaddexp(own, (torch.log(e) + torch.log(f)).expand_as(own))
+    if floor.dim() != logits.dim():
+        floor = floor.reshape((floor.shape[0],) + (1,) * (logits.dim() - 2) + (floor.shape[-1],))
+    return torch.logaddexp(own, (torch.log(e) + torch.log(floor.to(logits.dtype))).expand_as(own))
 
 
 GUIDE_UNIFORM = 0.2  # the guided floor's uniform share: every cell stays reachable (the floor never excludes)
-GUIDE_NEIGHBOUR = 0.5  # a demonstrated cell's 8 neighbours each get this much of its weight: "near" it
+GUIDE_NEIGHBOUR = 0.5  # a demonstrated cell's neighbours each get this much of its own weight: "near" it
 
 
 def guide_floor(points: Sequence[tuple[int, float, float]], step: int, cell_at: Any, grid: int,
                 uniform: float = GUIDE_UNIFORM) -> np.ndarray:
-    """The guided exploration floor of one decision [grid * grid], summing to 1: the cells where
-    demonstrations clicked at this ``step`` (any step's where none did) and their neighbours, mixed
-    with ``uniform`` of uniform; uniform alone without points. ``cell_at(x, y)``: the cell of a point
-    (the screen's fractions). Workflow-guided exploration (arXiv 1802.08802) in its simplest form: the demonstrations
-    say where to look, reward says what works."""
+    """The guided exploration floor of one click at this ``step`` [grid * grid], summing to 1: the
+    cells where demonstrations clicked at the same step and their neighbours (each point's patch
+    weighs the same, at the page's edge too), mixed with ``uniform`` of uniform; uniform alone
+    where no demonstration clicked at that step (it typed, or had ended). ``cell_at(x, y)``: the
+    cell of a point (the screen's fractions). Workflow-guided exploration (arXiv 1802.08802) in its
+    simplest form: the demonstrations say where to look, reward says what works."""
     n = grid * grid
-    here = [p for p in points if p[0] == step] or list(points)
+    here = [p for p in points if p[0] == step]
     if not here:
         return np.full(n, 1.0 / n)
     heat = np.zeros((grid, grid))
     for _, x, y in here:
         row, col = divmod(cell_at(x, y), grid)
-        r0, r1, c0, c1 = max(row - 1, 0), min(row + 2, grid), max(col - 1, 0), min(col + 2, grid)
-        heat[r0:r1, c0:c1] += GUIDE_NEIGHBOUR
-        heat[row, col] += 1.0 - GUIDE_NEIGHBOUR
-    return (1.0 - uniform) * heat.ravel() / heat.sum() + uniform / n
+        patch = np.zeros((grid, grid))
+        patch[max(row - 1, 0):row + 2, max(col - 1, 0):col + 2] = GUIDE_NEIGHBOUR
+        patch[row, col] = 1.0
+        heat += patch / patch.sum()
+    return (1.0 - uniform) * heat.ravel() / len(here) + uniform / n
 
 
 # the heads the multi-step MiniWoB suites need (producers.suites names them per suite)
@@ -493,9 +497,13 @@ class PixelPolicy(nn.Module, PolicyDefaults):
             return []
         obs = torch.stack([self.preprocess(i.image, i.history, i.instruction) for i in inputs])
         floor = None
-        if explore_at is not None and any(explore_at):
-            floor = torch.from_numpy(np.stack([guide_floor(at, len(i.history), self._cell_at, self.grid)
-                                               for i, at in zip(inputs, explore_at)]))
+        if explore_at is not None and any(explore_at) and "click" in self.pointers:
+            # the click head's floor only (the guide holds clicks, producers.tasks.explore_points); the
+            # other pointer heads (scroll, ...) keep the uniform one
+            floor = torch.full((len(inputs), len(self.pointers), self.grid * self.grid), 1.0 / self.grid ** 2,
+                               dtype=torch.float64)
+            floor[:, self.pointers.index("click")] = torch.from_numpy(np.stack(
+                [guide_floor(at, len(i.history), self._cell_at, self.grid) for i, at in zip(inputs, explore_at)]))
         return self.decide(obs, [i.instruction for i in inputs], greedy, explore, floor)
 
     @torch.no_grad()
@@ -505,9 +513,10 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         ``explore`` (per input, 0 <= e < 1; None: none) mixes a share e of ``floor`` (uniform when
         None) into the pointer cells (``mix_floor``): the action is drawn from that mixture and its
         logprob is the mixture's, the behaviour PPO's importance weights correct for
-        (producers.tasks.explore_share)."""
+        (producers.tasks.explore_share). ``greedy`` takes the policy's own argmax: no floor (a
+        guided one would move it onto the guide's cells)."""
         out = self(obs, instructions)
-        if explore is not None and any(explore):
+        if explore is not None and any(explore) and not greedy:
             e = torch.tensor(list(explore), dtype=torch.float32)
             out = {**out, "cells": mix_floor(out["cells"], e, floor)}
         actions = self._sample(out, instructions, greedy)
