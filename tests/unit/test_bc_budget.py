@@ -38,3 +38,19 @@ def test_the_budget_is_validated():
     for bad in (-1.0, float("nan")):
         with pytest.raises(ConfigError, match="train_budget_s"):
             BCConfig(train_budget_s=bad).validate()
+
+
+def test_reading_and_preprocessing_the_demonstrations_comes_out_of_the_budget(monkeypatch):
+    from trainer.sft.bc import train_budget
+
+    assert train_budget(300.0, 120.0) == 180.0
+    assert 0 < train_budget(300.0, 400.0) < 1e-6  # spent before training: the first epoch alone
+    assert train_budget(0.0, 400.0) == 0.0  # no budget stays none
+    policy = build_policy("pixel", "p", {"grid": 4, "channels": [4, 8, 8]})
+    seen = {}
+    clock = iter([0.0, 100.0])  # preprocessing took 100 s
+    monkeypatch.setattr(bc.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(bc, "examples", lambda *a: tiny_examples(policy))
+    monkeypatch.setattr(bc, "bc_train", lambda *a, budget_s, **k: seen.setdefault("budget", budget_s) and [1.0])
+    bc.clone_steps(policy, [], None, BCConfig(train_budget_s=250.0))
+    assert seen["budget"] == 150.0

@@ -147,6 +147,7 @@ def bc_train(policy, data: Examples, epochs: int, lr: float, minibatch_size: int
                 optimizer.step()  # a non-finite gradient is skipped, as PPO's update skips it
             total += float(loss.detach()) * len(ids)
         losses.append(total / n)
+        log.info("epoch %d of %d: loss %.4f", len(losses), epochs, losses[-1])
     policy.eval()
     return losses
 
@@ -156,14 +157,26 @@ def over_budget(t0: float, budget_s: float) -> bool:
     return budget_s > 0 and time.monotonic() - t0 >= budget_s
 
 
+def train_budget(budget_s: float, prep_s: float) -> float:
+    """The training budget left once the demonstrations were read and preprocessed (``prep_s``):
+    the demo's budget counts from the job's start (its deadline kills the job), and preprocessing
+    grows with the steps (10,290 steps of the default suite and the games together: past the
+    budget before any epoch ended, and the job was stopped). 0 stays no budget; a spent one lets
+    the first epoch alone run."""
+    return 0.0 if budget_s <= 0 else max(budget_s - prep_s, 1e-9)
+
+
 def clone_steps(policy, demos: list[ScoredTrajectory], store: BlobStore, cfg: BCConfig,
                 match: Callable[[Any, Examples], dict[str, float]] | None = None) -> Cloned:
     """Behaviour cloning by maximum likelihood of every demonstrated step (``examples``,
     ``bc_train``) at the kind's or ``cfg``'s epochs, learning rate and minibatch size; ``match``
     (policy, examples -> greedy match per task and ``all``) checks the result."""
+    t0 = time.monotonic()
     data = examples(policy, demos, store)
+    prep_s = time.monotonic() - t0
+    log.info("read and preprocessed %d steps in %.0f s", len(data.actions), prep_s)
     losses = bc_train(policy, data, cfg.epochs_for(policy.kind), cfg.lr_for(policy.kind),
-                      cfg.minibatch_for(policy.kind), cfg.seed, budget_s=cfg.train_budget_s)
+                      cfg.minibatch_for(policy.kind), cfg.seed, budget_s=train_budget(cfg.train_budget_s, prep_s))
     metrics = {M.BC_LOSS: losses[-1], M.DEMOS: float(len(demos)), M.STEPS: float(len(data.actions))}
     train_match = match(policy, data) if match is not None else {}
     if train_match:
