@@ -119,8 +119,10 @@ def demo_argv(run: str, tasks: str, minutes: float, seed: int, report_dir: Path,
             "--seed", str(seed), "--report-dir", str(report_dir), "--keep-broker", "--progress-s", "30", *extra]
 
 
-def sft_extra(demo_args: str = "") -> list[str]:
-    return [*SFT_EXTRA, *demo_args.split()]
+def sft_extra(demo_args: str = "", demos: int = -1) -> list[str]:
+    """pi_sft's run's options; ``demos`` > 0: that many demonstrations per task cloned (-1: the
+    demo's 20), for pi_sft alone (an RL run from a version refuses --cold-start-demos)."""
+    return [*SFT_EXTRA, *(["--cold-start-demos", str(demos)] if demos > 0 else []), *demo_args.split()]
 
 
 def rl_extra(start: str, demo_args: str = "") -> list[str]:

@@ -160,7 +160,7 @@ class Runner:
 
 def one_seed(r: Runner, seed: int) -> list[dict]:
     a = r.args
-    sft = r.demo("sft", seed, M.SFT_TASKS, a.sft_minutes, M.sft_extra(a.demo_args))
+    sft = r.demo("sft", seed, M.SFT_TASKS, a.sft_minutes, M.sft_extra(a.demo_args, a.sft_demos))
     pi_sft = f"{sft.name}@{r.outcome(sft, 'base_version')}"
     last = {}
     for role, tasks, minutes in (("web", "default", a.minutes), ("games", "games", a.minutes),
@@ -202,6 +202,8 @@ def parse(argv: list[str] | None = None):
     ap.add_argument("--sft-minutes", type=float, default=25.0,
                     help="pi_sft's run (cold start, SFT; it ends at PPO's first version). At 15 the cold start "
                          "(about 5 min for both suites) left `flywheel bc` under 4 min and it was cut")
+    ap.add_argument("--sft-demos", type=int, default=-1,
+                    help="demonstrations per task cloned into pi_sft (-1: the demo's 20); fewer clone faster")
     ap.add_argument("--eval-episodes", type=int, default=20, help="evaluation episodes of every task")
     ap.add_argument("--eval-minutes", type=float, default=8.0, help="wall-clock of each evaluation run at most "
                                                                     "(long enough for its episodes: the run ends once "

@@ -33,6 +33,8 @@ def _demo(argv: list[str]) -> DemoConfig:
 def test_the_demo_command_lines_parse_and_say_what_the_experiment_means(tmp_path):
     sft = _demo(M.demo_argv("mrg-sft-s0", M.SFT_TASKS, 15, 0, tmp_path, M.sft_extra()))
     assert (sft.tasks, sft.until_version, sft.start_from, sft.cold_start_demos) == (["default", "games"], 1, "", -1)
+    fewer = _demo(M.demo_argv("mrg-sft-s0", M.SFT_TASKS, 15, 0, tmp_path, M.sft_extra("", 10)))
+    assert fewer.cold_start_demos == 10 and "--cold-start-demos" not in M.rl_extra("mrg-sft-s0@4")
     web = _demo(M.demo_argv("mrg-web-s0", "default", 30, 0, tmp_path, M.rl_extra("mrg-sft-s0@4", "--workers 1")))
     assert (web.start_from, web.minutes, web.seed, web.keep_broker, web.workers) == ("mrg-sft-s0@4", 30, 0, True, 1)
     ev = _demo(M.demo_argv("mrg-eval-a0.5-games-s0", "games", 8, 0, tmp_path, M.eval_extra("mrg-pool-s0@5", 20)))
