@@ -15,7 +15,7 @@ from app.curriculum import EXPLORE_BELOW, MIN_EPISODES, TaskFeed, exploring
 from app.demo_config import DemoConfig
 from infra.runtime.errors import UserError
 from infra.runtime.policy import PolicyInput, build_policy
-from producers.tasks import EXPLORE, build_tasks, check_task, explore_share
+from producers.tasks import EXPLORE, EXPLORE_AT, build_tasks, check_task, explore_share
 from trainer.policies.pixel.model import mix_floor
 
 
@@ -152,6 +152,17 @@ def test_the_torch_client_passes_each_episodes_floor_to_the_policy():
     seen.clear()
     asyncio.run(client.act(PolicyRequest(task=tasks[1], obs=obs, step_index=0)))
     assert seen == [()]  # no floor asked: the plain act(inputs, greedy) every kind has
+
+    # a guided floor (--explore-from) hands each input's points beside the shares
+    guided = build_tasks("miniwob", ["click-menu"], 1, params={EXPLORE: 0.5, EXPLORE_AT: [[0, 0.2, 0.05]]})[0]
+    seen.clear()
+
+    async def guide_and_uniform():
+        return await asyncio.gather(*(client.act(PolicyRequest(task=t, obs=obs, step_index=0))
+                                      for t in (guided, tasks[0])))
+
+    asyncio.run(guide_and_uniform())
+    assert seen == [([0.5, 0.25], [[(0, 0.2, 0.05)], []])]
 
 
 def test_the_demo_refuses_a_floor_it_cannot_honour():

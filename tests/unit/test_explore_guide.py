@@ -5,7 +5,6 @@ of them is cloned; a bad guide is refused where a task is checked."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 from types import SimpleNamespace
 
@@ -146,34 +145,6 @@ def test_a_task_with_a_bad_guide_is_refused_where_tasks_are_checked(bad):
     task.params[EXPLORE_AT] = bad
     with pytest.raises(ValueError, match=EXPLORE_AT):
         check_task(task)
-
-
-def test_the_torch_client_hands_the_guide_to_the_policy_with_the_floor():
-    from producers.policy_client import PolicyRequest, TorchClient
-    from producers.sandboxes.base import Obs
-    from schemas.events import BlobRef, Observation
-
-    seen: list = []
-
-    class Recorder:
-        version = 0
-
-        def act(self, inputs, greedy=False, *explore):
-            seen.append(explore)
-            return [type("D", (), {"logprob": 0.0})() for _ in inputs]
-
-    client = TorchClient("p", threads=0, policy=Recorder())
-    ref = BlobRef(sha256="0" * 64, uri="file:///nowhere", width=160, height=210)
-    obs = Obs(observation=Observation(screenshot=ref, screen_width=160, screen_height=210, instruction="Click"),
-              image=np.zeros((210, 160, 3), dtype=np.uint8))
-    guided = build_tasks("miniwob", ["click-tab-2"], 1, params={EXPLORE: 0.5, EXPLORE_AT: [[0, 0.2, 0.05]]})[0]
-    plain = build_tasks("miniwob", ["click-tab-2"], 1, params={EXPLORE: 0.25})[0]
-
-    async def both():
-        return await asyncio.gather(*(client.act(PolicyRequest(task=t, obs=obs, step_index=0)) for t in (guided, plain)))
-
-    asyncio.run(both())
-    assert seen == [([0.5, 0.25], [[(0, 0.2, 0.05)], []])]
 
 
 def test_the_demo_refuses_a_guide_without_a_floor_or_without_demonstrations_and_names_it_as_a_source():
