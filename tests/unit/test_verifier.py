@@ -147,8 +147,14 @@ def test_features_show_the_screens_the_pointer_and_the_typed_words(store):
     e = Example("e", "t", "type hello", (start, start), ({"type": "click", "x": 0.5, "y": 0.5},
                 {"type": "type", "content": "hello"}), green, 1)
     f = featurize(e, store.get, 16, 64)
-    assert f.image.shape == (7, 16, 16) and f.image[2].min() == 255 and f.image[4].min() == 255
-    assert f.image[6, 8, 8] == 255 and f.image[6, 0, 0] == 0
+    assert f.image.shape == (11, 16, 16)
+    assert f.image[2].min() == 255 and f.image[5].min() == 255  # the first screen, the last step's: blue
+    assert f.image[7].min() == 255 and f.image[6].max() == 0  # the final screen: green
+    assert f.image[9, 8, 8] == 255 and f.image[9, 0, 0] == 0  # every pointer action
+    assert f.image[10].max() == 0  # the last action typed: no point
+    clicked_last = featurize(Example("e", "t", "x", (start,), ({"type": "click", "x": 0.0, "y": 0.0},), None, 1),
+                             store.get, 16, 64)
+    assert clicked_last.image[10, 0, 0] == 255 and (clicked_last.image[6:9] == clicked_last.image[3:6]).all()
     assert typed_text(e.actions) == "hello" and f.typed == f.words[1:]
     counts = action_counts([{"type": "click"}, None])
     assert counts[0] == 0.5 and counts[-2] == 0.5 and math.isclose(counts[-1], math.log(3), rel_tol=1e-6)
@@ -270,3 +276,19 @@ def test_the_verifiers_eval_and_serve_configs_refuse_what_they_cannot_use():
     with pytest.raises(ConfigError, match="model"):
         VerifierEvalConfig(model="").validate()
     assert VerifierServeConfig(port=0).validate().port == 0
+
+
+def test_a_model_saved_on_the_older_feature_layout_is_refused_with_a_clear_error(tmp_path):
+    from infra.runtime.errors import UserError
+    from trainer.verifier.train import load, save
+
+    current = tmp_path / "now.pt"
+    save(current, VerifierNet(side=16, buckets=64), 0.5, ["a"], ["b"])
+    model, blob = load(current)
+    assert blob["config"]["image_channels"] == 11 and model.config == blob["config"]
+    older = tmp_path / "older.pt"
+    blob = torch.load(current, weights_only=True)
+    blob["config"].pop("image_channels")  # saved before the layout was recorded: 7 planes
+    torch.save(blob, older)
+    with pytest.raises(UserError, match="7 image planes.*train it again"):
+        load(older)

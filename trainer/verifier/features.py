@@ -1,8 +1,11 @@
-"""An Example as the verifier's tensors: two screens, where the pointer went, the words, the action counts.
+"""An Example as the verifier's tensors: three screens, where the pointer went, the words, the action counts.
 
-    image   [7, S, S] uint8: the first screen (RGB), the last one (RGB: the screen after the last
-            step when recorded, else the last step's), and a plane marking every point a pointer
-            action hit (a click on the right button looks different from one beside it)
+    image   [11, S, S] uint8: the first screen (RGB); the screen the last action was taken on (RGB:
+            MiniWoB++ covers the page once it ends, a success and a failure alike, so the verdict
+            is read from the screen before the last action and where that action went); the screen
+            after the last step when recorded, else the last step's (RGB: was the episode ended by
+            the page or cut by the step budget); a plane marking every point a pointer action hit;
+            and one marking the last action's points
     words   the instruction's hashed word ids (trainer.policies.pixel.inputs.tokenize, as the
             pixel policy embeds its instruction)
     typed   the typed text's and pressed keys' word ids (did it type what it was asked to?)
@@ -26,12 +29,12 @@ from trainer.policies.pixel.inputs import tokenize
 from trainer.verifier.dataset import Example
 
 N_COUNTS = len(ACTION_TYPES) + 2
-IMAGE_CHANNELS = 7
+IMAGE_CHANNELS = 11
 
 
 @dataclass(frozen=True)
 class Features:
-    image: np.ndarray  # [7, S, S] uint8
+    image: np.ndarray  # [IMAGE_CHANNELS, S, S] uint8
     words: list[int]
     typed: list[int]
     counts: np.ndarray  # [N_COUNTS] float32
@@ -39,7 +42,7 @@ class Features:
 
 @dataclass(frozen=True)
 class Batch:
-    """Features stacked for the model: ``images`` [N, 7, S, S] uint8, ``counts`` [N, N_COUNTS],
+    """Features stacked for the model: ``images`` [N, IMAGE_CHANNELS, S, S] uint8, ``counts`` [N, N_COUNTS],
     the word ids flat with their offsets (torch's EmbeddingBag layout)."""
     images: torch.Tensor
     words: tuple[torch.Tensor, torch.Tensor]
@@ -102,8 +105,10 @@ def typed_text(actions: Sequence[dict | None]) -> str:
 def featurize(example: Example, load: Callable[[str], bytes], side: int, buckets: int) -> Features:
     """``load``: a screenshot's bytes by sha256 (the blob store's ``get``)."""
     first = screen(load(example.screenshots[0]), side)
-    last = screen(load(example.final_screenshot or example.screenshots[-1]), side)
-    image = np.concatenate([first, last, pointer_plane(example.actions, side)])
+    last_step = screen(load(example.screenshots[-1]), side)
+    final = screen(load(example.final_screenshot), side) if example.final_screenshot else last_step
+    image = np.concatenate([first, last_step, final, pointer_plane(example.actions, side),
+                            pointer_plane(example.actions[-1:], side)])
     return Features(image, tokenize(example.instruction, buckets), tokenize(typed_text(example.actions), buckets),
                     action_counts(example.actions))
 

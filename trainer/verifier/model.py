@@ -1,4 +1,4 @@
-"""The verifier: a small CNN over the two screens and the pointer plane, conditioned on the
+"""The verifier: a small CNN over the three screens and the pointer plane, conditioned on the
 instruction (FiLM, as the pixel policy is), with the typed words and the action counts beside it;
 one logit, P(the page would say success). A few hundred thousand parameters: it trains on two CPU
 cores in minutes."""
@@ -13,9 +13,14 @@ from trainer.verifier.features import IMAGE_CHANNELS, N_COUNTS, Batch
 
 
 class VerifierNet(nn.Module):
-    def __init__(self, side: int = 64, buckets: int = 4096, dim: int = 32, channels: int = 32) -> None:
+    def __init__(self, side: int = 64, buckets: int = 4096, dim: int = 32, channels: int = 32,
+                 image_channels: int = IMAGE_CHANNELS) -> None:
         super().__init__()
-        self.config = {"side": side, "buckets": buckets, "dim": dim, "channels": channels}
+        if image_channels != IMAGE_CHANNELS:
+            raise ValueError(f"a model of {image_channels} image planes; the features have {IMAGE_CHANNELS}: "
+                             "it was trained on another feature layout, train it again")
+        self.config = {"side": side, "buckets": buckets, "dim": dim, "channels": channels,
+                       "image_channels": image_channels}
         self.convs = nn.ModuleList([
             nn.Conv2d(IMAGE_CHANNELS, 16, 5, stride=2, padding=2),
             nn.Conv2d(16, channels, 3, stride=2, padding=1),

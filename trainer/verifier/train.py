@@ -112,7 +112,11 @@ def load(path: str | Path) -> tuple[VerifierNet, dict]:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise UserError(f"no verifier model at {path}: train one with `flywheel verifier train`") from None
-    model = VerifierNet(**blob["config"])
+    config = {"image_channels": 7, **blob["config"]}  # models saved before the layout was recorded had 7
+    try:
+        model = VerifierNet(**config)
+    except ValueError as e:
+        raise UserError(f"the verifier at {path}: {e}") from None
     model.load_state_dict(blob["state_dict"])
     model.eval()
     return model, blob
