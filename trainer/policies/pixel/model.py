@@ -146,6 +146,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
             raise ValueError(f"pixel policy cannot emit action types {unknown or '[]'}; choose from {sorted(known)}")
         self.cfg, self.name, self.version = cfg, name, version
         self._maps_store: BlobStore | None = None  # use_blob_store's: where each screenshot's grounding maps are kept
+        self._guides: dict[tuple, np.ndarray] = {}  # _guide_floor's: a task's guide is the same at every step of it
         self.grid, self.side = int(cfg["grid"]), 8 * int(cfg["grid"])
         self.types: list[str] = list(cfg["action_types"])
         self.pointers = [t for t in self.types if t in POINTER_TYPES]
@@ -398,6 +399,15 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         row = int((y - y0) / (y1 - y0) * self.grid)
         return min(max(row, 0), self.grid - 1) * self.grid + min(max(col, 0), self.grid - 1)
 
+    def _guide_floor(self, points: tuple[tuple[int, float, float], ...], step: int) -> np.ndarray:
+        """``guide_floor`` at this step, built once per (guide, step): every decision of a guided task asks."""
+        key = (points, step)
+        if key not in self._guides:
+            if len(self._guides) >= 4096:  # a bound, not an LRU: the guides of a run are few
+                self._guides.clear()
+            self._guides[key] = guide_floor(points, step, self._cell_at, self.grid)
+        return self._guides[key]
+
     def _cell_centre(self, cell: int) -> tuple[float, float]:
         x0, y0, x1, y1 = self.cfg["crop"]
         row, col = divmod(cell, self.grid)
@@ -503,7 +513,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
             floor = torch.full((len(inputs), len(self.pointers), self.grid * self.grid), 1.0 / self.grid ** 2,
                                dtype=torch.float64)
             floor[:, self.pointers.index("click")] = torch.from_numpy(np.stack(
-                [guide_floor(at, len(i.history), self._cell_at, self.grid) for i, at in zip(inputs, explore_at)]))
+                [self._guide_floor(tuple(at), len(i.history)) for i, at in zip(inputs, explore_at)]))
         return self.decide(obs, [i.instruction for i in inputs], greedy, explore, floor)
 
     @torch.no_grad()
