@@ -109,3 +109,17 @@ def test_self_imitation_is_named_beside_reward_alone_not_as_a_teacher():
     assert rl_label(t) == "RL phase (reward)"
     cold = taught_of(20, "scripted", 0.2, train(sil_coef=0.5))
     assert taught.line(cold).startswith("Taught by: reward (self-imitation of the policy's own best episodes x 0.5); scripted")
+
+
+def test_a_learned_verifiers_reward_is_named_where_the_streams_hand_it_the_tasks():
+    """RL on a verifier's verdict is reward alone, but not the page's: the report says whose."""
+    assert taught.judged_tasks("--judge-url http://127.0.0.1:8765/score --judge-tasks * --judge-success-at 0.2") == "*"
+    assert taught.judged_tasks("--judge-tasks=click-link,click-tab") == "click-link,click-tab"
+    assert taught.judged_tasks("--judge-url http://127.0.0.1:8765/score") == ""  # the judge only adds a component
+    assert taught.judged_tasks("") == "" and taught.judged_tasks("--judge-tasks") == ""
+    every = taught_of(0, "scripted", 0.0, train(sil_coef=0.5), judged="*")
+    assert taught.line(every) == ("Taught by: reward alone (the learned verifier's verdict, not the page's, on every "
+                                  "task; self-imitation of the policy's own best episodes x 0.5).")
+    some = taught_of(0, "scripted", 0.0, train(), judged="click-link")
+    assert sources(some) == ["reward (the learned verifier's verdict, not the page's, on click-link)"]
+    assert taught.record(some)["judged"] == "click-link" and not some.teacher_in_rl
