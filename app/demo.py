@@ -36,7 +36,7 @@ from pathlib import Path
 from app import demo_queries as Q
 from app import demo_report, phase_list, phases, run_config, start_from, taught
 from app.curriculum import EXPLORE_BELOW, WINDOW as CURRICULUM_WINDOW, TaskFeed, guide_points
-from app.demo_children import check_child_options, child_env, plan_children, trainer_config, ui_child
+from app.demo_children import check_child_options, child_env, judged_tasks, plan_children, trainer_config, ui_child
 from app.demo_config import RUN_ID, DemoConfig, effective, run_names
 from app.demo_platform import broker_processes, broker_to_start, ensure_platform, leave_platform, stop_children
 from app.demo_report import rl_outcome
@@ -344,7 +344,7 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id
     logs = out / "logs"
     taught_by = taught.taught_of(cfg.cold_start_demos, cfg.demos_from, cfg.demo_noise, train, cfg.explore_from,
-                                 taught.judged_tasks(cfg.streams_args))
+                                 judged_tasks(cfg, {**os.environ, **child_env(settings, prefix)}))
     print(demo_report.header(cfg, run_id, policy, plan, train, budget, logs, taught_by), flush=True)
     log.info("demo config %s", describe(cfg))
     log.info("trainer config %s", trainer.record())

@@ -13,12 +13,16 @@ from typing import Any
 import app.ui.cli as ui_cli
 from app import phases, run_config
 from app.demo_config import DemoConfig, expert_labels
+from infra.runtime.command import check_argv
 from infra.runtime.config import ConfigError, to_env
 from infra.runtime.errors import UserError
 from infra.runtime.procs import Child, flywheel_argv
 from infra.runtime.settings import Settings
 from producers.capacity import machine_sandboxes
 from producers.suites import RunPlan
+from streams import cli as streams_cli
+from streams.config import StreamsConfig
+from streams.score import parse_judge_tasks
 
 def child_env(settings: Settings, prefix: str) -> dict[str, str]:
     """Children rebuild the platform settings from FLYWHEEL_* variables: every setting is passed,
@@ -85,7 +89,7 @@ def ui_child(port: int, token: str, logs: Path, env: dict[str, str]) -> Child:
 def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[str, str, str],
                         settings: Settings) -> run_config.Resolved:
     """The trainer's resolved configuration in this run (``trainer_config``), or UserError unless
-    `flywheel train` and, with a cold start, `flywheel bc` accept what the run will give them
+    `flywheel train`, `flywheel streams` (``judged_tasks``) and, with a cold start, `flywheel bc` accept what the run will give them
     (``phases.bc_options``: the demo's settings, then --bc-args), parsed by their own parser,
     platform settings included. A misspelt option, a bad value, or RFT rounds with
     --nproc-per-node 2 failed the run only when its phase began, minutes in. Checked before
@@ -96,6 +100,7 @@ def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[st
     env = {**os.environ, **child_env(settings, prefix)}
     trainer = trainer_config(cfg, prefix, policy, plan, env)
     check_labels(cfg, trainer.train, type(trainer.train)())
+    judged_tasks(cfg, env)
     if cfg.cold_start_demos:
         try:
             run_config.bc_config(phases.bc_options(cfg, policy, list(cold.demonstrated), plan.action_types), env)
@@ -103,6 +108,22 @@ def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[st
             raise UserError(f"flywheel bc would refuse its options in this run (the demo's, then --bc-args "
                             f"{cfg.bc_args!r}; FLYWHEEL_* variables count too): {exc}") from None
     return trainer
+
+
+def judged_tasks(cfg: DemoConfig, env: dict[str, str]) -> str:
+    """The tasks whose reward the streams' judge decides in this run, as `flywheel streams` will
+    resolve them (its own parser over ``--streams-args``, FLYWHEEL_* variables in ``env`` too):
+    "" (the page's verdict everywhere), "*" (every task) or the names, sorted. UserError where the
+    streams would refuse their options, or judge tasks without a judge."""
+    try:
+        streams = check_argv(streams_cli.register, "streams", cfg.streams_args.split(), StreamsConfig, env)
+    except (ConfigError, UserError) as exc:
+        raise UserError(f"flywheel streams would refuse its options in this run (--streams-args "
+                        f"{cfg.streams_args!r}; FLYWHEEL_* variables count too): {exc}") from None
+    tasks = parse_judge_tasks(streams.judge_tasks)
+    if tasks and not streams.judge_url:
+        raise UserError(f"--streams-args gives judge tasks ({', '.join(sorted(tasks))}) but no judge: add --judge-url")
+    return "*" if "*" in tasks else ",".join(sorted(tasks))
 
 
 def check_labels(cfg: DemoConfig, train: Any, default: Any) -> None:

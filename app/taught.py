@@ -3,7 +3,7 @@ figure the report prints names it, so a score a teacher earned is not read as RL
 
 The sources, each from a setting the run resolved before it started:
 - reward: always (RL learns from it in every run); the page's verdict, or a learned verifier's on
-  the tasks the streams' ``--judge-tasks`` hands it (``judged``, read from ``--streams-args``);
+  the tasks the streams' ``--judge-tasks`` hands it (``judged``: app.demo_children.judged_tasks);
 - scripted or human demonstrations, cloned into pi_sft by the cold start (``cold_start_demos``);
 - RFT rounds re-cloning those demonstrations beside the policy's own successes during RL
   (``rft_every`` after a cold start; from random weights a round fits the policy's own successes,
@@ -33,7 +33,7 @@ class Taught:
     dagger_every: int  # PPO updates between DAgger rounds (0: none)
     sil_coef: float = 0.0  # self-imitation's weight on the policy's own best episodes (0: none)
     explore_from: str = ""  # "" or "human": demonstrations guiding the exploration floor's clicks
-    judged: str = ""  # the tasks whose reward a learned verifier decides ("*": every task; "": none, the page's)
+    judged: str = ""  # the tasks whose reward the streams' judge decides ("*": every task; "": none, the page's)
 
     @property
     def teacher_in_rl(self) -> bool:
@@ -46,23 +46,11 @@ class Taught:
         return self.rft_every > 0 and bool(self.demonstrations)
 
 
-def judged_tasks(streams_args: str) -> str:
-    """The streams' ``--judge-tasks`` in the demo's ``--streams-args`` (split as the demo splits
-    them): "" where it is not given (the judge, if any, only adds a component beside the page's)."""
-    words = streams_args.split()
-    for i, word in enumerate(words):
-        if word == "--judge-tasks" and i + 1 < len(words):
-            return words[i + 1]
-        if word.startswith("--judge-tasks="):
-            return word.partition("=")[2]
-    return ""
-
-
 def taught_of(cold_start_demos: int, demos_from: str, demo_noise: float, train: Any, explore_from: str = "",
               judged: str = "") -> Taught:
     """The teaching of a run with that many demonstrations per task by ``demos_from`` (0: from
     random weights) and the trainer's resolved configuration ``train`` (a TrainConfig); ``judged``:
-    the tasks a learned verifier rewards (``judged_tasks``)."""
+    the tasks the streams' judge rewards (app.demo_children.judged_tasks)."""
     return Taught(demonstrations=demos_from if cold_start_demos > 0 else "",
                   demo_noise=demo_noise if cold_start_demos > 0 and demos_from == "scripted" else 0.0,
                   rft_every=int(train.rft_every), expert_coef=float(train.expert_coef),
@@ -72,7 +60,8 @@ def taught_of(cold_start_demos: int, demos_from: str, demo_noise: float, train: 
 
 def sources(t: Taught) -> list[str]:
     """What taught the policy, one phrase per source, reward first."""
-    said = ([f"the learned verifier's verdict, not the page's, on {'every task' if t.judged == '*' else t.judged}"]
+    said = ([f"the verdict of the judge at --judge-url, not the page's, on "
+             f"{'every task' if t.judged == '*' else t.judged}"]
             if t.judged else []) + ([f"self-imitation of the policy's own best episodes x {t.sil_coef:g}"]
                                     if t.sil_coef > 0 else [])
     out = [f"reward ({'; '.join(said)})" if said else "reward"]

@@ -104,6 +104,8 @@ def test_the_guide_floors_the_click_head_only_and_the_other_pointer_heads_stay_u
     built = policy._guides[(tuple(guide), 0)]  # built once per (guide, step), read again after
     policy.act(_inputs(2), explore=[0.5, 0.5], explore_at=[guide, guide])
     assert len(policy._guides) == 2 and policy._guides[(tuple(guide), 0)] is built  # and the empty guide's
+    policy.act(_inputs(2), explore=[0.5, 0.5], explore_at=[[list(p) for p in guide], []])  # JSON's lists
+    assert len(policy._guides) == 2 and not built.flags.writeable
     logits = torch.randn(2, 2, policy.grid ** 2)
     p = mix_floor(logits, torch.tensor([0.5, 0.5]), floor).exp()  # a floor shaped as the logits
     assert torch.allclose(p[0, click], 0.5 * torch.softmax(logits[0, click], -1) + 0.5 * floor[0, click].float(), atol=1e-6)

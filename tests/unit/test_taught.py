@@ -4,6 +4,8 @@ report's phase table and figures, and the learning curve plots a game's normalis
 from __future__ import annotations
 
 import json
+
+import pytest
 from types import SimpleNamespace
 
 from app import report, taught
@@ -111,15 +113,29 @@ def test_self_imitation_is_named_beside_reward_alone_not_as_a_teacher():
     assert taught.line(cold).startswith("Taught by: reward (self-imitation of the policy's own best episodes x 0.5); scripted")
 
 
-def test_a_learned_verifiers_reward_is_named_where_the_streams_hand_it_the_tasks():
-    """RL on a verifier's verdict is reward alone, but not the page's: the report says whose."""
-    assert taught.judged_tasks("--judge-url http://127.0.0.1:8765/score --judge-tasks * --judge-success-at 0.2") == "*"
-    assert taught.judged_tasks("--judge-tasks=click-link,click-tab") == "click-link,click-tab"
-    assert taught.judged_tasks("--judge-url http://127.0.0.1:8765/score") == ""  # the judge only adds a component
-    assert taught.judged_tasks("") == "" and taught.judged_tasks("--judge-tasks") == ""
+def test_a_judges_reward_is_named_where_the_streams_hand_it_the_tasks(monkeypatch):
+    """RL on a learned verifier's verdict is reward alone, but not the page's: the report says
+    whose, read as `flywheel streams` resolves its options (its parser, FLYWHEEL_* variables)."""
+    from app.demo_children import judged_tasks
+    from infra.runtime.errors import UserError
+
+    def judged(streams_args, **env):
+        return judged_tasks(DemoConfig(streams_args=streams_args), env)
+
+    url = "--judge-url http://127.0.0.1:8765/score"
+    assert judged(f"{url} --judge-tasks * --judge-success-at 0.2") == "*"
+    assert judged(f"{url} --judge-tasks=click-tab,click-link") == "click-link,click-tab"
+    assert judged(f"{url} --judge-tasks a,* --judge-tasks b") == "b"  # the last one given, as argparse reads it
+    assert judged(f"{url} --judge-tasks ,") == ""  # no task: the page's verdict
+    assert judged(url) == "" and judged("") == ""  # the judge, if any, only adds a component
+    assert judged(url, FLYWHEEL_JUDGE_TASKS="*") == "*"
+    with pytest.raises(UserError, match="no judge: add --judge-url"):
+        judged("--judge-tasks *")
+    with pytest.raises(UserError, match="flywheel streams would refuse"):
+        judged("--judge-taks *")
     every = taught_of(0, "scripted", 0.0, train(sil_coef=0.5), judged="*")
-    assert taught.line(every) == ("Taught by: reward alone (the learned verifier's verdict, not the page's, on every "
-                                  "task; self-imitation of the policy's own best episodes x 0.5).")
+    assert taught.line(every) == ("Taught by: reward alone (the verdict of the judge at --judge-url, not the "
+                                  "page's, on every task; self-imitation of the policy's own best episodes x 0.5).")
     some = taught_of(0, "scripted", 0.0, train(), judged="click-link")
-    assert sources(some) == ["reward (the learned verifier's verdict, not the page's, on click-link)"]
+    assert sources(some) == ["reward (the verdict of the judge at --judge-url, not the page's, on click-link)"]
     assert taught.record(some)["judged"] == "click-link" and not some.teacher_in_rl

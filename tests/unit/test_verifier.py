@@ -144,12 +144,14 @@ def store(tmp_path):
 
 def test_features_show_the_screens_the_pointer_and_the_typed_words(store):
     start, green = store.put(png((0, 0, 255))).sha256, store.put(png((0, 255, 0))).sha256
-    e = Example("e", "t", "type hello", (start, start), ({"type": "click", "x": 0.5, "y": 0.5},
+    red = store.put(png((255, 0, 0))).sha256
+    e = Example("e", "t", "type hello", (start, red), ({"type": "click", "x": 0.5, "y": 0.5},
                 {"type": "type", "content": "hello"}), green, 1)
     f = featurize(e, store.get, 16, 64)
     assert f.image.shape == (11, 16, 16)
-    assert f.image[2].min() == 255 and f.image[5].min() == 255  # the first screen, the last step's: blue
-    assert f.image[7].min() == 255 and f.image[6].max() == 0  # the final screen: green
+    assert f.image[2].min() == 255 and f.image[:2].max() == 0  # the first screen: blue
+    assert f.image[3].min() == 255 and f.image[4:6].max() == 0  # the last action's: red
+    assert f.image[7].min() == 255 and f.image[6].max() == 0 and f.image[8].max() == 0  # the final screen: green
     assert f.image[9, 8, 8] == 255 and f.image[9, 0, 0] == 0  # every pointer action
     assert f.image[10].max() == 0  # the last action typed: no point
     clicked_last = featurize(Example("e", "t", "x", (start,), ({"type": "click", "x": 0.0, "y": 0.0},), None, 1),
@@ -286,9 +288,13 @@ def test_a_model_saved_on_the_older_feature_layout_is_refused_with_a_clear_error
     save(current, VerifierNet(side=16, buckets=64), 0.5, ["a"], ["b"])
     model, blob = load(current)
     assert blob["config"]["image_channels"] == 11 and model.config == blob["config"]
+    unrecorded = tmp_path / "unrecorded.pt"  # the current layout saved without saying so still loads
+    torch.save({**blob, "config": {k: v for k, v in blob["config"].items() if k != "image_channels"}}, unrecorded)
+    assert load(unrecorded)[0].config == blob["config"]
     older = tmp_path / "older.pt"
     blob = torch.load(current, weights_only=True)
-    blob["config"].pop("image_channels")  # saved before the layout was recorded: 7 planes
+    blob["config"].pop("image_channels")  # saved before the layout was recorded, on 7 planes
+    blob["state_dict"]["convs.0.weight"] = blob["state_dict"]["convs.0.weight"][:, :7]
     torch.save(blob, older)
     with pytest.raises(UserError, match="7 image planes.*train it again"):
         load(older)

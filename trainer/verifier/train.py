@@ -112,7 +112,8 @@ def load(path: str | Path) -> tuple[VerifierNet, dict]:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise UserError(f"no verifier model at {path}: train one with `flywheel verifier train`") from None
-    config = {"image_channels": 7, **blob["config"]}  # models saved before the layout was recorded had 7
+    # the planes its first convolution reads (a model saved before the layout was recorded says none)
+    config = {**blob["config"], "image_channels": int(blob["state_dict"]["convs.0.weight"].shape[1])}
     try:
         model = VerifierNet(**config)
     except ValueError as e:

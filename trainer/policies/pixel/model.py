@@ -402,11 +402,14 @@ class PixelPolicy(nn.Module, PolicyDefaults):
     def _guide_floor(self, points: tuple[tuple[int, float, float], ...], step: int) -> np.ndarray:
         """``guide_floor`` at this step, built once per (guide, step): every decision of a guided task asks."""
         key = (points, step)
-        if key not in self._guides:
+        floor = self._guides.get(key)
+        if floor is None:
             if len(self._guides) >= 4096:  # a bound, not an LRU: the guides of a run are few
                 self._guides.clear()
-            self._guides[key] = guide_floor(points, step, self._cell_at, self.grid)
-        return self._guides[key]
+            floor = guide_floor(points, step, self._cell_at, self.grid)
+            floor.setflags(write=False)  # every later decision reads this one array
+            self._guides[key] = floor
+        return floor
 
     def _cell_centre(self, cell: int) -> tuple[float, float]:
         x0, y0, x1, y1 = self.cfg["crop"]
@@ -513,7 +516,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
             floor = torch.full((len(inputs), len(self.pointers), self.grid * self.grid), 1.0 / self.grid ** 2,
                                dtype=torch.float64)
             floor[:, self.pointers.index("click")] = torch.from_numpy(np.stack(
-                [self._guide_floor(tuple(at), len(i.history)) for i, at in zip(inputs, explore_at)]))
+                [self._guide_floor(tuple(map(tuple, at)), len(i.history)) for i, at in zip(inputs, explore_at)]))
         return self.decide(obs, [i.instruction for i in inputs], greedy, explore, floor)
 
     @torch.no_grad()
