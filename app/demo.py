@@ -34,9 +34,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from app import demo_queries as Q
-from app import demo_report, phase_list, phases, run_config, start_from, taught
+from app import demo_report, phase_list, phases, start_from, taught
 from app.curriculum import EXPLORE_BELOW, WINDOW as CURRICULUM_WINDOW, TaskFeed, guide_points
-from app.demo_children import check_child_options, child_env, judged_tasks, plan_children, trainer_config, ui_child
+from app.demo_children import Checked, check_child_options, child_env, plan_children, ui_child
 from app.demo_config import RUN_ID, DemoConfig, effective, run_names
 from app.demo_platform import broker_processes, broker_to_start, ensure_platform, leave_platform, stop_children
 from app.demo_report import rl_outcome
@@ -306,7 +306,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     guide = explore_guide(cfg, recorded)
     run_id, prefix, policy = run_names(cfg)
     settings = load_settings({**asdict(settings), "topic_prefix": prefix})
-    trainer = check_child_options(cfg, cold, (run_id, prefix, policy), settings)
+    checked = check_child_options(cfg, cold, (run_id, prefix, policy), settings)
     for line in (*cold.lines, *changed):
         print(line, flush=True)
     broker = broker_to_start(settings)
@@ -314,7 +314,7 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     stop = phases.Stop()
     previous = {s: signal.signal(s, _terminate_once(stop)) for s in stop_signals()}
     try:
-        return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, human, trainer, guide)
+        return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, checked, human, guide)
     finally:
         stop.set("the run ended")  # from here a signal lets the cleanup finish
         stop.interruptible = False
@@ -329,22 +329,23 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
 
 
 def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tuple[str, str, str], broker,
-         children: list[Child], stop: phases.Stop, changed: list[str], human: list | None = None,
-         trainer: run_config.Resolved | None = None, guide: dict[str, list] | None = None) -> Path:
+         children: list[Child], stop: phases.Stop, changed: list[str], checked: Checked,
+         human: list | None = None, guide: dict[str, list] | None = None) -> Path:
     """Start the platform and the children (appended to ``children`` as they are planned, for
     run_demo to stop whatever happens), run the phases until the deadline, stop the children and
     write the report; -> its path. ``human``: the people's demonstrations of ``--demos-from human``;
-    ``trainer``: the trainer's resolved configuration (resolved here when not given); ``guide``:
+    ``checked``: what ``check_child_options`` resolved (the trainer's configuration, the judged
+    tasks); ``guide``:
     --explore-from's points per task (``explore_guide``)."""
     run_id, prefix, policy = names
     budget = phase_list.Budget(time.time(), cfg.minutes)  # --minutes bounds the whole run, its start-up included
     plan = cfg.plan()
-    trainer = trainer or trainer_config(cfg, prefix, policy, plan, {**os.environ, **child_env(settings, prefix)})
+    trainer = checked.trainer
     train = trainer.train
     out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id
     logs = out / "logs"
     taught_by = taught.taught_of(cfg.cold_start_demos, cfg.demos_from, cfg.demo_noise, train, cfg.explore_from,
-                                 judged_tasks(cfg, {**os.environ, **child_env(settings, prefix)}))
+                                 checked.judged)
     print(demo_report.header(cfg, run_id, policy, plan, train, budget, logs, taught_by), flush=True)
     log.info("demo config %s", describe(cfg))
     log.info("trainer config %s", trainer.record())

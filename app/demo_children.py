@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import app.ui.cli as ui_cli
 from app import phases, run_config
@@ -22,7 +22,7 @@ from producers.capacity import machine_sandboxes
 from producers.suites import RunPlan
 from streams import cli as streams_cli
 from streams.config import StreamsConfig
-from streams.score import parse_judge_tasks
+from streams.score import check_judge, parse_judge_tasks
 
 def child_env(settings: Settings, prefix: str) -> dict[str, str]:
     """Children rebuild the platform settings from FLYWHEEL_* variables: every setting is passed,
@@ -86,9 +86,15 @@ def ui_child(port: int, token: str, logs: Path, env: dict[str, str]) -> Child:
                  {**env, ui_cli.TOKEN_ENV: token})
 
 
+class Checked(NamedTuple):
+    """What ``check_child_options`` resolved, handed on so that nothing is resolved twice."""
+    trainer: run_config.Resolved  # the trainer's resolved configuration (``trainer_config``)
+    judged: str  # the tasks the streams' judge decides (``judged_tasks``)
+
+
 def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[str, str, str],
-                        settings: Settings) -> run_config.Resolved:
-    """The trainer's resolved configuration in this run (``trainer_config``), or UserError unless
+                        settings: Settings) -> Checked:
+    """The trainer's resolved configuration in this run and the tasks its judge decides, or UserError unless
     `flywheel train`, `flywheel streams` (``judged_tasks``) and, with a cold start, `flywheel bc` accept what the run will give them
     (``phases.bc_options``: the demo's settings, then --bc-args), parsed by their own parser,
     platform settings included. A misspelt option, a bad value, or RFT rounds with
@@ -100,14 +106,14 @@ def check_child_options(cfg: DemoConfig, cold: phases.ColdStart, names: tuple[st
     env = {**os.environ, **child_env(settings, prefix)}
     trainer = trainer_config(cfg, prefix, policy, plan, env)
     check_labels(cfg, trainer.train, type(trainer.train)())
-    judged_tasks(cfg, env)
+    judged = judged_tasks(cfg, env)
     if cfg.cold_start_demos:
         try:
             run_config.bc_config(phases.bc_options(cfg, policy, list(cold.demonstrated), plan.action_types), env)
         except (ConfigError, UserError) as exc:
             raise UserError(f"flywheel bc would refuse its options in this run (the demo's, then --bc-args "
                             f"{cfg.bc_args!r}; FLYWHEEL_* variables count too): {exc}") from None
-    return trainer
+    return Checked(trainer, judged)
 
 
 def judged_tasks(cfg: DemoConfig, env: dict[str, str]) -> str:
@@ -121,8 +127,10 @@ def judged_tasks(cfg: DemoConfig, env: dict[str, str]) -> str:
         raise UserError(f"flywheel streams would refuse its options in this run (--streams-args "
                         f"{cfg.streams_args!r}; FLYWHEEL_* variables count too): {exc}") from None
     tasks = parse_judge_tasks(streams.judge_tasks)
-    if tasks and not streams.judge_url:
-        raise UserError(f"--streams-args gives judge tasks ({', '.join(sorted(tasks))}) but no judge: add --judge-url")
+    try:
+        check_judge(tasks, bool(streams.judge_url), streams.judge_success_at)
+    except UserError as exc:
+        raise UserError(f"--streams-args: {exc}") from None
     return "*" if "*" in tasks else ",".join(sorted(tasks))
 
 

@@ -273,11 +273,18 @@ def make_scorer(name: str, judge: OutcomeJudge | None = None, judge_tasks: froze
     judge decides instead of the page (``*``: all)."""
     if name not in SCORERS:
         raise UserError(f"unknown scorer {name!r}: choose one of {', '.join(sorted(SCORERS))}")
-    if judge_tasks and judge is None:
+    check_judge(judge_tasks, judge is not None, judge_success_at)
+    return replace(SCORERS[name](judge), judge_tasks=frozenset(judge_tasks), judge_success_at=judge_success_at)
+
+
+def check_judge(judge_tasks: frozenset[str], has_judge: bool, judge_success_at: float) -> None:
+    """UserError unless the judge options make sense together: judge tasks need a judge, and a
+    judged task's success threshold is a judge score. The one home of the rule: the streams apply
+    it when they build their scorer, `flywheel demo` before it starts them."""
+    if judge_tasks and not has_judge:
         raise UserError(f"judge tasks {', '.join(sorted(judge_tasks))} need a judge: set --judge-url")
     if not 0.0 <= judge_success_at <= 1.0:  # NaN fails too: every judged task would silently fail or succeed
         raise UserError(f"--judge-success-at {judge_success_at} must be a judge score in [0, 1]")
-    return replace(SCORERS[name](judge), judge_tasks=frozenset(judge_tasks), judge_success_at=judge_success_at)
 
 
 def parse_judge_tasks(text: str) -> frozenset[str]:
