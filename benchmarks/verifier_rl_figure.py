@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"no episode of pixel-{run} in this log: left out of the figure")
     order = [r["config"] for r in results[:1]] + ["verifier's reward: the page's success",
                                                   "verifier's reward: the verifier's success"]
-    drawn = plot_by_task(results, Path(args.out), "success", f"{WINDOW_S} s", order)  # the label: windows of 120 s
+    drawn = plot_by_task(results, Path(args.out), "success", f"{WINDOW_S} s", order)
     print(f"{args.out}: {len(drawn)} tasks")
 
 

@@ -52,10 +52,11 @@ def plot(results: list[dict], path: Path, measured: str, window: int, order: lis
     plt.close(fig)
 
 
-def plot_by_task(results: list[dict], path: Path, measured: str, window: int, order: list[str]) -> list[str]:
+def plot_by_task(results: list[dict], path: Path, measured: str, window: int | str, order: list[str]) -> list[str]:
     """One panel per task (``task_curves`` of each result: rows kept from before it was measured
     have none and are left out); the tasks drawn, in the panels' order. None drawn: no file (one
-    left by an earlier report is removed)."""
+    left by an earlier report is removed). ``window``: what each point averages, for the y label (a
+    count of episodes, or words such as "120 s")."""
     tasks = sorted({t for r in results for t, c in (r.get("task_curves") or {}).items() if c})
     if not tasks:
         path.unlink(missing_ok=True)
