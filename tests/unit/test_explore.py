@@ -17,6 +17,7 @@ from infra.runtime.errors import UserError
 from infra.runtime.policy import PolicyInput, build_policy
 from producers.tasks import EXPLORE, EXPLORE_AT, build_tasks, check_task, explore_share
 from trainer.policies.pixel.model import mix_floor
+from tests.unit.pixel_inputs import random_inputs
 
 
 def test_the_mixture_is_a_distribution_with_the_floor_and_none_is_the_policy():
@@ -32,9 +33,7 @@ def test_the_mixture_is_a_distribution_with_the_floor_and_none_is_the_policy():
 
 
 def _inputs(n: int) -> list[PolicyInput]:
-    rng = np.random.default_rng(0)
-    return [PolicyInput(image=rng.integers(0, 255, (210, 160, 3), dtype=np.uint8), instruction="Click the menu",
-                        screen_width=160, screen_height=210) for _ in range(n)]
+    return random_inputs(n, "Click the menu")
 
 
 class _Sharp(torch.nn.Module):

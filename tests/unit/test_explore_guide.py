@@ -20,6 +20,7 @@ from infra.runtime.policy import PastStep, PolicyInput, SeenScreen, build_policy
 from producers.tasks import EXPLORE, EXPLORE_AT, MAX_EXPLORE_POINTS, build_tasks, check_task, explore_points
 from schemas import actions as A
 from trainer.policies.pixel.model import GUIDE_UNIFORM, guide_floor, mix_floor
+from tests.unit.pixel_inputs import random_inputs
 
 GRID = 20
 
@@ -58,14 +59,12 @@ def test_the_mixture_with_a_guide_is_the_guides_and_without_one_the_uniform_floo
 
 
 def _inputs(n: int, steps: int = 0) -> list[PolicyInput]:
-    rng = np.random.default_rng(0)
     from schemas.events import BlobRef
 
     screen = SeenScreen(BlobRef(sha256="0" * 64, uri="file:///nowhere", width=160, height=210), 160, 210, "Click the tab")
     past = [PastStep(observation=screen, thought="", raw_output="", action=A.Click(x=0.1, y=0.5))
             for _ in range(steps)]
-    return [PolicyInput(image=rng.integers(0, 255, (210, 160, 3), dtype=np.uint8), instruction="Click the tab",
-                        screen_width=160, screen_height=210, history=list(past)) for _ in range(n)]
+    return random_inputs(n, "Click the tab", lambda k: past)
 
 
 def test_a_guided_decision_is_drawn_near_the_guide_and_logs_the_mixtures_log_prob():

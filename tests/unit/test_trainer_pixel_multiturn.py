@@ -10,6 +10,7 @@ from infra.runtime.policy import PolicyInput, build_policy
 from schemas import actions as A
 from schemas.events import BlobRef, Observation, Step
 from trainer.policies.pixel.inputs import span_mask, token_spans
+from tests.unit.pixel_inputs import random_inputs
 
 TYPES = ["click", "type", "press_enter", "scroll", "finished", "hotkey", "left_double", "right_single"]
 INSTRUCTION = 'Enter the username "bob" and the password "k1a" into the text fields and press login.'
@@ -36,9 +37,7 @@ def _policy(grid=8):
 
 
 def _inputs(n=12):
-    rng = np.random.default_rng(0)
-    return [PolicyInput(rng.integers(0, 255, (210, 160, 3), dtype=np.uint8), INSTRUCTION, 160, 210,
-                        history=HISTORY[:k % (len(HISTORY) + 1)]) for k in range(n)]
+    return random_inputs(n, INSTRUCTION, lambda k: HISTORY[:k % (len(HISTORY) + 1)])
 
 
 def _force(policy, name):
