@@ -40,7 +40,8 @@ def why_unfinished(report_dir: Path) -> str | None:
 
 def run_marked(argv: list[str], cwd: Path, report_dir: Path, minutes: float, ok: tuple[int, ...] = (0,)) -> int:
     """Run the demo ``argv`` under ``report_dir``'s marker; -> its exit code. The marker goes only
-    where the code is in ``ok`` and no one else stopped it; else it says why. A KeyboardInterrupt
+    where the code is in ``ok``, the demo wrote its summary and no one else stopped it; else it
+    says why (``marked_why``). A KeyboardInterrupt
     (the benchmark stopped) leaves it saying how far the run got, and goes on up."""
     marker = report_dir / UNFINISHED
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -51,9 +52,19 @@ def run_marked(argv: list[str], cwd: Path, report_dir: Path, minutes: float, ok:
     except KeyboardInterrupt:
         marker.write_text(f"stopped after {(time.time() - t0) / 60:.1f} of {minutes:g} min\n")
         raise
-    stop = stopped_by(report_dir)
-    if rc in ok and not stop:
-        marker.unlink()
+    why = marked_why(rc, ok, report_dir)
+    if why:
+        marker.write_text(f"{why}\n")
     else:
-        marker.write_text(f"{stop or f'the demo exited with code {rc}'}\n")
+        marker.unlink()
     return rc
+
+
+def marked_why(rc: int, ok: tuple[int, ...], report_dir: Path) -> str | None:
+    """Why a demo that exited with ``rc`` did not end on its own (None: it did). An accepted code
+    without a summary.json is not an ended run either: the marker keeps saying so."""
+    if rc not in ok:
+        return f"the demo exited with code {rc}"
+    if not (report_dir / "summary.json").exists():
+        return f"the demo exited with code {rc} but wrote no summary.json"
+    return stopped_by(report_dir)

@@ -132,9 +132,20 @@ def test_a_run_whose_demo_refused_before_starting_anything_runs_again(tmp_path, 
     monkeypatch.setattr(marked, "run_child", lambda argv, cwd: calls.append(argv) or 2)  # its options refused
     ablate.run_one("full", 0, Args, tmp_path)
     assert "exited with code 2" in (tmp_path / "runs" / "abl-t-full-s0" / ablate.UNFINISHED).read_text()
-    monkeypatch.setattr(marked, "run_child", lambda argv, cwd: calls.append(argv) or 0)
+    report = tmp_path / "runs" / "abl-t-full-s0"
+    monkeypatch.setattr(marked, "run_child", lambda argv, cwd: calls.append(argv) or 0)  # no summary written
     ablate.run_one("full", 0, Args, tmp_path)  # the options mended: the same command runs it
-    assert len(calls) == 2 and not (tmp_path / "runs" / "abl-t-full-s0" / ablate.UNFINISHED).exists()
+    assert "exited with code 0 but wrote no summary.json" in (report / ablate.UNFINISHED).read_text()
+    assert not ablate.finished("full", 0, tmp_path, "t")
+
+    def ends(argv, cwd):
+        calls.append(argv)
+        (report / "summary.json").write_text("{}")
+        return 0
+
+    monkeypatch.setattr(marked, "run_child", ends)
+    ablate.run_one("full", 0, Args, tmp_path)  # its logs never started: run again, and this time it ends
+    assert len(calls) == 3 and not (report / ablate.UNFINISHED).exists()
 
 
 def test_only_runs_that_ended_on_their_own_are_measured(tmp_path, monkeypatch, capsys):
