@@ -16,6 +16,7 @@ from pathlib import Path
 from app.ablation.clean_stop import run_child
 
 UNFINISHED = "unfinished.txt"
+RECIPE_FILE = "recipe.txt"  # in a run's report folder: the recipe it ran on (app.ablation.runs.recipe), written before it starts
 
 
 def stopped_by(report_dir: Path) -> str | None:

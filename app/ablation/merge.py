@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+from app.ablation.marked import RECIPE_FILE, UNFINISHED
 from app.ablation.plot import _pyplot
 from app.demo_config import UNTIL_EPISODES_MAX
 
@@ -57,12 +58,15 @@ def run_id(role: str, seed: int, tag: str = "") -> str:
     return f"mrg{'-' + tag if tag else ''}-{role}-s{seed}"
 
 
-def kept(folder: Path, command: list[str], unfinished: str) -> bool:
+def kept(folder: Path, command: list[str], recipe: str) -> bool:
     """Whether the run in report ``folder`` can stand for this invocation's: it finished (no
-    ``unfinished`` marker) and ran ``command`` (its COMMAND file), so a run of other minutes,
-    episodes or start (a short trial into the same folder) is never taken for it."""
-    recorded = folder / COMMAND
-    return not (folder / unfinished).exists() and recorded.exists() and json.loads(recorded.read_text()) == command
+    unfinished marker), ran ``command`` (its COMMAND file) and on ``recipe`` (its RECIPE_FILE: the
+    suite's recipe, ``app.ablation.runs.recipe``), so a run of other minutes, episodes or start
+    (a short trial into the same folder), or one from before the suite's recipe changed (a
+    session later, the same options), is never taken for it."""
+    recorded, ran_on = folder / COMMAND, folder / RECIPE_FILE
+    return (not (folder / UNFINISHED).exists() and recorded.exists() and json.loads(recorded.read_text()) == command
+            and ran_on.exists() and ran_on.read_text().strip() == recipe)
 
 
 def attempt(run: str, folders: dict[str, bool]) -> tuple[str, bool]:

@@ -8,8 +8,8 @@ policy scored on both domains by evaluation runs (app.ablation.merge says how).
 
 Runs go one after the other on one broker (started here unless one answers), told apart by run
 id (``mrg[-TAG]-ROLE-sSEED``). A seed takes 3 to 4 hours at --minutes 30, longer than a
-session: rerunning the same command resumes it. A run that finished with the same options
-(no unfinished marker, its command.json) is kept (its report read, its evaluation re-read from
+session: rerunning the same command resumes it. A run that finished with the same options on
+the same recipe (no unfinished marker, its command.json, its recipe.txt) is kept (its report read, its evaluation re-read from
 the log), any other (a Ctrl-C, a crash, a cut-off session, a demo stopped by someone else, other
 options) runs again from its start under the next attempt's id (``...-r2``: a data dir refuses a
 run id used before), and the pool's copies and merges are made
@@ -30,8 +30,8 @@ from pathlib import Path
 
 from app.ablation import merge as M
 from app.ablation.clean_stop import end_stopping, run_child, stop_on_signals
-from app.ablation.marked import UNFINISHED, run_marked, why_unfinished
-from app.ablation.runs import MEASURES, ROOT, sql
+from app.ablation.marked import RECIPE_FILE, UNFINISHED, run_marked, why_unfinished
+from app.ablation.runs import MEASURES, ROOT, recipe, sql
 from app.phase_list import NO_RL_UPDATE
 from app.provenance import add_allow_dirty, commit_to_run, record
 from app.start_from import StartFrom, copy_into
@@ -75,7 +75,7 @@ class Runner:
         def command(run: str) -> list[str]:
             return M.demo_argv(run, tasks, minutes, seed, runs / run, extra)
 
-        folders = {d.name: M.kept(d, command(d.name)[3:], UNFINISHED) for d in runs.iterdir() if d.is_dir()} \
+        folders = {d.name: M.kept(d, command(d.name)[3:], recipe(tasks)) for d in runs.iterdir() if d.is_dir()} \
             if runs.is_dir() else {}
         run, finished = M.attempt(M.run_id(role, seed, self.args.tag), folders)
         report, argv = runs / run, command(run)
@@ -88,6 +88,7 @@ class Runner:
         report.mkdir(parents=True, exist_ok=True)
         (report / UNFINISHED).write_text("starting, not run\n")  # before its command: never kept unrun
         (report / M.COMMAND).write_text(json.dumps(argv[3:]))
+        (report / RECIPE_FILE).write_text(recipe(tasks) + "\n")
         t0 = time.time()
         rc = run_marked(argv, ROOT, report, minutes, ok)
         say(f"{run}: exit {rc} after {(time.time() - t0) / 60:.1f} min")

@@ -46,7 +46,7 @@ from app.demo_queries import trainer_metrics
 from app.provenance import add_allow_dirty, commit_to_run, record
 from app.measures import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary
 from app.ablation.clean_stop import end_stopping, stop_on_signals
-from app.ablation.marked import UNFINISHED, run_marked, why_unfinished
+from app.ablation.marked import RECIPE_FILE, UNFINISHED, run_marked, why_unfinished
 from app.ablation.effects import effects_table
 from app.ablation.plot import curve_key, plot, plot_by_task
 from infra.kafka.own_broker import broker_for_benchmarks
@@ -184,7 +184,6 @@ def sql(statement: str) -> list[dict]:
     return data if isinstance(data, list) else data.get("rows", data.get("data", []))
 
 
-RECIPE_FILE = "recipe.txt"  # the recipe a run ran on, written before it starts
 STOP_AFTER = "stop-after-run"  # created in --out by someone: no further run starts
 
 

@@ -159,6 +159,7 @@ def test_a_rerun_keeps_the_finished_runs_and_reruns_the_unfinished_one(tmp_path,
 
     from app.ablation import marked, merge_runs
     from app.ablation.marked import UNFINISHED
+    from app.ablation.runs import recipe
 
     r, ran = _runner(tmp_path, monkeypatch)
     runs = tmp_path / "runs"
@@ -166,6 +167,7 @@ def test_a_rerun_keeps_the_finished_runs_and_reruns_the_unfinished_one(tmp_path,
     (runs / "mrg-sft-s0" / "outcome.json").write_text(json.dumps({"base_version": 4}))
     sft_argv = M.demo_argv("mrg-sft-s0", M.SFT_TASKS, 15, 0, runs / "mrg-sft-s0", M.sft_extra())
     (runs / "mrg-sft-s0" / M.COMMAND).write_text(json.dumps(sft_argv[3:]))
+    (runs / "mrg-sft-s0" / M.RECIPE_FILE).write_text(recipe(M.SFT_TASKS) + "\n")
     (runs / "mrg-web-s0").mkdir()
     (runs / "mrg-web-s0" / UNFINISHED).write_text("started, not ended\n")
     sft = r.demo("sft", 0, M.SFT_TASKS, 15, M.sft_extra())
@@ -182,6 +184,9 @@ def test_a_rerun_keeps_the_finished_runs_and_reruns_the_unfinished_one(tmp_path,
     shorter = r.demo("web", 0, "default", 1, M.rl_extra("mrg-sft-s0@4"))  # other minutes: not that run
     assert shorter.name == "mrg-web-s0-r3" and len(ran) == 2
     assert r.demo("sft", 0, M.SFT_TASKS, 15, M.sft_extra("--sandboxes 2")).name == "mrg-sft-s0-r2"
+    assert (web / M.RECIPE_FILE).read_text().strip() == recipe("default")  # recorded as it started
+    (web / M.RECIPE_FILE).write_text("an-earlier-recipe\n")  # the same options a session before a recipe change
+    assert r.demo("web", 0, "default", 30, M.rl_extra("mrg-sft-s0@4")).name == "mrg-web-s0-r4" and len(ran) == 4
 
 
 def test_a_demo_stopped_by_someone_else_is_not_kept(tmp_path, monkeypatch):
