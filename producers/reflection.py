@@ -140,10 +140,12 @@ def post_reflection_pair(traj: Trajectory, tau: int, after: Observation, chosen:
 # ---------------------------------------------------------------- the walk
 
 
-def check_replayable(traj: Trajectory) -> None:
-    """ReplayDiverged unless the recording is a whole episode from its first step (NoSolver first)."""
-    if traj.task.name not in scripted.SOLVERS:
-        raise NoSolver(f"no scripted solver for task {traj.task.name!r} (suite {traj.task.suite})")
+def check_replayable(traj: Trajectory, knows: Callable[[str], bool] = scripted.has_solver,
+                     who: str = "scripted solver") -> None:
+    """ReplayDiverged unless the recording is a whole episode from its first step (NoSolver first:
+    ``who`` judges the steps and ``knows`` the tasks it can)."""
+    if not knows(traj.task.name):
+        raise NoSolver(f"no {who} for task {traj.task.name!r} (suite {traj.task.suite})")
     if traj.missing_steps or [s.step_index for s in traj.steps] != list(range(len(traj.steps))):
         raise ReplayDiverged(f"episode {traj.episode_id} has gaps (missing steps {list(traj.missing_steps)}): "
                              "its actions cannot be replayed in order")
@@ -161,12 +163,14 @@ def verify(index: int, replayed: Observation, recorded: Observation, screens: bo
 
 async def annotate(traj: Trajectory, env: ReplayEnv, *, annotator: str = ANNOTATOR, verify_screens: bool = True,
                    solve: Solve = scripted.solve, clock: Callable[[], float] = time.time,
-                   thought: Callable[[Any], str] = scripted.thought) -> Annotation:
+                   thought: Callable[[Any], str] = scripted.thought,
+                   knows: Callable[[str], bool] = scripted.has_solver, who: str = "scripted solver") -> Annotation:
     """Replay ``traj`` in ``env`` up to its first wrong step and the state after it; its pairs.
     The annotator's sides carry ``thought(action)``: the scripted solvers' Thought, as on their
     demonstrations (without it a language policy's DPO learns to stop writing a Thought, not where
-    to click)."""
-    check_replayable(traj)
+    to click). ``solve``, ``knows`` and ``who``: the judge of each state, the tasks it knows and its
+    name (the scripted solvers by default; app.ui.correct's person reads the screen instead)."""
+    check_replayable(traj, knows, who)
     steps, name = traj.steps, traj.task.name
     obs, dom = await env.reset(traj.task)
     for i, step in enumerate(steps):

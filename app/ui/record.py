@@ -90,10 +90,12 @@ def seen_of(rows: list[dict]) -> list[Seen]:
 class Served:
     """The UI's app on loopback in a thread of its own; ``run(coro)`` runs on its loop."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, open_chdb: bool = False) -> None:
+        """``open_chdb``: the views that read tables may open the platform's chDB here (the
+        Annotate view reads none; the Episodes view does, when no sink answers for it)."""
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        self.app = make_app(settings, open_chdb=False)  # the Annotate view reads no table
+        self.app = make_app(settings, open_chdb=open_chdb)
         self.runner = web.AppRunner(self.app)
         self.run(self.runner.setup())
         port = free_port()

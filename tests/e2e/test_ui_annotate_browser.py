@@ -16,24 +16,20 @@ import json
 import pytest
 from aiohttp import web
 
-from consumers.rows import COLUMNS, row_for
 from app.ui.annotate import SESSIONS_KEY
 from app.ui.server import make_app
-from infra.clickhouse.client import make_client
 from infra.clickhouse.endpoint import QueryEndpoint
-from infra.runtime.kafka_clients import DeliveryTracker, flush_or_raise, make_producer, read_to_end
 from infra.runtime.policy import build_policy
 from infra.runtime.procs import free_port
-from infra.runtime.topics import TOPICS, topic_name
+from infra.runtime.topics import TOPICS
 from producers.sandboxes.browser_host import find_chromium
 from trainer.policies.pixel.config import pixel_config
 from schemas.blobs import BlobStore
-from schemas.codec import decode, encode
-from schemas.events import EpisodeEvent
 from streams.route import get_rule
 from streams.score import make_scorer
 from streams.topology import pipeline, run_chain, run_keyed
 from tests.e2e.browser_support import LoopThread, require_chromium
+from tests.e2e.pipeline_support import as_the_pipeline_would, steps_events
 from trainer.dpo.inputs import pair_inputs
 from trainer.dpo.train import read_pairs, select_pairs
 
@@ -180,7 +176,7 @@ def test_a_correction_in_the_replay_becomes_a_pair_dpo_reads(ui):
     wait_next(page, before)
     page.click("#annotate-finish")
     page.wait_for_function("document.getElementById('annotate-status').dataset.done === 'failure'", timeout=20_000)
-    episode_id = _as_the_pipeline_would(settings, steps_events(settings))
+    episode_id = as_the_pipeline_would(settings, steps_events(settings))
 
     page.goto(f"{base}/?episode={episode_id}")
     page.wait_for_selector("#overlay #marker", timeout=20_000)
@@ -199,33 +195,6 @@ def test_a_correction_in_the_replay_becomes_a_pair_dpo_reads(ui):
     policy = build_policy("pixel", "dpo-check", pixel_config(("click",)))
     data, skipped = pair_inputs(policy, pairs, BlobStore(settings.blob_root))
     assert data is not None and len(data) == 1 and not skipped
-
-
-def steps_events(settings) -> list:
-    return [decode(r.value(), EpisodeEvent) for r in read_to_end(settings, topic_name(TOPICS.steps, settings))]
-
-
-def _as_the_pipeline_would(settings, events) -> str:
-    """The episode's trajectory on flywheel.trajectories.v1 and its rows in ClickHouse, as the
-    streams and the sink write them; -> its episode id."""
-    assemble, _, _ = pipeline(make_scorer("rule-v1"), get_rule("flywheel-v1"), {}, 4)
-    state, trajectory = None, None
-    for e in events:
-        state, out = run_keyed(assemble, state, e, e.ts)
-        trajectory = trajectory or next((t for _spec, t in out), None)
-    assert trajectory is not None and not trajectory.success
-    producer, tracker = make_producer(settings), DeliveryTracker()
-    producer.produce(topic_name(TOPICS.trajectories, settings), key=trajectory.episode_id.encode(),
-                     value=encode(trajectory), on_delivery=tracker)
-    flush_or_raise(producer, tracker)
-    client = make_client(settings)
-    try:
-        for kind, event in [*(("steps", e) for e in events if e.kind == "step"), ("trajectories", trajectory)]:
-            table, values = row_for(kind, event)
-            client.insert(table, [list(values)], column_names=COLUMNS[table])
-    finally:
-        client.close()
-    return trajectory.episode_id
 
 
 @pytest.mark.parametrize("ui", ["t" * 24], indirect=True)
