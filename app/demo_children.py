@@ -130,7 +130,7 @@ def judged_tasks(cfg: DemoConfig, env: dict[str, str]) -> str:
     try:
         check_judge(tasks, bool(streams.judge_url), streams.judge_success_at)
     except UserError as exc:
-        raise UserError(f"--streams-args: {exc}") from None
+        raise UserError(f"the streams' options (--streams-args, FLYWHEEL_* variables): {exc}") from None
     return "*" if "*" in tasks else ",".join(sorted(tasks))
 
 

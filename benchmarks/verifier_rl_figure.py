@@ -57,9 +57,9 @@ def main(argv: list[str] | None = None) -> None:
                             "task_curves": curves(client, f"pixel-{r}", "verdict")})
     finally:
         client.close()
-    for run, r in zip([*args.page.split(","), *[v for v in args.verifier.split(",") for _ in (0, 1)]], results):
-        if not r["task_curves"]:
-            print(f"no episode of pixel-{run} in this log: left out of the figure")
+    runs = [*args.page.split(","), *[v for v in args.verifier.split(",") for _ in (0, 1)]]  # a verifier run: two results
+    for run in dict.fromkeys(run for run, r in zip(runs, results) if not r["task_curves"]):
+        print(f"no episode of pixel-{run} in this log: left out of the figure")
     order = [r["config"] for r in results[:1]] + ["verifier's reward: the page's success",
                                                   "verifier's reward: the verifier's success"]
     drawn = plot_by_task(results, Path(args.out), "success", f"{WINDOW_S} s", order)

@@ -164,12 +164,15 @@ def verify(index: int, replayed: Observation, recorded: Observation, screens: bo
 async def annotate(traj: Trajectory, env: ReplayEnv, *, annotator: str = ANNOTATOR, verify_screens: bool = True,
                    solve: Solve = scripted.solve, clock: Callable[[], float] = time.time,
                    thought: Callable[[Any], str] = scripted.thought,
-                   knows: Callable[[str], bool] = scripted.has_solver, who: str = "scripted solver") -> Annotation:
+                   knows: Callable[[str], bool] = scripted.has_solver, who: str = "scripted solver",
+                   after_error: bool = True) -> Annotation:
     """Replay ``traj`` in ``env`` up to its first wrong step and the state after it; its pairs.
     The annotator's sides carry ``thought(action)``: the scripted solvers' Thought, as on their
     demonstrations (without it a language policy's DPO learns to stop writing a Thought, not where
     to click). ``solve``, ``knows`` and ``who``: the judge of each state, the tasks it knows and its
-    name (the scripted solvers by default; app.ui.correct's person reads the screen instead)."""
+    name (the scripted solvers by default; app.ui.correct's person reads the screen instead).
+    ``after_error`` False: stop at the first wrong step, with its error-correction pair only (outcome
+    "error_found"; the state after it is neither replayed nor judged)."""
     check_replayable(traj, knows, who)
     steps, name = traj.steps, traj.task.name
     obs, dom = await env.reset(traj.task)
@@ -179,6 +182,8 @@ async def annotate(traj: Trajectory, env: ReplayEnv, *, annotator: str = ANNOTAT
         if want is None:
             return Annotation(outcome="solver_abstained")
         if not same_action(want, step.action, dom):
+            if not after_error:
+                return Annotation([error_correction_pair(traj, i, want, annotator, clock(), thought(want))], "error_found", i)
             return await _after_error(traj, i, want, env, annotator, verify_screens, solve, clock(), thought)
         obs, dom, done = await env.step(step.action)
         if done != (i + 1 == len(steps) and step.done):

@@ -59,14 +59,26 @@ def run_id(role: str, seed: int, tag: str = "") -> str:
 
 
 def kept(folder: Path, command: list[str], recipe: str) -> bool:
-    """Whether the run in report ``folder`` can stand for this invocation's: it finished (no
-    unfinished marker), ran ``command`` (its COMMAND file) and on ``recipe`` (its RECIPE_FILE: the
-    suite's recipe, ``app.ablation.runs.recipe``), so a run of other minutes, episodes or start
-    (a short trial into the same folder), or one from before the suite's recipe changed (a
-    session later, the same options), is never taken for it."""
+    """Whether the run in report ``folder`` can stand for this invocation's (``not_kept`` says why not)."""
+    return not_kept(folder, command, recipe) is None
+
+
+def not_kept(folder: Path, command: list[str], recipe: str) -> str | None:
+    """Why the run in report ``folder`` cannot stand for this invocation's, or None where it can: it
+    finished (no unfinished marker), ran ``command`` (its COMMAND file) and on ``recipe`` (its
+    RECIPE_FILE: the suite's recipe, ``app.ablation.runs.recipe``), so a run of other minutes,
+    episodes or start (a short trial into the same folder), or one from before the suite's recipe
+    changed (a session later, the same options), is never taken for it."""
     recorded, ran_on = folder / COMMAND, folder / RECIPE_FILE
-    return (not (folder / UNFINISHED).exists() and recorded.exists() and json.loads(recorded.read_text()) == command
-            and ran_on.exists() and ran_on.read_text().strip() == recipe)
+    if (folder / UNFINISHED).exists():
+        return f"unfinished ({(folder / UNFINISHED).read_text().strip()})"
+    if not recorded.exists() or json.loads(recorded.read_text()) != command:
+        return "other options"
+    if not ran_on.exists():
+        return f"no {RECIPE_FILE} (a run from before runs recorded their recipe)"
+    if ran_on.read_text().strip() != recipe:
+        return f"another recipe ({ran_on.read_text().strip()}; now {recipe})"
+    return None
 
 
 def attempt(run: str, folders: dict[str, bool]) -> tuple[str, bool]:

@@ -75,9 +75,13 @@ class Runner:
         def command(run: str) -> list[str]:
             return M.demo_argv(run, tasks, minutes, seed, runs / run, extra)
 
-        folders = {d.name: M.kept(d, command(d.name)[3:], recipe(tasks)) for d in runs.iterdir() if d.is_dir()} \
+        why = {d.name: M.not_kept(d, command(d.name)[3:], recipe(tasks)) for d in runs.iterdir() if d.is_dir()} \
             if runs.is_dir() else {}
-        run, finished = M.attempt(M.run_id(role, seed, self.args.tag), folders)
+        run, finished = M.attempt(M.run_id(role, seed, self.args.tag), {name: w is None for name, w in why.items()})
+        for name in M.attempts(M.run_id(role, seed, self.args.tag)):
+            if name == run:
+                break
+            say(f"{name}: not kept: {why[name]}")
         report, argv = runs / run, command(run)
         if finished:
             say(f"{run}: kept (finished before: {' '.join(argv[3:])})")

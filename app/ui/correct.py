@@ -41,7 +41,8 @@ from schemas.actions import Click
 from schemas.blobs import BlobStore
 from schemas.events import Trajectory
 
-STEP_MS = 100  # the rollout workers' page time per step: a replay needs the episode's own
+STEP_MS = 100  # the rollout workers' default page time per step: a replay needs the episode's own (--step-ms)
+REPLAY_TIMEOUT_S = 300.0  # one episode's replay; past it the replay is cancelled and the episode reported
 FAILED_SQL = """SELECT episode_id FROM trajectories FINAL
 WHERE policy = {policy:String} AND task_name = {task:String} AND status = 'ended' AND success = 0
 ORDER BY ended_at DESC LIMIT {n:UInt32}"""
@@ -53,7 +54,7 @@ class Corrected:
 
     episode_id: str
     task: str
-    outcome: str  # corrected | no_error | person_sees_nothing | diverged | no_routine | not_found | not_failed
+    outcome: str  # corrected | no_error | person_sees_nothing | diverged | no_routine | not_found | not_failed | error
     tau: int | None = None  # the first wrong step
     point: tuple[float, float] | None = None  # where the person clicked instead, in the screen's pixels
     pair: str = ""  # the pair's id, as the UI answered
@@ -89,7 +90,7 @@ async def first_wrong(traj: Trajectory, env: SeenReplay) -> tuple[str, int | Non
     """(outcome, tau, the person's action at tau, why) of one episode replayed in ``env``."""
     try:
         found = await annotate(traj, env, annotator="person", solve=person_choice, thought=person_thought,
-                               knows=lambda task: task in ROUTINES, who="routine of a person")
+                               knows=lambda task: task in ROUTINES, who="routine of a person", after_error=False)
     except (ReplayDiverged, NoSolver) as exc:
         return "diverged" if isinstance(exc, ReplayDiverged) else "no_routine", None, None, str(exc)
     if found.tau is None:
@@ -135,29 +136,36 @@ def trajectory_of(settings: Settings, episode_id: str) -> Trajectory | None:
     return find_trajectory(settings, episode_id, int(rows[0]["ended_ms"]), int(rows[0]["ingested_ms"]) + int(LOOKBACK_S * 1000))
 
 
-def correct(settings: Settings, episodes: list[str], annotator: str, say=print) -> list[Corrected]:
+def correct(settings: Settings, episodes: list[str], annotator: str, say=print, step_ms: int = STEP_MS) -> list[Corrected]:
     """Each of ``episodes`` (failed ones) judged by the person and, where they find a first wrong
-    step, corrected through the Episodes view served here on ``settings``' platform."""
+    step, corrected through the Episodes view served here on ``settings``' platform. ``step_ms``:
+    the page time per step the episodes were played with. An episode that fails on the way (a
+    timeout, a crashed sandbox, the broker) is reported as ``error`` and the next one goes on."""
     from playwright.sync_api import sync_playwright  # Playwright: only the corrector needs a browser driver
     from producers.sandboxes.browser_host import find_chromium  # imports Playwright too
 
     human_policy(annotator)  # a bad name is refused before anything starts
-    served, done = Served(settings, open_chdb=True), []
-    env = SeenReplay(BlobStore(settings.blob_root), STEP_MS)  # the person's eyes: on the served app's loop
+    served, done, env = Served(settings, open_chdb=True), [], None
     try:
+        env = SeenReplay(BlobStore(settings.blob_root), step_ms)  # the person's eyes: on the served app's loop
         served.run(env.start())
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=find_chromium(), headless=True)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             for episode_id in episodes:
-                done.append(_one(settings, served, env, page, episode_id, annotator))
+                try:
+                    done.append(_one(settings, served, env, page, episode_id, annotator))
+                except Exception as exc:  # noqa: BLE001 - one episode's failure is reported, the rest go on
+                    done.append(Corrected(episode_id, "", "error", why=f"{type(exc).__name__}: {str(exc)[:300]}"))
+                    served.run(env.restart())  # a replay cut off mid-way leaves its page in any state
                 c = done[-1]
                 say(f"{c.task or '?'} {episode_id}: {c.outcome}" + (f" at step {c.tau}, pair {c.pair}" if c.pair else "")
                     + (f" ({c.why})" if c.why else ""))
             browser.close()
     finally:
         try:
-            served.run(env.close())
+            if env is not None:
+                served.run(env.close())
         finally:
             served.close()
     return done
@@ -169,7 +177,7 @@ def _one(settings: Settings, served: Served, env: SeenReplay, page, episode_id: 
         return Corrected(episode_id, "", "not_found", why="not in ClickHouse or not on flywheel.trajectories.v1")
     if traj.success:
         return Corrected(episode_id, traj.task.name, "not_failed")
-    outcome, tau, action, why = served.run(first_wrong(traj, env))
+    outcome, tau, action, why = served.run(first_wrong(traj, env), REPLAY_TIMEOUT_S)
     if tau is None or action is None:
         return Corrected(episode_id, traj.task.name, outcome, why=why)
     screen = traj.steps[tau].observation
@@ -194,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=5, help="failed episodes per task, the latest first")
     ap.add_argument("--episodes", default="", help="or these episode ids, comma separated")
     ap.add_argument("--annotator", default="corrector", help="the name the pairs go under: human:<annotator>")
+    ap.add_argument("--step-ms", type=int, default=STEP_MS, help="page time per step the episodes were played with "
+                                                                 "(the rollout's --step-ms): a replay needs the same")
     add_arguments(ap, Settings)
     args = ap.parse_args(argv)
     tasks = [t for t in args.tasks.split(",") if t]
@@ -203,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"({', '.join(sorted(ROUTINES))}) and --n >= 1" + (f"; no routine for {', '.join(unknown)}" if unknown else ""))
     settings = load_settings(vars(args))
     episodes = [e for e in args.episodes.split(",") if e] or failed_episodes(settings, args.policy, tasks, args.n)
-    corrected = correct(settings, episodes, args.annotator, say=lambda line: print(line, flush=True))
+    corrected = correct(settings, episodes, args.annotator, say=lambda line: print(line, flush=True), step_ms=args.step_ms)
     print(json.dumps({"annotator": human_policy(args.annotator), "by_task": tally(corrected),
                       "episodes": [asdict(c) for c in corrected]}), flush=True)
     return 0

@@ -103,7 +103,14 @@ class Served:
         self.base = f"http://127.0.0.1:{port}"
 
     def run(self, coro, timeout: float = 120.0):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        """``coro``'s result on the app's loop; past ``timeout`` it is cancelled there (nothing of it
+        runs on) and TimeoutError raised."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
 
     def seen(self, session_id: str) -> list[Seen]:
         """The task page the session shows, as a person sees it."""

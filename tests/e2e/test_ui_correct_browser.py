@@ -13,7 +13,7 @@ import pytest
 from app.ui.correct import correct
 from app.ui.record import SCALE, Served, _send, start
 from app.ui.record_routines import routine_for
-from producers import scripted
+from producers import reflection, scripted
 from tests.e2e.browser_support import require_chromium
 from tests.e2e.pipeline_support import as_the_pipeline_would, steps_events
 from trainer.dpo.train import read_pairs, select_pairs
@@ -53,7 +53,10 @@ def test_a_failed_episode_is_corrected_at_its_first_wrong_step_through_the_ui(se
     def no_solver(*_args, **_kwargs):
         raise AssertionError("a scripted solver was called while correcting")
 
+    # every way the reflection walk reaches a solver: the module's function and the defaults bound to it
     monkeypatch.setattr(scripted, "solve", no_solver)
+    monkeypatch.setitem(reflection.annotate.__kwdefaults__, "solve", no_solver)
+    monkeypatch.setattr(reflection.solver_choice, "__defaults__", (no_solver,))
     lines: list[str] = []
     done = correct(settings, [episode_id, "no-such-episode"], NAME, say=lines.append)
     assert [c.outcome for c in done] == ["corrected", "not_found"], lines
@@ -64,5 +67,5 @@ def test_a_failed_episode_is_corrected_at_its_first_wrong_step_through_the_ui(se
     assert len(pairs) == 1 and pairs[0].episode_id == episode_id and pairs[0].tau == 0
     assert pairs[0].event_id == done[0].pair
     chosen, rejected = pairs[0].chosen.action, pairs[0].rejected.action
-    assert chosen.type == "click" and abs(chosen.x * 160 - x) < 2 and abs(chosen.y * 210 - y) < 2
+    assert chosen.type == "click" and abs(chosen.x * 160 - x) < 1 and abs(chosen.y * 210 - y) < 1  # the view's own scale
     assert rejected.type == "click" and rejected.y * 210 > 200  # the agent's click on nothing

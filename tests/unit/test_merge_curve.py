@@ -186,6 +186,7 @@ def test_a_rerun_keeps_the_finished_runs_and_reruns_the_unfinished_one(tmp_path,
     assert r.demo("sft", 0, M.SFT_TASKS, 15, M.sft_extra("--sandboxes 2")).name == "mrg-sft-s0-r2"
     assert (web / M.RECIPE_FILE).read_text().strip() == recipe("default")  # recorded as it started
     (web / M.RECIPE_FILE).write_text("an-earlier-recipe\n")  # the same options a session before a recipe change
+    assert M.not_kept(web, json.loads((web / M.COMMAND).read_text()), recipe("default")).startswith("another recipe")
     assert r.demo("web", 0, "default", 30, M.rl_extra("mrg-sft-s0@4")).name == "mrg-web-s0-r4" and len(ran) == 4
 
 

@@ -163,6 +163,23 @@ def test_wrong_box_gives_an_error_correction_and_a_post_reflection_pair():
     assert ec.event_id == "ep-1:error_correction:scripted-v1" and ec.created_at == 123.0
 
 
+def test_stopping_at_the_error_gives_its_pair_without_replaying_the_state_after_it():
+    traj = record([checkbox(1), SUBMIT])
+    after = Observation(screenshot=BlobRef(sha256="e" * 64, uri="mem://x"), screen_width=W, screen_height=H,
+                        instruction=traj.steps[1].observation.instruction)
+    diverged_after = traj.model_copy(update={"steps": [traj.steps[0], traj.steps[1].model_copy(update={"observation": after})]})
+    with pytest.raises(ReplayDiverged, match="step 1"):
+        run(diverged_after)  # the whole walk checks the state after the error too
+    out = run(diverged_after, after_error=False)
+    assert (out.outcome, out.tau, [p.kind for p in out.pairs]) == ("error_found", 0, ["error_correction"])
+    assert out.pairs[0].chosen.action == checkbox(0) and out.pairs[0].rejected.action == checkbox(1)
+
+
+def test_a_judge_other_than_the_scripted_solvers_names_itself_where_it_knows_no_task():
+    with pytest.raises(NoSolver, match="no routine of a person for task 'click-checkboxes'"):
+        run(record([SUBMIT]), knows=lambda task: False, who="routine of a person")
+
+
 def test_the_annotators_sides_carry_the_demonstrations_thought_so_a_pair_differs_in_its_action_only():
     """A language policy cloned from the scripted demonstrations writes their Thought; the
     annotator's side writes the same one, so the two sides' texts differ after "Action:" only

@@ -129,7 +129,7 @@ def test_a_judges_reward_is_named_where_the_streams_hand_it_the_tasks(monkeypatc
     assert judged(f"{url} --judge-tasks ,") == ""  # no task: the page's verdict
     assert judged(url) == "" and judged("") == ""  # the judge, if any, only adds a component
     assert judged(url, FLYWHEEL_JUDGE_TASKS="*") == "*"
-    with pytest.raises(UserError, match=r"--streams-args: judge tasks \* need a judge: set --judge-url"):
+    with pytest.raises(UserError, match=r"the streams' options \(--streams-args, FLYWHEEL_\* variables\): judge tasks \* need a judge: set --judge-url"):
         judged("--judge-tasks *")
     with pytest.raises(UserError, match="--judge-success-at 1.5 must be a judge score"):  # the streams' own rule
         judged(f"{url} --judge-tasks * --judge-success-at 1.5")

@@ -38,7 +38,8 @@ def test_curves_read_the_named_column_at_each_windows_midpoint():
 def test_the_figure_draws_every_task_and_names_runs_absent_from_the_log(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(fig, "query_client", lambda settings: (_Client(ROWS | {"pixel-p": ROWS["pixel-v"][:1]}), None))
     out = tmp_path / "by_task.png"
-    fig.main(["--page", "p,gone", "--verifier", "v", "--out", str(out)])
+    fig.main(["--page", "p,gone", "--verifier", "v,lost", "--out", str(out)])
     printed = capsys.readouterr().out
-    assert "no episode of pixel-gone in this log" in printed and printed.count("no episode of") == 1
+    assert "no episode of pixel-gone in this log" in printed and "no episode of pixel-lost in this log" in printed
+    assert printed.count("no episode of") == 2  # a verifier run's two results: named once
     assert f"{out}: 2 tasks" in printed and out.stat().st_size > 0

@@ -10,9 +10,11 @@ function fixMark(x, y) {
 }
 
 document.getElementById("shot").onclick = ev => {
-  const r = ev.target.getBoundingClientRect(), s = replay.steps[replay.i];
+  const img = ev.target, r = img.getBoundingClientRect(), s = replay.steps[replay.i];
   if (!s) return;
-  fix.point = {x: (ev.clientX - r.left) * s.screen_width / r.width, y: (ev.clientY - r.top) * s.screen_height / r.height};
+  // the image's content box: its border is not part of the screen
+  fix.point = {x: (ev.clientX - r.left - img.clientLeft) * s.screen_width / img.clientWidth,
+               y: (ev.clientY - r.top - img.clientTop) * s.screen_height / img.clientHeight};
   fixMark(fix.point.x, fix.point.y);
 };
 
