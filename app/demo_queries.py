@@ -204,6 +204,25 @@ FROM (
 )"""
 
 
+def step_cost_by_task(policy: str) -> str:
+    """Per task of ``policy``, what its environment steps cost (issue 57: a step should cost the
+    same on every task): the env latency's quantiles, clicks' alone, the policy's p50, and the
+    task's env p50 over the pooled one of every task (1: an average task). Steps of an episode with
+    no trajectory yet (in flight at the report) are left out."""
+    return f"""SELECT t.task_name AS task, count() AS steps,
+    round(quantile(0.5)(s.latency_env_ms)) AS env_p50_ms, round(quantile(0.9)(s.latency_env_ms)) AS env_p90_ms,
+    round(quantileIf(0.5)(s.latency_env_ms, s.action_type = 'click')) AS env_p50_clicks_ms,
+    round(quantile(0.5)(s.latency_policy_ms)) AS policy_p50_ms,
+    round(quantile(0.5)(s.latency_env_ms) / any(pooled.p50), 2) AS env_p50_over_all_tasks
+FROM steps AS s FINAL
+INNER JOIN (SELECT episode_id, any(task_name) AS task_name FROM trajectories FINAL
+            WHERE policy = {q(policy)} GROUP BY episode_id) AS t ON s.episode_id = t.episode_id
+CROSS JOIN (SELECT quantile(0.5)(st.latency_env_ms) AS p50 FROM steps AS st FINAL
+            WHERE st.policy = {q(policy)} AND st.episode_id IN (SELECT episode_id FROM trajectories WHERE policy = {q(policy)})) AS pooled
+WHERE s.policy = {q(policy)}
+GROUP BY task ORDER BY env_p50_ms DESC, task"""
+
+
 def game_phases(policy: str, annotator: str, split: int = 10) -> str:
     """Per game and phase, the normalised score's mean and standard error and the mean length of
     the ended episodes: the annotator's demonstrations, pi_sft (v0), PPO v1-``split`` and PPO after

@@ -297,6 +297,7 @@ def write_report(settings: Settings, run: RunInfo, out_dir: Path, extra_sections
            plot_by_version, out_dir / "by_version.png", learning=True)
     figure("Rollout throughput", Q.throughput(p, bucket_s, t0), plot_throughput, out_dir / "throughput.png", bucket_s)
     figure("Step latency: where a step's wall-clock went (ms)", Q.step_latency(p))
+    figure("Step cost per task: the environment's latency on each task (ms)", Q.step_cost_by_task(p))
     figure("Staleness of trained trajectories", Q.staleness(p), plot_staleness, out_dir / "staleness.png")
     cols, rows = query(settings, Q.trainer_metrics(p))
     name = plot_trainer(rows, out_dir / "trainer.png")
