@@ -1,12 +1,12 @@
-"""benchmarks/verifier_rl_figure: the per-task curves it reads from the log's windows, and the figure
-it draws from them. A stand-in client hands back the rows ClickHouse would: the query itself ran on
+"""app.ablation.verifier_figure (`python -m benchmarks.verifier_rl_figure`): the per-task curves it
+reads from the log's windows, and the figure it draws from them. A stand-in client hands back the rows ClickHouse would: the query itself ran on
 a real log for docs/verifier-rl/by_task.png."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from benchmarks import verifier_rl_figure as fig
+from app.ablation import verifier_figure as fig
 
 
 class _Client:
