@@ -58,11 +58,6 @@ def run_id(role: str, seed: int, tag: str = "") -> str:
     return f"mrg{'-' + tag if tag else ''}-{role}-s{seed}"
 
 
-def kept(folder: Path, command: list[str], recipe: str) -> bool:
-    """Whether the run in report ``folder`` can stand for this invocation's (``not_kept`` says why not)."""
-    return not_kept(folder, command, recipe) is None
-
-
 def not_kept(folder: Path, command: list[str], recipe: str) -> str | None:
     """Why the run in report ``folder`` cannot stand for this invocation's, or None where it can: it
     finished (no unfinished marker), ran ``command`` (its COMMAND file) and on ``recipe`` (its

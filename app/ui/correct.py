@@ -70,8 +70,11 @@ def person_choice(task: str, instruction: str, dom: dict[str, Any]) -> Click | N
     return Click(x=min(max(target.x / dom["width"], 0.0), 1.0), y=min(max(target.y / dom["height"], 0.0), 1.0))
 
 
+PERSON_THOUGHT = "I would click there instead"
+
+
 def person_thought(action: Any) -> str:
-    return "I would click there instead" if isinstance(action, Click) else ""
+    return PERSON_THOUGHT if isinstance(action, Click) else ""
 
 
 class SeenReplay(BrowserReplay):
@@ -111,7 +114,7 @@ def mark_in_ui(page, base: str, episode_id: str, tau: int, x: float, y: float, a
         raise RuntimeError(f"the Episodes view shows {label!r}, not step {tau}")
     page.click("#shot", position={"x": x, "y": y})
     page.select_option("#correct-type", "click")
-    page.fill("#correct-thought", person_thought(Click(x=0.5, y=0.5)))
+    page.fill("#correct-thought", PERSON_THOUGHT)
     page.fill("#correct-name", annotator)
     page.click("#correct-send")
     page.wait_for_function("(() => { const r = document.getElementById('correct-result');"
