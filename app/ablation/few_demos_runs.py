@@ -36,25 +36,31 @@ ROUTE_WAIT_S = 180.0
 
 
 def record_cell(cell: Cell, tasks: list[str], args, run_dir: Path) -> dict:
-    """Record the cell's demonstrations on its own platform topics with `flywheel streams`
-    routing them; -> the recorder's tally per task. Waits until the successes are on sft."""
-    prefix = cell.platform_prefix(args.tag)
+    """Record the cell's demonstrations on its own platform topics; -> the recorder's tally per task."""
+    return record_routed(cell.platform_prefix(args.tag), record_argv(sys.executable, cell, tasks, args.tag),
+                         run_dir, cell.name(args.tag))
+
+
+def record_routed(prefix: str, argv: list[str], run_dir: Path, name: str, streams_extra: tuple[str, ...] = ()) -> dict:
+    """Run the recorder ``argv`` on ``prefix``'s topics with `flywheel streams` (and
+    ``streams_extra``) routing what it records; -> its tally per task. Waits until every recorded
+    success of a person on those topics is on flywheel.sft.v1. SystemExit when it fails."""
     env = {**os.environ, "FLYWHEEL_TOPIC_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
     ensure_topics(load_settings({"topic_prefix": prefix}))
     run_dir.mkdir(parents=True, exist_ok=True)
-    streams = subprocess.Popen(streams_argv(sys.executable), cwd=ROOT, env=env,
+    streams = subprocess.Popen([*streams_argv(sys.executable), *streams_extra], cwd=ROOT, env=env,
                                stdout=open(run_dir / "streams.log", "wb"), stderr=subprocess.STDOUT)
     try:
-        done = subprocess.run(record_argv(sys.executable, cell, tasks, args.tag), cwd=ROOT, env=env,
-                              capture_output=True, text=True)
+        before = len(human_demonstrations(load_settings({"topic_prefix": prefix}), 20))
+        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
         (run_dir / "record.log").write_text(done.stdout + done.stderr)
         if done.returncode != 0:
-            raise SystemExit(f"{cell.name(args.tag)}: the recorder failed: {done.stderr[-1000:]}")
+            raise SystemExit(f"{name}: the recorder failed: {done.stderr[-1000:]}")
         tally = json.loads(done.stdout.strip().splitlines()[-1])["by_task"]
-        want, end = sum(t["success"] for t in tally.values()), time.monotonic() + ROUTE_WAIT_S
+        want, end = before + sum(t["success"] for t in tally.values()), time.monotonic() + ROUTE_WAIT_S
         while len(human_demonstrations(load_settings({"topic_prefix": prefix}), 20)) < want:
             if time.monotonic() > end:
-                raise SystemExit(f"{cell.name(args.tag)}: {want} successes recorded, not all on sft after "
+                raise SystemExit(f"{name}: {want - before} successes recorded, not all on sft after "
                                  f"{ROUTE_WAIT_S:.0f} s (see {run_dir / 'streams.log'})")
             time.sleep(3)
         return tally

@@ -18,6 +18,7 @@ where at some step they recognise nothing (``person_sees_nothing``), gets no cor
 replay does not reach the recorded screens (``diverged``) neither. Each is reported.
 
     python -m app.ui.correct --policy pixel-few-n3-s0 --tasks click-tab-2 --n 5 --annotator alice
+    python -m app.ui.correct --policy pixel-few-n3-s0 --tasks click-tab-2 --n 30 --corrections 5 --annotator alice
 """
 
 from __future__ import annotations
@@ -139,11 +140,13 @@ def trajectory_of(settings: Settings, episode_id: str) -> Trajectory | None:
     return find_trajectory(settings, episode_id, int(rows[0]["ended_ms"]), int(rows[0]["ingested_ms"]) + int(LOOKBACK_S * 1000))
 
 
-def correct(settings: Settings, episodes: list[str], annotator: str, say=print, step_ms: int = STEP_MS) -> list[Corrected]:
+def correct(settings: Settings, episodes: list[str], annotator: str, say=print, step_ms: int = STEP_MS,
+            want: int = 0) -> list[Corrected]:
     """Each of ``episodes`` (failed ones) judged by the person and, where they find a first wrong
-    step, corrected through the Episodes view served here on ``settings``' platform. ``step_ms``:
-    the page time per step the episodes were played with. An episode that fails on the way (a
-    timeout, a crashed sandbox, the broker) is reported as ``error`` and the next one goes on."""
+    step, corrected through the Episodes view served here on ``settings``' platform, in order until
+    ``want`` are corrected (0: all). ``step_ms``: the page time per step the episodes were played
+    with. An episode that fails on the way (a timeout, a crashed sandbox, the broker) is reported
+    as ``error`` and the next one goes on."""
     from playwright.sync_api import sync_playwright  # Playwright: only the corrector needs a browser driver
     from producers.sandboxes.browser_host import find_chromium  # imports Playwright too
 
@@ -156,6 +159,8 @@ def correct(settings: Settings, episodes: list[str], annotator: str, say=print, 
             browser = pw.chromium.launch(executable_path=find_chromium(), headless=True)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             for episode_id in episodes:
+                if want and sum(c.outcome == "corrected" for c in done) >= want:
+                    break
                 try:
                     done.append(_one(settings, served, env, page, episode_id, annotator))
                 except Exception as exc:  # noqa: BLE001 - one episode's failure is reported, the rest go on
@@ -203,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default="", help="correct this policy's latest failed episodes")
     ap.add_argument("--tasks", default="", help=f"comma-separated, with --policy; routines exist for {', '.join(sorted(ROUTINES))}")
     ap.add_argument("--n", type=int, default=5, help="failed episodes per task, the latest first")
+    ap.add_argument("--corrections", type=int, default=0,
+                    help="with --policy: walk each task's --n latest failed episodes until this many are corrected (0: all of them)")
     ap.add_argument("--episodes", default="", help="or these episode ids, comma separated")
     ap.add_argument("--annotator", default="corrector", help="the name the pairs go under: human:<annotator>")
     ap.add_argument("--step-ms", type=int, default=STEP_MS, help="page time per step the episodes were played with "
@@ -211,12 +218,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     tasks = [t for t in args.tasks.split(",") if t]
     unknown = [t for t in tasks if t not in ROUTINES]
-    if bool(args.episodes) == bool(args.policy) or unknown or (args.policy and not tasks) or args.n < 1:
+    if bool(args.episodes) == bool(args.policy) or unknown or (args.policy and not tasks) or args.n < 1 or args.corrections < 0:
         ap.error("give --episodes, or --policy with --tasks that have a routine "
                  f"({', '.join(sorted(ROUTINES))}) and --n >= 1" + (f"; no routine for {', '.join(unknown)}" if unknown else ""))
     settings = load_settings(vars(args))
-    episodes = [e for e in args.episodes.split(",") if e] or failed_episodes(settings, args.policy, tasks, args.n)
-    corrected = correct(settings, episodes, args.annotator, say=lambda line: print(line, flush=True), step_ms=args.step_ms)
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    if args.episodes:
+        corrected = correct(settings, [e for e in args.episodes.split(",") if e], args.annotator, say, args.step_ms)
+    else:  # each task on its own: --corrections counts per task
+        corrected = [c for task in tasks for c in correct(settings, failed_episodes(settings, args.policy, [task], args.n),
+                                                          args.annotator, say, args.step_ms, args.corrections)]
     print(json.dumps({"annotator": human_policy(args.annotator), "by_task": tally(corrected),
                       "episodes": [asdict(c) for c in corrected]}), flush=True)
     return 0

@@ -19,14 +19,20 @@ def steps_events(settings) -> list:
     return [decode(r.value(), EpisodeEvent) for r in read_to_end(settings, topic_name(TOPICS.steps, settings))]
 
 
-def as_the_pipeline_would(settings, events) -> str:
-    """The failed episode of ``events``: its trajectory on flywheel.trajectories.v1 and its rows in
-    ClickHouse, as the streams and the sink write them; -> its episode id."""
+def assembled(events):
+    """The first trajectory the streams' assembler makes of ``events`` (None: no episode ended)."""
     assemble, _, _ = pipeline(make_scorer("rule-v1"), get_rule("flywheel-v1"), {}, 4)
     state, trajectory = None, None
     for e in events:
         state, out = run_keyed(assemble, state, e, e.ts)
         trajectory = trajectory or next((t for _spec, t in out), None)
+    return trajectory
+
+
+def as_the_pipeline_would(settings, events) -> str:
+    """The failed episode of ``events``: its trajectory on flywheel.trajectories.v1 and its rows in
+    ClickHouse, as the streams and the sink write them; -> its episode id."""
+    trajectory = assembled(events)
     assert trajectory is not None and not trajectory.success
     producer, tracker = make_producer(settings), DeliveryTracker()
     producer.produce(topic_name(TOPICS.trajectories, settings), key=trajectory.episode_id.encode(),
