@@ -103,8 +103,10 @@ def pick_demonstrations(demos: list[Trajectory], per_task: dict[str, int]) -> di
     """Each task's demonstrations in the order they were recorded (their task seed), for the walk
     to take until ``per_task[task]`` have given a pair; tasks not named are left out."""
     out: dict[str, list[Trajectory]] = {t: [] for t, n in per_task.items() if n > 0}
+    seen = set()
     for d in sorted(demos, key=lambda d: (d.task.name, d.task.seed, d.episode_id)):
-        if d.task.name in out:
+        if d.task.name in out and d.episode_id not in seen:  # a demonstration routed twice is walked once
+            seen.add(d.episode_id)
             out[d.task.name].append(d)
     return out
 

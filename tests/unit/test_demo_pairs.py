@@ -52,12 +52,12 @@ def test_the_pair_prefers_the_persons_action_to_the_policys_at_the_departure():
     assert (pair.annotator, pair.policy, pair.policy_version, pair.episode_id) == ("human:alice", "pixel-v", 147, demo.episode_id)
 
 
-def test_demonstrations_are_walked_in_the_order_of_their_task_seeds_and_only_for_the_tasks_asked():
+def test_demonstrations_are_walked_once_in_the_order_of_their_task_seeds_and_only_for_the_tasks_asked():
     def demo(name, seed, ep):
         d = person()
         return d.model_copy(update={"episode_id": ep, "task": TaskSpec(task_id=ep, suite="miniwob", name=name, seed=seed)})
 
-    demos = [demo("a", 7002, "e2"), demo("b", 1, "e3"), demo("a", 7000, "e0"), demo("c", 5, "e5")]
+    demos = [demo("a", 7002, "e2"), demo("b", 1, "e3"), demo("a", 7000, "e0"), demo("c", 5, "e5"), demo("a", 7000, "e0")]
     picked = pick_demonstrations(demos, {"a": 2, "b": 1, "c": 0})
     assert {t: [d.episode_id for d in ds] for t, ds in picked.items()} == {"a": ["e0", "e2"], "b": ["e3"]}
 
