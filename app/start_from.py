@@ -59,7 +59,10 @@ def source_version(settings: Settings, start: StartFrom, kind: str):
     theirs = load_settings({**asdict(settings), "topic_prefix": start.prefix})
     policy = start.policy(kind)
     if start.version is None:
-        pv = versions.latest(theirs, policy)
+        try:
+            pv = versions.latest(theirs, policy)
+        except UserError:  # a run of a broker since gone: its sink landed its versions in ClickHouse
+            pv = next(reversed(versions.clickhouse_history(theirs, policy)), None)
         if pv is None:
             raise UserError(f"--start-from {start}: {policy} has no published version on {start.prefix}* topics")
         return pv

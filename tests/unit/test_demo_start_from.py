@@ -57,3 +57,15 @@ def test_the_source_is_read_from_its_runs_topics(monkeypatch):
     monkeypatch.setattr(start_from.versions, "latest", lambda s, p: None)
     with pytest.raises(UserError, match="no published version"):
         start_from.source_version(mine, start_from.StartFrom("sft-s0"), "pixel")
+
+
+def test_the_newest_version_of_a_run_whose_topics_are_gone_is_read_from_clickhouse(monkeypatch):
+    def gone(*_args):
+        raise UserError("cannot read demo-old-s0.flywheel.policy.v1: unknown topic")
+
+    monkeypatch.setattr(start_from.versions, "latest", gone)
+    monkeypatch.setattr(start_from.versions, "clickhouse_history", lambda s, p: ["pv-1", "pv-2"] if p == "pixel-old-s0" else [])
+    mine = load_settings({"topic_prefix": "demo-x-s0."})
+    assert start_from.source_version(mine, start_from.StartFrom("old-s0"), "pixel") == "pv-2"
+    with pytest.raises(UserError, match="no published version"):  # neither the topic nor the log holds one
+        start_from.source_version(mine, start_from.StartFrom("other-s0"), "pixel")
