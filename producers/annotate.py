@@ -24,11 +24,14 @@ stage without a commit (an infrastructure failure is not the episode's verdict).
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from infra.runtime.config import opt
 from infra.runtime.consume_loop import ConsumeLoop, DeadLetters, LoopConfig
@@ -86,6 +89,22 @@ def skip_reason(scored: ScoredTrajectory) -> str | None:
     return None
 
 
+# Two renderings of one page state may differ by a level or two of anti-aliasing at rounded
+# corners (seen: 9 pixels off by one on click-collapsible-2's first screen, rollout against replay);
+# a state change (a ticked box, an opened section, a moved item) changes pixels by far more
+SCREEN_TOLERANCE = 8  # per channel, out of 255
+
+
+def same_screen(image: np.ndarray, png: bytes, tolerance: int = SCREEN_TOLERANCE) -> bool:
+    """Whether ``image`` (H x W x 3) shows ``png``'s pixels, each channel within ``tolerance``."""
+    from PIL import Image  # local: Pillow, needed only where a replay's screens are compared
+
+    recorded = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    if recorded.shape != image.shape:
+        return False
+    return int(np.abs(recorded.astype(np.int16) - image.astype(np.int16)).max()) <= tolerance
+
+
 class BrowserReplay:
     """A browser sandbox as a ``producers.reflection.ReplayEnv`` (each state with its DOM), plus
     the lifecycle the stage drives: start, restart after a crash, flush screenshots, close."""
@@ -99,17 +118,24 @@ class BrowserReplay:
 
         self.host = None if sandbox is not None else BrowserHost(executable)
         self.sandbox = sandbox or BrowserSandbox(blobs, host=self.host, step_ms=step_ms)
+        self.blobs, self.image = blobs, None  # the pixels of the screen shown now
 
     async def start(self) -> None:
         await self.sandbox.start()
 
     async def reset(self, task: TaskSpec) -> tuple[Observation, dict[str, Any]]:
         obs = await self.sandbox.reset(task)
+        self.image = obs.image
         return obs.observation, await self.sandbox.query(scripted.DOM_PROBE_JS)
 
     async def step(self, action: Any) -> tuple[Observation, dict[str, Any], bool]:
         result = await self.sandbox.step(action)
+        self.image = result.obs.image
         return result.obs.observation, await self.sandbox.query(scripted.DOM_PROBE_JS), result.done
+
+    def looks_same(self, recorded: Observation) -> bool:
+        """Whether the screen shown now is ``recorded``'s up to rendering noise (``same_screen``)."""
+        return self.image is not None and same_screen(self.image, self.blobs.get(recorded.screenshot.sha256))
 
     async def flush(self) -> None:
         await self.sandbox.flush()

@@ -43,7 +43,10 @@ class ReplayDiverged(RuntimeError):
 
 
 class ReplayEnv(Protocol):
-    """A sandbox that replays an episode and shows the DOM the solvers read."""
+    """A sandbox that replays an episode and shows the DOM the solvers read. One may also have
+    ``looks_same(recorded: Observation) -> bool``: whether the screen it shows now is the recorded
+    one up to rendering noise (producers.annotate.BrowserReplay); without it only the recorded
+    screenshot's own bytes count as the same screen."""
 
     async def reset(self, task: Any) -> tuple[Observation, dict[str, Any]]: ...
     async def step(self, action: Any) -> tuple[Observation, dict[str, Any], bool]: ...
@@ -151,12 +154,15 @@ def check_replayable(traj: Trajectory, knows: Callable[[str], bool] = scripted.h
                              "its actions cannot be replayed in order")
 
 
-def verify(index: int, replayed: Observation, recorded: Observation, screens: bool) -> None:
-    """ReplayDiverged unless the replay shows the recorded state of step ``index``."""
+def verify(index: int, replayed: Observation, recorded: Observation, screens: bool,
+           looks_same: Callable[[Observation], bool] | None = None) -> None:
+    """ReplayDiverged unless the replay shows the recorded state of step ``index``: the same
+    instruction and (``screens``) the same screenshot, or one ``looks_same`` accepts."""
     if replayed.instruction != recorded.instruction:
         raise ReplayDiverged(f"step {index}: replayed instruction {replayed.instruction!r} != recorded "
                              f"{recorded.instruction!r} (another seed, data mode or task version)")
-    if screens and replayed.screenshot.sha256 != recorded.screenshot.sha256:
+    if screens and replayed.screenshot.sha256 != recorded.screenshot.sha256 and not (
+            looks_same is not None and looks_same(recorded)):
         raise ReplayDiverged(f"step {index}: replayed screen {replayed.screenshot.sha256[:12]} != recorded "
                              f"{recorded.screenshot.sha256[:12]} (another step_ms, browser or page version?)")
 
@@ -174,10 +180,10 @@ async def annotate(traj: Trajectory, env: ReplayEnv, *, annotator: str = ANNOTAT
     ``after_error`` False: stop at the first wrong step, with its error-correction pair only (outcome
     "error_found"; the state after it is neither replayed nor judged)."""
     check_replayable(traj, knows, who)
-    steps, name = traj.steps, traj.task.name
+    steps, name, looks = traj.steps, traj.task.name, getattr(env, "looks_same", None)
     obs, dom = await env.reset(traj.task)
     for i, step in enumerate(steps):
-        verify(i, obs, step.observation, verify_screens)
+        verify(i, obs, step.observation, verify_screens, looks)
         want = solver_choice(name, obs.instruction, dom, solve)
         if want is None:
             return Annotation(outcome="solver_abstained")
@@ -199,7 +205,7 @@ async def _after_error(traj: Trajectory, tau: int, want: Any, env: ReplayEnv, an
         return Annotation(pairs, "error_ended_episode", tau)
     nxt = traj.steps[tau + 1] if tau + 1 < len(traj.steps) else None
     if nxt is not None:
-        verify(tau + 1, after, nxt.observation, verify_screens)
+        verify(tau + 1, after, nxt.observation, verify_screens, getattr(env, "looks_same", None))
     recovery = solver_choice(traj.task.name, after.instruction, dom, solve)
     if recovery is None:
         return Annotation(pairs, "solver_abstained_after_error", tau)

@@ -79,7 +79,7 @@ async def first_departure(traj: Trajectory, wanted: list[Any], env) -> int | Non
     ReplayDiverged when the replay does not show the recorded states."""
     obs, dom = await env.reset(traj.task)
     for i, step in enumerate(traj.steps):
-        verify(i, obs, step.observation, True)
+        verify(i, obs, step.observation, True, getattr(env, "looks_same", None))
         if not same_action(step.action, wanted[i], dom):
             return i
         obs, dom, done = await env.step(step.action)

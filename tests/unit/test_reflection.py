@@ -258,6 +258,21 @@ def test_a_replay_that_shows_another_screen_is_refused_unless_screens_are_not_ve
     assert run(bad, verify_screens=False).tau == 1
 
 
+def test_a_screen_other_in_its_bytes_passes_where_the_replay_says_it_looks_the_same():
+    traj = record([checkbox(0), checkbox(1), SUBMIT])
+    other = Observation(screenshot=BlobRef(sha256="f" * 64, uri="mem://x"), screen_width=W, screen_height=H,
+                        instruction=traj.steps[1].observation.instruction)
+    bad = traj.model_copy(update={"steps": [traj.steps[0], traj.steps[1].model_copy(update={"observation": other}),
+                                            traj.steps[2]]})
+    asked = []
+    env = FakeEnv()
+    env.looks_same = lambda recorded: asked.append(recorded.screenshot.sha256) or True
+    assert run(bad, env).tau == 1 and asked == ["f" * 64]  # asked only where the bytes differ
+    env.looks_same = lambda recorded: False
+    with pytest.raises(ReplayDiverged, match="step 1: replayed screen"):
+        run(bad, env)
+
+
 def test_another_instruction_or_a_gap_is_refused():
     with pytest.raises(ReplayDiverged, match="instruction"):
         run(record([checkbox(1)]), FakeEnv(wanted=("beta",)))
