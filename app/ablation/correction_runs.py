@@ -52,7 +52,7 @@ class Seed:
         if self.dry:
             return report
         rc = run_marked(argv, ROOT, report, self.a.eval_minutes, ok=(0, NO_RL_UPDATE))
-        why = why_unfinished(report)
+        why = why_unfinished(report) or M.untrained(json.loads((report / "outcome.json").read_text()))
         if why:
             raise StepFailed(f"{run}: exit {rc}: {why} (its log: {report / 'logs'})")
         return report

@@ -35,6 +35,9 @@ ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the games specialist's weight
 DOMAINS = {"web": ("default", "success"), "games": ("games", "normalised_score")}  # suite, measure
 SFT_TASKS = "default,games"
 NO_TRAINING = 1_000_000  # the eval run's trainer batch: never full, so the evaluated version is never updated
+# ... nor by its steps' bound or the loop's interval, which update with a partial batch (seen: 7
+# updates in an evaluation run of 400 episodes before these were set)
+NO_TRAINING_ARGS = f"--trainer-args=--max-batch-steps {NO_TRAINING * 1000} --max-wait-s {NO_TRAINING * 1000}"
 COMMAND = "command.json"  # in a run's report folder: the demo's options it ran with
 SFT_EXTRA = ["--until-version", "1", "--dpo-minutes", "0"]  # pi_sft's run ends at PPO's first version
 
@@ -147,8 +150,16 @@ def eval_extra(start: str, episodes: int) -> list[str]:
     the run ending once every task's are played (or at its minutes, where some never end)."""
     until = ["--until-episodes", str(episodes)] if episodes <= UNTIL_EPISODES_MAX else []  # beyond: its minutes
     return ["--start-from", start, "--no-curriculum", "--episodes", str(episodes), *until,
-            "--batch-episodes", str(NO_TRAINING),
+            "--batch-episodes", str(NO_TRAINING), NO_TRAINING_ARGS,
             "--value-pretrain-batches", "0", "--rft-every", "0", "--sil-coef", "0", "--dpo-minutes", "0"]
+
+
+def untrained(outcome: dict) -> str | None:
+    """Why an evaluation run's outcome.json shows it updated the version it scored (None: it did not)."""
+    if outcome.get("published") != outcome.get("base_version"):
+        return (f"it published v{outcome.get('published')} past the v{outcome.get('base_version')} it started from: "
+                "its episodes are not all that version's")
+    return None
 
 
 def merge_argv(prefix: str, policy: str, versions: tuple[int, int], alpha: float) -> list[str]:

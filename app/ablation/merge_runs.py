@@ -159,6 +159,9 @@ class Runner:
             report = self.demo(role, seed, suite, self.args.eval_minutes, M.eval_extra(start, self.args.eval_episodes),
                                ok=(0, NO_RL_UPDATE))  # no update is what an evaluation run is for
             if not self.dry:
+                why = M.untrained(json.loads((report / "outcome.json").read_text()))
+                if why:
+                    raise StepFailed(f"{report.name}: {why}")
                 scores[domain] = {"measure": measure, **M.domain_score(sql(score_sql(f"{KIND}-{report.name}", measure)))}
         return scores
 

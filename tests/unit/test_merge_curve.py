@@ -45,6 +45,13 @@ def test_the_demo_command_lines_parse_and_say_what_the_experiment_means(tmp_path
     ev, _, _ = effective(ev)
     assert (ev.cold_start_demos, ev.value_pretrain_batches, ev.rft_every, ev.sil_coef, ev.dpo_span_s()) == (0, 0, 0, 0, 0)
     assert ev.batch_episodes > ev.episodes * 100  # the trainer's batch never fills: the version is never updated
+    trainer = parse_command(trainer_cli.register, "train", ev.trainer_args.split())
+    assert int(trainer["max_batch_steps"]) > ev.episodes * 1000 and float(trainer["max_wait_s"]) > 24 * 3600  # nor a partial one
+
+
+def test_an_evaluation_run_that_updated_its_version_is_refused():
+    assert M.untrained({"rl_update": False, "base_version": 147, "published": 147}) is None
+    assert "published v154 past the v147" in M.untrained({"rl_update": True, "base_version": 147, "published": 154})
 
 
 def test_the_merge_command_line_runs_on_the_pool_topics():
