@@ -146,7 +146,7 @@ def rl_extra(start: str, demo_args: str = "") -> list[str]:
 
 def eval_extra(start: str, episodes: int) -> list[str]:
     """An evaluation run's options: ``episodes`` of every task submitted up front, scored under
-    ``start`` alone (the trainer never has a full batch; no value pretraining, RFT or self-imitation),
+    ``start`` alone (the trainer's batch never fills, by episodes, steps or waiting; no value pretraining, RFT or self-imitation),
     the run ending once every task's are played (or at its minutes, where some never end)."""
     until = ["--until-episodes", str(episodes)] if episodes <= UNTIL_EPISODES_MAX else []  # beyond: its minutes
     return ["--start-from", start, "--no-curriculum", "--episodes", str(episodes), *until,
