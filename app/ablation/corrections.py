@@ -148,7 +148,7 @@ def table(rows: list[dict], tasks: list[str]) -> list[str]:
         pairs = [sum(r["pairs"].get(arm, {}).get(t, 0) for t in tasks) / len(tasks) for r in have]
         lines.append(f"| {ARM_NAMES[arm]} | {len(have)} | {' | '.join(per_task)} | "
                      f"{_plain([r['arms'][arm]['mean'] for r in have])} | "
-                     f"{_plain(pairs) if arm != '0' else '-'} | "
+                     f"{f'{statistics.mean(pairs):.1f}' if arm != '0' else '-'} | "
                      f"{_mean_se([gain(r, arm) for r in have]) if arm != '0' else '-'} | "
                      f"{_mean_se([per_datum(r, arm, tasks) for r in have]) if arm != '0' else '-'} |")
     return lines

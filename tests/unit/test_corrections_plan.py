@@ -41,7 +41,7 @@ def test_the_table_gives_each_arm_its_success_and_gains_with_their_spread():
             row(1, {"0": (0.2, 0.2), "c": (0.3, 0.3), "d": (0.3, 0.3)})]
     lines = C.table(rows, TASKS)
     c = next(line for line in lines if line.startswith("| V + DPO on corrections"))
-    assert "| 2 | 0.350 | 0.450 | 0.400 | 5.000 | +0.150 ± 0.050 | +0.030 ± 0.010 |" in c
+    assert "| 2 | 0.350 | 0.450 | 0.400 | 5.0 | +0.150 ± 0.050 | +0.030 ± 0.010 |" in c
     assert next(line for line in lines if line.startswith("| V alone")).endswith("| - | - | - |")
 
 
