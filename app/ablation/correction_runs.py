@@ -5,6 +5,7 @@ runs on the same instances. One heavy job at a time. Writes <out>/results.json a
 
     python -m benchmarks.corrections --seeds 0,1,2 --k 5          # the table
     python -m benchmarks.corrections --dry-run                    # the commands
+    python -m benchmarks.corrections --report-only                # the table again from results.json
 
 A seed runs whole or not at all: a finished seed's row is kept in results.json and not run again;
 one that failed or was stopped names its step, and runs afresh under a new --tag (a data dir
@@ -156,14 +157,15 @@ def settings_of(args) -> dict:
 
 
 def kept_rows(out: Path, args) -> list[dict]:
-    """Finished seeds of an earlier invocation with the same settings (others are named and left)."""
+    """Finished seeds of an earlier invocation; SystemExit where it ran with other settings (its
+    rows are neither mixed with these nor overwritten: another --out keeps both)."""
     path = out / "results.json"
     if not path.exists():
         return []
     earlier = json.loads(path.read_text())
     if earlier.get("settings") != settings_of(args):
-        say(f"{path}: other settings ({earlier.get('settings')}); its rows are not kept")
-        return []
+        raise SystemExit(f"{path} holds rows of other settings ({earlier.get('settings')}, not "
+                         f"{settings_of(args)}): give another --out")
     return earlier.get("rows", [])
 
 
@@ -179,6 +181,7 @@ def parse(argv: list[str] | None = None):
     ap.add_argument("--tag", default="", help="part of every run id (a data dir refuses a run id used before)")
     ap.add_argument("--out", default=str(ROOT / "var" / "corrections"))
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    ap.add_argument("--report-only", action="store_true", help="rewrite <out>/README.md from <out>/results.json, run nothing")
     add_allow_dirty(ap)
     args = ap.parse_args(argv)
     args.tasks = [t for t in args.tasks.split(",") if t]
@@ -193,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         for seed in seeds:
             one_seed(Seed(args, seed, out))
+        return 0
+    if args.report_only:
+        print(f"report: {write_report([r for r in kept_rows(out, args) if r['seed'] in seeds], out, args)}")
         return 0
     print(f"commit: {record(out, commit_to_run(ROOT, args.allow_dirty))}", flush=True)
     os.environ.setdefault("FLYWHEEL_DATA_DIR", str(ROOT / "var"))

@@ -61,3 +61,17 @@ def test_the_dry_run_prints_every_step_on_the_source_runs_topics(capsys):
     for arm in ("0", "c", "d"):
         assert f"--run-id cor-t-eval-{arm}-s1" in out and "--seed 51" in out
     assert out.count("--rollout-args") == 1
+
+
+def test_the_report_is_rewritten_from_the_results_of_the_same_settings(tmp_path):
+    import json
+
+    rows = [row(0, {"0": (0.2, 0.4), "c": (0.4, 0.6), "d": (0.2, 0.5)})]
+    settings = {"tasks": TASKS, "k": 5, "source_episodes": 30, "eval_episodes": 100, "dpo_args": ""}
+    (tmp_path / "results.json").write_text(json.dumps({"settings": settings, "rows": rows}))
+    assert main(["--tasks", "a,b", "--seeds", "0", "--out", str(tmp_path), "--report-only"]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert "seeds 0" in text and "| V + DPO on corrections | 1 | 0.400 | 0.600 | 0.500 | 5.0 | +0.200 (1 seed)" in text
+    with pytest.raises(SystemExit, match="other settings"):  # another k: neither mixed in nor overwritten
+        main(["--tasks", "a,b", "--seeds", "0", "--k", "3", "--out", str(tmp_path), "--report-only"])
+    assert json.loads((tmp_path / "results.json").read_text())["rows"] == rows
