@@ -6,8 +6,6 @@ runs on the same instances. One heavy job at a time. Writes <out>/results.json a
     python -m benchmarks.corrections --seeds 0,1,2 --k 5          # the table
     python -m benchmarks.corrections --dry-run                    # the commands
     python -m benchmarks.corrections --report-only                # the table again from results.json
-    python -m benchmarks.corrections --pairs-from var/corrections --dpo-args "--lr 1e-4" --tag lr4 --out var/corrections-lr4
-                                                                  # the same pairs, another DPO
 
 A seed runs whole or not at all: a finished seed's row is kept in results.json and not run again;
 one that failed or was stopped names its step, and runs afresh under a new --tag (a data dir
@@ -40,11 +38,9 @@ from infra.runtime.errors import UserError
 class Seed:
     """One seed's steps; ``dry``: print each command instead of running it."""
 
-    def __init__(self, args, seed: int, out: Path, data_tag: str | None = None):
-        """``data_tag``: the tag of an earlier invocation whose source run and pairs this one reuses."""
+    def __init__(self, args, seed: int, out: Path):
         self.a, self.seed, self.dry = args, seed, args.dry_run
-        self.data_tag = args.tag if data_tag is None else data_tag
-        self.src = C.run_id("src", seed, self.data_tag)
+        self.src = C.run_id("src", seed, args.tag)
         self.folder = out / "runs"
         self.env = {**os.environ, "FLYWHEEL_TOPIC_PREFIX": C.prefix_of(self.src), "PYTHONPATH": str(ROOT)}
 
@@ -68,7 +64,6 @@ class Seed:
         if self.dry:
             return ""
         log = self.folder / self.src / f"{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True)
         log.write_text(done.stdout + done.stderr)
         if done.returncode != 0:
@@ -79,9 +74,9 @@ class Seed:
         return dry if self.dry else json.loads(output.strip().splitlines()[-1])
 
     def dpo(self, arm: str, version: int) -> int:
-        name = f"dpo-{arm}" + (f"-{self.a.tag}" if self.data_tag != self.a.tag else "")
-        out = self.child(name, C.dpo_argv(sys.executable, C.policy_of(self.src), version,
-                                          C.annotator(arm, self.seed, self.data_tag), self.seed, self.a.dpo_args.split()))
+        out = self.child(f"dpo-{arm}", C.dpo_argv(sys.executable, C.policy_of(self.src), version,
+                                                  C.annotator(arm, self.seed, self.a.tag), self.seed,
+                                                  self.a.dpo_args.split()))
         published = version + 1 if self.dry else C.published_version(out)
         if published is None:
             raise StepFailed(f"dpo-{arm}: no 'published ... version' line (log {self.folder / self.src})")
@@ -118,28 +113,6 @@ def one_seed(s: Seed) -> dict:
             "recorded": recorded}
 
 
-def reusing_seed(s: Seed, earlier: dict) -> dict:
-    """``earlier``'s seed again with this invocation's DPO options: its pairs, its V and its arm 0
-    (the same version on the same instances), DPO from V on each arm's pairs, two evaluation runs."""
-    v, pairs = earlier["versions"]["0"], earlier["pairs"]
-    versions = {"0": v, "c": s.dpo("c", v), "d": s.dpo("d", v)}
-    scores = {"0": earlier["arms"]["0"]["tasks"], **{arm: s.score(arm, f"{s.src}@{versions[arm]}") for arm in ("c", "d")}}
-    row = C.seed_row(s.seed, scores, pairs, s.a.tasks)
-    return {**row, "versions": versions, "pairs_from": s.src, "corrector": earlier.get("corrector"),
-            "demo_pairs": earlier.get("demo_pairs"), "recorded": earlier.get("recorded")}
-
-
-def earlier_run(folder: Path, seed: int) -> tuple[str, dict]:
-    """(the data tag, the row) of ``seed`` in an earlier invocation's out folder; SystemExit if none."""
-    rows = {r["seed"]: r for r in json.loads((folder / "results.json").read_text()).get("rows", [])} \
-        if (folder / "results.json").exists() else {}
-    sources = sorted((folder / "runs").glob(f"cor*-src-s{seed}"))
-    if seed not in rows or len(sources) != 1:
-        raise SystemExit(f"--pairs-from {folder}: no finished seed {seed} with one source run there")
-    tag = sources[0].name[len("cor-"):-len(f"-src-s{seed}")] if sources[0].name.startswith("cor-") else ""
-    return tag, rows[seed]
-
-
 def _start_version(report: Path) -> int:
     """The version the evaluation run started from (its outcome.json's base_version)."""
     value = json.loads((report / "outcome.json").read_text()).get("base_version") if (report / "outcome.json").exists() else None
@@ -170,18 +143,17 @@ def write_report(rows: list[dict], out: Path, args) -> Path:
              f"mean ± standard error over seeds.", "", *C.table(rows, args.tasks), "",
              f"Command: `python -m benchmarks.corrections --seeds {seeds} --k {args.k} --source-episodes "
              f"{args.source_episodes} --eval-episodes {args.eval_episodes}" + (f" --tag {args.tag}" if args.tag else "")
-             + (f" --dpo-args \"{args.dpo_args}\"" if args.dpo_args else "")
-             + (f" --pairs-from {args.pairs_from}" if args.pairs_from else "") + "`", ""]
+             + "`", ""]
     path = out / "README.md"
     path.write_text("\n".join(lines))
     return path
 
 
-SETTINGS = ("tasks", "k", "source_episodes", "eval_episodes", "dpo_args", "pairs_from")  # what makes rows one table
+SETTINGS = ("tasks", "k", "source_episodes", "eval_episodes", "dpo_args")  # what makes two seeds' rows one table
 
 
 def settings_of(args) -> dict:
-    return {k: getattr(args, k) for k in SETTINGS if getattr(args, k) or k != "pairs_from"}  # none: as before it existed
+    return {k: getattr(args, k) for k in SETTINGS}
 
 
 def kept_rows(out: Path, args) -> list[dict]:
@@ -210,8 +182,6 @@ def parse(argv: list[str] | None = None):
     ap.add_argument("--out", default=str(ROOT / "var" / "corrections"))
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--report-only", action="store_true", help="rewrite <out>/README.md from <out>/results.json, run nothing")
-    ap.add_argument("--pairs-from", default="", help="an earlier invocation's --out: reuse its source runs, pairs and "
-                                                     "arm 0, and run only DPO (with these --dpo-args) and arms C and D")
     add_allow_dirty(ap)
     args = ap.parse_args(argv)
     args.tasks = [t for t in args.tasks.split(",") if t]
@@ -241,11 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                     say(f"seed {seed}: kept from an earlier invocation")
                     continue
                 try:
-                    if args.pairs_from:
-                        tag, earlier = earlier_run(Path(args.pairs_from), seed)
-                        rows.append(reusing_seed(Seed(args, seed, out, tag), earlier))
-                    else:
-                        rows.append(one_seed(Seed(args, seed, out)))
+                    rows.append(one_seed(Seed(args, seed, out)))
                     write_report(rows, out, args)
                 except (StepFailed, UserError) as exc:
                     print(f"seed {seed} left out: {exc}", file=sys.stderr, flush=True)

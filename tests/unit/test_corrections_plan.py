@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from app.ablation import corrections as C
-from app.ablation import correction_runs as C_runs
 from app.ablation.correction_runs import main
 
 TASKS = ["a", "b"]
@@ -76,24 +75,3 @@ def test_the_report_is_rewritten_from_the_results_of_the_same_settings(tmp_path)
     with pytest.raises(SystemExit, match="other settings"):  # another k: neither mixed in nor overwritten
         main(["--tasks", "a,b", "--seeds", "0", "--k", "3", "--out", str(tmp_path), "--report-only"])
     assert json.loads((tmp_path / "results.json").read_text())["rows"] == rows
-
-
-def test_a_reuse_takes_the_earlier_seeds_source_pairs_and_arm_0_and_runs_only_dpo_and_two_arms(tmp_path, capsys):
-    import json
-
-    earlier = tmp_path / "earlier"
-    (earlier / "runs" / "cor-c-src-s0").mkdir(parents=True)
-    row0 = {**row(0, {"0": (0.2, 0.4), "c": (0.4, 0.6), "d": (0.2, 0.5)}), "versions": {"0": 147, "c": 148, "d": 149}}
-    (earlier / "results.json").write_text(json.dumps({"settings": {}, "rows": [row0]}))
-    tag, found = C_runs.earlier_run(earlier, 0)
-    assert tag == "c" and found["versions"]["0"] == 147
-    with pytest.raises(SystemExit, match="no finished seed 1"):
-        C_runs.earlier_run(earlier, 1)
-    args = C_runs.parse(["--tasks", "a,b", "--seeds", "0", "--tag", "lr4", "--dpo-args", "--lr 1e-4",
-                         "--pairs-from", str(earlier), "--dry-run"])
-    out = C_runs.reusing_seed(C_runs.Seed(args, 0, tmp_path / "new", tag), found)
-    said = capsys.readouterr().out
-    assert "--annotators human:cor-c-person-c-s0 --seed 0 --lr 1e-4" in said and "demo-cor-c-src-s0." in said
-    assert "--run-id cor-lr4-eval-c-s0" in said and "cor-lr4-eval-0-s0" not in said and "app.ui.correct" not in said
-    assert "--start-from cor-c-src-s0@148" in said  # DPO's version of the earlier source run's policy (dry: V + 1)
-    assert out["arms"]["0"] == row0["arms"]["0"] and out["pairs"] == row0["pairs"]
