@@ -247,23 +247,24 @@ def test_a_task_without_a_solver_is_refused():
         run(record([SUBMIT], task_name="book-flight"))
 
 
-def test_a_replay_that_shows_another_screen_is_refused_unless_screens_are_not_verified():
+def with_another_screen_at_step_1():
+    """An episode whose step 1 recorded a screen the replay will not show (its bytes differ)."""
     traj = record([checkbox(0), checkbox(1), SUBMIT])
     other = Observation(screenshot=BlobRef(sha256="f" * 64, uri="mem://x"), screen_width=W, screen_height=H,
                         instruction=traj.steps[1].observation.instruction)
-    bad = traj.model_copy(update={"steps": [traj.steps[0], traj.steps[1].model_copy(update={"observation": other}),
-                                            traj.steps[2]]})
+    return traj.model_copy(update={"steps": [traj.steps[0], traj.steps[1].model_copy(update={"observation": other}),
+                                             traj.steps[2]]})
+
+
+def test_a_replay_that_shows_another_screen_is_refused_unless_screens_are_not_verified():
+    bad = with_another_screen_at_step_1()
     with pytest.raises(ReplayDiverged, match="step 1: replayed screen"):
         run(bad)
     assert run(bad, verify_screens=False).tau == 1
 
 
 def test_a_screen_other_in_its_bytes_passes_where_the_replay_says_it_looks_the_same():
-    traj = record([checkbox(0), checkbox(1), SUBMIT])
-    other = Observation(screenshot=BlobRef(sha256="f" * 64, uri="mem://x"), screen_width=W, screen_height=H,
-                        instruction=traj.steps[1].observation.instruction)
-    bad = traj.model_copy(update={"steps": [traj.steps[0], traj.steps[1].model_copy(update={"observation": other}),
-                                            traj.steps[2]]})
+    bad = with_another_screen_at_step_1()
     asked = []
     env = FakeEnv()
     env.looks_same = lambda recorded: asked.append(recorded.screenshot.sha256) or True
