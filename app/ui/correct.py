@@ -221,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     if bool(args.episodes) == bool(args.policy) or unknown or (args.policy and not tasks) or args.n < 1 or args.corrections < 0:
         ap.error("give --episodes, or --policy with --tasks that have a routine "
                  f"({', '.join(sorted(ROUTINES))}) and --n >= 1" + (f"; no routine for {', '.join(unknown)}" if unknown else ""))
+    if args.episodes and (args.corrections or tasks):  # they only choose among a policy's failures
+        ap.error("--corrections and --tasks go with --policy: --episodes corrects exactly the episodes it names")
     settings = load_settings(vars(args))
     say = lambda line: print(line, flush=True)  # noqa: E731
     if args.episodes:

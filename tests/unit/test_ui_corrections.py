@@ -10,6 +10,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from confluent_kafka import KafkaException
 
+from app.ui import correct as corrector
 from app.ui import corrections
 from app.ui.corrections import correction_pair
 from app.ui.queries import UiInputError
@@ -202,3 +203,12 @@ def test_corrections_run_in_their_own_bounded_threads_not_the_views():
         assert name.startswith("ui-corrections")
     finally:
         pool.shutdown()
+
+
+@pytest.mark.parametrize("extra", [["--corrections", "3"], ["--tasks", "click-tab-2"]])
+def test_the_corrector_refuses_choosing_options_beside_named_episodes(extra, capsys):
+    """--episodes corrects exactly what it names: an option that chooses among failures is refused, not ignored."""
+    with pytest.raises(SystemExit) as exit_:
+        corrector.main(["--episodes", "ep-1", *extra])
+    assert exit_.value.code == 2
+    assert "--episodes corrects exactly the episodes it names" in capsys.readouterr().err
