@@ -23,20 +23,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
 import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
 from app.phases import human_demonstrations
 from app.ui.corrections import publish_pair
 from infra.runtime import versions
 from infra.runtime.config import add_arguments
-from infra.runtime.policy import PolicyInput, load_policy_version
+from infra.runtime.policy import load_policy_version, screen, state_at
 from infra.runtime.settings import Settings, load_settings
 from producers.annotate import BrowserReplay
 from producers.human import human_policy
@@ -62,15 +59,7 @@ class Probed:
 
 def inputs_of(traj: Trajectory, store) -> list[Any]:
     """Each state of ``traj`` as a policy's ``act`` takes it: screenshot, instruction, earlier steps."""
-    from PIL import Image  # local: Pillow only where a policy acts
-
-    out = []
-    for i, step in enumerate(traj.steps):
-        image = np.asarray(Image.open(io.BytesIO(store.get(step.observation.screenshot.sha256))).convert("RGB"))
-        out.append(PolicyInput(image=image, instruction=step.observation.instruction,
-                               screen_width=step.observation.screen_width,
-                               screen_height=step.observation.screen_height, history=list(traj.steps[:i])))
-    return out
+    return [state_at(traj.steps, i, screen(store, step.observation.screenshot)) for i, step in enumerate(traj.steps)]
 
 
 async def first_departure(traj: Trajectory, wanted: list[Any], env) -> int | None:

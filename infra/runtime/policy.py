@@ -18,6 +18,7 @@ the rollout worker stores it on the step so the trainer can correct off-policy d
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass, field, fields
 from importlib.metadata import entry_points
 from typing import Any, Protocol
@@ -29,6 +30,8 @@ from schemas.actions import Action
 from schemas.blobs import BlobNotFound, BlobStore
 from schemas.codec import DecodeError, validate
 from schemas.events import BlobRef, Observation, PolicyVersion, Step
+
+log = logging.getLogger("flywheel.policy")
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,32 @@ class PolicyInput:
 
     def __post_init__(self) -> None:
         self.history = past_steps(self.history)
+
+
+def state_at(steps: list[Step], i: int, image: np.ndarray, instruction: str = "") -> PolicyInput:
+    """Step ``i`` of an episode as its policy saw it: ``image`` (its screen), its instruction
+    (``instruction`` where the step has none) and the steps before it."""
+    obs = steps[i].observation
+    return PolicyInput(image, obs.instruction or instruction, obs.screen_width, obs.screen_height, history=list(steps[:i]))
+
+
+def screen(store: BlobStore, ref: BlobRef | str) -> np.ndarray:
+    """A stored screenshot as policies take it: H x W x 3 uint8 RGB (BlobNotFound where it is gone)."""
+    import io  # local: Pillow only where pixels are read
+
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(store.get(ref))).convert("RGB"))
+
+
+def screen_or_none(store: BlobStore, ref: BlobRef) -> np.ndarray | None:
+    """``screen``, or None (logged) where the screenshot cannot be read: a caller that can go on
+    without it (a shorter context, a skipped sample) does."""
+    try:
+        return screen(store, ref)
+    except Exception as exc:  # noqa: BLE001 - gone, truncated or not an image: the same for the caller
+        log.warning("screenshot %s unavailable: %s", ref.sha256[:12], exc)
+        return None
 
 
 @dataclass

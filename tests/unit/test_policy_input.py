@@ -9,10 +9,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from infra.runtime.policy import PastStep, PolicyInput, SeenScreen, past_step_from_json, past_step_json, past_steps
+from infra.runtime.policy import (PastStep, PolicyInput, SeenScreen, past_step_from_json, past_step_json, past_steps, screen,
+                                  screen_or_none, state_at)
 from producers.policy_client import PolicyRequest, policy_input
 from producers.sandboxes.base import Obs
 from schemas.actions import Click
+from schemas.blobs import BlobNotFound, BlobStore
 from schemas.codec import DecodeError
 from schemas.events import BlobRef, Observation, Step, TaskSpec
 
@@ -95,3 +97,28 @@ def test_the_wire_form_of_an_earlier_step_is_its_projection_and_is_checked():
                 {**wire, "observation": {**wire["observation"], "screen_width": 0}}):
         with pytest.raises(DecodeError):
             past_step_from_json(bad)
+
+
+def test_a_recorded_state_is_its_screen_its_instruction_and_only_the_steps_before_it():
+    steps = [recorded(0), recorded(1)]
+    image = np.zeros((210, 160, 3), np.uint8)
+    inp = state_at(steps, 1, image)
+    assert inp.image is image and (inp.screen_width, inp.screen_height) == (160, 210)
+    assert inp.instruction == "Select alpha and press Submit."
+    assert inp.history == past_steps(steps[:1])
+    silent = [s.model_copy(update={"observation": s.observation.model_copy(update={"instruction": ""})}) for s in steps]
+    assert state_at(silent, 0, image, "click-checkboxes").instruction == "click-checkboxes"  # the fallback
+    assert state_at(silent, 0, image, "click-checkboxes").history == []
+
+
+def test_a_stored_screen_reads_back_as_rgb_and_a_missing_one_is_none_or_not_found(tmp_path):
+    from PIL import Image  # local: only this test writes a picture
+
+    store = BlobStore(str(tmp_path))
+    ref = store.put_image(Image.new("RGBA", (4, 3), (10, 20, 30, 255)))
+    pixels = screen(store, ref)
+    assert pixels.shape == (3, 4, 3) and pixels.dtype == np.uint8 and tuple(pixels[0, 0]) == (10, 20, 30)
+    gone = BlobRef(sha256="0" * 64, uri="file:///gone")
+    assert screen_or_none(store, gone) is None
+    with pytest.raises(BlobNotFound):
+        screen(store, gone.sha256)

@@ -12,20 +12,12 @@ longer in the blob store.
 
 from __future__ import annotations
 
-import io
 from collections import Counter
 from typing import Any
-
-import numpy as np
-from PIL import Image
 
 from infra.runtime.policy import policy_kind
 from schemas.blobs import BlobStore
 from schemas.events import PreferencePair
-
-
-def load_image(store: BlobStore, sha256: str) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(store.get(sha256))).convert("RGB"))
 
 
 def pair_inputs(policy, pairs: list[PreferencePair], store: BlobStore) -> tuple[Any | None, Counter]:

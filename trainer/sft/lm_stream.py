@@ -16,7 +16,6 @@ unannounced.
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 import time
@@ -24,7 +23,6 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from PIL import Image
 
 from trainer.core import metric_names as M
 from trainer.sft.lm_config import LMTrainConfig  # noqa: F401 - re-exported: the config lives apart so the CLI need not import torch
@@ -40,7 +38,7 @@ from schemas.events import PolicyVersion
 from infra.runtime import versions
 from trainer.core.learner import LearnerState, checkpoint_file, drop_other_weights, read_weights, write_weights
 from trainer.core.publish import make_version, save_weights
-from infra.runtime.policy import build_policy, load_policy_version
+from infra.runtime.policy import build_policy, load_policy_version, screen_or_none
 
 log = logging.getLogger("flywheel.lm_stream")
 
@@ -147,11 +145,7 @@ class LMStreamTrainer:
         self.update_times: list[float] = []
 
     def load_image(self, ref) -> np.ndarray | None:
-        try:
-            return np.asarray(Image.open(io.BytesIO(self.store.get(ref))).convert("RGB"))
-        except Exception as exc:
-            log.warning("screenshot %s unavailable: %s", ref.sha256[:12], exc)
-            return None
+        return screen_or_none(self.store, ref)
 
     def _initial_policy(self, ckpt: Checkpoint):
         """Checkpoint > latest published version > a fresh model from ``policy_config``;

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from schemas.events import ScoredTrajectory
-from infra.runtime.policy import PolicyInput
+from infra.runtime.policy import state_at
 from schemas.prompt import Rendered
 
 ImageLoader = Callable[[Any], "np.ndarray | None"]
@@ -30,9 +30,7 @@ def sft_samples(policy, scored: ScoredTrajectory, load_image: ImageLoader) -> li
     for i, step in enumerate(steps):
         if images[i] is None or (step.action is None and not step.raw_output) or step.step_index in noise:
             continue
-        obs = step.observation
-        inp = PolicyInput(images[i], obs.instruction or scored.trajectory.task.name, obs.screen_width,
-                          obs.screen_height, history=list(steps[:i]))
+        inp = state_at(steps, i, images[i], scored.trajectory.task.name)
         turns = policy.context_with_images(inp, images[:i])
         samples.append(policy.render(turns, policy.taught_text(step), score="last"))
     return samples

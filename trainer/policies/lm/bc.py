@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from infra.runtime.config import ConfigError
-from infra.runtime.policy import PolicyInput
+from infra.runtime.policy import screen_or_none, state_at
 from schemas.blobs import BlobStore
 from schemas.events import ScoredTrajectory
 from schemas.prompt import Rendered, format_step_output
@@ -35,16 +35,8 @@ from trainer.sft.lm_config import LMTrainConfig
 
 
 def load_image(store: BlobStore):
-    import io
-
-    from PIL import Image
-
-    def load(ref) -> np.ndarray | None:
-        try:
-            return np.asarray(Image.open(io.BytesIO(store.get(ref))).convert("RGB"))
-        except Exception:  # noqa: BLE001 - a missing screenshot skips its step (sft_samples)
-            return None
-    return load
+    """A screenshot loader for sft_samples: a missing screenshot skips its step."""
+    return lambda ref: screen_or_none(store, ref)
 
 
 def shifted_samples(policy, scored: ScoredTrajectory, image: np.ndarray, copies: int, max_frac: float,
@@ -53,8 +45,7 @@ def shifted_samples(policy, scored: ScoredTrajectory, image: np.ndarray, copies:
     step = scored.trajectory.steps[0]
     obs, out = step.observation, []
     for moved_image, moved in random_shifts(image, step.action, copies, max_frac, rng):
-        inp = PolicyInput(moved_image, obs.instruction or scored.trajectory.task.name, obs.screen_width,
-                          obs.screen_height, history=[])
+        inp = state_at(scored.trajectory.steps, 0, moved_image, scored.trajectory.task.name)
         text = format_step_output(step.model_copy(update={"action": moved, "raw_output": None}), policy.config["coord_mode"])
         out.append(policy.render(policy.context(inp), text, score="last"))
     return out

@@ -29,8 +29,6 @@ forward pass, so behaviour and training log-probs always refer to the same token
 from __future__ import annotations
 
 import hashlib
-import io
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +38,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from infra.runtime.policy import Decision, PolicyInput
+from infra.runtime.policy import Decision, PolicyInput, screen, screen_or_none, state_at
 from schemas.prompt import (
     IM_END, IMAGE, PAD, PromptSpec, Rendered, Turn, format_step_output, history_window, instruction_of, render,
     uitars_turns,
@@ -53,8 +51,6 @@ from trainer.policies.pixel.ground import PAGE_FONT, PAGE_SIZES, pin_font
 from trainer.sft.lm_config import PRETRAINED_LM
 from trainer.core.pretrained import resolve
 from schemas.uitars import parse_output
-
-log = logging.getLogger("flywheel.policy.lm")
 
 
 def tiny_lm_config(**overrides: Any) -> dict[str, Any]:
@@ -218,11 +214,7 @@ class LMPolicy(nn.Module, PolicyDefaults):
     def _history_image(self, step) -> np.ndarray | None:
         if self.blob_store is None:
             return None
-        try:
-            return np.asarray(Image.open(io.BytesIO(self.blob_store.get(step.observation.screenshot))).convert("RGB"))
-        except Exception as exc:  # a missing screenshot shortens the context, it does not stop the agent
-            log.warning("history screenshot %s unavailable: %s", step.observation.screenshot.sha256[:12], exc)
-            return None
+        return screen_or_none(self.blob_store, step.observation.screenshot)  # a missing one shortens the context
 
     def render(self, turns: list[Turn], response: str | None = None, score: str = "last") -> Rendered:
         """Render a context; with ``response``, append it (+ <|im_end|>) as the scored answer."""
@@ -406,11 +398,10 @@ class LMPolicy(nn.Module, PolicyDefaults):
         for step in traj.steps:
             if not step.raw_output and not wrote_nothing(step):
                 raise ValueError(f"step {step.step_index} has no raw output: not written by a language policy")
-            images.append(np.asarray(Image.open(io.BytesIO(store.get(step.observation.screenshot.sha256))).convert("RGB")))
+            images.append(screen(store, step.observation.screenshot))
         samples = []
         for i, step in enumerate(traj.steps):
-            obs = step.observation
-            inp = PolicyInput(images[i], obs.instruction, obs.screen_width, obs.screen_height, history=list(traj.steps[:i]))
+            inp = state_at(traj.steps, i, images[i])
             samples.append(self.render(self.context_with_images(inp, images[:i]), step.raw_output, score="last"))
         return samples
 

@@ -12,12 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from infra.runtime.policy import PolicyInput
+from infra.runtime.policy import PolicyInput, screen
 from schemas.blobs import BlobNotFound, BlobStore
 from schemas.events import PairSide, PreferencePair
 from schemas.prompt import Rendered, history_window
 from schemas.uitars import render_output
-from trainer.dpo.inputs import load_image
 
 
 @dataclass
@@ -69,9 +68,9 @@ def lm_pairs(policy, pairs: list[PreferencePair], store: BlobStore) -> tuple[LMP
             skipped["indistinguishable"] += 1  # e.g. two clicks in one patch of a pointer policy
             continue
         try:
-            image = load_image(store, obs.screenshot.sha256)
+            image = screen(store, obs.screenshot)
             keep = set(history_window(policy.spec, len(p.history)))
-            earlier = [load_image(store, s.observation.screenshot.sha256) if i in keep else None
+            earlier = [screen(store, s.observation.screenshot) if i in keep else None
                        for i, s in enumerate(p.history)]
         except BlobNotFound:
             skipped["screenshot_missing"] += 1

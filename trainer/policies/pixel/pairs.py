@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
+from infra.runtime.policy import screen
 from schemas.blobs import BlobNotFound, BlobStore
 from schemas.events import PreferencePair
-from trainer.dpo.inputs import load_image
 
 
 @dataclass
@@ -59,7 +59,7 @@ def pixel_pairs(policy, pairs: list[PreferencePair], store: BlobStore) -> tuple[
             skipped["indistinguishable"] += 1
             continue
         try:
-            image = load_image(store, p.observation.screenshot.sha256)
+            image = screen(store, p.observation.screenshot)
         except BlobNotFound:
             skipped["screenshot_missing"] += 1
             continue
