@@ -52,6 +52,12 @@ class ReplayEnv(Protocol):
     async def step(self, action: Any) -> tuple[Observation, dict[str, Any], bool]: ...
 
 
+def looks_same_of(env: ReplayEnv) -> Callable[[Observation], bool] | None:
+    """``env``'s own judge of rendering noise (a ReplayEnv's optional ``looks_same``), or None:
+    then only the recorded screenshot's bytes count as the same screen."""
+    return getattr(env, "looks_same", None)
+
+
 @dataclass
 class Annotation:
     """What the annotator made of one episode: its pairs, and in a word why there are not two."""
@@ -180,7 +186,7 @@ async def annotate(traj: Trajectory, env: ReplayEnv, *, annotator: str = ANNOTAT
     ``after_error`` False: stop at the first wrong step, with its error-correction pair only (outcome
     "error_found"; the state after it is neither replayed nor judged)."""
     check_replayable(traj, knows, who)
-    steps, name, looks = traj.steps, traj.task.name, getattr(env, "looks_same", None)
+    steps, name, looks = traj.steps, traj.task.name, looks_same_of(env)
     obs, dom = await env.reset(traj.task)
     for i, step in enumerate(steps):
         verify(i, obs, step.observation, verify_screens, looks)
@@ -205,7 +211,7 @@ async def _after_error(traj: Trajectory, tau: int, want: Any, env: ReplayEnv, an
         return Annotation(pairs, "error_ended_episode", tau)
     nxt = traj.steps[tau + 1] if tau + 1 < len(traj.steps) else None
     if nxt is not None:
-        verify(tau + 1, after, nxt.observation, verify_screens, getattr(env, "looks_same", None))
+        verify(tau + 1, after, nxt.observation, verify_screens, looks_same_of(env))
     recovery = solver_choice(traj.task.name, after.instruction, dom, solve)
     if recovery is None:
         return Annotation(pairs, "solver_abstained_after_error", tau)

@@ -37,7 +37,7 @@ from infra.runtime.policy import load_policy_version, screen, state_at
 from infra.runtime.settings import Settings, load_settings
 from producers.annotate import BrowserReplay
 from producers.human import human_policy
-from producers.reflection import ReplayDiverged, same_action, side_of, verify
+from producers.reflection import ReplayDiverged, looks_same_of, same_action, side_of, verify
 from schemas.blobs import BlobStore
 from schemas.events import PairSide, PreferencePair, Trajectory
 
@@ -68,7 +68,7 @@ async def first_departure(traj: Trajectory, wanted: list[Any], env) -> int | Non
     ReplayDiverged when the replay does not show the recorded states."""
     obs, dom = await env.reset(traj.task)
     for i, step in enumerate(traj.steps):
-        verify(i, obs, step.observation, True, getattr(env, "looks_same", None))
+        verify(i, obs, step.observation, True, looks_same_of(env))
         if not same_action(step.action, wanted[i], dom):
             return i
         obs, dom, done = await env.step(step.action)
