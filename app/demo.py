@@ -344,15 +344,18 @@ def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tup
     train = trainer.train
     out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id
     logs = out / "logs"
+    start = start_from.parse(cfg.start_from, RUN_ID) if cfg.start_from else None
     taught_by = taught.taught_of(cfg.cold_start_demos, cfg.demos_from, cfg.demo_noise, train, cfg.explore_from,
-                                 checked.judged)
+                                 checked.judged, str(start or ""),
+                                 start_from.taught_by(start_from.report_places(start, settings.data_path, cfg.report_dir))
+                                 if start else "")
     print(demo_report.header(cfg, run_id, policy, plan, train, budget, logs, taught_by), flush=True)
     log.info("demo config %s", describe(cfg))
     log.info("trainer config %s", trainer.record())
     ensure_platform(settings, broker)
     claim_run_id(settings, run_id, policy)  # its topics, versions, checkpoint and rows would mix with this run's
-    if cfg.start_from:  # before the trainer starts: it continues from the newest published version
-        pv = start_from.copy_into(settings, start_from.parse(cfg.start_from, RUN_ID), cfg.policy_kind, policy)
+    if start:  # before the trainer starts: it continues from the newest published version
+        pv = start_from.copy_into(settings, start, cfg.policy_kind, policy)
         print(f"starting from {cfg.start_from}: published as {policy} v{pv.version}", flush=True)
     logs.mkdir(parents=True, exist_ok=True)  # after the claim: a run's logs mean its run id is spent
     config = demo_report.record(cfg, settings, prefix, policy, plan, cold, trainer, taught_by)

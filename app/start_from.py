@@ -13,7 +13,9 @@ it (the run's sink landed it there; versions.history). The copy's metrics name w
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from infra.runtime import versions
 from infra.runtime.errors import UserError
@@ -52,6 +54,24 @@ def parse(text: str, run_id_pattern) -> StartFrom:
     if not version.isdigit():
         raise UserError(f"--start-from {text!r}: the version after '@' is a number >= 0")
     return StartFrom(run_id, int(version))
+
+
+def report_places(start: StartFrom, data_path: Path, report_dir: str) -> list[Path]:
+    """Where ``start``'s run keeps its report: the demo's default place, and beside this run's own
+    report folder (a benchmark keeps all its runs' reports in one folder)."""
+    return [data_path / "reports" / start.run_id] + ([Path(report_dir).parent / start.run_id] if report_dir else [])
+
+
+def taught_by(places: list[Path]) -> str:
+    """What taught the run whose report is in the first of ``places`` holding its config.json, as
+    it recorded (app.taught's sources, joined); "" where none holds one or it recorded none."""
+    for place in places:
+        try:
+            said = json.loads((place / "config.json").read_text()).get("taught_by") or {}
+        except (OSError, ValueError, AttributeError):  # absent, unreadable or not a config: the next place
+            continue
+        return "; ".join(str(s) for s in said.get("sources") or [])
+    return ""
 
 
 def source_version(settings: Settings, start: StartFrom, kind: str):

@@ -12,6 +12,8 @@ The sources, each from a setting the run resolved before it started:
   fitting them (``dagger_every``).
 - demonstrations guiding the exploration floor's clicks (``explore_from``, --explore-from): they
   say where the floor clicks, never what the policy is fitted to; named as a source all the same.
+- the version RL started from (``start_from``, --start-from RUN@VERSION), and what taught it as its
+  own run recorded (``start_taught``; app.start_from.taught_by), where that run's report is found.
 Self-imitation (``sil_coef``) fits the policy's own best episodes, which reward alone picked: it is
 named beside reward, not as a source of its own.
 """
@@ -34,6 +36,8 @@ class Taught:
     sil_coef: float = 0.0  # self-imitation's weight on the policy's own best episodes (0: none)
     explore_from: str = ""  # "" or "human": demonstrations guiding the exploration floor's clicks
     judged: str = ""  # the tasks whose reward the streams' judge decides ("*": every task; "": none, the page's)
+    start_from: str = ""  # "" or the version RL started from (RUN@VERSION)
+    start_taught: str = ""  # what taught that version, as its run recorded ("": not found)
 
     @property
     def teacher_in_rl(self) -> bool:
@@ -47,15 +51,16 @@ class Taught:
 
 
 def taught_of(cold_start_demos: int, demos_from: str, demo_noise: float, train: Any, explore_from: str = "",
-              judged: str = "") -> Taught:
+              judged: str = "", start_from: str = "", start_taught: str = "") -> Taught:
     """The teaching of a run with that many demonstrations per task by ``demos_from`` (0: from
     random weights) and the trainer's resolved configuration ``train`` (a TrainConfig); ``judged``:
-    the tasks the streams' judge rewards (app.demo_children.judged_tasks)."""
+    the tasks the streams' judge rewards (app.demo_children.judged_tasks); ``start_from`` and
+    ``start_taught``: the version RL started from and what taught it (app.start_from.taught_by)."""
     return Taught(demonstrations=demos_from if cold_start_demos > 0 else "",
                   demo_noise=demo_noise if cold_start_demos > 0 and demos_from == "scripted" else 0.0,
                   rft_every=int(train.rft_every), expert_coef=float(train.expert_coef),
                   dagger_every=int(train.dagger_every), sil_coef=float(train.sil_coef), explore_from=explore_from,
-                  judged=judged)
+                  judged=judged, start_from=start_from, start_taught=start_taught if start_from else "")
 
 
 def sources(t: Taught) -> list[str]:
@@ -68,6 +73,9 @@ def sources(t: Taught) -> list[str]:
     if t.demonstrations:
         noise = f", {t.demo_noise:.0%} mistakes" if t.demo_noise else ""
         out.append(f"{t.demonstrations} demonstrations (the cold start's pi_sft{noise})")
+    if t.start_from:
+        out.append(f"the version it started from, {t.start_from} (taught by: {t.start_taught})" if t.start_taught
+                   else f"the version it started from, {t.start_from} (what taught it: that run's report)")
     if t.explore_from:
         out.append(f"{t.explore_from} demonstrations guiding the exploration floor's clicks (not cloned)")
     if t.rft_every > 0:

@@ -3,9 +3,12 @@ cold start, with the settings of a run after one; the source read from that run'
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import pytest
 
-from app import start_from
+from app import start_from, taught
 from app.demo_config import RUN_ID, DemoConfig, effective
 from app.demo_report import resolved
 from infra.runtime.errors import UserError
@@ -69,3 +72,27 @@ def test_the_newest_version_of_a_run_whose_topics_are_gone_is_read_from_clickhou
     assert start_from.source_version(mine, start_from.StartFrom("old-s0"), "pixel") == "pv-2"
     with pytest.raises(UserError, match="no published version"):  # neither the topic nor the log holds one
         start_from.source_version(mine, start_from.StartFrom("other-s0"), "pixel")
+
+
+def test_a_run_from_a_version_names_it_and_what_taught_it_as_its_own_run_recorded(tmp_path):
+    """The version RL starts from is a teacher of the run: its report names it, and what taught it
+    where that run's config.json is found (beside this run's report, as a benchmark keeps them)."""
+    start = start_from.parse("mrg-sft-s0@0", RUN_ID)
+    places = start_from.report_places(start, tmp_path / "data", str(tmp_path / "runs" / "mrg-web-s0"))
+    assert places == [tmp_path / "data" / "reports" / "mrg-sft-s0", tmp_path / "runs" / "mrg-sft-s0"]
+    assert start_from.taught_by(places) == ""  # no report anywhere
+    places[1].mkdir(parents=True)
+    (places[1] / "config.json").write_text(json.dumps({"taught_by": {"sources": [
+        "reward", "scripted demonstrations (the cold start's pi_sft)"]}}))
+    said = start_from.taught_by(places)
+    assert said == "reward; scripted demonstrations (the cold start's pi_sft)"
+    line = taught.line(taught.taught_of(0, "scripted", 0.0, SimpleNamespace(rft_every=8, expert_coef=0.0, dagger_every=0,
+                                                                            sil_coef=0.0), start_from=str(start),
+                                        start_taught=said))
+    assert line == ("Taught by: reward; the version it started from, mrg-sft-s0@0 (taught by: reward; scripted "
+                    "demonstrations (the cold start's pi_sft)); RFT rounds every 8 updates on the policy's own successes.")
+    (places[1] / "config.json").write_text("{not json")  # a broken record: named as unknown, not a crash
+    unknown = taught.taught_of(0, "", 0.0, SimpleNamespace(rft_every=0, expert_coef=0.0, dagger_every=0, sil_coef=0.0),
+                               start_from=str(start), start_taught=start_from.taught_by(places))
+    assert taught.line(unknown) == ("Taught by: reward; the version it started from, mrg-sft-s0@0 (what taught it: "
+                                    "that run's report).")
