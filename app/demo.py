@@ -314,7 +314,8 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
     stop = phases.Stop()
     previous = {s: signal.signal(s, _terminate_once(stop)) for s in stop_signals()}
     try:
-        return _run(cfg, settings, cold, (run_id, prefix, policy), broker, children, stop, changed, checked, human, guide)
+        return _run(Decided(cfg, cold, (run_id, prefix, policy), changed, checked, human, guide), settings, broker,
+                    children, stop)
     finally:
         stop.set("the run ended")  # from here a signal lets the cleanup finish
         stop.interruptible = False
@@ -328,16 +329,26 @@ def run_demo(cfg: DemoConfig, settings: Settings) -> Path:
                 signal.signal(signum, handler)
 
 
-def _run(cfg: DemoConfig, settings: Settings, cold: phases.ColdStart, names: tuple[str, str, str], broker,
-         children: list[Child], stop: phases.Stop, changed: list[str], checked: Checked,
-         human: list | None = None, guide: dict[str, list] | None = None) -> Path:
+@dataclass(frozen=True)
+class Decided:
+    """What run_demo decides before anything starts."""
+
+    cfg: DemoConfig  # the effective configuration (``effective``)
+    cold: phases.ColdStart  # the cold start, and the tasks without a demonstrator
+    names: tuple[str, str, str]  # run id, topic prefix, policy name
+    changed: list[str]  # what the resolution changed, said to the user
+    checked: Checked  # what ``check_child_options`` resolved (the trainer's configuration, the judged tasks)
+    human: list | None = None  # the people's demonstrations the cold start clones (--demos-from human)
+    guide: dict[str, list] | None = None  # --explore-from's points per task (``explore_guide``)
+
+
+def _run(decided: Decided, settings: Settings, broker, children: list[Child], stop: phases.Stop) -> Path:
     """Start the platform and the children (appended to ``children`` as they are planned, for
     run_demo to stop whatever happens), run the phases until the deadline, stop the children and
-    write the report; -> its path. ``human``: the people's demonstrations of ``--demos-from human``;
-    ``checked``: what ``check_child_options`` resolved (the trainer's configuration, the judged
-    tasks); ``guide``:
-    --explore-from's points per task (``explore_guide``)."""
-    run_id, prefix, policy = names
+    write the report; -> its path."""
+    cfg, cold, changed, checked, human, guide = (decided.cfg, decided.cold, decided.changed, decided.checked,
+                                                 decided.human, decided.guide)
+    run_id, prefix, policy = decided.names
     budget = phase_list.Budget(time.time(), cfg.minutes)  # --minutes bounds the whole run, its start-up included
     plan = cfg.plan()
     trainer = checked.trainer
