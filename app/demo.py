@@ -30,7 +30,7 @@ import os
 import secrets
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from app import demo_queries as Q
@@ -356,10 +356,10 @@ def _run(decided: Decided, settings: Settings, broker, children: list[Child], st
     out = Path(cfg.report_dir) if cfg.report_dir else settings.data_path / "reports" / run_id
     logs = out / "logs"
     start = start_from.parse(cfg.start_from, RUN_ID) if cfg.start_from else None
+    places = start_from.report_places(start, settings.data_path, cfg.report_dir) if start else []
     taught_by = taught.taught_of(cfg.cold_start_demos, cfg.demos_from, cfg.demo_noise, train, cfg.explore_from,
                                  checked.judged, str(start or ""),
-                                 start_from.taught_by(start_from.report_places(start, settings.data_path, cfg.report_dir))
-                                 if start else "")
+                                 start_from.taught_by(places, start.version) if start else "")
     print(demo_report.header(cfg, run_id, policy, plan, train, budget, logs, taught_by), flush=True)
     log.info("demo config %s", describe(cfg))
     log.info("trainer config %s", trainer.record())
@@ -368,6 +368,10 @@ def _run(decided: Decided, settings: Settings, broker, children: list[Child], st
     if start:  # before the trainer starts: it continues from the newest published version
         pv = start_from.copy_into(settings, start, cfg.policy_kind, policy)
         print(f"starting from {cfg.start_from}: published as {policy} v{pv.version}", flush=True)
+        if start.version is None:  # the version is known now: what taught it, for the report
+            taught_by = replace(taught_by, start_from=f"{start}@{pv.version}",
+                                start_taught=start_from.taught_by(places, pv.version))
+            print(taught.line(taught_by), flush=True)
     logs.mkdir(parents=True, exist_ok=True)  # after the claim: a run's logs mean its run id is spent
     config = demo_report.record(cfg, settings, prefix, policy, plan, cold, trainer, taught_by)
     (out / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")

@@ -62,15 +62,37 @@ def report_places(start: StartFrom, data_path: Path, report_dir: str) -> list[Pa
     return [data_path / "reports" / start.run_id] + ([Path(report_dir).parent / start.run_id] if report_dir else [])
 
 
-def taught_by(places: list[Path]) -> str:
-    """What taught the run whose report is in the first of ``places`` holding its config.json, as
-    it recorded (app.taught's sources, joined); "" where none holds one or it recorded none."""
+def version_taught(said: dict, base: int | None, version: int | None) -> str:
+    """What taught ``version`` of a run that recorded ``said`` (its config.json's taught_by,
+    app.taught.record) and whose RL started from ``base`` (its outcome.json's base_version; None:
+    not recorded). The base version (pi_sft after a cold start) was taught by what came before RL
+    only; any other, or one not known, by the run's sources. Joined by ", " (the report's line
+    joins its own by "; ")."""
+    if version is not None and version == base:
+        if said.get("demonstrations"):
+            return f"{said['demonstrations']} demonstrations (its run's cold start: pi_sft)"
+        if said.get("start_from"):
+            return f"the version {said['start_from']}" + (f" (taught by: {said['start_taught']})" if said.get("start_taught") else "")
+        return "nothing: its run's random weights"
+    sources = said.get("sources")
+    return ", ".join(str(s) for s in sources) if isinstance(sources, list) else ""
+
+
+def taught_by(places: list[Path], version: int | None) -> str:
+    """What taught ``version`` (None: not known) of the run whose report is in the first of
+    ``places`` holding a readable config.json (``version_taught``); "" where none does."""
     for place in places:
         try:
-            said = json.loads((place / "config.json").read_text()).get("taught_by") or {}
+            said = json.loads((place / "config.json").read_text()).get("taught_by")
         except (OSError, ValueError, AttributeError):  # absent, unreadable or not a config: the next place
             continue
-        return "; ".join(str(s) for s in said.get("sources") or [])
+        if not isinstance(said, dict):
+            return ""
+        try:
+            base = json.loads((place / "outcome.json").read_text()).get("base_version")
+        except (OSError, ValueError, AttributeError):  # the run has not ended, or wrote no outcome
+            base = None
+        return version_taught(said, base if isinstance(base, int) else None, version)
     return ""
 
 

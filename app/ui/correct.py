@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m app.ui.correct", description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="", help="correct this policy's latest failed episodes")
     ap.add_argument("--tasks", default="", help=f"comma-separated, with --policy; routines exist for {', '.join(sorted(ROUTINES))}")
-    ap.add_argument("--n", type=int, default=5, help="failed episodes per task, the latest first")
+    ap.add_argument("--n", type=int, default=None, help="with --policy: failed episodes per task, the latest first (default 5)")
     ap.add_argument("--corrections", type=int, default=0,
                     help="with --policy: walk each task's --n latest failed episodes until this many are corrected (0: all of them)")
     ap.add_argument("--episodes", default="", help="or these episode ids, comma separated")
@@ -218,11 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     tasks = [t for t in args.tasks.split(",") if t]
     unknown = [t for t in tasks if t not in ROUTINES]
+    if args.episodes and (args.corrections or tasks or args.n is not None):  # they choose among a policy's failures
+        ap.error("--corrections, --tasks and --n go with --policy: --episodes corrects exactly the episodes it names")
+    args.n = 5 if args.n is None else args.n
     if bool(args.episodes) == bool(args.policy) or unknown or (args.policy and not tasks) or args.n < 1 or args.corrections < 0:
         ap.error("give --episodes, or --policy with --tasks that have a routine "
                  f"({', '.join(sorted(ROUTINES))}) and --n >= 1" + (f"; no routine for {', '.join(unknown)}" if unknown else ""))
-    if args.episodes and (args.corrections or tasks):  # they only choose among a policy's failures
-        ap.error("--corrections and --tasks go with --policy: --episodes corrects exactly the episodes it names")
     settings = load_settings(vars(args))
     say = lambda line: print(line, flush=True)  # noqa: E731
     if args.episodes:

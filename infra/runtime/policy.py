@@ -18,6 +18,7 @@ the rollout worker stores it on the step so the trainer can correct off-policy d
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 from dataclasses import dataclass, field, fields
 from importlib.metadata import entry_points
@@ -127,20 +128,18 @@ def state_at(steps: list[Step], i: int, image: np.ndarray, instruction: str = ""
 
 def screen(store: BlobStore, ref: BlobRef | str) -> np.ndarray:
     """A stored screenshot as policies take it: H x W x 3 uint8 RGB (BlobNotFound where it is gone)."""
-    import io  # local: Pillow only where pixels are read
-
-    from PIL import Image
+    from PIL import Image  # local: Pillow only where pixels are read
 
     return np.asarray(Image.open(io.BytesIO(store.get(ref))).convert("RGB"))
 
 
-def screen_or_none(store: BlobStore, ref: BlobRef) -> np.ndarray | None:
+def screen_or_none(store: BlobStore, ref: BlobRef | str) -> np.ndarray | None:
     """``screen``, or None (logged) where the screenshot cannot be read: a caller that can go on
     without it (a shorter context, a skipped sample) does."""
     try:
         return screen(store, ref)
     except Exception as exc:  # noqa: BLE001 - gone, truncated or not an image: the same for the caller
-        log.warning("screenshot %s unavailable: %s", ref.sha256[:12], exc)
+        log.warning("screenshot %s unavailable: %s", getattr(ref, "sha256", ref)[:12], exc)
         return None
 
 

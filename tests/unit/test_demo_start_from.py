@@ -74,25 +74,43 @@ def test_the_newest_version_of_a_run_whose_topics_are_gone_is_read_from_clickhou
         start_from.source_version(mine, start_from.StartFrom("other-s0"), "pixel")
 
 
-def test_a_run_from_a_version_names_it_and_what_taught_it_as_its_own_run_recorded(tmp_path):
+def test_a_run_from_a_version_names_it_and_what_taught_that_version(tmp_path):
     """The version RL starts from is a teacher of the run: its report names it, and what taught it
-    where that run's config.json is found (beside this run's report, as a benchmark keeps them)."""
+    where that run's record is found (beside this run's report, as a benchmark keeps them): its
+    run's base version (pi_sft) by the cold start alone, a later one by the run's sources."""
     start = start_from.parse("mrg-sft-s0@0", RUN_ID)
     places = start_from.report_places(start, tmp_path / "data", str(tmp_path / "runs" / "mrg-web-s0"))
     assert places == [tmp_path / "data" / "reports" / "mrg-sft-s0", tmp_path / "runs" / "mrg-sft-s0"]
-    assert start_from.taught_by(places) == ""  # no report anywhere
+    assert start_from.taught_by(places, 0) == ""  # no report anywhere
     places[1].mkdir(parents=True)
-    (places[1] / "config.json").write_text(json.dumps({"taught_by": {"sources": [
-        "reward", "scripted demonstrations (the cold start's pi_sft)"]}}))
-    said = start_from.taught_by(places)
-    assert said == "reward; scripted demonstrations (the cold start's pi_sft)"
-    line = taught.line(taught.taught_of(0, "scripted", 0.0, SimpleNamespace(rft_every=8, expert_coef=0.0, dagger_every=0,
-                                                                            sil_coef=0.0), start_from=str(start),
-                                        start_taught=said))
-    assert line == ("Taught by: reward; the version it started from, mrg-sft-s0@0 (taught by: reward; scripted "
-                    "demonstrations (the cold start's pi_sft)); RFT rounds every 8 updates on the policy's own successes.")
-    (places[1] / "config.json").write_text("{not json")  # a broken record: named as unknown, not a crash
+    (places[1] / "config.json").write_text(json.dumps({"taught_by": {"demonstrations": "scripted", "sources": [
+        "reward", "scripted demonstrations (the cold start's pi_sft)", "RFT rounds every 8 updates re-cloning the "
+        "demonstrations"]}}))
+    (places[1] / "outcome.json").write_text(json.dumps({"base_version": 0, "published": 2}))
+    assert start_from.taught_by(places, 0) == "scripted demonstrations (its run's cold start: pi_sft)"
+    assert start_from.taught_by(places, 2) == ("reward, scripted demonstrations (the cold start's pi_sft), RFT rounds "
+                                               "every 8 updates re-cloning the demonstrations")
+    no_rl = SimpleNamespace(rft_every=8, expert_coef=0.0, dagger_every=0, sil_coef=0.0)
+    line = taught.line(taught.taught_of(0, "scripted", 0.0, no_rl, start_from=str(start),
+                                        start_taught=start_from.taught_by(places, 0)))
+    assert line == ("Taught by: reward; the version it started from, mrg-sft-s0@0 (taught by: scripted demonstrations "
+                    "(its run's cold start: pi_sft)); RFT rounds every 8 updates on the policy's own successes.")
+
+
+@pytest.mark.parametrize("config", ["{not json", '{"taught_by": ["reward"]}', '{"taught_by": {"sources": "reward"}}'])
+def test_a_broken_record_of_the_start_is_named_unknown_not_a_crash(tmp_path, config):
+    (tmp_path / "config.json").write_text(config)
+    said = start_from.taught_by([tmp_path], 3)
+    assert said == ""
     unknown = taught.taught_of(0, "", 0.0, SimpleNamespace(rft_every=0, expert_coef=0.0, dagger_every=0, sil_coef=0.0),
-                               start_from=str(start), start_taught=start_from.taught_by(places))
-    assert taught.line(unknown) == ("Taught by: reward; the version it started from, mrg-sft-s0@0 (what taught it: "
+                               start_from="mrg-sft-s0@3", start_taught=said)
+    assert taught.line(unknown) == ("Taught by: reward; the version it started from, mrg-sft-s0@3 (what taught it: "
                                     "that run's report).")
+
+
+def test_the_base_version_of_a_run_from_random_weights_or_from_another_version_says_so():
+    assert start_from.version_taught({"demonstrations": "", "sources": ["reward"]}, 0, 0) == \
+        "nothing: its run's random weights"
+    assert start_from.version_taught({"demonstrations": "", "start_from": "a@0", "start_taught": "x"},
+                                     0, 0) == "the version a@0 (taught by: x)"
+    assert start_from.version_taught({"sources": ["reward"]}, None, 0) == "reward"  # base not recorded

@@ -105,6 +105,7 @@ def test_a_recorded_state_is_its_screen_its_instruction_and_only_the_steps_befor
     inp = state_at(steps, 1, image)
     assert inp.image is image and (inp.screen_width, inp.screen_height) == (160, 210)
     assert inp.instruction == "Select alpha and press Submit."
+    assert state_at(steps, 1, image, "click-checkboxes").instruction == "Select alpha and press Submit."  # its own wins
     assert inp.history == past_steps(steps[:1])
     silent = [s.model_copy(update={"observation": s.observation.model_copy(update={"instruction": ""})}) for s in steps]
     assert state_at(silent, 0, image, "click-checkboxes").instruction == "click-checkboxes"  # the fallback
@@ -119,6 +120,7 @@ def test_a_stored_screen_reads_back_as_rgb_and_a_missing_one_is_none_or_not_foun
     pixels = screen(store, ref)
     assert pixels.shape == (3, 4, 3) and pixels.dtype == np.uint8 and tuple(pixels[0, 0]) == (10, 20, 30)
     gone = BlobRef(sha256="0" * 64, uri="file:///gone")
-    assert screen_or_none(store, gone) is None
+    assert screen_or_none(store, gone) is None and screen_or_none(store, gone.sha256) is None
+    assert (screen_or_none(store, ref) == pixels).all()
     with pytest.raises(BlobNotFound):
         screen(store, gone.sha256)

@@ -205,9 +205,13 @@ def test_corrections_run_in_their_own_bounded_threads_not_the_views():
         pool.shutdown()
 
 
-@pytest.mark.parametrize("extra", [["--corrections", "3"], ["--tasks", "click-tab-2"]])
-def test_the_corrector_refuses_choosing_options_beside_named_episodes(extra, capsys):
+@pytest.mark.parametrize("extra", [["--corrections", "3"], ["--tasks", "click-tab-2"], ["--tasks", "no-routine"],
+                                   ["--n", "5"]])
+def test_the_corrector_refuses_choosing_options_beside_named_episodes(extra, capsys, monkeypatch):
     """--episodes corrects exactly what it names: an option that chooses among failures is refused, not ignored."""
+    def not_reached(*_a, **_k):
+        raise AssertionError("the corrector ran")
+    monkeypatch.setattr(corrector, "correct", not_reached)
     with pytest.raises(SystemExit) as exit_:
         corrector.main(["--episodes", "ep-1", *extra])
     assert exit_.value.code == 2
