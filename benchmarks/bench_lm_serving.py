@@ -15,6 +15,7 @@ import asyncio
 import statistics
 import tempfile
 import time
+from functools import partial
 
 import numpy as np
 import torch
@@ -25,7 +26,7 @@ from schemas.blobs import BlobStore
 from trainer.core import metric_names as M
 from trainer.sft.lm_stream import LMTrainConfig, train_step
 from trainer.serving.openai_chat import encode_image
-from infra.runtime.policy import build_policy
+from infra.runtime.policy import build_policy, screen
 from trainer.serving.reload import PolicyHolder
 from trainer.serving.server import PolicyServer, ServeConfig
 from trainer.sft.sft_samples import sft_samples
@@ -33,12 +34,8 @@ from infra.runtime.procs import free_port
 
 
 def bench_updates(n_traj: int, repeats: int) -> None:
-    import io
-
-    from PIL import Image
-
     store = BlobStore(tempfile.mkdtemp())
-    load = lambda ref: np.asarray(Image.open(io.BytesIO(store.get(ref))).convert("RGB"))  # noqa: E731
+    load = partial(screen, store)
     policy = build_policy("lm", "bench", {})
     samples = [s for i in range(n_traj) for s in sft_samples(policy, scored_trajectory(store, f"e{i}", 2, i), load)]
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-4)

@@ -35,7 +35,6 @@ back to that cell; a typed text's probability is the sum over every span with th
 
 from __future__ import annotations
 
-import io
 from typing import Any, Sequence
 
 import numpy as np
@@ -44,7 +43,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from infra.runtime.policy import Decision, PolicyInput, past_steps
+from infra.runtime.policy import Decision, PolicyInput, past_steps, screen
 from schemas import actions as A
 from schemas.blobs import BlobNotFound, BlobStore
 from trainer.policies.base import PolicyDefaults
@@ -265,8 +264,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         for i, step in enumerate(traj.steps):
             if not self.can_represent(step.action, step.observation.instruction):
                 raise ValueError(f"step {step.step_index}: pixel policy cannot score action {step.action!r}")
-            png = store.get(step.observation.screenshot.sha256)
-            image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+            image = screen(store, step.observation.screenshot.sha256)
             out.append(self.preprocess(image, traj.steps[:i], step.observation.instruction, store))
         return out
 
@@ -277,11 +275,10 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         if last is None or last.next_screenshot_sha256 is None:
             return None
         try:
-            png = store.get(last.next_screenshot_sha256)
+            image = screen(store, last.next_screenshot_sha256)
         except BlobNotFound:
             return None
-        return self.preprocess(np.asarray(Image.open(io.BytesIO(png)).convert("RGB")), traj.steps,
-                               last.observation.instruction, store)
+        return self.preprocess(image, traj.steps, last.observation.instruction, store)
 
     def values(self, obs: torch.Tensor, instructions: list[str]) -> torch.Tensor:
         """V(s) [N] of preprocessed inputs."""
