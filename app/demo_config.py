@@ -238,6 +238,8 @@ def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tu
     if cfg.start_from:  # no cloning: RL starts from the copied version
         cfg = replace(cfg, cold_start_demos=0)
     cold = phases.cold_start_plan(tasks, cfg.cold_start_demos, phases.demonstrators() if demonstrable is None else demonstrable)
+    if cfg.start_from:  # not random weights: say where RL starts
+        cold = replace(cold, lines=(f"no cold start: RL starts from {cfg.start_from} (--start-from), copied unchanged",))
     cfg = replace(cfg, cold_start_demos=cold.per_task)
     if cfg.value_pretrain_batches < 0:
         cfg = replace(cfg, value_pretrain_batches=VALUE_PRETRAIN_BATCHES if cfg.cold_start else 0)

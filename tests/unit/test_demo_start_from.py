@@ -31,6 +31,8 @@ def test_parse_names_a_run_and_optionally_its_version():
 def test_a_run_from_a_version_has_no_cold_start_and_the_settings_of_one():
     cfg, cold, _ = effective(DemoConfig(tasks=["click-test"], start_from="sft-s0@3"), SOLVED)
     assert (cfg.cold_start_demos, cold.per_task, cold.demonstrated) == (0, 0, ())
+    assert cold.lines == ("no cold start: RL starts from sft-s0@3 (--start-from), copied unchanged",), \
+        "the header does not say 'from random weights' of a run from a version"
     after, _, _ = effective(DemoConfig(tasks=["click-test"]), SOLVED)  # a cold start's run
     scratch, _, _ = effective(DemoConfig(tasks=["click-test"], cold_start_demos=0), SOLVED)
     assert cfg.value_pretrain_batches == after.value_pretrain_batches == 20 != scratch.value_pretrain_batches
