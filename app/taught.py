@@ -104,8 +104,11 @@ def rl_label(t: Taught) -> str:
 
 def phase_heading(phase: str, t: Taught) -> str:
     """A phase's column heading in the report (``app.measures.phase_sql``'s phase names, which the
-    data keeps): pi_sft named after its demonstrations, PPO's after what taught the RL phase."""
+    data keeps): pi_sft named after its demonstrations (or, in a run from another run's version,
+    after that version), PPO's after what taught the RL phase."""
     number, _, name = phase.partition(" ")
+    if name.startswith("pi_sft") and t.start_from:  # not cloned here: the version copied from another run
+        return f"{number} start {t.start_from}{name[len('pi_sft'):]}"
     if name.startswith("pi_sft"):
         return f"{number} π_sft ({t.demonstrations or 'no'} demonstrations){name[len('pi_sft'):]}"
     if name.startswith("PPO"):

@@ -75,6 +75,9 @@ def test_the_phase_table_separates_pi_sft_from_what_rl_added():
     assert phase_heading("3 PPO, last 100", t) == "3 RL phase (reward + teacher), last 100"
     for kept in ("1 demonstrations (scripted)", "2 random init", "4 DPO (from pi_sft)"):
         assert phase_heading(kept, t) == kept
+    # a run from another run's version cloned nothing: its starting column names that version
+    copied = taught_of(0, "scripted", 0.0, train(), start_from="sft-s0@0", start_taught="scripted demonstrations")
+    assert phase_heading("2 pi_sft (value pretraining)", copied) == "2 start sft-s0@0 (value pretraining)"
 
 
 def test_the_learning_curve_plots_a_games_normalised_score():
