@@ -27,7 +27,7 @@ from app.ablation.clean_stop import end_stopping, stop_on_signals
 from app.ablation.few_demos_runs import record_routed
 from app.ablation.marked import why_unfinished, run_marked
 from app.ablation.merge_runs import StepFailed, say, score_sql
-from app.ablation.runs import ROOT, sql
+from app.ablation.runs import ROOT, command_line, sql
 from app.few_demos import TASKS
 from app.phase_list import NO_RL_UPDATE
 from app.provenance import add_allow_dirty, commit_to_run, record
@@ -141,9 +141,7 @@ def write_report(rows: list[dict], out: Path, args) -> Path:
              f"from V on each ({args.dpo_args or 'its defaults'}); each arm scored on {args.eval_episodes} episodes "
              f"of every task with training off, the same instances for every arm. Mean over seeds; gains "
              f"mean ± standard error over seeds.", "", *C.table(rows, args.tasks), "",
-             f"Command: `python -m benchmarks.corrections --seeds {seeds} --k {args.k} --source-episodes "
-             f"{args.source_episodes} --eval-episodes {args.eval_episodes}" + (f" --tag {args.tag}" if args.tag else "")
-             + "`", ""]
+             f"Command: `{command_line('benchmarks.corrections', args.given)}`", ""]
     path = out / "README.md"
     path.write_text("\n".join(lines))
     return path
@@ -184,6 +182,7 @@ def parse(argv: list[str] | None = None):
     ap.add_argument("--report-only", action="store_true", help="rewrite <out>/README.md from <out>/results.json, run nothing")
     add_allow_dirty(ap)
     args = ap.parse_args(argv)
+    args.given = list(sys.argv[1:] if argv is None else argv)  # as typed: the report's command line
     args.tasks = [t for t in args.tasks.split(",") if t]
     if args.k < 1 or args.source_episodes < 1 or args.eval_episodes < 1 or not args.tasks:
         ap.error("--k, --source-episodes and --eval-episodes must be >= 1, and --tasks name at least one task")

@@ -31,7 +31,7 @@ from pathlib import Path
 from app.ablation import merge as M
 from app.ablation.clean_stop import end_stopping, run_child, stop_on_signals
 from app.ablation.marked import RECIPE_FILE, UNFINISHED, run_marked, why_unfinished
-from app.ablation.runs import MEASURES, ROOT, recipe, sql
+from app.ablation.runs import MEASURES, ROOT, command_line, recipe, sql
 from app.phase_list import NO_RL_UPDATE
 from app.provenance import add_allow_dirty, commit_to_run, record
 from app.start_from import StartFrom, copy_into
@@ -194,8 +194,7 @@ def write_report(results: list[dict], out: Path, args) -> Path:
              f"merge`; joint RL on both from the same pi_sft for {2 * args.minutes:g} min. Each policy scored on "
              f"{args.eval_episodes} episodes of every task with training off; mean over tasks (± sd across seeds).",
              "", *M.table(results), "", "![the α curve](merge_curve.png)", "",
-             f"Command: `python -m benchmarks.merge_curve --seeds {seeds} --minutes {args.minutes:g} "
-             f"--eval-episodes {args.eval_episodes} --out {args.out}`", "",
+             f"Command: `{command_line('benchmarks.merge_curve', args.given)}`", "",
              "<details><summary>SQL (evaluation run P, measure m)</summary>", "", "```sql",
              score_sql("P", "success"), "```", "</details>", ""]
     path = out / "README.md"
@@ -223,6 +222,7 @@ def parse(argv: list[str] | None = None):
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     add_allow_dirty(ap)
     args = ap.parse_args(argv)
+    args.given = list(sys.argv[1:] if argv is None else argv)  # as typed: the report's command line
     try:
         args.alphas = M.alphas(args.alphas)
     except ValueError as exc:

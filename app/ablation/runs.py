@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -84,6 +85,13 @@ NO_FLOOR = ("--explore", "0")
 # another recipe too
 RECIPE = "curriculum+rft8x1+epochs4"
 UNRECORDED = "curriculum+rft4"  # the recipe of a run from before runs recorded theirs (recipe.txt)
+
+
+def command_line(module: str, given: list[str], flags: tuple[str, ...] = ("--report-only", "--dry-run")) -> str:
+    """The command a benchmark's report says it was run with: ``module`` and every option as
+    ``given`` (a report that named a few options could not be reproduced from), less ``flags``
+    that only re-read or print (--report-only, --dry-run)."""
+    return " ".join(["python -m", module, *(shlex.quote(a) for a in given if a not in flags)])
 
 
 def recipe(tasks: str) -> str:

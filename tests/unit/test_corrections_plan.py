@@ -72,6 +72,8 @@ def test_the_report_is_rewritten_from_the_results_of_the_same_settings(tmp_path)
     assert main(["--tasks", "a,b", "--seeds", "0", "--out", str(tmp_path), "--report-only"]) == 0
     text = (tmp_path / "README.md").read_text()
     assert "seeds 0" in text and "| V + DPO on corrections | 1 | 0.400 | 0.600 | 0.500 | 5.0 | +0.200 (1 seed)" in text
+    assert f"Command: `python -m benchmarks.corrections --tasks a,b --seeds 0 --out {tmp_path}`" in text, \
+        "every option as given, less --report-only (it re-reads; it does not measure)"
     with pytest.raises(SystemExit, match="other settings"):  # another k: neither mixed in nor overwritten
         main(["--tasks", "a,b", "--seeds", "0", "--k", "3", "--out", str(tmp_path), "--report-only"])
     assert json.loads((tmp_path / "results.json").read_text())["rows"] == rows

@@ -116,6 +116,16 @@ def test_the_alpha_curve_and_its_plot(tmp_path: Path):
     assert (tmp_path / "curve.png").stat().st_size > 5000
 
 
+def test_the_report_gives_the_command_with_every_option_it_was_given(tmp_path: Path):
+    from app.ablation import merge_runs
+
+    given = ["--seeds", "0,1", "--minutes", "8", "--eval-episodes", "10", "--eval-minutes", "3", "--tag", "s8",
+             "--demo-args", "--sandboxes 3", "--out", str(tmp_path)]
+    text = merge_runs.write_report(_results(), tmp_path, merge_runs.parse(given)).read_text()
+    assert (f"Command: `python -m benchmarks.merge_curve --seeds 0,1 --minutes 8 --eval-episodes 10 --eval-minutes 3 "
+            f"--tag s8 --demo-args '--sandboxes 3' --out {tmp_path}`") in text
+
+
 def test_an_attempt_keeps_a_finished_run_and_reruns_an_unfinished_one_under_the_next_id():
     assert M.attempt("mrg-web-s0", {}) == ("mrg-web-s0", False)  # never started: run it
     assert M.attempt("mrg-web-s0", {"mrg-web-s0": True}) == ("mrg-web-s0", True)  # finished: keep it
