@@ -110,7 +110,46 @@ def test_short_demo_closes_the_loop(kafka_bootstrap, tmp_path):
         assert marks[topic_name(spec, settings)] > 0, f"nothing flowed through {spec.name}"
     assert marks[topic_name(TOPICS.sft, settings)] + marks[topic_name(TOPICS.ct, settings)] > 0
     assert marks[topic_name(TOPICS.dlq, settings)] == 0
-    _delete_run_topics(settings)
+    try:
+        _run_from_pi_sft(env, run_id, tmp_path)
+    finally:
+        _delete_run_topics(settings)
+        _delete_run_topics(load_settings({"kafka_bootstrap": kafka_bootstrap, "topic_prefix": f"demo-{run_id}b."}))
+
+
+def _run_from_pi_sft(env: dict, source: str, data: Path) -> None:
+    """A second run whose RL starts from the first run's pi_sft (`--start-from RUN@0`, as the
+    merging benchmark's specialists do): no cold start, pi_sft copied unchanged as its first
+    version and acted with, PPO's next version published, and the report says what taught it."""
+    run_id = f"{source}b"
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", "demo", "--minutes", "3", "--run-id", run_id, "--tasks", "quick",
+         "--max-steps", "1", "--start-from", f"{source}@0", "--value-pretrain-batches", "0",
+         "--batch-episodes", "16", "--sandboxes", "2", "--episodes", "400", "--progress-s", "10",
+         "--until-version", "1"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    print(proc.stdout[-3000:])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"starting from {source}@0: published as pixel-{run_id} v0" in proc.stdout
+    report = (data / "reports" / run_id / "report.md").read_text()
+    assert f"the version it started from, {source}@0 (taught by: scripted demonstrations (its run's cold start: pi_sft))" \
+        in report, [line for line in report.splitlines() if "aught" in line]
+    config = json.loads((data / "reports" / run_id / "config.json").read_text())
+    assert config["taught_by"]["start_from"] == f"{source}@0"
+    policy = f"pixel-{run_id}"
+    row = _sql(env, f"""SELECT
+        (SELECT count() FROM scored FINAL WHERE policy = 'scripted-{policy}') AS demos,
+        (SELECT count() FROM steps FINAL WHERE policy = '{policy}') AS steps,
+        (SELECT min(policy_version) FROM steps FINAL WHERE policy = '{policy}') AS first_acted,
+        (SELECT max(version) FROM policy_versions FINAL WHERE policy = '{policy}') AS published,
+        (SELECT count() FROM policy_versions FINAL WHERE policy = '{policy}' AND version = 0
+            AND mapContains(metrics, 'start_from/{source}') AND metrics['start_from/{source}'] = 0) AS copies""")[0]
+    print(row)
+    assert row["demos"] == 0, "a run from a version has no cold start"
+    assert row["steps"] > 0 and row["first_acted"] == 0, "its first episodes were played by the copied pi_sft"
+    assert row["published"] >= 1, "PPO went on from the copy"
+    assert row["copies"] == 1, "the copy's metrics name the run and version it came from"
 
 
 def _delete_run_topics(settings) -> None:
