@@ -235,11 +235,11 @@ def effective(cfg: DemoConfig, demonstrable: frozenset[str] | None = None) -> tu
     Under --sync a critic-only update publishes no version while the synchronous rollout waits for
     one, so value pretraining would stall the run after one batch."""
     tasks = cfg.plan().tasks
-    if cfg.start_from:  # no cloning: RL starts from the copied version
-        cfg = replace(cfg, cold_start_demos=0)
-    cold = phases.cold_start_plan(tasks, cfg.cold_start_demos, phases.demonstrators() if demonstrable is None else demonstrable)
-    if cfg.start_from:  # not random weights: say where RL starts
-        cold = replace(cold, lines=(f"no cold start: RL starts from {cfg.start_from} (--start-from), copied unchanged",))
+    if cfg.start_from:  # no cloning, and not random weights: RL starts from the copied version
+        cold = phases.ColdStart(0, (), tuple(tasks),
+                                (f"no cold start: RL starts from {cfg.start_from} (--start-from), copied unchanged",))
+    else:
+        cold = phases.cold_start_plan(tasks, cfg.cold_start_demos, phases.demonstrators() if demonstrable is None else demonstrable)
     cfg = replace(cfg, cold_start_demos=cold.per_task)
     if cfg.value_pretrain_batches < 0:
         cfg = replace(cfg, value_pretrain_batches=VALUE_PRETRAIN_BATCHES if cfg.cold_start else 0)

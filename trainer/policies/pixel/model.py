@@ -264,7 +264,7 @@ class PixelPolicy(nn.Module, PolicyDefaults):
         for i, step in enumerate(traj.steps):
             if not self.can_represent(step.action, step.observation.instruction):
                 raise ValueError(f"step {step.step_index}: pixel policy cannot score action {step.action!r}")
-            image = screen(store, step.observation.screenshot.sha256)
+            image = screen(store, step.observation.screenshot)
             out.append(self.preprocess(image, traj.steps[:i], step.observation.instruction, store))
         return out
 
