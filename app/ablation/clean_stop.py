@@ -4,6 +4,11 @@
     rc = run_child(argv, cwd)    # on a stop: the child stops itself and is waited for, then the stop goes on
     end_stopping()               # after the runs: Ctrl-C and SIGTERM act as usual again (measuring)
 
+or, for a benchmark's loop of runs on one broker, all three in one place:
+
+    with stoppable_runs("what was measured is written"):
+        for seed in seeds: ...   # a stop ends the loop here; the code after the block measures
+
 The demo stops itself on Ctrl-C or SIGTERM (its processes stopped, its report written), which
 takes a while. Until it has, ``run_child`` neither returns nor raises, and a further stop only
 says so: killing the demo then would leave its processes (each in its own session) running.
@@ -14,7 +19,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from contextlib import AbstractContextManager, contextmanager
+from typing import Callable, Iterator
 
+from infra.kafka.own_broker import broker_for_benchmarks
 from infra.runtime.procs import say, stop_signals
 
 
@@ -70,3 +78,20 @@ def run_child(argv: list[str], cwd: Path) -> int:
         raise
     finally:
         _state["child"] = None
+
+
+@contextmanager
+def stoppable_runs(stopped: str,
+                   broker: Callable[[], AbstractContextManager] = broker_for_benchmarks) -> Iterator[None]:
+    """The body's runs on one broker (started here unless one answers, stopped on the way out),
+    with stops handled: the first Ctrl-C or SIGTERM ends the body where it is (``run_child`` lets
+    the running demo stop first), prints ``stopped: <stopped>`` and returns normally, so what
+    follows the block measures what finished; after it, signals act as usual again."""
+    stop_on_signals()
+    try:
+        with broker():
+            yield
+    except KeyboardInterrupt:
+        print(f"stopped: {stopped}", file=sys.stderr, flush=True)
+    finally:
+        end_stopping()

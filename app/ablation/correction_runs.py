@@ -23,7 +23,7 @@ from pathlib import Path
 
 from app.ablation import corrections as C
 from app.ablation import merge as M
-from app.ablation.clean_stop import end_stopping, stop_on_signals
+from app.ablation.clean_stop import stoppable_runs
 from app.ablation.few_demos_runs import record_routed
 from app.ablation.marked import why_unfinished, run_marked
 from app.ablation.merge_runs import StepFailed, say, score_sql
@@ -31,7 +31,6 @@ from app.ablation.runs import ROOT, command_line, sql
 from app.few_demos import TASKS
 from app.phase_list import NO_RL_UPDATE
 from app.provenance import add_allow_dirty, commit_to_run, record
-from infra.kafka.own_broker import broker_for_benchmarks
 from infra.runtime.errors import UserError
 
 
@@ -202,21 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"commit: {record(out, commit_to_run(ROOT, args.allow_dirty))}", flush=True)
     os.environ.setdefault("FLYWHEEL_DATA_DIR", str(ROOT / "var"))
     rows = kept_rows(out, args)
-    stop_on_signals()
-    try:
-        with broker_for_benchmarks():
-            for seed in seeds:
-                if any(r["seed"] == seed for r in rows):
-                    say(f"seed {seed}: kept from an earlier invocation")
-                    continue
-                try:
-                    rows.append(one_seed(Seed(args, seed, out)))
-                    write_report(rows, out, args)
-                except (StepFailed, UserError) as exc:
-                    print(f"seed {seed} left out: {exc}", file=sys.stderr, flush=True)
-    except KeyboardInterrupt:
-        print("stopped: what was measured is written", file=sys.stderr)
-    finally:
-        end_stopping()
+    with stoppable_runs("what was measured is written"):
+        for seed in seeds:
+            if any(r["seed"] == seed for r in rows):
+                say(f"seed {seed}: kept from an earlier invocation")
+                continue
+            try:
+                rows.append(one_seed(Seed(args, seed, out)))
+                write_report(rows, out, args)
+            except (StepFailed, UserError) as exc:
+                print(f"seed {seed} left out: {exc}", file=sys.stderr, flush=True)
     print(f"report: {write_report(rows, out, args)}")
     return 0

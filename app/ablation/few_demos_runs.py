@@ -23,12 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-from app.ablation.clean_stop import end_stopping, stop_on_signals
+from app.ablation.clean_stop import stoppable_runs
 from app.ablation.marked import UNFINISHED, run_marked, stopped_by, why_unfinished
 from app.few_demos import NS, TASKS, USES, Cell, cells, demo_argv, record_argv, result_row, streams_argv, table
 from app.phases import human_demonstrations
 from app.provenance import add_allow_dirty, commit_to_run, record
-from infra.kafka.own_broker import ROOT, broker_for_benchmarks
+from infra.kafka.own_broker import ROOT
 from infra.runtime.admin import ensure_topics
 from infra.runtime.settings import load_settings
 
@@ -156,17 +156,12 @@ def main() -> int:
     if not args.report_only:
         commit = commit_to_run(ROOT, args.allow_dirty)
         record(out, commit)
-        stop_on_signals()
-        try:
-            with broker_for_benchmarks():
+        with stoppable_runs("no further cell; the finished ones are measured"):
+            try:
                 for cell in plan:
                     run_cell(cell, tasks, args, out, commit)
-        except KeyboardInterrupt:
-            print("stopped: no further cell; the finished ones are measured", flush=True)
-        except CellFailed as exc:
-            print(f"stopped: {exc}; no further cell, the finished ones are measured", file=sys.stderr, flush=True)
-        finally:
-            end_stopping()
+            except CellFailed as exc:
+                print(f"stopped: {exc}; no further cell, the finished ones are measured", file=sys.stderr, flush=True)
     results = [r for r in (measured(c, tasks, out, args.tag) for c in plan) if r is not None]
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"tasks": tasks, "minutes": args.minutes, "use": args.use,

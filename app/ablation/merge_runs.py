@@ -29,13 +29,12 @@ import time
 from pathlib import Path
 
 from app.ablation import merge as M
-from app.ablation.clean_stop import end_stopping, run_child, stop_on_signals
+from app.ablation.clean_stop import run_child, stoppable_runs
 from app.ablation.marked import RECIPE_FILE, UNFINISHED, run_marked, why_unfinished
 from app.ablation.runs import MEASURES, ROOT, command_line, recipe, sql
 from app.phase_list import NO_RL_UPDATE
 from app.provenance import add_allow_dirty, commit_to_run, record
 from app.start_from import StartFrom, copy_into
-from infra.kafka.own_broker import broker_for_benchmarks
 from infra.runtime import versions
 from infra.runtime.admin import ensure_topics
 from infra.runtime.errors import UserError
@@ -245,17 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"commit: {record(out, commit_to_run(ROOT, args.allow_dirty))}", flush=True)
     os.environ.setdefault("FLYWHEEL_DATA_DIR", str(ROOT / "var"))
     results: list[dict] = []
-    stop_on_signals()
-    try:
-        with broker_for_benchmarks():
-            for seed in seeds:
-                try:
-                    results += one_seed(runner, seed)
-                except (StepFailed, UserError) as exc:  # UserError: a copy or a read the platform refused
-                    print(f"seed {seed} left out: {exc}", file=sys.stderr)
-    except KeyboardInterrupt:
-        print("stopped: what was measured is written", file=sys.stderr)
-    finally:
-        end_stopping()
+    with stoppable_runs("what was measured is written"):
+        for seed in seeds:
+            try:
+                results += one_seed(runner, seed)
+            except (StepFailed, UserError) as exc:  # UserError: a copy or a read the platform refused
+                print(f"seed {seed} left out: {exc}", file=sys.stderr)
     print(f"report: {write_report(results, out, args)}")
     return 0

@@ -46,11 +46,10 @@ from app.demo_config import RUN_ID
 from app.demo_queries import trainer_metrics
 from app.provenance import add_allow_dirty, commit_to_run, record
 from app.measures import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary
-from app.ablation.clean_stop import end_stopping, stop_on_signals
+from app.ablation.clean_stop import stoppable_runs
 from app.ablation.marked import RECIPE_FILE, UNFINISHED, run_marked, why_unfinished
 from app.ablation.effects import effects_table
 from app.ablation.plot import curve_key, plot, plot_by_task
-from infra.kafka.own_broker import broker_for_benchmarks
 from producers.games import GAMES
 from producers.suites import auto_rft, expand, setting
 from streams.score import SCORING_VERSION
@@ -446,15 +445,11 @@ def main() -> int:
             stop_file.unlink()
             print(f"removed {stop_file}, left by an earlier invocation", flush=True)
         print(f"to end after the running demo: touch {stop_file}", flush=True)
-        stop_on_signals()
         try:
-            with broker_for_benchmarks():  # stopped on the way out, a stop included
+            with stoppable_runs("the runs that finished are measured below"):
                 for seed, config in runs_in_order(seeds, configs, out):
                     run_one(config, seed, args, out)
-        except KeyboardInterrupt:
-            print("stopped: the runs that finished are measured below", file=sys.stderr)
         finally:
-            end_stopping()  # measuring: Ctrl-C and SIGTERM end it as usual
             stop_file.unlink(missing_ok=True)  # one made during the last run has had its effect
     results, today = [], recipe(args.tasks)
     for seed in seeds:

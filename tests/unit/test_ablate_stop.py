@@ -170,3 +170,50 @@ def test_only_runs_that_ended_on_their_own_are_measured(tmp_path, monkeypatch, c
     old.mkdir()
     (old / "summary.json").write_text("{}")
     assert ablate.finished("no-rft", 0, tmp_path, "t")
+
+
+def test_stoppable_runs_ends_the_loop_on_a_stop_and_measures_after_it(capsys):
+    """A stop inside the block ends the loop there, is said once, and the code after the block
+    runs (it measures what finished); the broker is left on the way out, and Ctrl-C acts as usual
+    again. Without a stop the block runs to its end and says nothing."""
+    from contextlib import contextmanager
+
+    from app.ablation.clean_stop import Stopped, stoppable_runs
+
+    entered: list[str] = []
+
+    @contextmanager
+    def broker():
+        entered.append("in")
+        try:
+            yield "127.0.0.1:1"
+        finally:  # as broker_for_benchmarks stops its broker
+            entered.append("out")
+
+    ran = []
+    with stoppable_runs("the finished ones are measured", broker=broker):
+        for seed in range(3):
+            ran.append(seed)
+            if seed == 1:
+                raise Stopped()  # as SIGTERM raises it in the loop
+    assert ran == [0, 1] and entered == ["in", "out"]
+    assert capsys.readouterr().err.count("stopped: the finished ones are measured") == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+    with stoppable_runs("never said", broker=broker):
+        ran.append("all")
+    assert ran[-1] == "all" and entered == ["in", "out", "in", "out"]
+    assert "stopped" not in capsys.readouterr().err
+
+
+def test_stoppable_runs_lets_a_failure_through():
+    """Only a stop is absorbed: an error in a run reaches the caller (after signals are restored)."""
+    from contextlib import nullcontext
+
+    from app.ablation.clean_stop import stoppable_runs
+
+    with pytest.raises(ValueError, match="broken run"):
+        with stoppable_runs("not said", broker=nullcontext):
+            raise ValueError("broken run")
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
