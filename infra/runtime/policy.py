@@ -133,13 +133,23 @@ def screen(store: BlobStore, ref: BlobRef | str) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(store.get(ref))).convert("RGB"))
 
 
+_UNREADABLE = {"count": 0}  # screenshots screen_or_none could not read, in this process
+_SAID_EACH = 5  # the first few are logged each; then one line every _SAID_EVERY, with the count
+_SAID_EVERY = 100
+
+
 def screen_or_none(store: BlobStore, ref: BlobRef | str) -> np.ndarray | None:
     """``screen``, or None (logged) where the screenshot cannot be read: a caller that can go on
-    without it (a shorter context, a skipped sample) does."""
+    without it (a shorter context, a skipped sample) does. A store that lost many (a blob folder
+    pruned under a long log) is said in a line every hundred, not one a step."""
     try:
         return screen(store, ref)
     except Exception as exc:  # noqa: BLE001 - gone, truncated or not an image: the same for the caller
-        log.warning("screenshot %s unavailable: %s", getattr(ref, "sha256", ref)[:12], exc)
+        _UNREADABLE["count"] += 1
+        n = _UNREADABLE["count"]
+        if n <= _SAID_EACH or n % _SAID_EVERY == 0:
+            log.warning("screenshot %s unavailable (%d so far in this process): %s",
+                        getattr(ref, "sha256", ref)[:12], n, exc)
         return None
 
 
