@@ -202,6 +202,43 @@ def relative_to_specialist(results: list[dict]) -> dict[tuple[int, float], dict[
     return out
 
 
+def paired_gain(base: dict, other: dict, domain: str) -> tuple[float, float | None] | None:
+    """``other``'s mean on ``domain`` less ``base``'s, over the tasks both scored (each task's
+    difference counts once), and the standard error of that mean over tasks (None for one task);
+    None where they share no task."""
+    a = ((base["domains"].get(domain) or {}).get("tasks")) or {}
+    b = ((other["domains"].get(domain) or {}).get("tasks")) or {}
+    diffs = [b[t]["mean"] - a[t]["mean"] for t in a if t in b]
+    if not diffs:
+        return None
+    se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else None
+    return statistics.mean(diffs), se
+
+
+def specialist_gains(results: list[dict]) -> list[str]:
+    """Markdown lines: each specialist's gain over its seed's pi_sft on its own domain (web: α = 0,
+    games: α = 1), per seed with its standard error over tasks, and over the seeds their mean ± its
+    standard error. The issue's goal asks each above pi_sft by more than 2 SE: a merge's share of a
+    specialist that did not rise above pi_sft says nothing about merging."""
+    by = {(r["seed"], r["policy"] if r["alpha"] is None else r["alpha"]): r for r in results}
+    lines = ["| specialist (own domain) | per seed: gain over pi_sft ± its SE over tasks, gain / SE | over seeds: mean ± SE |",
+             "|---|---|---|"]
+    for name, domain, alpha in (("web (MiniWoB++ success)", "web", 0.0), ("games (normalised score)", "games", 1.0)):
+        cells, gains = [], []
+        for seed in sorted({r["seed"] for r in results}):
+            base, spec = by.get((seed, "pi_sft")), by.get((seed, alpha))
+            g = paired_gain(base, spec, domain) if base and spec else None
+            if g is None:
+                continue
+            gains.append(g[0])
+            ratio = f", {g[0] / g[1]:.1f}" if g[1] else ""
+            cells.append(f"s{seed} {g[0]:+.3f} ± {g[1] or 0:.3f}{ratio}")
+        over = "-" if not gains else f"{gains[0]:+.3f}" if len(gains) == 1 else \
+            f"{statistics.mean(gains):+.3f} ± {statistics.stdev(gains) / len(gains) ** 0.5:.3f}"
+        lines.append(f"| {name} | {'; '.join(cells) or '-'} | {over} |")
+    return lines
+
+
 def _spread(xs: list) -> str:
     xs = [x for x in xs if x is not None]
     if not xs:

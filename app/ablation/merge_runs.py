@@ -192,7 +192,10 @@ def write_report(results: list[dict], out: Path, args) -> Path:
              f"(`games`) by RL from it for {args.minutes:g} min each; θ = (1 − α) θ_web + α θ_games by `flywheel "
              f"merge`; joint RL on both from the same pi_sft for {2 * args.minutes:g} min. Each policy scored on "
              f"{args.eval_episodes} episodes of every task with training off; mean over tasks (± sd across seeds).",
-             "", *M.table(results), "", "![the α curve](merge_curve.png)", "",
+             "", *M.table(results), "",
+             "Each specialist against its seed's pi_sft on its own domain (the goal asks more than 2 SE; where it "
+             "is not above pi_sft, the merges' shares of it say nothing about merging):", "",
+             *M.specialist_gains(results), "", "![the α curve](merge_curve.png)", "",
              f"Command: `{command_line('benchmarks.merge_curve', args.given)}`", "",
              "<details><summary>SQL (evaluation run P, measure m)</summary>", "", "```sql",
              score_sql("P", "success"), "```", "</details>", ""]

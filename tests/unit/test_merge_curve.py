@@ -108,6 +108,26 @@ def test_the_table_has_pi_sft_then_the_alphas_then_joint_with_their_spread():
     assert lines[-1].startswith("| joint | - | 2 | 0.710 ± 0.014 | 0.500 ± 0.000 |")
 
 
+def test_each_specialist_is_read_against_its_own_seeds_pi_sft_over_the_tasks_both_scored():
+    def web(a: float, b: float, c: float | None = None) -> dict:
+        rows = [{"task": "click-test", "episodes": 10, "mean": a}, {"task": "enter-text", "episodes": 10, "mean": b}]
+        rows += [{"task": "login-user", "episodes": 10, "mean": c}] if c is not None else []
+        return {"web": M.domain_score(rows), "games": M.domain_score([{"task": "games.2048", "episodes": 10, "mean": 0.2}])}
+
+    base, spec = M.row(0, "pi_sft", None, web(0.5, 0.5)), M.row(0, "merge α=0", 0.0, web(0.7, 0.9, 1.0))
+    gain, se = M.paired_gain(base, spec, "web")  # login-user only in one: left out
+    assert gain == pytest.approx(0.3) and se == pytest.approx(0.1)  # diffs 0.2, 0.4: sd 0.1414 / sqrt 2
+    assert M.paired_gain(base, spec, "games") == (pytest.approx(0.0), None)  # one task: no spread
+    assert M.paired_gain(base, M.row(0, "x", 0.0, {"web": M.domain_score([])}), "web") is None
+
+    lines = M.specialist_gains([base, spec, M.row(1, "pi_sft", None, web(0.4, 0.6)), M.row(1, "merge α=0", 0.0, web(0.5, 0.6))])
+    assert lines[0].startswith("| specialist (own domain) |") and len(lines) == 4
+    # seed 0 +0.3 ± 0.1 (3.0 SEs); seed 1 diffs 0.1, 0.0: +0.05 ± 0.05; over seeds 0.175 ± 0.125
+    assert lines[2] == "| web (MiniWoB++ success) | s0 +0.300 ± 0.100, 3.0; s1 +0.050 ± 0.050, 1.0 | +0.175 ± 0.125 |"
+    assert lines[3] == "| games (normalised score) | - | - |"  # no games specialist (α = 1) measured
+    assert M.specialist_gains(_results())[3].endswith("| +0.400 ± 0.000 |")  # 0.2 -> 0.6 on both seeds
+
+
 def test_the_alpha_curve_and_its_plot(tmp_path: Path):
     xs, ys = M.curve(_results(), "games")
     assert xs == list(M.ALPHAS) and ys == pytest.approx([0.3 + 0.3 * a for a in M.ALPHAS])
@@ -124,6 +144,7 @@ def test_the_report_gives_the_command_with_every_option_it_was_given(tmp_path: P
     text = merge_runs.write_report(_results(), tmp_path, merge_runs.parse(given)).read_text()
     assert (f"Command: `python -m benchmarks.merge_curve --seeds 0,1 --minutes 8 --eval-episodes 10 --eval-minutes 3 "
             f"--tag s8 --demo-args '--sandboxes 3' --out {tmp_path}`") in text
+    assert "| web (MiniWoB++ success) | s0 +0.300 ± 0.000; s1 +0.300 ± 0.000 | +0.300 ± 0.000 |" in text
 
 
 def test_an_attempt_keeps_a_finished_run_and_reruns_an_unfinished_one_under_the_next_id():
