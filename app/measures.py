@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from typing import Protocol
 
 from app import demo_queries as Q
@@ -87,13 +88,34 @@ def pivot(rows: list[tuple]) -> tuple[list[str], list[list[str]]]:
     return ["task", *phases], [[t, *(cells.get(p, "-") for p in phases)] for t, cells in sorted(by_task.items())]
 
 
+def mean_se(values: list[float]) -> tuple[float, float | None] | None:
+    """Mean of independent units (seeds, or tasks taken as a sample of tasks) and the standard error
+    of that mean from their spread (sample standard deviation / sqrt(n)); the SE is None for one
+    unit, the whole None for none. The estimator for gains over seeds and over tasks; the spread
+    within a run (episodes of fixed tasks) is ``phase_gain``'s."""
+    xs = [float(v) for v in values]
+    if not xs:
+        return None
+    return statistics.mean(xs), (statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else None)
+
+
+def mean_se_text(values: list, sign: bool = True) -> str:
+    """``mean_se`` of the values that are not None as "+0.123 ± 0.045" ("(1 seed)" for one, "-" for none)."""
+    got = mean_se([v for v in values if v is not None])
+    if got is None:
+        return "-"
+    fmt = "+.3f" if sign else ".3f"
+    return f"{got[0]:{fmt}} (1 seed)" if got[1] is None else f"{got[0]:{fmt}} ± {got[1]:.3f}"
+
+
 def phase_gain(rows: list[tuple], before: str, after: str) -> tuple[float, float, int] | None:
     """The suite's gain from phase ``before`` to phase ``after`` (``phase_sql``'s rows): the mean over
     the tasks played in both of each task's difference in its measure (success, a game's
     normalised score), with its standard error (tasks independent; each phase's mean's variance
     from the row's sample variance when it has one, else as a binomial proportion's), and the
     number of tasks; None when no task was played in both. Per task, so a phase's task mix (the
-    curriculum's) does not enter it."""
+    curriculum's) does not enter it. This SE is the episodes' sampling error with the tasks fixed
+    (one run); across seeds or across tasks taken as a sample, ``mean_se``'s."""
     rate = {(r[0], r[1]): (float(r[3]), int(r[2]), _sample_var(r)) for r in rows}
     tasks = sorted(t for t, ph in rate if ph == before and (t, after) in rate)
     if not tasks:

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import random
 import tempfile
 import time
 
+from app.measures import mean_se
 from producers.games import GAMES, get_game
 from producers.games.registry import Game
 from producers.sandboxes.browser import BrowserSandbox
@@ -30,16 +30,6 @@ from schemas.blobs import BlobStore
 from schemas.events import TaskSpec
 
 BOARD_JS = "flywheelGame.board()"
-
-
-def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error of the mean (0 for fewer than two values)."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, 0.0
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, math.sqrt(var / n)
 
 
 async def play(sandbox: BrowserSandbox, game: Game, seed: int, policy: str) -> tuple[float, int]:
@@ -83,7 +73,8 @@ async def main(names: list[str], episodes: int, seed: int, n_sandboxes: int) -> 
             for policy in ("random", "heuristic"):
                 t0 = time.perf_counter()
                 results = await measure(game, policy, seeds, sandboxes)
-                mean, se = mean_se([score for score, _ in results])
+                mean, se = mean_se([score for score, _ in results]) or (0.0, None)
+                se = se or 0.0
                 steps = sum(n for _, n in results) / len(results)
                 wall = (time.perf_counter() - t0) / len(results)
                 print(f"{name:<12} {policy:<10} {len(results):>8} {mean:>11.2f} +- {se:>6.2f} {steps:>7.1f} {wall:>9.1f}",

@@ -29,6 +29,8 @@ from __future__ import annotations
 import re
 import statistics
 
+from app.measures import mean_se_text
+
 ARMS = ("0", "c", "d")  # V alone, V + DPO on corrections, V + DPO on demonstrations' pairs
 ARM_NAMES = {"0": "V alone", "c": "V + DPO on corrections", "d": "V + DPO on demonstrations"}
 SOURCE_SEED = 40  # + seed: the source run's --seed (its task seeds are --seed * 100000 + i)
@@ -126,15 +128,6 @@ def per_datum(row: dict, arm: str, tasks: list[str]) -> float | None:
     return None if g is None or not n else g / n
 
 
-def _mean_se(xs: list) -> str:
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return "-"
-    if len(xs) == 1:
-        return f"{xs[0]:+.3f} (1 seed)"
-    return f"{statistics.mean(xs):+.3f} ± {statistics.stdev(xs) / len(xs) ** 0.5:.3f}"
-
-
 def table(rows: list[dict], tasks: list[str]) -> list[str]:
     """Per arm: each task's success (mean over seeds), the mean over tasks, the pairs per task,
     and the gain over V alone (total and per datum; mean ± standard error over seeds)."""
@@ -149,8 +142,8 @@ def table(rows: list[dict], tasks: list[str]) -> list[str]:
         lines.append(f"| {ARM_NAMES[arm]} | {len(have)} | {' | '.join(per_task)} | "
                      f"{_plain([r['arms'][arm]['mean'] for r in have])} | "
                      f"{f'{statistics.mean(pairs):.1f}' if arm != '0' else '-'} | "
-                     f"{_mean_se([gain(r, arm) for r in have]) if arm != '0' else '-'} | "
-                     f"{_mean_se([per_datum(r, arm, tasks) for r in have]) if arm != '0' else '-'} |")
+                     f"{mean_se_text([gain(r, arm) for r in have]) if arm != '0' else '-'} | "
+                     f"{mean_se_text([per_datum(r, arm, tasks) for r in have]) if arm != '0' else '-'} |")
     return lines
 
 

@@ -30,6 +30,7 @@ from typing import Iterator
 from app.ablation.marked import RECIPE_FILE, UNFINISHED
 from app.ablation.plot import _pyplot
 from app.demo_config import UNTIL_EPISODES_MAX
+from app.measures import mean_se, mean_se_text
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the games specialist's weight
 DOMAINS = {"web": ("default", "success"), "games": ("games", "normalised_score")}  # suite, measure
@@ -172,14 +173,21 @@ def domain_score(rows: list[dict]) -> dict:
     """Per-task rows (task, episodes, mean) of one evaluation run -> the domain's mean over tasks
     (each task counts once), the standard error of that mean across tasks, and the per-task figures."""
     tasks = {r["task"]: {"mean": float(r["mean"]), "episodes": int(r["episodes"])} for r in rows}
-    means = [t["mean"] for t in tasks.values()]
-    return {"mean": statistics.mean(means) if means else None,
-            "se": statistics.stdev(means) / len(means) ** 0.5 if len(means) > 1 else None, "tasks": tasks}
+    mean, se = mean_se([t["mean"] for t in tasks.values()]) or (None, None)
+    return {"mean": mean, "se": se, "tasks": tasks}
 
 
 def row(seed: int, label: str, alpha: float | None, scores: dict[str, dict]) -> dict:
     """One result: a policy (pi_sft, a merge at ``alpha``, joint) of one seed, scored per domain."""
     return {"seed": seed, "policy": label, "alpha": alpha, "domains": scores}
+
+
+OWN_ALPHA = {"web": 0.0, "games": 1.0}  # the merge that is each domain's specialist
+
+
+def by_seed(results: list[dict]) -> dict[tuple[int, float | str], dict]:
+    """The results by (seed, α) for the merges and (seed, policy) for the rest (pi_sft, joint)."""
+    return {(r["seed"], r["policy"] if r["alpha"] is None else float(r["alpha"])): r for r in results}
 
 
 def relative_to_specialist(results: list[dict]) -> dict[tuple[int, float], dict[str, float | None]]:
@@ -189,12 +197,13 @@ def relative_to_specialist(results: list[dict]) -> dict[tuple[int, float], dict[
     def mean(r, d):
         return (r["domains"].get(d) or {}).get("mean")
 
-    own = {"web": 0.0, "games": 1.0}
-    by = {(r["seed"], r["alpha"]): r for r in results if r["alpha"] is not None}
+    by = by_seed(results)
     out: dict = {}
     for (seed, alpha), r in by.items():
+        if not isinstance(alpha, float):
+            continue
         out[(seed, alpha)] = {}
-        for d, a in own.items():
+        for d, a in OWN_ALPHA.items():
             spec = by.get((seed, a))
             base = mean(spec, d) if spec else None
             m = mean(r, d)
@@ -208,11 +217,7 @@ def paired_gain(base: dict, other: dict, domain: str) -> tuple[float, float | No
     None where they share no task."""
     a = ((base["domains"].get(domain) or {}).get("tasks")) or {}
     b = ((other["domains"].get(domain) or {}).get("tasks")) or {}
-    diffs = [b[t]["mean"] - a[t]["mean"] for t in a if t in b]
-    if not diffs:
-        return None
-    se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else None
-    return statistics.mean(diffs), se
+    return mean_se([b[t]["mean"] - a[t]["mean"] for t in a if t in b])
 
 
 def specialist_gains(results: list[dict]) -> list[str]:
@@ -220,10 +225,11 @@ def specialist_gains(results: list[dict]) -> list[str]:
     games: α = 1), per seed with its standard error over tasks, and over the seeds their mean ± its
     standard error. The issue's goal asks each above pi_sft by more than 2 SE: a merge's share of a
     specialist that did not rise above pi_sft says nothing about merging."""
-    by = {(r["seed"], r["policy"] if r["alpha"] is None else r["alpha"]): r for r in results}
+    by = by_seed(results)
     lines = ["| specialist (own domain) | per seed: gain over pi_sft ± its SE over tasks, gain / SE | over seeds: mean ± SE |",
              "|---|---|---|"]
-    for name, domain, alpha in (("web (MiniWoB++ success)", "web", 0.0), ("games (normalised score)", "games", 1.0)):
+    for name, domain in (("web (MiniWoB++ success)", "web"), ("games (normalised score)", "games")):
+        alpha = OWN_ALPHA[domain]
         cells, gains = [], []
         for seed in sorted({r["seed"] for r in results}):
             base, spec = by.get((seed, "pi_sft")), by.get((seed, alpha))
@@ -233,9 +239,7 @@ def specialist_gains(results: list[dict]) -> list[str]:
             gains.append(g[0])
             ratio = f", {g[0] / g[1]:.1f}" if g[1] else ""
             cells.append(f"s{seed} {g[0]:+.3f} ± {g[1] or 0:.3f}{ratio}")
-        over = "-" if not gains else f"{gains[0]:+.3f}" if len(gains) == 1 else \
-            f"{statistics.mean(gains):+.3f} ± {statistics.stdev(gains) / len(gains) ** 0.5:.3f}"
-        lines.append(f"| {name} | {'; '.join(cells) or '-'} | {over} |")
+        lines.append(f"| {name} | {'; '.join(cells) or '-'} | {mean_se_text(gains)} |")
     return lines
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import logging
 from dataclasses import dataclass, field, fields
 from importlib.metadata import entry_points
@@ -133,7 +134,7 @@ def screen(store: BlobStore, ref: BlobRef | str) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(store.get(ref))).convert("RGB"))
 
 
-_UNREADABLE = {"count": 0}  # screenshots screen_or_none could not read, in this process
+_UNREADABLE = itertools.count(1)  # screenshots screen_or_none could not read, in this process (next() is atomic)
 _SAID_EACH = 5  # the first few are logged each; then one line every _SAID_EVERY, with the count
 _SAID_EVERY = 100
 
@@ -145,8 +146,7 @@ def screen_or_none(store: BlobStore, ref: BlobRef | str) -> np.ndarray | None:
     try:
         return screen(store, ref)
     except Exception as exc:  # noqa: BLE001 - gone, truncated or not an image: the same for the caller
-        _UNREADABLE["count"] += 1
-        n = _UNREADABLE["count"]
+        n = next(_UNREADABLE)
         if n <= _SAID_EACH or n % _SAID_EVERY == 0:
             log.warning("screenshot %s unavailable (%d so far in this process): %s",
                         getattr(ref, "sha256", ref)[:12], n, exc)

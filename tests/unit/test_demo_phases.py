@@ -529,3 +529,14 @@ def test_until_episodes_stops_once_every_task_has_ended_that_many():
     assert "--until-episodes" in goal_reached(ctx, snap, "PPO", 0.0)  # the run's goal line, and the run stops
     ctx.cfg = DemoConfig(until_episodes=20)
     assert goal_reached(ctx, snap, "PPO", 0.0) == ""
+
+
+def test_mean_se_is_the_spread_of_independent_units_and_its_text_says_how_many():
+    """Gains over seeds (or tasks taken as a sample) are their mean ± sample SD / sqrt(n): 0.1, 0.2,
+    0.3 -> 0.2 ± 0.0577; one unit has no SE, none no mean; None values are left out of the text."""
+    mean, se = measures.mean_se([0.1, 0.2, 0.3])
+    assert mean == pytest.approx(0.2) and se == pytest.approx(0.1 / 3 ** 0.5)
+    assert measures.mean_se([0.4]) == (0.4, None) and measures.mean_se([]) is None
+    assert measures.mean_se_text([0.1, None, 0.3]) == "+0.200 ± 0.100"
+    assert measures.mean_se_text([0.25, None]) == "+0.250 (1 seed)"
+    assert measures.mean_se_text([None]) == "-" and measures.mean_se_text([0.5, 0.7], sign=False) == "0.600 ± 0.100"

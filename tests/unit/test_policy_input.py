@@ -5,6 +5,7 @@ them (the task's page URL, rewards, errors, SDK output, log-probs, timings)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -126,15 +127,32 @@ def test_a_stored_screen_reads_back_as_rgb_and_a_missing_one_is_none_or_not_foun
         screen(store, gone.sha256)
 
 
-def test_many_unreadable_screens_are_said_in_a_few_lines_with_their_count(tmp_path, caplog):
+def test_many_unreadable_screens_are_said_in_a_few_lines_with_their_count(tmp_path, caplog, monkeypatch):
     """A store that lost its blobs: each missing screenshot is None, but the log gets the first few
     and then one line a hundred, each with the running count (it got one line a step)."""
     import infra.runtime.policy as P
 
     store = BlobStore(str(tmp_path))
-    P._UNREADABLE["count"] = 0
+    monkeypatch.setattr(P, "_UNREADABLE", itertools.count(1))
     with caplog.at_level("WARNING", logger="flywheel.policy"):
         assert all(screen_or_none(store, f"{i:064x}") is None for i in range(250))
     lines = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
     assert len(lines) == P._SAID_EACH + 2  # 1-5, then 100 and 200
     assert "(100 so far" in lines[-2] and "(200 so far" in lines[-1]
+
+
+def test_unreadable_screens_counted_once_each_across_threads(tmp_path, monkeypatch):
+    """The rollout reads screens from several threads: the count a line says is every failure once."""
+    import threading
+
+    import infra.runtime.policy as P
+
+    monkeypatch.setattr(P, "_UNREADABLE", itertools.count(1))
+    store = BlobStore(str(tmp_path))
+    threads = [threading.Thread(target=lambda: [screen_or_none(store, f"{i:064x}") for i in range(200)])
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert next(P._UNREADABLE) == 801
