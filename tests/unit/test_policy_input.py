@@ -141,8 +141,10 @@ def test_many_unreadable_screens_are_said_in_a_few_lines_with_their_count(tmp_pa
     assert "(100 so far" in lines[-2] and "(200 so far" in lines[-1]
 
 
-def test_unreadable_screens_counted_once_each_across_threads(tmp_path, monkeypatch):
-    """The rollout reads screens from several threads: the count a line says is every failure once."""
+def test_every_unreadable_screen_from_several_threads_is_counted(tmp_path, monkeypatch):
+    """The rollout reads screens from several threads: each failure takes one number from the
+    counter (800 failures, the next number 801). It does not show the counter atomic; that is
+    itertools.count's next() in CPython, where the dict's += it replaced was not guaranteed."""
     import threading
 
     import infra.runtime.policy as P
