@@ -72,12 +72,11 @@ def test_last_key_is_on_for_a_hotkey_policy_and_widens_only_it():
 def test_bc_and_the_main_job_give_a_games_pixel_policy_the_arrows():
     """The kind knows no suite: `flywheel bc`'s config and the main job's (app.phases.kind_config)
     hand it the keys the suites press."""
-    from types import SimpleNamespace
-
+    from app.demo_config import DemoConfig
     from app.phases import kind_config
     from trainer.sft.bc_config import BCConfig
 
     cloned = BCConfig(suite="games").policy_overrides()
-    run = kind_config(SimpleNamespace(policy_kind="pixel", policy_overrides=lambda: {}), plan(["games"]).action_types)
+    run = kind_config(DemoConfig(tasks=["games"]), plan(["games"]).action_types)
     for config in (cloned, run):
         assert config["keys"] == list(ARROWS) and config["last_key"] is True

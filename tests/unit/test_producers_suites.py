@@ -83,6 +83,29 @@ def test_the_language_policy_reads_miniwob_pages_unless_told_not_to():
     assert "ground" not in lm_config({"pointer": False})  # digits: no pointer to weigh
 
 
+def test_words_are_matched_only_where_a_task_has_page_text_to_find_them_in():
+    """The games' instructions name nothing written on their boards: a run of games alone builds
+    its policy without text grounding (and says so outright, so ``flywheel bc`` given that config
+    keeps it off); any MiniWoB++ task beside them, or a task in no suite, turns it on."""
+    from app.demo_config import DemoConfig
+    from app.phases import kind_config
+    from producers.suites import reads_text
+    from trainer.policies.pixel.kind import PIXEL
+
+    assert not reads_text(get_suite("games").tasks) and reads_text(get_suite("default").tasks)
+    assert reads_text(["games.snake", "click-dialog"]) and reads_text(["some-task-in-no-suite"])
+    games = DemoConfig(tasks=["games"])
+    config = kind_config(games, games.plan().action_types)
+    assert config["ground"] is False and config["coords"] is True and config["head_hidden"] > 0
+    again = PIXEL.bc_config(games.plan().action_types, "", 0, config)  # the clone's pass over the demo's config
+    assert again["ground"] is False
+    mixed = DemoConfig(tasks=["default", "games"])
+    assert kind_config(mixed, mixed.plan().action_types)["ground"] is True
+    assert kind_config(DemoConfig(tasks=["games"], policy_config='{"ground": true}'),
+                       games.plan().action_types)["ground"] is True  # --policy-config still wins
+    assert lm_config(reads_text=False)["ground"] is False and lm_config()["ground"] is True
+
+
 def test_suite_names_expand_and_single_tasks_still_run():
     assert expand(["quick"]) == ["click-test", "click-test-2"]
     assert expand(["click-test", "quick", "click-tab"]) == ["click-test", "click-test-2", "click-tab"]

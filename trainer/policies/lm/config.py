@@ -10,8 +10,12 @@ from typing import Any
 MINIWOB_READING: dict[str, Any] = {"ground": True}
 
 
-def lm_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def lm_config(overrides: dict[str, Any] | None = None, reads_text: bool = True) -> dict[str, Any]:
     """``MINIWOB_READING`` under ``overrides``; a policy told ``"pointer": false`` has no pointer
-    to weigh, so it reads nothing more."""
+    to weigh, so it reads nothing more; ``reads_text`` False (no task names its target in page
+    text, producers.suites.reads_text) says ``"ground": false`` outright, as the pixel policy's
+    config does."""
     overrides = overrides or {}
-    return dict(overrides) if overrides.get("pointer", True) is False else {**MINIWOB_READING, **overrides}
+    if overrides.get("pointer", True) is False:
+        return dict(overrides)
+    return {**MINIWOB_READING, "ground": bool(reads_text), **overrides}
