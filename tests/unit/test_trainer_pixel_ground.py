@@ -14,7 +14,7 @@ from infra.runtime.policy import PolicyInput, build_policy
 from schemas import actions as A
 from schemas.events import BlobRef, Observation, Step
 from trainer.sft.bc import Examples, bc_train
-from trainer.policies.pixel.ground import font_file, match_maps, word_features, words
+from trainer.policies.pixel.ground import MIN_STD, best_maps, font_file, match_maps, template, word_features, words
 
 FONT = font_file("Arial")
 needs_font = pytest.mark.skipif(FONT is None, reason="fontconfig (fc-match) or a font for Arial is not installed")
@@ -54,6 +54,31 @@ def test_each_word_peaks_where_it_is_written():
     absent = maps[0]  # "Select" is not on the screen
     assert absent.max() < 0.75 * 255
     assert not maps[len(spans):].any()  # no word, no map
+
+
+@needs_font
+def test_the_fft_maps_are_the_normalised_cross_correlation_at_every_position():
+    """best_maps against NCC computed window by window, on a small screen with a word met twice:
+    the FFT, the box sums, the flat-window rule and the word-centre placement all checked, and a
+    repeated word gets the map of its first occurrence."""
+    gray = np.asarray(Image.fromarray(screen({"ok no": (4, 3)})).convert("L"))[50:80, :48]
+    instruction = "ok no ok"
+    got = best_maps(gray, instruction, 4, "Arial", [10])
+    assert got.shape == (3, 30, 48) and np.array_equal(got[0], got[2])
+    ink = (255.0 - gray.astype(np.float64)) / 255.0
+    for i, word in enumerate(["ok", "no"]):
+        t = template(word, FONT, 10)
+        th, tw = t.shape
+        t0 = t - t.mean()
+        want = np.zeros(gray.shape)
+        for y in range(gray.shape[0] - th + 1):
+            for x in range(gray.shape[1] - tw + 1):
+                w = ink[y:y + th, x:x + tw]
+                var = ((w - w.mean()) ** 2).sum()
+                if var > th * tw * MIN_STD ** 2:
+                    want[y + th // 2, x + tw // 2] = (t0 * w).sum() / np.sqrt((t0 * t0).sum() * var)
+        np.testing.assert_allclose(got[i], np.clip(want, 0, 1), atol=1e-9)
+    assert got[0].max() > 0.9 and got[1].max() > 0.9
 
 
 @needs_font

@@ -175,10 +175,16 @@ def best_maps(gray: np.ndarray, instruction: str, k: int, family: str, sizes: li
     integral2 = np.pad(ink * ink, ((1, 0), (1, 0))).cumsum(0).cumsum(1)
     spectrum = np.fft.rfft2(ink)  # numpy's FFT: single-threaded, no contention with torch's pool
     out = np.zeros((len(spans), *shape))
+    first: dict[str, int] = {}  # a word met again has the map it had ("the", "snake" twice)
     for i, (a, b) in enumerate(spans):
+        word = instruction[a:b]
+        if word in first:
+            out[i] = out[first[word]]
+            continue
+        first[word] = i
         best = out[i]
         for size in sizes:
-            kernel = _kernel(instruction[a:b], path, max(1, round(size * scale)), shape)
+            kernel = _kernel(word, path, max(1, round(size * scale)), shape)
             if kernel is None:
                 continue
             spec, th, tw, norm = kernel
@@ -189,11 +195,15 @@ def best_maps(gray: np.ndarray, instruction: str, k: int, family: str, sizes: li
             n = th * tw
             s1, s2 = _box_sums(integral, th, tw), _box_sums(integral2, th, tw)
             var = np.maximum(s2 - s1 * s1 / n, 0.0)
-            ncc = np.where(var > n * MIN_STD ** 2, num / (norm * np.sqrt(np.maximum(var, 1e-12))), 0.0)
+            # NCC = num / (norm * std * sqrt(n)) where the window has ink enough to match, else 0
+            den = np.sqrt(var)
+            den *= norm
+            ncc = np.zeros_like(num)
+            np.divide(num, den, out=ncc, where=var > n * MIN_STD ** 2)
             y0, x0 = th // 2, tw // 2  # the word's centre
             region = best[y0:y0 + ncc.shape[0], x0:x0 + ncc.shape[1]]
             np.maximum(region, ncc, out=region)
-    return np.clip(out, 0.0, 1.0)
+    return np.clip(out, 0.0, 1.0, out=out)
 
 
 def match_maps(gray: np.ndarray, instruction: str, k: int, grid: int, family: str, sizes: list[int],
