@@ -73,11 +73,10 @@ async def main(names: list[str], episodes: int, seed: int, n_sandboxes: int) -> 
             for policy in ("random", "heuristic"):
                 t0 = time.perf_counter()
                 results = await measure(game, policy, seeds, sandboxes)
-                mean, se = mean_se([score for score, _ in results]) or (0.0, None)
-                se = se or 0.0
+                mean, se = mean_se([score for score, _ in results])  # measure plays at least one episode
                 steps = sum(n for _, n in results) / len(results)
                 wall = (time.perf_counter() - t0) / len(results)
-                print(f"{name:<12} {policy:<10} {len(results):>8} {mean:>11.2f} +- {se:>6.2f} {steps:>7.1f} {wall:>9.1f}",
+                print(f"{name:<12} {policy:<10} {len(results):>8} {mean:>11.2f} +- {se or 0.0:>6.2f} {steps:>7.1f} {wall:>9.1f}",
                       flush=True)
     finally:
         for s in sandboxes:

@@ -199,9 +199,10 @@ def relative_to_specialist(results: list[dict]) -> dict[tuple[int, float], dict[
 
     by = by_seed(results)
     out: dict = {}
-    for (seed, alpha), r in by.items():
-        if not isinstance(alpha, float):
+    for r in results:
+        if r["alpha"] is None:  # pi_sft, joint RL: no merge
             continue
+        seed, alpha = r["seed"], float(r["alpha"])
         out[(seed, alpha)] = {}
         for d, a in OWN_ALPHA.items():
             spec = by.get((seed, a))

@@ -98,6 +98,8 @@ def test_each_merge_is_read_against_the_specialists_on_their_own_domains():
     assert rel[(0, 0.5)]["web"] == pytest.approx(0.7 / 0.8) and rel[(0, 0.5)]["games"] == pytest.approx(0.45 / 0.6)
     assert M.relative_to_specialist([M.row(0, "merge α=0.5", 0.5, _scores(0.5, 0.5))])[(0, 0.5)] == \
         {"web": None, "games": None}  # no specialist measured: nothing to compare with
+    from_json = [{**r, "alpha": int(r["alpha"])} if r["alpha"] in (0.0, 1.0) else r for r in _results()]
+    assert M.relative_to_specialist(from_json)[(0, 1.0)]["games"] == pytest.approx(1.0)  # an α read back as 1, not 1.0
 
 
 def test_the_table_has_pi_sft_then_the_alphas_then_joint_with_their_spread():
