@@ -1,9 +1,13 @@
-"""What the trainer saves by reading each step's text-grounding maps instead of matching again.
+"""What text grounding costs and what is saved where it is not needed.
 
-The acting policy (rollout) computes a screenshot's maps as it acts and stores them beside the
-screenshot (trainer.policies.pixel.ground.stored_match_maps); the trainer rebuilds each step's
-input from the stored screenshot. This times the trainer's rebuild of N distinct screens, with
-the maps read from the blob store against computed again (the raw baseline), in one run.
+1. The acting policy (rollout) computes a screenshot's maps as it acts and stores them beside the
+   screenshot (trainer.policies.pixel.ground.stored_match_maps); the trainer rebuilds each step's
+   input from the stored screenshot. This times the trainer's rebuild of N distinct screens, with
+   the maps read from the blob store against computed again (the raw baseline), in one run.
+2. The pixel policy's act on one screen, as the main job builds it for the default suite
+   (grounded) and for the games (no grounding: producers.suites.reads_text), beside the games'
+   policy with grounding on (what a games run built before), each game's own instruction on the
+   same screens; the configurations take turns so a slow spell of the machine falls on each alike.
 
     python -m benchmarks.bench_ground_maps --screens 200
 """
@@ -16,9 +20,14 @@ import tempfile
 import time
 
 import numpy as np
+import torch
 from PIL import Image, ImageDraw, ImageFont
 
+from infra.runtime.policy import PolicyInput
+from producers.games import GAMES
+from producers.suites import get_suite, hotkeys, reads_text
 from schemas.blobs import BlobStore
+from trainer.policies.pixel.config import pixel_config
 from trainer.policies.pixel.ground import font_file
 from trainer.policies.pixel.model import PixelPolicy
 
@@ -43,6 +52,30 @@ def rebuild(policy: PixelPolicy, items, store) -> float:
     return (time.perf_counter() - t) / len(items) * 1000
 
 
+def act_costs(items, rounds: int = 3) -> dict[str, float]:
+    """CPU ms per act (one screen, one torch thread as the rollout's policy has) of each
+    configuration, the main job's config for its suite: CPU time, so other work on the machine
+    does not enter it."""
+    torch.set_num_threads(1)
+    def config(suite: str, **over) -> dict:
+        tasks = get_suite(suite).tasks
+        return pixel_config(get_suite(suite).action_types, over, hotkeys(), reads_text(tasks))
+
+    games = [g.instruction for g in GAMES.values()]
+    arms = {"default suite (grounded)": (PixelPolicy("bench", config("default")), None),
+            "games (as built today: no grounding)": (PixelPolicy("bench", config("games")), games),
+            "games with grounding (as built before)": (PixelPolicy("bench", config("games", ground=True)), games)}
+    total = dict.fromkeys(arms, 0.0)
+    for r in range(rounds):
+        for name, (policy, instructions) in (list(arms.items()) if r % 2 == 0 else list(arms.items())[::-1]):
+            t = time.process_time()
+            for k, (image, instruction) in enumerate(items):
+                policy.act([PolicyInput(image, instructions[k % len(instructions)] if instructions else instruction,
+                                        image.shape[1], image.shape[0])])
+            total[name] += time.process_time() - t
+    return {name: t / (rounds * len(items)) * 1000 for name, t in total.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--screens", type=int, default=200)
@@ -59,6 +92,10 @@ def main() -> None:
     print(f"{args.screens} screens: acting (match + store) {act_ms:.2f} ms/step; trainer rebuild with the maps "
           f"computed again {computed_ms:.2f} ms/step, read from the store {read_ms:.2f} ms/step "
           f"({computed_ms / read_ms:.1f}x less trainer time per step)")
+    acts = act_costs(items)
+    before = acts["games with grounding (as built before)"]
+    for name, ms in acts.items():
+        print(f"act, one screen: {name:<40} {ms:6.2f} CPU ms ({before / ms:.1f}x less than the games' grounded act)")
 
 
 if __name__ == "__main__":

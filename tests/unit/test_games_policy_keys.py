@@ -19,7 +19,7 @@ from trainer.policies.pixel.inputs import history_summary, summary_size
 
 def test_a_games_run_builds_a_pixel_policy_that_presses_the_arrows():
     heads = plan(["games"]).action_types
-    policy = build_policy("pixel", "p", policy_kind("pixel").task_config(heads, {}, keys=hotkeys()))
+    policy = build_policy("pixel", "p", policy_kind("pixel").task_config(heads, {}, keys=hotkeys(), reads_text=False))
     assert list(policy.cfg["keys"]) == list(ARROWS)
     rng = random.Random(0)
     board = {"rows": ["#" * 10] * 10, "cell": 16, "view": {"x": 0, "y": 50, "width": 160, "height": 210}}
@@ -55,7 +55,7 @@ def test_with_last_key_the_history_strip_names_the_arrow_pressed_last():
 
 def test_last_key_is_on_for_a_hotkey_policy_and_widens_only_it():
     heads = plan(["games"]).action_types
-    config = policy_kind("pixel").task_config(heads, {}, keys=hotkeys())
+    config = policy_kind("pixel").task_config(heads, {}, keys=hotkeys(), reads_text=False)
     assert config["last_key"] is True and "last_key" not in pixel_config(plan(["default"]).action_types)
     told = build_policy("pixel", "p", config)
     plain = build_policy("pixel", "p", {**config, "last_key": False})

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from infra.runtime import versions
-from infra.runtime.config import ConfigError
+from infra.runtime.config import ConfigError, json_object
 from infra.runtime.consume_loop import CheckpointFile
 from infra.runtime.policy import build_policy, load_policy_version
 from infra.runtime.settings import Settings
@@ -22,6 +22,13 @@ from trainer.rl.state import PPOState
 from trainer.rl.update import make_optimizer
 
 log = logging.getLogger("flywheel.trainer")
+
+
+def config_not_applied(asked: dict[str, Any], kept: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``asked`` (a trainer's --policy-config) that ``kept`` (the config of the version
+    it continues) holds otherwise: a run started from another run's version (the demo's
+    --start-from) acts with that version's inputs and heads, whatever its own tasks would give it."""
+    return {k: v for k, v in asked.items() if k != "seed" and kept.get(k, v) != v}
 
 
 def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
@@ -36,6 +43,10 @@ def start_policy(cfg: TrainConfig, settings: Settings, store: BlobStore,
     if published is not None:
         policy = load_policy_version(published, store)
         log.info("continuing from published %s v%d", cfg.policy_name, policy.version)
+        unapplied = config_not_applied(json_object(cfg.policy_config, "policy_config"), policy.config_dict())
+        if unapplied:
+            log.warning("the published version keeps its own config: --policy-config's %s differ from it and are not "
+                        "applied (they apply to a policy built from random weights)", unapplied)
     else:
         policy = build_policy(cfg.policy_kind, cfg.policy_name, cfg.policy_overrides())
     place(policy, cfg.device, "flywheel train")  # the published version's kind, whatever --policy-kind says
