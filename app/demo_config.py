@@ -109,8 +109,7 @@ class DemoConfig:
     run_id: str = opt("", "name of this run (default: a fresh id); prefixes its topics and policy name")
     report_dir: str = opt("", "where the report goes (default <data_dir>/reports/<run_id>)")
     policy_config: str = opt("", "JSON object merged into the pixel policy's config, e.g. '{\"ground\": false}' "
-                                 "(default: the suite's heads, coordinates, and text grounding where a task has page text: "
-                                 "not on games alone)")
+                                 "(default: the suite's heads, text grounding and coordinates)")
     trainer_args: str = opt("", "extra arguments for `flywheel train`, space separated")
     bc_args: str = opt("", "extra arguments for `flywheel bc` (the cold start's cloning), space separated, "
                             "e.g. '--epochs 12' for many demonstrations")

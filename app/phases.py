@@ -47,7 +47,7 @@ from infra.runtime.procs import Child, flywheel_argv
 from infra.runtime.policy import policy_kind
 from trainer.sft.rft import annotator_of
 from producers.scripted import SOLVERS
-from producers.suites import child_args, hotkeys, reads_text
+from producers.suites import child_args, hotkeys
 from infra.runtime.topics import TOPICS, topic_name
 from infra.runtime.probe import probe_brokers
 from schemas.events import ScoredTrajectory
@@ -313,12 +313,9 @@ def skip_leftover_tasks(settings, group: str) -> dict[int, int]:
 
 def kind_config(cfg, action_types: tuple[str, ...]) -> dict:
     """The policy config the run's ``flywheel bc`` and trainer build from: how the kind reads
-    MiniWoB++ pages where the run has any (``reads_text`` over the whole run's tasks, so the clone
-    and the trainer agree whichever tasks had demonstrations), the pixel policy's heads for
-    ``action_types``, ``--policy-config`` last."""
+    MiniWoB++ pages (and the pixel policy's heads for ``action_types``), ``--policy-config`` last."""
     overrides = cfg.policy_overrides()
-    return policy_kind(cfg.policy_kind).task_config(action_types, overrides, keys=hotkeys(),
-                                                    reads_text=reads_text(cfg.plan().tasks))
+    return policy_kind(cfg.policy_kind).task_config(action_types, overrides, keys=hotkeys())
 
 
 def bc_options(cfg, policy: str, tasks: list[str], action_types: tuple[str, ...]) -> list[str]:

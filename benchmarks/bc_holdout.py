@@ -28,7 +28,7 @@ from app.report import query
 from infra.runtime.config import ConfigError, json_object
 from infra.runtime.policy import PastStep, SeenScreen, build_policy
 from infra.runtime.settings import Settings
-from producers.suites import get_suite, hotkeys, reads_text
+from producers.suites import get_suite, hotkeys
 from schemas.actions import Action
 from schemas.blobs import BlobStore
 from schemas.events import BlobRef
@@ -98,8 +98,7 @@ def main() -> None:
     if not by_task:
         raise SystemExit(f"bc_holdout: no V(s) = 1 episode of {args.demonstrator!r} in ClickHouse")
     train, test = split(by_task, args.held_out)
-    suite = get_suite(args.suite)
-    config = {**pixel_config(suite.action_types, overrides, hotkeys(), reads_text(suite.tasks)), "seed": args.seed}
+    config = {**pixel_config(get_suite(args.suite).action_types, overrides, hotkeys()), "seed": args.seed}
     results = []
     for lr in [float(x) for x in args.lrs.split(",")]:
         policy = build_policy("pixel", "pixel-holdout", config)

@@ -42,7 +42,7 @@ from producers.policy_client import TorchClient
 from producers.rollout import RolloutConfig, RolloutWorker
 from producers.sandboxes.browser import BrowserSandbox
 from producers.sandboxes.browser_host import BrowserHost
-from producers.suites import hotkeys, plan, reads_text
+from producers.suites import hotkeys, plan
 from producers.tasks import build_tasks, submit
 from producers.bare_loop import bare_sandbox, load_pages
 from schemas.blobs import BlobStore
@@ -140,7 +140,7 @@ class ProcessCPU:
 
 async def main_loop(settings, n: int, tasks: list, action_types: tuple[str, ...], threads: int,
                     max_pages: int | None) -> dict:
-    client = TorchClient("bench-pixel", kind="pixel", config=pixel_config(action_types, keys=hotkeys(), reads_text=reads_text([t.name for t in tasks])), threads=threads)
+    client = TorchClient("bench-pixel", kind="pixel", config=pixel_config(action_types, keys=hotkeys()), threads=threads)
     timer = ForwardTimer(client.policy)
     cfg = RolloutConfig(sandboxes=n, policy_backend="torch", policy_name="bench-pixel", group_id=f"bench-{uuid.uuid4().hex[:8]}",
                         idle_exit_s=3.0, reload=False, max_tasks=len(tasks), status_interval_s=5.0)

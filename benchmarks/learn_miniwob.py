@@ -238,7 +238,7 @@ async def bc_suite(args) -> dict:
     with several ``--bc-demos`` counts (``10,40``), one pi_sft per count, each cloned from the
     first that many demonstrations of every task (how success grows with the data)."""
     from producers import scripted
-    from producers.suites import get_suite, hotkeys, reads_text
+    from producers.suites import get_suite, hotkeys
     from trainer.policies.pixel.config import pixel_config
     from trainer.sft.bc import Examples, bc_train
 
@@ -248,7 +248,7 @@ async def bc_suite(args) -> dict:
     env = LiveEnv(1)
     await env.start()
     sandbox, t0 = env.sandboxes[0], time.perf_counter()
-    config = pixel_config(suite.action_types, json.loads(args.policy or "{}"), hotkeys(), reads_text(suite.tasks))
+    config = pixel_config(suite.action_types, json.loads(args.policy or "{}"), hotkeys())
     untrained = build_policy("pixel", "bc-bench", config)
     demos: dict[str, list[list]] = {}  # task -> per successful demonstration, its (obs, instruction, action) steps
     try:

@@ -145,13 +145,6 @@ def family(task: str, default: str) -> str:
     return next((s.family for s in SUITES.values() if task in s.tasks), default)
 
 
-def reads_text(tasks: list[str] | tuple[str, ...]) -> bool:
-    """Whether a policy on ``tasks`` has text on the page to find the instruction's words in: any
-    MiniWoB++ task (a task in no suite is one). The games' instructions name nothing written on
-    their boards, so a run of games alone matches no words (trainer.policies.pixel.config)."""
-    return any(family(t, "miniwob") == "miniwob" for t in tasks)
-
-
 def child_args(command: str, tasks: list[str] | tuple[str, ...], kind: str) -> tuple[str, ...]:
     """The options `flywheel <command>` (bc, train) starts from when it trains policy ``kind``
     on ``tasks``: those of each suite that holds every one of the tasks (a run mixing suites

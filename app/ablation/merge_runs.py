@@ -74,7 +74,7 @@ class Runner:
         def command(run: str) -> list[str]:
             return M.demo_argv(run, tasks, minutes, seed, runs / run, extra)
 
-        why = {d.name: M.not_kept(d, command(d.name)[3:], recipe(tasks, from_version=True)) for d in runs.iterdir() if d.is_dir()} \
+        why = {d.name: M.not_kept(d, command(d.name)[3:], recipe(tasks)) for d in runs.iterdir() if d.is_dir()} \
             if runs.is_dir() else {}
         run, finished = M.attempt(M.run_id(role, seed, self.args.tag), {name: w is None for name, w in why.items()})
         for name in M.attempts(M.run_id(role, seed, self.args.tag)):
@@ -91,7 +91,7 @@ class Runner:
         report.mkdir(parents=True, exist_ok=True)
         (report / UNFINISHED).write_text("starting, not run\n")  # before its command: never kept unrun
         (report / M.COMMAND).write_text(json.dumps(argv[3:]))
-        (report / RECIPE_FILE).write_text(recipe(tasks, from_version=True) + "\n")
+        (report / RECIPE_FILE).write_text(recipe(tasks) + "\n")
         t0 = time.time()
         rc = run_marked(argv, ROOT, report, minutes, ok)
         say(f"{run}: exit {rc} after {(time.time() - t0) / 60:.1f} min")

@@ -51,7 +51,7 @@ from app.ablation.marked import RECIPE_FILE, UNFINISHED, run_marked, why_unfinis
 from app.ablation.effects import effects_table
 from app.ablation.plot import curve_key, plot, plot_by_task
 from producers.games import GAMES
-from producers.suites import auto_rft, expand, reads_text, setting
+from producers.suites import auto_rft, expand, setting
 from streams.score import SCORING_VERSION
 from trainer.policies.pixel.config import ARROW_VISION
 
@@ -93,24 +93,21 @@ def command_line(module: str, given: list[str], flags: tuple[str, ...] = ("--rep
     return " ".join(["python -m", module, *(shlex.quote(a) for a in given if a not in flags)])
 
 
-def recipe(tasks: str, from_version: bool = False) -> str:
+def recipe(tasks: str) -> str:
     """The recipe "full" stands for on ``tasks`` (as --tasks): RECIPE and, where a game is among
     them, the demonstrations' noise, the scoring version, RFT's and DAgger's rounds and DAgger's
     labels' weight (none: RL teacher-free, issue 56), its buffer shared among the games, the last key in the pixel policy's
-    history, the width of its heads' hidden layer and whether it matches the instruction's words on
-the page (not on games alone, producers.suites.reads_text), each of which changed what a games run
+    history and the width of its heads' hidden layer, each of which changed what a games run
     learns (a games table keeps no run measured before any). The settings named are the suite's
     defaults (--demo-args may change them; they are compared on their own, and the string still
     names the suite's: `--demo-args "--dagger-every 2"` runs DAgger's rounds under a name saying
-    dagger0). ``from_version``: the runs start from a published version (--start-from), whose
-    config they keep, grounding included, so it is not named."""
+    dagger0)."""
     names = expand([t.strip() for t in tasks.split(",") if t.strip()])  # as the demo reads --tasks
     if not any(t in GAMES for t in names):
         return RECIPE
     rounds = setting(names, 'dagger_every')
     vision = ("+lastkey" if ARROW_VISION.get("last_key") else "") + "+sharedlabels" + \
-        (f"+hidden{ARROW_VISION['head_hidden']}" if ARROW_VISION.get("head_hidden") else "") + \
-        ("" if reads_text(names) or from_version else "+noground")
+        (f"+hidden{ARROW_VISION['head_hidden']}" if ARROW_VISION.get("head_hidden") else "")
     dagger = f"+dagger{rounds:g}+expert{setting(names, 'expert_coef'):g}{vision}"
     # no RFT rounds on auto where DAgger's run or the suite keeps them out (app.run_config.kind_rft_every)
     base = "curriculum+rft0" if rounds or not auto_rft(names) else RECIPE

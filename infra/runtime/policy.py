@@ -312,17 +312,14 @@ class PolicyKind(Protocol):
         """The config `flywheel train` builds a fresh policy from (``extra``: --policy-config)."""
 
     def bc_config(self, action_types: tuple[str, ...], pretrained: str, seed: int,
-                  extra: dict[str, Any], *, keys: tuple[str, ...] = (), reads_text: bool = True) -> dict[str, Any]:
-        """The config `flywheel bc` clones into, for tasks needing ``action_types`` and pressing
-        ``keys``; ``reads_text`` as ``task_config``'s."""
+                  extra: dict[str, Any], *, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The config `flywheel bc` clones into, for tasks needing ``action_types`` and pressing ``keys``."""
 
     def task_config(self, action_types: tuple[str, ...], overrides: dict[str, Any], *,
-                    keys: tuple[str, ...] = (), reads_text: bool = True) -> dict[str, Any]:
+                    keys: tuple[str, ...] = ()) -> dict[str, Any]:
         """How this kind reads MiniWoB++ pages, with heads for ``action_types`` and a hotkey head
-        pressing ``keys`` (the tasks' keys: producers.suites.hotkeys), ``overrides`` last;
-        ``reads_text`` False: no task names its target in page text (producers.suites.reads_text,
-        the games), so it reads none. The tasks' facts come from the caller: a kind's package
-        knows no suite."""
+        pressing ``keys`` (the tasks' keys: producers.suites.hotkeys), ``overrides`` last. The
+        tasks' facts come from the caller: a kind's package knows no suite."""
 
     def clone(self, policy: Policy, demos: list[Any], store: BlobStore, cfg: Any) -> Any:
         """Behaviour cloning of ``policy`` on ``demos`` (ScoredTrajectory) as ``cfg`` (a BCConfig)

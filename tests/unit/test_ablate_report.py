@@ -57,9 +57,7 @@ def test_a_games_recipe_names_the_demonstrations_noise_the_scoring_version_and_d
     games = ablate.recipe("games")
     assert setting(['games.2048', 'games.mines', 'games.snake'], "demo_noise") == 0.2
     # teacher-free RL (issue 56): no DAgger, no expert term, no RFT rounds re-cloning the demonstrations
-    assert games == f"curriculum+rft0+noise0.2+scoring{SCORING_VERSION}+dagger0+expert0+lastkey+sharedlabels+hidden256+noground"
-    # the merging benchmark's games runs start from a version that grounds: they keep its config
-    assert ablate.recipe("games", from_version=True) == games.removesuffix("+noground")
+    assert games == f"curriculum+rft0+noise0.2+scoring{SCORING_VERSION}+dagger0+expert0+lastkey+sharedlabels+hidden256"
     assert ablate.recipe("games.snake") != ablate.RECIPE
     # a games table measured before the noise and scoring 1.4 (recipe "curriculum+rft4") is not kept
     old = {**_row("full", 1, 0.03), **SETTINGS, "tasks": "games"}

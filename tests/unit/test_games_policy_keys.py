@@ -19,7 +19,7 @@ from trainer.policies.pixel.inputs import history_summary, summary_size
 
 def test_a_games_run_builds_a_pixel_policy_that_presses_the_arrows():
     heads = plan(["games"]).action_types
-    policy = build_policy("pixel", "p", policy_kind("pixel").task_config(heads, {}, keys=hotkeys(), reads_text=False))
+    policy = build_policy("pixel", "p", policy_kind("pixel").task_config(heads, {}, keys=hotkeys()))
     assert list(policy.cfg["keys"]) == list(ARROWS)
     rng = random.Random(0)
     board = {"rows": ["#" * 10] * 10, "cell": 16, "view": {"x": 0, "y": 50, "width": 160, "height": 210}}
@@ -55,7 +55,7 @@ def test_with_last_key_the_history_strip_names_the_arrow_pressed_last():
 
 def test_last_key_is_on_for_a_hotkey_policy_and_widens_only_it():
     heads = plan(["games"]).action_types
-    config = policy_kind("pixel").task_config(heads, {}, keys=hotkeys(), reads_text=False)
+    config = policy_kind("pixel").task_config(heads, {}, keys=hotkeys())
     assert config["last_key"] is True and "last_key" not in pixel_config(plan(["default"]).action_types)
     told = build_policy("pixel", "p", config)
     plain = build_policy("pixel", "p", {**config, "last_key": False})
@@ -72,11 +72,12 @@ def test_last_key_is_on_for_a_hotkey_policy_and_widens_only_it():
 def test_bc_and_the_main_job_give_a_games_pixel_policy_the_arrows():
     """The kind knows no suite: `flywheel bc`'s config and the main job's (app.phases.kind_config)
     hand it the keys the suites press."""
-    from app.demo_config import DemoConfig
+    from types import SimpleNamespace
+
     from app.phases import kind_config
     from trainer.sft.bc_config import BCConfig
 
     cloned = BCConfig(suite="games").policy_overrides()
-    run = kind_config(DemoConfig(tasks=["games"]), plan(["games"]).action_types)
+    run = kind_config(SimpleNamespace(policy_kind="pixel", policy_overrides=lambda: {}), plan(["games"]).action_types)
     for config in (cloned, run):
         assert config["keys"] == list(ARROWS) and config["last_key"] is True

@@ -26,7 +26,7 @@ def test_a_keypoint_is_where_its_channel_peaks():
 
 
 def test_a_games_policy_asked_for_keypoints_reads_them_and_acts_as_it_evaluates():
-    config = policy_kind("pixel").task_config(plan(["games"]).action_types, {}, keys=hotkeys(), reads_text=False)
+    config = policy_kind("pixel").task_config(plan(["games"]).action_types, {}, keys=hotkeys())
     assert "keypoints" not in config and "keypoints" not in pixel_config(plan(["default"]).action_types)
     config = pixel_config(plan(["games"]).action_types, {"keypoints": True}, hotkeys())
     policy = build_policy("pixel", "p", {**config, "seed": 3})

@@ -58,11 +58,9 @@ def test_the_multistep_suite_is_click_tasks_no_other_suite_holds_and_no_solver_p
 def test_every_suite_fits_the_pixel_policy():
     from infra.runtime.policy import build_policy
 
-    from producers.suites import reads_text
-
     for suite in SUITES.values():
-        policy = build_policy("pixel", "p", pixel_config(suite.action_types, reads_text=reads_text(suite.tasks)))
-        assert policy.ground == (suite.name != "games") and policy.cfg["coords"] and policy.cfg["ground_font"] == "Arial"
+        policy = build_policy("pixel", "p", pixel_config(suite.action_types))
+        assert policy.ground and policy.cfg["coords"] and policy.cfg["ground_font"] == "Arial"
 
 
 def test_both_policies_read_the_pages_font_from_one_default():
@@ -83,39 +81,6 @@ def test_the_language_policy_reads_miniwob_pages_unless_told_not_to():
     assert lm_config()["ground"] is True and "coords" not in lm_config()
     assert lm_config({"ground": False})["ground"] is False
     assert "ground" not in lm_config({"pointer": False})  # digits: no pointer to weigh
-
-
-def test_words_are_matched_only_where_a_task_has_page_text_to_find_them_in():
-    """The games' instructions name nothing written on their boards: a run of games alone builds
-    its policy without text grounding (and says so outright, so ``flywheel bc`` given that config
-    keeps it off); any MiniWoB++ task beside them, or a task in no suite, turns it on."""
-    from app.demo_config import DemoConfig
-    from app.phases import kind_config
-    from producers.suites import reads_text
-    from trainer.policies.pixel.kind import PIXEL
-
-    assert not reads_text(get_suite("games").tasks) and reads_text(get_suite("default").tasks)
-    assert reads_text(["games.snake", "click-dialog"]) and reads_text(["some-task-in-no-suite"])
-    games = DemoConfig(tasks=["games"])
-    config = kind_config(games, games.plan().action_types)
-    assert config["ground"] is False and config["coords"] is True and config["head_hidden"] > 0
-    again = PIXEL.bc_config(games.plan().action_types, "", 0, config)  # the clone's pass over the demo's config
-    assert again["ground"] is False
-    mixed = DemoConfig(tasks=["default", "games"])
-    assert kind_config(mixed, mixed.plan().action_types)["ground"] is True
-    assert kind_config(DemoConfig(tasks=["games"], policy_config='{"ground": true}'),
-                       games.plan().action_types)["ground"] is True  # --policy-config still wins
-    assert lm_config(reads_text=False)["ground"] is False and lm_config()["ground"] is True
-
-
-def test_a_trainer_continuing_a_version_names_the_policy_config_it_does_not_apply():
-    """A games run started from a grounded version (the merging benchmark's specialists) keeps the
-    version's grounding: the trainer's warning names what its own --policy-config asked otherwise."""
-    from trainer.rl.start import config_not_applied
-
-    kept = {"ground": True, "coords": True, "seed": 0, "grid": 20}
-    assert config_not_applied({"ground": False, "coords": True, "seed": 3, "keys": ["up"]}, kept) == {"ground": False}
-    assert config_not_applied({"ground": True, "seed": 1}, kept) == {}
 
 
 def test_suite_names_expand_and_single_tasks_still_run():

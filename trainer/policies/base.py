@@ -73,11 +73,11 @@ class KindDefaults:
         return {"seed": seed, **extra}
 
     def bc_config(self, action_types: tuple[str, ...], pretrained: str, seed: int,
-                  extra: dict[str, Any], *, keys: tuple[str, ...] = (), reads_text: bool = True) -> dict[str, Any]:
+                  extra: dict[str, Any], *, keys: tuple[str, ...] = ()) -> dict[str, Any]:
         return {"seed": seed, **extra}
 
     def task_config(self, action_types: tuple[str, ...], overrides: dict[str, Any], *,
-                    keys: tuple[str, ...] = (), reads_text: bool = True) -> dict[str, Any]:
+                    keys: tuple[str, ...] = ()) -> dict[str, Any]:
         return dict(overrides)
 
     def clone(self, policy: Any, demos: list[Any], store: Any, cfg: Any) -> Cloned:

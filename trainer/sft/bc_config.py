@@ -11,7 +11,7 @@ from typing import Any
 
 from infra.runtime.config import ConfigError, json_object, opt
 from infra.runtime.policy import policy_kind
-from producers.suites import get_suite, hotkeys, reads_text
+from producers.suites import get_suite, hotkeys
 from trainer.rl.config import check_device
 
 
@@ -43,9 +43,8 @@ class BCConfig:
 
     def policy_overrides(self) -> dict[str, Any]:
         extra = json_object(self.policy_config, "policy_config")
-        suite = get_suite(self.suite)
-        return policy_kind(self.policy_kind).bc_config(suite.action_types, self.pretrained, self.seed, extra,
-                                                       keys=hotkeys(), reads_text=reads_text(self.tasks or suite.tasks))
+        return policy_kind(self.policy_kind).bc_config(get_suite(self.suite).action_types, self.pretrained, self.seed,
+                                                       extra, keys=hotkeys())
 
     def epochs_for(self, kind: str) -> int:
         return self.epochs or policy_kind(kind).bc_epochs

@@ -10,12 +10,8 @@ from typing import Any
 MINIWOB_READING: dict[str, Any] = {"ground": True}
 
 
-def lm_config(overrides: dict[str, Any] | None = None, reads_text: bool = True) -> dict[str, Any]:
+def lm_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """``MINIWOB_READING`` under ``overrides``; a policy told ``"pointer": false`` has no pointer
-    to weigh, so it reads nothing more; ``reads_text`` False (no task names its target in page
-    text, producers.suites.reads_text) says ``"ground": false`` outright, as the pixel policy's
-    config does."""
+    to weigh, so it reads nothing more."""
     overrides = overrides or {}
-    if overrides.get("pointer", True) is False:
-        return dict(overrides)
-    return {**MINIWOB_READING, "ground": bool(reads_text), **overrides}
+    return dict(overrides) if overrides.get("pointer", True) is False else {**MINIWOB_READING, **overrides}

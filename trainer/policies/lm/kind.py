@@ -50,14 +50,14 @@ class LMKind(KindDefaults):
         return {**base, "seed": seed, **extra}
 
     def bc_config(self, action_types: tuple[str, ...], pretrained: str, seed: int,
-                  extra: dict[str, Any], *, keys: tuple[str, ...] = (), reads_text: bool = True) -> dict[str, Any]:
+                  extra: dict[str, Any], *, keys: tuple[str, ...] = ()) -> dict[str, Any]:
         if not pretrained:  # the tiny model of the tests: no pointer to ground
             return {"seed": seed, **extra}
-        return {**PRETRAINED_LM, **lm_config({"pretrained": pretrained, "seed": seed, **extra}, reads_text)}
+        return {**PRETRAINED_LM, **lm_config({"pretrained": pretrained, "seed": seed, **extra})}
 
     def task_config(self, action_types: tuple[str, ...], overrides: dict[str, Any], *,
-                    keys: tuple[str, ...] = (), reads_text: bool = True) -> dict[str, Any]:
-        return lm_config(overrides, reads_text)  # it writes its keys as text: no key head to size
+                    keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        return lm_config(overrides)  # it writes its keys as text: no key head to size
 
     def clone(self, policy: Any, demos: list[Any], store: Any, cfg: Any) -> Cloned:
         from trainer.policies.lm.bc import clone_lm  # imports torch: only when a job clones

@@ -9,10 +9,10 @@ from typing import Any, Iterable
 
 # How the policy reads MiniWoB++ pages (trainer.policies.pixel.ground): match the instruction's
 # words in the page's font (the defaults, ground.PAGE_FONT and PAGE_SIZES, are MiniWoB's); its
-# grid also gets its coordinates. Where no task names its target in page text (the games: their
-# instructions' words are written nowhere on the board) the matching is off: it was 90% of the
-# games' act, about 17 ms a screenshot for 16 words, for maps of noise (docs/performance.md,
-# "Text grounding only where there is text to find").
+# grid also gets its coordinates. The games have it too: no board shows its instruction's words,
+# yet without the maps 2048 fell under RL on both seeds tried while it rose on all four with them
+# (the maps also answer to the digits on its tiles), for 1.3x the env steps/s (docs/performance.md,
+# "Text grounding on the games: cheaper without, and 2048 worse").
 MINIWOB_VISION: dict[str, Any] = {"ground": True, "coords": True}
 
 # What a policy pressing arrows on a board gets beyond the default: the last key pressed in the
@@ -27,12 +27,10 @@ ARROW_VISION: dict[str, Any] = {"last_key": True, "head_hidden": 256}
 
 
 def pixel_config(action_types: Iterable[str], overrides: dict[str, Any] | None = None,
-                 keys: Iterable[str] = (), reads_text: bool = True) -> dict[str, Any]:
+                 keys: Iterable[str] = ()) -> dict[str, Any]:
     """The config for tasks needing ``action_types`` whose hotkey head presses ``keys`` (the
     games' arrows, producers.suites.hotkeys): with a hotkey head and keys, those keys and
-    ``ARROW_VISION``; ``reads_text`` False (no task names its target in page text,
-    producers.suites.reads_text) says ``"ground": false`` outright, so a later pass through here
-    (``flywheel bc`` given this config) keeps it off; ``overrides`` last."""
+    ``ARROW_VISION``; ``overrides`` last."""
     action_types, keys = list(action_types), list(keys)
     pressing = {"keys": keys, **ARROW_VISION} if "hotkey" in action_types and keys else {}
-    return {"action_types": action_types, **MINIWOB_VISION, "ground": bool(reads_text), **pressing, **(overrides or {})}
+    return {"action_types": action_types, **MINIWOB_VISION, **pressing, **(overrides or {})}

@@ -22,12 +22,12 @@ class PixelKind(KindDefaults):
         return PixelPolicy(name=name, config=config)
 
     def bc_config(self, action_types: tuple[str, ...], pretrained: str, seed: int,
-                  extra: dict[str, Any], *, keys: tuple[str, ...] = (), reads_text: bool = True) -> dict[str, Any]:
-        return pixel_config(action_types, {"seed": seed, **extra}, keys, reads_text)
+                  extra: dict[str, Any], *, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        return pixel_config(action_types, {"seed": seed, **extra}, keys)
 
     def task_config(self, action_types: tuple[str, ...], overrides: dict[str, Any], *,
-                    keys: tuple[str, ...] = (), reads_text: bool = True) -> dict[str, Any]:
-        return pixel_config(action_types, overrides, keys, reads_text)
+                    keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        return pixel_config(action_types, overrides, keys)
 
     def clone(self, policy: Any, demos: list[Any], store: Any, cfg: Any) -> Cloned:
         from trainer.policies.pixel.bc import greedy_match  # imports torch: only when a job clones
