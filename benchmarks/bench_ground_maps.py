@@ -1,4 +1,4 @@
-"""What text grounding costs and what is saved where it is not needed.
+"""What text grounding costs: the trainer's rebuild of a step, and the policy's act with and without it.
 
 1. The acting policy (rollout) computes a screenshot's maps as it acts and stores them beside the
    screenshot (trainer.policies.pixel.ground.stored_match_maps); the trainer rebuilds each step's
@@ -57,6 +57,7 @@ def act_costs(items, rounds: int = 3) -> dict[str, float]:
     configuration, the main job's config for its suite: CPU time, so other work on the machine
     does not enter it."""
     torch.set_num_threads(1)
+
     def config(suite: str, **over) -> dict:
         return pixel_config(get_suite(suite).action_types, over, hotkeys())
 
