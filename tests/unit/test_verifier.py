@@ -24,7 +24,7 @@ from trainer.verifier.config import VerifierEvalConfig, VerifierServeConfig, Ver
 from trainer.verifier.dataset import (Example, calibration_split, example_from_request, examples_from_rows,
                                       split_by_task)
 from trainer.verifier.features import action_counts, featurize, pointer_plane, stack, typed_text
-from trainer.verifier.metrics import confusion, per_task, threshold_for_recall
+from trainer.verifier.metrics import auc, confusion, per_task, threshold_for_recall
 from trainer.verifier.model import VerifierNet, predict, train_step
 from trainer.verifier.serve import make_server, score_body
 from trainer.verifier.train import balance, fit, labels_of
@@ -126,9 +126,17 @@ def test_threshold_is_the_highest_with_the_recall_asked():
 
 def test_confusion_and_per_task():
     table = per_task(["a", "a", "a", "b"], [0.9, 0.8, 0.1, 0.7], [1, 0, 0, 1], 0.5)
-    assert table["a"] == {"episodes": 3, "tp": 1, "fp": 1, "tn": 1, "fn": 0, "fpr": 0.5, "recall": 1.0}
-    assert math.isnan(table["b"]["fpr"]) and table["b"]["recall"] == 1.0
+    assert table["a"] == {"episodes": 3, "tp": 1, "fp": 1, "tn": 1, "fn": 0, "fpr": 0.5, "recall": 1.0, "auc": 1.0}
+    assert math.isnan(table["b"]["fpr"]) and table["b"]["recall"] == 1.0 and math.isnan(table["b"]["auc"])
     assert table["ALL"]["episodes"] == 4 and table["ALL"]["tp"] == 2
+    assert table["ALL"]["auc"] == 0.75  # of the 4 (success, failure) pairs, 0.7 < 0.8 is the one misranked
+
+
+def test_auc_is_the_share_of_success_failure_pairs_ranked_right_ties_half():
+    assert auc([0.3, 0.3, 0.3], [1, 0, 0]) == 0.5  # a constant score ranks nothing
+    assert auc([0.9, 0.5, 0.5, 0.1], [1, 1, 0, 0]) == (2 + 1.5) / 4
+    assert auc([0.1, 0.9], [1, 0]) == 0.0
+    assert math.isnan(auc([0.4, 0.6], [1, 1]))
 
 
 def png(color, size=32) -> bytes:

@@ -3,10 +3,13 @@
 A false positive is an episode the page failed and the verifier passes: the reward a policy could
 learn to hack. Recall is the share of the page's successes the verifier passes. The threshold is
 chosen on the training tasks' calibration episodes and applied unchanged to the held-out tasks.
+The AUC needs no threshold: the chance that a success scores above a failure (0.5: the verifier
+does not rank a task's episodes at all, whatever threshold it is given).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 
@@ -32,21 +35,33 @@ def confusion(scores: Sequence[float], labels: Sequence[int], threshold: float) 
             "fpr": fp / (fp + tn) if fp + tn else math.nan, "recall": tp / (tp + fn) if tp + fn else math.nan}
 
 
+def auc(scores: Sequence[float], labels: Sequence[int]) -> float:
+    """P(a success's score > a failure's), ties counted half (Mann-Whitney); NaN without both."""
+    pos = [s for s, y in zip(scores, labels) if y]
+    neg = sorted(s for s, y in zip(scores, labels) if not y)
+    if not pos or not neg:
+        return math.nan
+    wins = sum(bisect.bisect_left(neg, s) + 0.5 * (bisect.bisect_right(neg, s) - bisect.bisect_left(neg, s))
+               for s in pos)
+    return wins / (len(pos) * len(neg))
+
+
 def per_task(tasks: Sequence[str], scores: Sequence[float], labels: Sequence[int],
              threshold: float) -> dict[str, dict[str, float]]:
-    """``confusion`` per task, and over all of them under "ALL"."""
+    """``confusion`` and ``auc`` per task, and over all of them under "ALL"."""
     out = {}
     for task in sorted(set(tasks)):
         idx = [i for i, t in enumerate(tasks) if t == task]
-        out[task] = confusion([scores[i] for i in idx], [labels[i] for i in idx], threshold)
-    out["ALL"] = confusion(scores, labels, threshold)
+        s, y = [scores[i] for i in idx], [labels[i] for i in idx]
+        out[task] = {**confusion(s, y, threshold), "auc": auc(s, y)}
+    out["ALL"] = {**confusion(scores, labels, threshold), "auc": auc(scores, labels)}
     return out
 
 
 def render_table(table: dict[str, dict[str, float]]) -> str:
-    head = f"{'task':<28} {'episodes':>8} {'tp':>5} {'fp':>5} {'tn':>5} {'fn':>5} {'FPR':>6} {'recall':>6}"
+    head = f"{'task':<28} {'episodes':>8} {'tp':>5} {'fp':>5} {'tn':>5} {'fn':>5} {'FPR':>6} {'recall':>6} {'AUC':>6}"
     lines = [head]
     for task, c in table.items():
         lines.append(f"{task:<28} {c['episodes']:>8} {c['tp']:>5} {c['fp']:>5} {c['tn']:>5} {c['fn']:>5} "
-                     f"{c['fpr']:>6.3f} {c['recall']:>6.3f}")
+                     f"{c['fpr']:>6.3f} {c['recall']:>6.3f} {c.get('auc', math.nan):>6.3f}")
     return "\n".join(lines)
