@@ -13,15 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 from infra.runtime.settings import Settings
 from schemas.blobs import BlobStore
 from trainer.verifier.config import VerifierTrainConfig
-from trainer.verifier.dataset import calibration_split, split_by_task
-from trainer.verifier.metrics import per_task, threshold_for_recall
+from trainer.verifier.dataset import split_by_task
+from trainer.verifier.metrics import per_task
 from trainer.verifier.model import VerifierNet, predict
-from trainer.verifier.train import balance, featurized, fit, json_safe, labels_of, load_examples
+from trainer.verifier.train import balance, featurized, fit_calibrated, json_safe, labels_of, load_examples
 
 
 def main() -> None:
@@ -34,17 +35,18 @@ def main() -> None:
     args = ap.parse_args()
     settings = Settings()
     examples = balance(load_examples(settings), args.cap, args.seed)
-    batch, kept = featurized(examples, BlobStore(settings.blob_root), 64, VerifierNet().config["buckets"])
+    defaults = VerifierTrainConfig(holdout=["-"], minutes=args.minutes, min_recall=args.min_recall, seed=args.seed)
+    batch, kept = featurized(examples, BlobStore(settings.blob_root), defaults.side, VerifierNet().config["buckets"])
     row = {e.episode_id: i for i, e in enumerate(kept)}
+
+    def rows_of(episodes):  # every episode here is featurised already
+        return batch.take([row[e.episode_id] for e in episodes]), list(episodes)
+
     tasks = sorted({e.task for e in kept})
     table = {}
     for task in tasks:
         train, held = split_by_task(kept, [task])
-        fit_set, cal = calibration_split(train, 0.2, args.seed)
-        cfg = VerifierTrainConfig(holdout=[task], minutes=args.minutes, seed=args.seed)
-        model = fit(batch.take([row[e.episode_id] for e in fit_set]), labels_of(fit_set), cfg)
-        threshold = threshold_for_recall(predict(model, batch.take([row[e.episode_id] for e in cal])).tolist(),
-                                         labels_of(cal).tolist(), args.min_recall)
+        model, threshold = fit_calibrated(train, replace(defaults, holdout=[task]), rows_of)
         scores = predict(model, batch.take([row[e.episode_id] for e in held])).tolist()
         table[task] = {**per_task([task] * len(held), scores, labels_of(held).tolist(), threshold)[task],
                        "threshold": threshold}

@@ -9,6 +9,7 @@ import math
 import threading
 import urllib.error
 import urllib.request
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ from trainer.verifier.features import action_counts, featurize, pointer_plane, s
 from trainer.verifier.metrics import auc, confusion, per_task, threshold_for_recall
 from trainer.verifier.model import VerifierNet, predict, train_step
 from trainer.verifier.serve import make_server, score_body
-from trainer.verifier.train import balance, fit, labels_of
+from trainer.verifier.train import balance, fit, fit_calibrated, labels_of
 
 SHA = [f"{i:064x}" for i in range(8)]
 
@@ -200,6 +201,26 @@ def test_fit_learns_a_visible_verdict(store):
     labels = np.array([e.label for e in examples])
     assert scores[labels == 1].min() > scores[labels == 0].max()
 
+
+
+def test_fit_calibrated_fits_without_the_calibration_share_and_chooses_the_threshold_on_it(store):
+    examples = [replace(e, task=f"t{i % 4}") for i, e in enumerate(synthetic(store, 40))]
+    cfg = VerifierTrainConfig(holdout=["-"], side=16, epochs=8, batch_size=8, lr=1e-2, min_recall=1.0,
+                              calibration_fraction=0.25)
+    seen: list[list[str]] = []
+
+    def batch_of(episodes):
+        seen.append([e.episode_id for e in episodes])
+        return stack([featurize(e, store.get, 16, VerifierNet().config["buckets"]) for e in episodes]), list(episodes)
+
+    model, threshold = fit_calibrated(examples, cfg, batch_of)
+    fitted, calibration = seen
+    assert not set(fitted) & set(calibration) and len(fitted) + len(calibration) == len(examples)
+    assert 0 < len(calibration) < len(fitted)
+    cal = [e for e in examples if e.episode_id in calibration]
+    scores = predict(model, batch_of(cal)[0]).tolist()
+    assert all(s >= threshold for s, e in zip(scores, cal) if e.label == 1)  # the recall asked (1.0) on that share
+    assert any(s < threshold for s, e in zip(scores, cal) if e.label == 0)
 
 @pytest.fixture
 def served(store):

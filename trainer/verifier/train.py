@@ -101,6 +101,20 @@ def fit(batch: Batch, labels: torch.Tensor, cfg: VerifierTrainConfig,
     return model
 
 
+def fit_calibrated(train_set: Sequence[Example], cfg: VerifierTrainConfig,
+                   batch_of: Callable[[Sequence[Example]], tuple[Batch, list[Example]]]) -> tuple[VerifierNet, float]:
+    """Fit on the training tasks less their calibration share, then choose the threshold on that
+    share (the highest whose recall reaches ``cfg.min_recall``). ``batch_of`` turns episodes into a
+    Batch and the episodes it kept: featurised from the blob store, or rows of one featurised once."""
+    fit_set, cal_set = calibration_split(train_set, cfg.calibration_fraction, cfg.seed)
+    fit_batch, fit_kept = batch_of(fit_set)
+    log.info("verifier: fitting on %d episodes of %d tasks", len(fit_kept), len({e.task for e in fit_kept}))
+    model = fit(fit_batch, labels_of(fit_kept), cfg)
+    cal_batch, cal_kept = batch_of(cal_set)
+    threshold = threshold_for_recall(predict(model, cal_batch).tolist(), labels_of(cal_kept).tolist(), cfg.min_recall)
+    return model, threshold
+
+
 def save(path: Path, model: VerifierNet, threshold: float, train_tasks: list[str], holdout: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"state_dict": model.state_dict(), "config": model.config, "threshold": threshold,
@@ -139,13 +153,8 @@ def train(settings: Settings, cfg: VerifierTrainConfig) -> dict:
     if not train_set or not held:
         raise UserError(f"{len(train_set)} training and {len(held)} held-out episodes: the log has "
                         f"tasks {sorted({e.task for e in examples})}")
-    fit_set, cal_set = calibration_split(train_set, cfg.calibration_fraction, cfg.seed)
     store, buckets = BlobStore(settings.blob_root), VerifierNet().config["buckets"]
-    fit_batch, fit_kept = featurized(fit_set, store, cfg.side, buckets)
-    log.info("verifier: fitting on %d episodes of %d tasks", len(fit_kept), len({e.task for e in fit_kept}))
-    model = fit(fit_batch, labels_of(fit_kept), cfg)
-    cal_batch, cal_kept = featurized(cal_set, store, cfg.side, buckets)
-    threshold = threshold_for_recall(predict(model, cal_batch).tolist(), labels_of(cal_kept).tolist(), cfg.min_recall)
+    model, threshold = fit_calibrated(train_set, cfg, lambda episodes: featurized(episodes, store, cfg.side, buckets))
     train_tasks = sorted({e.task for e in train_set})
     out = Path(cfg.out)
     save(out, model, threshold, train_tasks, holdout)
