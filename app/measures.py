@@ -79,6 +79,53 @@ WHERE k <= {LAST}
 GROUP BY task_name ORDER BY task_name"""
 
 
+
+def by_update_sql(policy: str, base_version: int, dpo_version: int | None = None) -> str:
+    """Each task's PPO episodes (``last_sql``'s) grouped by the PPO update of the newest version
+    that acted in them (``policy_version_max`` less the starting version): how many, and the sum of
+    their measure. ``last_at_update`` reads them at a given update, so runs that reached different
+    numbers of updates in the same wall-clock can be compared at the same one."""
+    dpo = f" AND policy_version_min < {int(dpo_version)}" if dpo_version is not None else ""
+    return f"""SELECT task_name, toInt64(policy_version_max) - {int(base_version)} AS updates, count() AS episodes,
+    sum(measure) AS total
+FROM (
+    SELECT task_name, policy_version_max, {MEASURE} AS measure
+    FROM (SELECT episode_id, task_name, success, policy_version_max FROM scored FINAL
+          WHERE policy = {Q.q(policy)} AND NOT infra_failure AND {Q.own_scorer(policy)}
+              AND policy_version_min > {int(base_version)}{dpo}) AS s
+    LEFT JOIN (SELECT episode_id, normalised_score FROM trajectories FINAL WHERE policy = {Q.q(policy)}) AS t
+        USING (episode_id)
+)
+GROUP BY task_name, updates ORDER BY task_name, updates"""
+
+
+def by_update(rows: list[tuple]) -> dict[str, list[list]]:
+    """``by_update_sql``'s rows as {task: [[update, episodes, sum of the measure], ...]} by update."""
+    out: dict[str, list[list]] = {}
+    for task, update, n, total in sorted(rows, key=lambda r: (r[0], int(r[1]))):
+        out.setdefault(task, []).append([int(update), int(n), float(total)])
+    return out
+
+
+def last_at_update(buckets: dict[str, list[list]], update: int, last: int = LAST) -> float | None:
+    """The mean over tasks of each task's last ``last`` PPO episodes among those acted by versions
+    up to ``update`` (or as many as it had): whole updates from ``update`` down, and of the update
+    where ``last`` is crossed its mean for the rest. Episodes are ordered by update, not by when they
+    ended (within one update the order is not kept). None when a task has no episode up to it."""
+    means = []
+    for rows in buckets.values():
+        n_taken, total = 0, 0.0
+        for u, n, s in sorted((r for r in rows if r[0] <= update), key=lambda r: -r[0]):
+            take = min(n, last - n_taken)
+            total += s * take / n
+            n_taken += take
+            if n_taken >= last:
+                break
+        if not n_taken:
+            return None
+        means.append(total / n_taken)
+    return statistics.mean(means) if means else None
+
 def pivot(rows: list[tuple]) -> tuple[list[str], list[list[str]]]:
     """(task, phase, episodes, success, ...) rows -> a task x phase table of 'success (episodes)'."""
     phases = sorted({r[1] for r in rows})

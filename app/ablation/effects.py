@@ -22,7 +22,10 @@ import statistics
 from pathlib import Path
 
 # the measures compared, as (key in a result row, column title)
-MEASURES = (("mean_task_success_last_100", "mean last-100 per task"),
+MEASURES = (("mean_rl_last_100", "mean last-100 RL episodes per task"),
+            # tables measured before the one above: the report's last 100 ended, pi_sft's among them where PPO had fewer
+            ("mean_task_success_last_100", "mean last-100 ended per task"),
+            ("mean_last_100_at_update", "mean last-100 per task at equal updates"),
             ("ppo_gain", "PPO's gain over pi_sft"),
             ("ppo_gain_last_100", "PPO's last 100 over pi_sft"),
             ("ev_at_ppo_start", "critic EV at PPO start"),

@@ -45,7 +45,8 @@ from typing import Iterator
 from app.demo_config import RUN_ID
 from app.demo_queries import trainer_metrics
 from app.provenance import add_allow_dirty, commit_to_run, record
-from app.measures import PPO_START_BATCHES, last_sql, phase_sql, run_gains, value_pretraining_summary
+from app.measures import (PPO_START_BATCHES, by_update, by_update_sql, last_at_update, last_sql, phase_sql, run_gains,
+                          value_pretraining_summary)
 from app.ablation.clean_stop import stoppable_runs
 from app.ablation.marked import RECIPE_FILE, UNFINISHED, run_marked, why_unfinished
 from app.ablation.effects import effects_table
@@ -263,15 +264,16 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
         vp = summary.get("value_pretraining", {})
     ent = sql(entropy_sql(p))
     after = summary.get("after", {})
-    gain_last = ppo_gain_last(p, summary)
     try:
         by_task = task_curves(sql(task_curve_sql(p, measured)))
     except RuntimeError as exc:  # the figure's query alone: the run's table row stands without it
         print(f"{config} seed {seed}: no per-task curves: {exc}", file=sys.stderr)
         by_task = None
-    return {"config": config, "seed": seed, "curve": curve, "task_curves": by_task, "task_window": TASK_WINDOW,
+    return {"config": config, "seed": seed, "policy": p, **updates_of(p, summary),
+            "curve": curve, "task_curves": by_task, "task_window": TASK_WINDOW,
             "episodes": curve[-1]["episodes"] if curve else 0,
             "final_success": curve[-1][key] if curve else None,  # of the measure: success or normalised score
+            # the report's "after": each task's last 100 ended episodes, pi_sft's among them where PPO had fewer
             "mean_task_success_last_100": statistics.mean(after.values()) if after else None,
             "seconds_to_target": reached["seconds"] if reached else None,
             "episodes_to_target": reached["episodes"] if reached else None,
@@ -286,9 +288,51 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
             "ppo_gain": (summary.get("ppo_gain") or {}).get("gain"),
             "ppo_gain_se": (summary.get("ppo_gain") or {}).get("standard_error"),
             # the same over each task's last 100 PPO episodes: the issues' "last 100" read at the run's end
-            "ppo_gain_last_100": gain_last[0] if gain_last else None,
-            "ppo_gain_last_100_se": gain_last[1] if gain_last else None,
+            **{"ppo_gain_last_100": None, "ppo_gain_last_100_se": None, **rl_last(p, summary)},
             "entropy_last": ent[0]["entropy_last_5"] if ent else None}
+
+
+def updates_of(policy: str, summary: dict) -> dict:
+    """The run's PPO episodes per task and update (``by_update_sql``), and the last update that
+    played one: what the report reads the runs at, at equal updates. Empty where the run has no
+    starting version or no PPO episode."""
+    base = base_version_of(policy, summary)
+    if base is None:
+        return {}
+    buckets = by_update([tuple(r.values()) for r in sql(by_update_sql(policy, base, summary.get("dpo_version")))])
+    if not buckets:
+        return {}
+    return {"by_update": buckets, "updates": max(u for rows in buckets.values() for u, _, _ in rows)}
+
+
+def at_equal_updates(results: list[dict]) -> int | None:
+    """Each row's mean last-100 per task at the fewest updates any row reached (set on the rows
+    as ``mean_last_100_at_update``), and that update; None (nothing set) where no row has them.
+    A row without them (measured before they were) gets None."""
+    reached = [r["updates"] for r in results if r.get("by_update")]
+    if not reached:
+        return None
+    common = min(reached)
+    for r in results:
+        r["mean_last_100_at_update"] = last_at_update(r["by_update"], common) if r.get("by_update") else None
+    return common
+
+
+def backfill_updates(results: list[dict], tag: str) -> None:
+    """Rows kept from an earlier invocation measured before the per-update figures and the RL
+    phase's own last 100 existed: read them from ClickHouse where the run's policy is found (its
+    recorded ``policy``, else this tag's); say which could not be."""
+    for r in results:
+        if "by_update" in r:
+            continue
+        policy = r.get("policy") or policy_of(r["config"], r["seed"], tag)
+        try:
+            r.update({"policy": policy, **updates_of(policy, {}), **rl_last(policy, {})})
+        except RuntimeError as exc:
+            print(f"{r['config']} seed {r['seed']}: no per-update figures ({policy}): {exc}", file=sys.stderr)
+        if "by_update" not in r:
+            print(f"{r['config']} seed {r['seed']}: no PPO episode of {policy} in ClickHouse: "
+                  "not read at equal updates", file=sys.stderr)
 
 
 def task_curves(rows: list[dict]) -> dict[str, list[dict]]:
@@ -309,16 +353,20 @@ def base_version_of(policy: str, summary: dict) -> int | None:
     return int(rows[0]["v"]) if rows and rows[0]["n"] else None
 
 
-def ppo_gain_last(policy: str, summary: dict) -> tuple | None:
-    """PPO's gain over the starting policy's episodes, read over each task's last 100 PPO
-    episodes (``measures.run_gains``), from ClickHouse: so runs from before the report gave it are
-    measured alike. None without a starting version or either phase."""
+def rl_last(policy: str, summary: dict) -> dict:
+    """From ClickHouse, over each task's last 100 PPO episodes (all of them where it had fewer: the
+    issues' measure, ``measures.last_sql``): the mean over tasks, and PPO's gain there over the
+    starting policy's episodes (``measures.run_gains``) with its standard error; so runs from before
+    the report gave them are measured alike. Empty without a starting version; None where a
+    phase is missing."""
     base = base_version_of(policy, summary)
     if base is None:
-        return None
+        return {}
     rows = [tuple(r.values()) for r in sql(phase_sql(policy, base, True, False, summary.get("dpo_version")))]
     last = [tuple(r.values()) for r in sql(last_sql(policy, base, summary.get("dpo_version")))]
-    return run_gains(rows, last)[1]
+    gain = run_gains(rows, last)[1]
+    return {"mean_rl_last_100": statistics.mean(float(r[3]) for r in last) if last else None,
+            "ppo_gain_last_100": gain[0] if gain else None, "ppo_gain_last_100_se": gain[1] if gain else None}
 
 
 def spread(values: list) -> str:
@@ -356,6 +404,7 @@ def write_report(results: list[dict], out: Path, args) -> Path:
     # runs measured with other windows (kept from an earlier invocation) are not drawn beside these
     per_task = [r for r in results if r.get("task_curves") and r.get("task_window") == TASK_WINDOW]
     by_task = plot_by_task(per_task, out / "ablations_by_task.png", args.measure, TASK_WINDOW, list(CONFIGS))
+    common = at_equal_updates(results)
     seeds = ",".join(str(s) for s in sorted({r["seed"] for r in results}))
     kept = sum(bool(r.get("kept")) for r in results)
     lines = [f"# Ablations: {args.tasks}, {args.minutes:g} min per run, seeds {seeds}", "",
@@ -365,18 +414,26 @@ def write_report(results: list[dict], out: Path, args) -> Path:
              f"window); the target is {args.target}. Mean ± standard deviation "
              "across seeds." + (f" {kept} of the {len(results)} runs were measured by an earlier invocation "
                                 "(`--keep`); their rows are marked `kept` in results.json." if kept else ""), "",
-             f"| configuration | options | seeds | RL episodes (in whole windows) | final {args.measure.replace('_', ' ')} | mean last-100 per task | "
+             "The mean last-100 RL episodes per task is the issues' measure at the run's end: each task's last 100 "
+             "PPO episodes, all of them where it had fewer, pi_sft's left out (`app.measures.last_sql`; tables "
+             "before it showed the report's last 100 ended episodes, pi_sft's among them where PPO had fewer).", "",
+             *([f"The runs are also read at equal PPO updates: each task's last 100 PPO episodes among those acted by "
+                f"versions up to update {common}, the fewest any run here reached in its {args.minutes:g} minutes "
+                "(`app.measures.last_at_update`), the mean over tasks.", ""] if common is not None else []),
+             f"| configuration | options | seeds | RL episodes (in whole windows) | final {args.measure.replace('_', ' ')} | mean last-100 RL episodes per task | "
+             f"mean last-100 per task at update {common if common is not None else '-'} | PPO updates | "
              "PPO's gain over pi_sft | PPO's last 100 over pi_sft | minutes to target | critic EV at PPO start | "
              "value-return corr at PPO start | episodes in PPO's first batch | critic EV, first "
              f"{PPO_START_BATCHES} PPO batches (by steps) | value-return corr, first {PPO_START_BATCHES} PPO batches "
              "(by episodes less two) | episodes in them | entropy (last 5 updates) |",
-             "|---" * 16 + "|"]
+             "|---" * 18 + "|"]
     for config in dict.fromkeys(r["config"] for r in results):
         rs = [r for r in results if r["config"] == config]
         minutes = [r["seconds_to_target"] / 60 if r["seconds_to_target"] is not None else None for r in rs]
         lines.append(f"| {config} | `{' '.join(options(config))}` | {len(rs)} | "
                      f"{spread([r['episodes'] for r in rs])} | {spread([r['final_success'] for r in rs])} | "
-                     f"{spread([r['mean_task_success_last_100'] for r in rs])} | "
+                     f"{spread([r.get('mean_rl_last_100') for r in rs])} | "
+                     f"{spread([r.get('mean_last_100_at_update') for r in rs])} | {spread([r.get('updates') for r in rs])} | "
                      f"{spread([r.get('ppo_gain') for r in rs])} | {spread([r.get('ppo_gain_last_100') for r in rs])} | "
                      f"{spread(minutes)} | "
                      f"{spread([r['ev_at_ppo_start'] for r in rs])} | {spread([r['corr_at_ppo_start'] for r in rs])} | "
@@ -474,6 +531,7 @@ def main() -> int:
             results = merge_kept(results, json.loads(Path(args.keep).read_text()), configs, settings)
         except ValueError as exc:
             ap.error(f"--keep {args.keep}: {exc}")
+        backfill_updates(results, args.tag)
     print(f"report: {write_report(results, out, args)}")
     return 0
 

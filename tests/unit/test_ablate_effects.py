@@ -29,7 +29,7 @@ def test_a_difference_inside_twice_its_standard_error_is_not_marked():
 
 
 def _row(config: str, seed: int, score, gain=0.1, ev=0.5) -> dict:
-    return {"config": config, "seed": seed, "mean_task_success_last_100": score, "ppo_gain": gain,
+    return {"config": config, "seed": seed, "mean_rl_last_100": score, "ppo_gain": gain,
             "ev_at_ppo_start": ev}
 
 
@@ -46,6 +46,9 @@ def test_the_table_has_a_row_per_ablation_and_a_cell_per_measure():
     assert "-6.500 ±" in vp  # the critic's EV at PPO start without pretraining
     gae = next(line for line in lines if line.startswith("| coupled-gae |"))
     assert gae.count("fewer than 2 values") == len(ablate_effects.MEASURES)
+    before = [{("mean_task_success_last_100" if k == "mean_rl_last_100" else k): v for k, v in r.items()} for r in results]
+    old = ablate_effects.effects_table(before)
+    assert "| 3 | - (fewer than 2 values a side, or no spread) | -0.300 ± 0.082" in old[2]  # a table from before: its own column
     assert not any(line.startswith("| full |") for line in lines)
 
 

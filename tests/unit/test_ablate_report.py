@@ -140,3 +140,55 @@ def test_the_report_shows_the_per_task_figure_only_when_it_was_drawn(tmp_path):
     assert "one line for each of 1 runs (1 measured without them, or with other windows, are not drawn)" in text
     text = ablate.write_report([row, other_window], tmp_path, args).read_text()  # e.g. every row kept from before
     assert "ablations_by_task.png" not in text and not (tmp_path / "ablations_by_task.png").exists()
+
+
+def test_a_tasks_last_episodes_at_an_update_take_whole_updates_down_and_a_share_of_the_one_crossing():
+    from app.measures import by_update, last_at_update
+    rows = [("snake", 3, 50, 25.0), ("snake", 1, 80, 0.0), ("snake", 2, 40, 40.0), ("2048", 1, 5, 1.0)]
+    buckets = by_update(rows)
+    assert buckets == {"2048": [[1, 5, 1.0]], "snake": [[1, 80, 0.0], [2, 40, 40.0], [3, 50, 25.0]]}
+    # snake at update 3: 50 at 0.5 and 40 at 1.0, then 10 of update 1's 80 at 0.0 -> 65 / 100; 2048: its 5 at 0.2
+    assert last_at_update(buckets, 3) == pytest.approx((0.65 + 0.2) / 2)
+    # at update 2 update 3 is left out: 40 at 1.0 and 60 of update 1's at 0.0 -> 0.4
+    assert last_at_update(buckets, 2, last=100) == pytest.approx((0.4 + 0.2) / 2)
+    assert last_at_update(buckets, 0) is None  # no PPO episode of a task up to update 0
+
+
+def test_the_runs_are_read_at_the_fewest_updates_any_reached(tmp_path):
+    fast = {"config": "full", "seed": 0, "updates": 4, "by_update": {"t": [[1, 100, 0.0], [4, 100, 100.0]]}}
+    slow = {"config": "coupled-gae", "seed": 0, "updates": 2, "by_update": {"t": [[1, 50, 0.0], [2, 100, 50.0]]}}
+    old = {"config": "fixed-lambda", "seed": 0}  # measured before the per-update figures
+    assert ablate.at_equal_updates([fast, slow, old]) == 2
+    assert fast["mean_last_100_at_update"] == 0.0  # its update-4 episodes are after update 2
+    assert slow["mean_last_100_at_update"] == 0.5 and old["mean_last_100_at_update"] is None
+    assert ablate.at_equal_updates([{"config": "full", "seed": 0}]) is None
+    args = argparse.Namespace(tasks="games", minutes=30.0, target=0.8, measure="normalised_score")
+    base = {"curve": [], "episodes": 0, "final_success": None, "mean_task_success_last_100": None,
+            "seconds_to_target": None, "ev_at_ppo_start": None, "corr_at_ppo_start": None, "entropy_last": None}
+    text = ablate.write_report([{**base, **fast}, {**base, **slow}], tmp_path, args).read_text()
+    assert "versions up to update 2, the fewest any run here reached" in text
+    assert "| full | `` | 1 | 0 | - | - | 0 | 4 |" in text and "pi_sft's left out" in text
+
+
+def test_kept_rows_without_per_update_figures_are_read_from_clickhouse_by_their_policy(monkeypatch, capsys):
+    asked = []
+
+    def sql(statement):
+        asked.append(statement)
+        if "policy_versions" in statement:
+            return [{"v": 1, "n": 3}] if "'pixel-abl-x2-full-s0'" in statement else [{"v": 0, "n": 0}]
+        if "policy_version_max" in statement:
+            return [{"task_name": "t", "updates": 1, "episodes": 10, "total": 5.0}]
+        if "last 100" in statement:  # last_sql: (task, phase, episodes, score, steps, var)
+            return [{"task_name": "t", "phase": "3 PPO, last 100", "episodes": 10, "s": 0.5, "m": 3.0, "v": 0.25}]
+        return [{"task_name": "t", "phase": "2 pi_sft", "episodes": 20, "s": 0.25, "m": 3.0, "v": 0.2},
+                {"task_name": "t", "phase": "3 PPO", "episodes": 10, "s": 0.5, "m": 3.0, "v": 0.25}]
+
+    monkeypatch.setattr(ablate, "sql", sql)
+    rows = [{"config": "full", "seed": 0, "policy": "pixel-abl-x2-full-s0"}, {"config": "coupled-gae", "seed": 0}]
+    ablate.backfill_updates(rows, "x")
+    assert rows[0]["by_update"] == {"t": [[1, 10, 5.0]]} and rows[0]["updates"] == 1
+    assert rows[0]["mean_rl_last_100"] == 0.5 and rows[0]["ppo_gain_last_100"] == pytest.approx(0.25)
+    assert "'pixel-abl-x2-full-s0'" in asked[1] and "policy_version_max" in asked[1]
+    assert "by_update" not in rows[1] and rows[1]["policy"] == "pixel-abl-x-coupled-gae-s0"
+    assert "coupled-gae seed 0: no PPO episode of pixel-abl-x-coupled-gae-s0" in capsys.readouterr().err
