@@ -1,11 +1,13 @@
-"""ablate's figures: the measure over all tasks against episodes and wall-clock (ablations.png),
-and per task against wall-clock (ablations_by_task.png). One line per run, one colour per
+"""ablate's figures: the measure over all tasks against episodes, wall-clock and PPO updates
+(ablations.png), and per task against wall-clock (ablations_by_task.png). One line per run, one colour per
 configuration (its place in ``order``)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+
+from app.measures import LAST, last_at_update
 
 
 def curve_key(measure: str) -> str:
@@ -26,9 +28,16 @@ def _color(config: str, order: list[str]) -> str:
     return f"C{order.index(config) % 10}" if config in order else "C9"
 
 
+def update_curve(row: dict) -> tuple[list[int], list[float | None]]:
+    """A run's measure at every PPO update it reached: each task's last LAST episodes up to it
+    (``last_at_update``), the mean over tasks; None until every task has played under PPO."""
+    xs = list(range(1, row["updates"] + 1))
+    return xs, [last_at_update(row["by_update"], u) for u in xs]
+
+
 def plot(results: list[dict], path: Path, measured: str, window: int, order: list[str]) -> None:
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
     key = curve_key(measured)
     for config in dict.fromkeys(r["config"] for r in results):
         runs = [r for r in results if r["config"] == config and r["curve"]]
@@ -39,7 +48,13 @@ def plot(results: list[dict], path: Path, measured: str, window: int, order: lis
                          label=label)
             axes[1].plot([c["seconds"] / 60 for c in r["curve"]], ys, color=_color(config, order), alpha=0.8,
                          lw=1.2, label=label)
+        for i, r in enumerate(rr for rr in results if rr["config"] == config and rr.get("by_update")):
+            xs, ys = update_curve(r)
+            axes[2].plot(xs, [math.nan if y is None else y for y in ys], color=_color(config, order), alpha=0.8, lw=1.2,
+                         label=config if i == 0 else None)
     name = measured.replace("_", " ")
+    axes[2].set(xlabel="PPO updates", ylabel=f"mean over tasks of each task's last {LAST} up to the update",
+                title=f"{name} against PPO updates")
     axes[0].set(xlabel="RL episodes", ylabel=f"{name} (windows of {window})", title=f"{name} against episodes")
     axes[1].set(xlabel="minutes since the run's first episode", title=f"{name} against wall-clock")
     for ax in axes:

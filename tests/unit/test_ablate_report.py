@@ -192,3 +192,15 @@ def test_kept_rows_without_per_update_figures_are_read_from_clickhouse_by_their_
     assert "'pixel-abl-x2-full-s0'" in asked[1] and "policy_version_max" in asked[1]
     assert "by_update" not in rows[1] and rows[1]["policy"] == "pixel-abl-x-coupled-gae-s0"
     assert "coupled-gae seed 0: no PPO episode of pixel-abl-x-coupled-gae-s0" in capsys.readouterr().err
+
+
+def test_the_figure_draws_each_run_against_ppo_updates_where_it_has_them(tmp_path):
+    curve = [{"episodes": 100, "normalised_score": 0.3, "seconds": 600.0}]
+    rows = [{"config": "full", "seed": 0, "curve": curve, "updates": 3, "by_update": {"t": [[1, 5, 1.0], [3, 5, 4.0]]}},
+            {"config": "coupled-gae", "seed": 0, "curve": curve}]  # kept from before: no per-update curve
+    ablate.plot(rows, tmp_path / "a.png", "normalised_score", 100, list(ablate.CONFIGS))
+    assert (tmp_path / "a.png").stat().st_size > 1000
+    from app.ablation.plot import update_curve
+    two_tasks = {**rows[0], "by_update": {**rows[0]["by_update"], "u": [[2, 1, 0.0]]}}
+    assert update_curve(two_tasks) == ([1, 2, 3], [None, pytest.approx(0.1), pytest.approx(0.25)])
+    ablate.plot([two_tasks], tmp_path / "a.png", "normalised_score", 100, list(ablate.CONFIGS))  # None: not drawn
