@@ -5,10 +5,10 @@ The difference is the configuration's mean over seeds less the full recipe's; it
 is Welch's, sqrt(sd_a^2 / n_a + sd_b^2 / n_b), unpaired: the same seed gives the same
 demonstrations but not the same run (the broker, the clock and the scheduler differ), so no
 pairing by seed is assumed. With 3 seeds a side the test is weak: a difference of nothing passes
-it about one time in seven, so a table of 5 configurations x 6 measures shows about four by
-chance (fewer independent ones: the two gains are read from the same episodes, and the critic's
-figures at PPO's first batch are part of its first three's, so each pair tends to pass or fail
-together).
+it about one time in seven, so a table of 5 configurations x 8 measures shows about six by
+chance (fewer independent ones: the three last-100 means and the two gains largely read the same
+episodes, and the critic's figures at PPO's first batch are part of its first three's, so each
+group tends to pass or fail together).
 
     python -m benchmarks.ablate_effects docs/ablations/m33-15min/results.json   # a table's effects
 """

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Iterator
 
 from app.demo_config import RUN_ID
-from app.demo_queries import trainer_metrics
+from app.demo_queries import q, trainer_metrics
 from app.provenance import add_allow_dirty, commit_to_run, record
 from app.measures import (PPO_START_BATCHES, by_update, by_update_sql, last_at_update, last_sql, phase_sql, run_gains,
                           value_pretraining_summary)
@@ -318,21 +318,24 @@ def at_equal_updates(results: list[dict]) -> int | None:
     return common
 
 
-def backfill_updates(results: list[dict], tag: str) -> None:
+def backfill_updates(results: list[dict]) -> None:
     """Rows kept from an earlier invocation measured before the per-update figures and the RL
-    phase's own last 100 existed: read them from ClickHouse where the run's policy is found (its
-    recorded ``policy``, else this tag's); say which could not be."""
+    phase's own last 100 existed: read them from ClickHouse where the row records its run's policy
+    and that policy is found there; nothing is guessed (another run may have the name a guess
+    would give), and a figure the row has is not overwritten. Say which rows could not be read."""
     for r in results:
         if "by_update" in r:
             continue
-        policy = r.get("policy") or policy_of(r["config"], r["seed"], tag)
+        policy = r.get("policy")
         try:
-            r.update({"policy": policy, **updates_of(policy, {}), **rl_last(policy, {})})
-        except RuntimeError as exc:
+            got = {**updates_of(policy, {}), **rl_last(policy, {})} if policy else {}
+        except (RuntimeError, ValueError) as exc:
             print(f"{r['config']} seed {r['seed']}: no per-update figures ({policy}): {exc}", file=sys.stderr)
+            got = {}
+        r.update({k: v for k, v in got.items() if r.get(k) is None})
         if "by_update" not in r:
-            print(f"{r['config']} seed {r['seed']}: no PPO episode of {policy} in ClickHouse: "
-                  "not read at equal updates", file=sys.stderr)
+            print(f"{r['config']} seed {r['seed']}: " + (f"no PPO episode of {policy} in ClickHouse" if policy else
+                  "kept without its policy's name") + ": not read at equal updates", file=sys.stderr)
 
 
 def task_curves(rows: list[dict]) -> dict[str, list[dict]]:
@@ -349,7 +352,7 @@ def base_version_of(policy: str, summary: dict) -> int | None:
     the trainer of a fresh run id starts from."""
     if summary.get("base_version") is not None:
         return int(summary["base_version"])
-    rows = sql(f"SELECT min(version) AS v, count() AS n FROM policy_versions FINAL WHERE policy = '{policy}'")
+    rows = sql(f"SELECT min(version) AS v, count() AS n FROM policy_versions FINAL WHERE policy = {q(policy)}")
     return int(rows[0]["v"]) if rows and rows[0]["n"] else None
 
 
@@ -415,24 +418,26 @@ def write_report(results: list[dict], out: Path, args) -> Path:
              "across seeds." + (f" {kept} of the {len(results)} runs were measured by an earlier invocation "
                                 "(`--keep`); their rows are marked `kept` in results.json." if kept else ""), "",
              "The mean last-100 RL episodes per task is the issues' measure at the run's end: each task's last 100 "
-             "PPO episodes, all of them where it had fewer, pi_sft's left out (`app.measures.last_sql`; tables "
-             "before it showed the report's last 100 ended episodes, pi_sft's among them where PPO had fewer).", "",
+             "PPO episodes, all of them where it had fewer, pi_sft's left out (`app.measures.last_sql`). The mean "
+             "last-100 ended per task, the only one in tables before it, is the run report's: each task's last 100 "
+             "ended episodes, pi_sft's among them where PPO had fewer.", "",
              *([f"The runs are also read at equal PPO updates: each task's last 100 PPO episodes among those acted by "
                 f"versions up to update {common}, the fewest any run here reached in its {args.minutes:g} minutes "
                 "(`app.measures.last_at_update`), the mean over tasks.", ""] if common is not None else []),
              f"| configuration | options | seeds | RL episodes (in whole windows) | final {args.measure.replace('_', ' ')} | mean last-100 RL episodes per task | "
+             "mean last-100 ended per task | "
              f"mean last-100 per task at update {common if common is not None else '-'} | PPO updates | "
              "PPO's gain over pi_sft | PPO's last 100 over pi_sft | minutes to target | critic EV at PPO start | "
              "value-return corr at PPO start | episodes in PPO's first batch | critic EV, first "
              f"{PPO_START_BATCHES} PPO batches (by steps) | value-return corr, first {PPO_START_BATCHES} PPO batches "
              "(by episodes less two) | episodes in them | entropy (last 5 updates) |",
-             "|---" * 18 + "|"]
+             "|---" * 19 + "|"]
     for config in dict.fromkeys(r["config"] for r in results):
         rs = [r for r in results if r["config"] == config]
         minutes = [r["seconds_to_target"] / 60 if r["seconds_to_target"] is not None else None for r in rs]
         lines.append(f"| {config} | `{' '.join(options(config))}` | {len(rs)} | "
                      f"{spread([r['episodes'] for r in rs])} | {spread([r['final_success'] for r in rs])} | "
-                     f"{spread([r.get('mean_rl_last_100') for r in rs])} | "
+                     f"{spread([r.get('mean_rl_last_100') for r in rs])} | {spread([r.get('mean_task_success_last_100') for r in rs])} | "
                      f"{spread([r.get('mean_last_100_at_update') for r in rs])} | {spread([r.get('updates') for r in rs])} | "
                      f"{spread([r.get('ppo_gain') for r in rs])} | {spread([r.get('ppo_gain_last_100') for r in rs])} | "
                      f"{spread(minutes)} | "
@@ -531,7 +536,7 @@ def main() -> int:
             results = merge_kept(results, json.loads(Path(args.keep).read_text()), configs, settings)
         except ValueError as exc:
             ap.error(f"--keep {args.keep}: {exc}")
-        backfill_updates(results, args.tag)
+        backfill_updates(results)
     print(f"report: {write_report(results, out, args)}")
     return 0
 

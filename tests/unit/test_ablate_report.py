@@ -167,10 +167,10 @@ def test_the_runs_are_read_at_the_fewest_updates_any_reached(tmp_path):
             "seconds_to_target": None, "ev_at_ppo_start": None, "corr_at_ppo_start": None, "entropy_last": None}
     text = ablate.write_report([{**base, **fast}, {**base, **slow}], tmp_path, args).read_text()
     assert "versions up to update 2, the fewest any run here reached" in text
-    assert "| full | `` | 1 | 0 | - | - | 0 | 4 |" in text and "pi_sft's left out" in text
+    assert "| full | `` | 1 | 0 | - | - | - | 0 | 4 |" in text and "pi_sft's left out" in text
 
 
-def test_kept_rows_without_per_update_figures_are_read_from_clickhouse_by_their_policy(monkeypatch, capsys):
+def test_kept_rows_without_per_update_figures_are_read_from_clickhouse_by_their_recorded_policy(monkeypatch, capsys):
     asked = []
 
     def sql(statement):
@@ -185,13 +185,19 @@ def test_kept_rows_without_per_update_figures_are_read_from_clickhouse_by_their_
                 {"task_name": "t", "phase": "3 PPO", "episodes": 10, "s": 0.5, "m": 3.0, "v": 0.25}]
 
     monkeypatch.setattr(ablate, "sql", sql)
-    rows = [{"config": "full", "seed": 0, "policy": "pixel-abl-x2-full-s0"}, {"config": "coupled-gae", "seed": 0}]
-    ablate.backfill_updates(rows, "x")
+    rows = [{"config": "full", "seed": 0, "policy": "pixel-abl-x2-full-s0", "ppo_gain_last_100": 0.3},
+            {"config": "coupled-gae", "seed": 0},  # kept without its policy's name: nothing guessed
+            {"config": "fixed-lambda", "seed": 0, "policy": "pixel-gone"},
+            {"config": "no-value-pretrain", "seed": 0, "policy": "p' OR 1=1 --"}]
+    ablate.backfill_updates(rows)
     assert rows[0]["by_update"] == {"t": [[1, 10, 5.0]]} and rows[0]["updates"] == 1
-    assert rows[0]["mean_rl_last_100"] == 0.5 and rows[0]["ppo_gain_last_100"] == pytest.approx(0.25)
+    assert rows[0]["mean_rl_last_100"] == 0.5 and rows[0]["ppo_gain_last_100"] == 0.3  # what it had is kept
     assert "'pixel-abl-x2-full-s0'" in asked[1] and "policy_version_max" in asked[1]
-    assert "by_update" not in rows[1] and rows[1]["policy"] == "pixel-abl-x-coupled-gae-s0"
-    assert "coupled-gae seed 0: no PPO episode of pixel-abl-x-coupled-gae-s0" in capsys.readouterr().err
+    assert rows[1] == {"config": "coupled-gae", "seed": 0} and rows[2].keys() == {"config", "seed", "policy"}
+    assert "by_update" not in rows[3] and not any("OR 1=1" in a for a in asked)
+    err = capsys.readouterr().err
+    assert "coupled-gae seed 0: kept without its policy's name" in err
+    assert "fixed-lambda seed 0: no PPO episode of pixel-gone" in err and "no-value-pretrain seed 0" in err
 
 
 def test_the_figure_draws_each_run_against_ppo_updates_where_it_has_them(tmp_path):
