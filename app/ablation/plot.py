@@ -53,7 +53,7 @@ def plot(results: list[dict], path: Path, measured: str, window: int, order: lis
             axes[2].plot(xs, [math.nan if y is None else y for y in ys], color=_color(config, order), alpha=0.8, lw=1.2,
                          label=config if i == 0 else None)
     name = measured.replace("_", " ")
-    axes[2].set(xlabel="PPO updates", ylabel=f"mean over tasks of each task's last {LAST} up to the update",
+    axes[2].set(xlabel="PPO updates", ylabel=f"each task's last {LAST} up to it, mean",
                 title=f"{name} against PPO updates")
     axes[0].set(xlabel="RL episodes", ylabel=f"{name} (windows of {window})", title=f"{name} against episodes")
     axes[1].set(xlabel="minutes since the run's first episode", title=f"{name} against wall-clock")
