@@ -462,7 +462,9 @@ def write_report(results: list[dict], out: Path, args) -> Path:
     lines += ["Each run's own report (phases, success per task and phase, trainer metrics) is written under "
               "`runs/` of the output folder (`--out`; about 0.8 MB a run, not kept beside a committed table).", "",
               "<details><summary>SQL (for run <code>P</code>)</summary>", "", "```sql",
-              curve_sql("P", args.measure), "", task_curve_sql("P", args.measure), "", entropy_sql("P"), "```", "</details>", ""]
+              curve_sql("P", args.measure), "", task_curve_sql("P", args.measure), "", entropy_sql("P"), "",
+              "-- each task's last 100 RL episodes, and its RL episodes by PPO update (0: the run's starting version)",
+              last_sql("P", 0), "", by_update_sql("P", 0), "```", "</details>", ""]
     path = out / "README.md"
     path.write_text("\n".join(lines))
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))

@@ -166,7 +166,7 @@ def test_the_runs_are_read_at_the_fewest_updates_any_reached(tmp_path):
     base = {"curve": [], "episodes": 0, "final_success": None, "mean_task_success_last_100": None,
             "seconds_to_target": None, "ev_at_ppo_start": None, "corr_at_ppo_start": None, "entropy_last": None}
     text = ablate.write_report([{**base, **fast}, {**base, **slow}], tmp_path, args).read_text()
-    assert "versions up to update 2, the fewest any run here reached" in text
+    assert "versions up to update 2, the fewest any run here reached" in text and "policy_version_max" in text
     assert "| full | `` | 1 | 0 | - | - | - | 0 | 4 |" in text and "pi_sft's left out" in text
 
 
