@@ -47,7 +47,7 @@ def main() -> None:
     for task in tasks:
         train, held = split_by_task(kept, [task])
         model, threshold = fit_calibrated(train, replace(defaults, holdout=[task]), rows_of)
-        scores = predict(model, batch.take([row[e.episode_id] for e in held])).tolist()
+        scores = predict(model, rows_of(held)[0]).tolist()
         table[task] = {**per_task([task] * len(held), scores, labels_of(held).tolist(), threshold)[task],
                        "threshold": threshold}
         c = table[task]
