@@ -60,20 +60,28 @@ LAST = 100  # the issue's "each task's last 100 episodes"
 LAST_PHASE = f"3 PPO, last {LAST}"
 
 
+def ppo_episodes(policy: str, base_version: int, dpo_version: int | None, columns: str) -> str:
+    """The FROM of ``last_sql`` and ``by_update_sql``: the run's PPO episodes (acted by versions past
+    ``base_version``, before ``dpo_version``; scored by the run's own scorer, no infrastructure
+    failure) with their ``columns`` beside episode_id, task_name and success, joined to their
+    normalised score (``MEASURE`` reads both)."""
+    dpo = f" AND policy_version_min < {int(dpo_version)}" if dpo_version is not None else ""
+    return f"""(SELECT episode_id, task_name, success, {columns} FROM scored FINAL
+          WHERE policy = {Q.q(policy)} AND NOT infra_failure AND {Q.own_scorer(policy)}
+              AND policy_version_min > {int(base_version)}{dpo}) AS s
+    LEFT JOIN (SELECT episode_id, normalised_score FROM trajectories FINAL WHERE policy = {Q.q(policy)}) AS t
+        USING (episode_id)"""
+
+
 def last_sql(policy: str, base_version: int, dpo_version: int | None = None) -> str:
     """``phase_sql``'s rows for one more phase: each task's last LAST episodes of PPO (or as many as
     it had), by when they ended; so a gain can be read at the run's end, not over the whole phase."""
-    dpo = f" AND policy_version_min < {int(dpo_version)}" if dpo_version is not None else ""
     return f"""SELECT task_name, '{LAST_PHASE}' AS phase, count() AS episodes, round(avg(measure), 4) AS success_or_score,
     round(avg(num_steps), 2) AS mean_steps, varSamp(measure) AS measure_var
 FROM (
     SELECT task_name, num_steps, {MEASURE} AS measure,
         row_number() OVER (PARTITION BY task_name ORDER BY ended_at DESC, episode_id) AS k
-    FROM (SELECT episode_id, task_name, success, num_steps, ended_at FROM scored FINAL
-          WHERE policy = {Q.q(policy)} AND NOT infra_failure AND {Q.own_scorer(policy)}
-              AND policy_version_min > {int(base_version)}{dpo}) AS s
-    LEFT JOIN (SELECT episode_id, normalised_score FROM trajectories FINAL WHERE policy = {Q.q(policy)}) AS t
-        USING (episode_id)
+    FROM {ppo_episodes(policy, base_version, dpo_version, "num_steps, ended_at")}
 )
 WHERE k <= {LAST}
 GROUP BY task_name ORDER BY task_name"""
@@ -85,16 +93,11 @@ def by_update_sql(policy: str, base_version: int, dpo_version: int | None = None
     that acted in them (``policy_version_max`` less the starting version): how many, and the sum of
     their measure. ``last_at_update`` reads them at a given update, so runs that reached different
     numbers of updates in the same wall-clock can be compared at the same one."""
-    dpo = f" AND policy_version_min < {int(dpo_version)}" if dpo_version is not None else ""
     return f"""SELECT task_name, toInt64(policy_version_max) - {int(base_version)} AS updates, count() AS episodes,
     sum(measure) AS total
 FROM (
     SELECT task_name, policy_version_max, {MEASURE} AS measure
-    FROM (SELECT episode_id, task_name, success, policy_version_max FROM scored FINAL
-          WHERE policy = {Q.q(policy)} AND NOT infra_failure AND {Q.own_scorer(policy)}
-              AND policy_version_min > {int(base_version)}{dpo}) AS s
-    LEFT JOIN (SELECT episode_id, normalised_score FROM trajectories FINAL WHERE policy = {Q.q(policy)}) AS t
-        USING (episode_id)
+    FROM {ppo_episodes(policy, base_version, dpo_version, "policy_version_max")}
 )
 GROUP BY task_name, updates ORDER BY task_name, updates"""
 
