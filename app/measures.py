@@ -211,14 +211,16 @@ def value_pretraining_summary(trainer_rows: list[tuple], batches: int = PPO_STAR
     a batch of two long game episodes has one of +-1 whatever the critic: the pooled figure
     weighs each batch's by its episodes less two (a batch of two counts for nothing; None when
     none counts). The explained variance is over the batch's steps: weighed by its steps. Runs
-    recorded without those counts get plain means."""
+    recorded without those counts get plain means. The same two pooled over every PPO update
+    (``..._ppo_phase``; the explained variance over those without a correlation too) say how
+    good the critic was while it steered the policy."""
     rows = [(r[0], {M.current(k): v for k, v in (r[3] or {}).items()}) for r in trainer_rows]
     critic = [m for _, m in rows if m.get(M.CRITIC_ONLY) == 1]
-    ppo = [m for _, m in rows if m.get(M.CRITIC_ONLY) == 0 and M.REWARD_CORR in m]
+    updates = [m for _, m in rows if m.get(M.CRITIC_ONLY) == 0]
+    ppo = [m for m in updates if M.REWARD_CORR in m]
     first = ppo[:max(1, batches)]
     counted = bool(first) and all(M.EPISODES in m for m in first)
-    corr = _weighted([(m[M.REWARD_CORR], max(m[M.EPISODES] - 2, 0) if counted else 1.0) for m in first])
-    ev = _weighted([(m[M.EXPLAINED_VARIANCE], m.get(M.STEPS, 1.0)) for m in first if M.EXPLAINED_VARIANCE in m])
+    corr, ev = _pooled_corr(first), _pooled_ev(first)
     return {"critic_only_batches": len(critic),
             "explained_variance_at_end": critic[-1].get(M.EXPLAINED_VARIANCE) if critic else None,
             "value_return_corr_at_ppo_start": ppo[0].get(M.REWARD_CORR) if ppo else None,
@@ -227,7 +229,20 @@ def value_pretraining_summary(trainer_rows: list[tuple], batches: int = PPO_STAR
             "ppo_start_batches": len(first),
             "ppo_start_episodes": sum(m[M.EPISODES] for m in first) if counted else None,
             "value_return_corr_ppo_start_pooled": corr,
-            "explained_variance_ppo_start_pooled": ev}
+            "explained_variance_ppo_start_pooled": ev,
+            "value_return_corr_ppo_phase": _pooled_corr(ppo), "explained_variance_ppo_phase": _pooled_ev(updates)}
+
+
+def _pooled_corr(batches: list[dict]) -> float | None:
+    """The batches' value-return correlation weighed by each one's episodes less two (plain mean
+    where a batch has no count)."""
+    counted = bool(batches) and all(M.EPISODES in m for m in batches)
+    return _weighted([(m[M.REWARD_CORR], max(m[M.EPISODES] - 2, 0) if counted else 1.0) for m in batches])
+
+
+def _pooled_ev(batches: list[dict]) -> float | None:
+    """The batches' explained variance weighed by each one's steps."""
+    return _weighted([(m[M.EXPLAINED_VARIANCE], m.get(M.STEPS, 1.0)) for m in batches if M.EXPLAINED_VARIANCE in m])
 
 
 def _weighted(pairs: list[tuple[float, float]]) -> float | None:

@@ -5,10 +5,10 @@ The difference is the configuration's mean over seeds less the full recipe's; it
 is Welch's, sqrt(sd_a^2 / n_a + sd_b^2 / n_b), unpaired: the same seed gives the same
 demonstrations but not the same run (the broker, the clock and the scheduler differ), so no
 pairing by seed is assumed. With 3 seeds a side the test is weak: a difference of nothing passes
-it about one time in seven, so a table of 5 configurations x 8 measures shows about six by
-chance (fewer independent ones: the three last-100 means and the two gains largely read the same
-episodes, and the critic's figures at PPO's first batch are part of its first three's, so each
-group tends to pass or fail together).
+it about one time in seven, so a table of 4 ablations x 10 measures shows about six by chance
+(fewer independent ones: the three last-100 means and the two gains largely read the same
+episodes, and the critic's figures at PPO's first batch are part of its first three's, which
+are part of every update's, so each group tends to pass or fail together).
 
     python -m benchmarks.ablate_effects docs/ablations/m33-15min/results.json   # a table's effects
 """
@@ -30,7 +30,9 @@ MEASURES = (("mean_rl_last_100", "mean last-100 RL episodes per task"),
             ("ppo_gain_last_100", "PPO's last 100 over pi_sft"),
             ("ev_at_ppo_start", "critic EV at PPO start"),
             ("ev_ppo_start_pooled", "critic EV, PPO's first batches"),
-            ("corr_ppo_start_pooled", "value-return corr, PPO's first batches"))
+            ("corr_ppo_start_pooled", "value-return corr, PPO's first batches"),
+            ("ev_ppo_phase", "critic EV, every PPO update"),
+            ("corr_ppo_phase", "value-return corr, every PPO update"))
 BASE = "full"
 
 

@@ -284,6 +284,9 @@ def measure(config: str, seed: int, out: Path, target: float, tag: str = "", mea
             "ev_ppo_start_pooled": vp.get("explained_variance_ppo_start_pooled"),
             "corr_ppo_start_pooled": vp.get("value_return_corr_ppo_start_pooled"),
             "ppo_start_episodes": vp.get("ppo_start_episodes"),
+            # the same pooled over every PPO update: the critic while it steered the policy
+            "ev_ppo_phase": vp.get("explained_variance_ppo_phase"),
+            "corr_ppo_phase": vp.get("value_return_corr_ppo_phase"),
             # the mean over tasks of PPO's episodes' success less pi_sft's (app.measures.phase_gain)
             "ppo_gain": (summary.get("ppo_gain") or {}).get("gain"),
             "ppo_gain_se": (summary.get("ppo_gain") or {}).get("standard_error"),
@@ -424,14 +427,18 @@ def write_report(results: list[dict], out: Path, args) -> Path:
              *([f"The runs are also read at equal PPO updates: each task's last 100 PPO episodes among those acted by "
                 f"versions up to update {common}, the fewest any run here reached in its {args.minutes:g} minutes "
                 "(`app.measures.last_at_update`), the mean over tasks.", ""] if common is not None else []),
+             "The critic's explained variance is against its own targets, the lambda_critic-returns: below 1 "
+             "(coupled GAE's 0.95) they lean on the critic's own values, which raises it by itself. The value-return "
+             "correlation (each episode's first value against its return) reads every configuration alike.", "",
              f"| configuration | options | seeds | RL episodes (in whole windows) | final {args.measure.replace('_', ' ')} | mean last-100 RL episodes per task | "
              "mean last-100 ended per task | "
              f"mean last-100 per task at update {common if common is not None else '-'} | PPO updates | "
              "PPO's gain over pi_sft | PPO's last 100 over pi_sft | minutes to target | critic EV at PPO start | "
              "value-return corr at PPO start | episodes in PPO's first batch | critic EV, first "
              f"{PPO_START_BATCHES} PPO batches (by steps) | value-return corr, first {PPO_START_BATCHES} PPO batches "
-             "(by episodes less two) | episodes in them | entropy (last 5 updates) |",
-             "|---" * 19 + "|"]
+             "(by episodes less two) | episodes in them | critic EV, every PPO update (by steps) | "
+             "value-return corr, every PPO update | entropy (last 5 updates) |",
+             "|---" * 21 + "|"]
     for config in dict.fromkeys(r["config"] for r in results):
         rs = [r for r in results if r["config"] == config]
         minutes = [r["seconds_to_target"] / 60 if r["seconds_to_target"] is not None else None for r in rs]
@@ -444,6 +451,7 @@ def write_report(results: list[dict], out: Path, args) -> Path:
                      f"{spread([r['ev_at_ppo_start'] for r in rs])} | {spread([r['corr_at_ppo_start'] for r in rs])} | "
                      f"{spread([r.get('episodes_at_ppo_start') for r in rs])} | {spread([r.get('ev_ppo_start_pooled') for r in rs])} | "
                      f"{spread([r.get('corr_ppo_start_pooled') for r in rs])} | {spread([r.get('ppo_start_episodes') for r in rs])} | "
+                     f"{spread([r.get('ev_ppo_phase') for r in rs])} | {spread([r.get('corr_ppo_phase') for r in rs])} | "
                      f"{spread([r['entropy_last'] for r in rs])} |")
     effects = effects_table(results)
     if effects:

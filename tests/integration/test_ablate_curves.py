@@ -66,7 +66,7 @@ def test_the_critic_check_is_read_from_the_runs_trainer_metrics_through_flywheel
                                        M.REWARD_CORR: corr, M.EPISODES: episodes, M.STEPS: 1000.0})
 
     events = [update(1, True, 0.2, 0.5, 8.0), update(2, False, -4.0, 1.0, 2.0), update(3, False, 0.4, 0.8, 6.0),
-              update(4, False, 0.6, 0.6, 6.0)]
+              update(4, False, 0.6, 0.6, 6.0), update(5, False, 0.8, 0.4, 10.0)]
     rows = [r for e in events for r in rows_for("metrics", e)["trainer_metrics"]]
     client = make_client(load_settings({"data_dir": str(tmp_path)}))
     try:
@@ -79,3 +79,6 @@ def test_the_critic_check_is_read_from_the_runs_trainer_metrics_through_flywheel
     assert got["ev_ppo_start_pooled"] == pytest.approx((-4.0 + 0.4 + 0.6) / 3)
     assert got["corr_ppo_start_pooled"] == pytest.approx(0.7)  # the two-episode batch's 1.0 counts for nothing
     assert got["ppo_start_episodes"] == 14.0
+    # over every PPO update, the fourth (past the first batches' pool) included
+    assert got["ev_ppo_phase"] == pytest.approx((-4.0 + 0.4 + 0.6 + 0.8) / 4)
+    assert got["corr_ppo_phase"] == pytest.approx((0 * 1.0 + 4 * 0.8 + 4 * 0.6 + 8 * 0.4) / 16)

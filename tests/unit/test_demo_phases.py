@@ -62,7 +62,9 @@ def test_value_pretraining_summary_reads_the_first_ppo_batch():
                    # no episode or step counts recorded: the pooled figures are plain means
                    "episodes_at_ppo_start": None, "ppo_start_batches": 2, "ppo_start_episodes": None,
                    "value_return_corr_ppo_start_pooled": pytest.approx(0.3),
-                   "explained_variance_ppo_start_pooled": pytest.approx(0.55)}
+                   "explained_variance_ppo_start_pooled": pytest.approx(0.55),
+                   "value_return_corr_ppo_phase": pytest.approx(0.3),
+                   "explained_variance_ppo_phase": pytest.approx(0.55)}
     # a run recorded before the metric groups had unprefixed names
     old = measures.value_pretraining_summary([(1, 0, 0, {"critic_only": 0.0, "value_reward_corr": -0.3})])
     assert old["critic_only_batches"] == 0 and old["value_return_corr_at_ppo_start"] == -0.3
@@ -492,6 +494,14 @@ def test_the_critic_at_ppo_start_is_pooled_over_its_first_batches():
     assert got["ppo_start_batches"] == 3 and got["ppo_start_episodes"] == 11.0
     assert got["value_return_corr_ppo_start_pooled"] == pytest.approx((0 * -1.0 + 4 * 0.5 + 1 * 0.0) / 5)
     assert got["explained_variance_ppo_start_pooled"] == pytest.approx((-10.0 * 100 + 0.5 * 1000 + 0.8 * 900) / 2000)
+    # over the whole PPO phase: every PPO batch pooled alike, the fourth included
+    assert got["value_return_corr_ppo_phase"] == pytest.approx((0 * -1.0 + 4 * 0.5 + 1 * 0.0 + 28 * -1.0) / 33)
+    assert got["explained_variance_ppo_phase"] == pytest.approx((-10.0 * 100 + 0.5 * 1000 + 0.8 * 900 + 0.9 * 1000) / 3000)
+    # an update whose batch had no correlation (one episode) still has its critic's explained variance
+    lone = measures.value_pretraining_summary(rows + [(6, 5, 0, {M.CRITIC_ONLY: 0.0, M.EXPLAINED_VARIANCE: -1.0,
+                                                                M.EPISODES: 1.0, M.STEPS: 1000.0})])
+    assert lone["value_return_corr_ppo_phase"] == got["value_return_corr_ppo_phase"]
+    assert lone["explained_variance_ppo_phase"] == pytest.approx((-10.0 * 100 + 0.5 * 1000 + 0.8 * 900 - 0.1 * 1000) / 4000)
     said = measures.critic_sentence(got)
     assert "at PPO's first batch (2 episodes) the critic's explained variance was -10.000" in said
     assert "over PPO's first 3 batches (11 episodes) 0.110 and 0.400 (positive" in said
