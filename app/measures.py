@@ -230,6 +230,7 @@ def value_pretraining_summary(trainer_rows: list[tuple], batches: int = PPO_STAR
             "ppo_start_episodes": sum(m[M.EPISODES] for m in first) if counted else None,
             "value_return_corr_ppo_start_pooled": corr,
             "explained_variance_ppo_start_pooled": ev,
+            "ppo_updates": len(updates),
             "value_return_corr_ppo_phase": _pooled_corr(ppo), "explained_variance_ppo_phase": _pooled_ev(updates)}
 
 
@@ -270,6 +271,10 @@ def critic_sentence(vp: dict) -> str:
                  f"{corr_verdict(vp['value_return_corr_ppo_start_pooled'])} (the explained variance weighed by "
                  "each batch's steps, the correlation by its episodes less two: a batch of two has one of ±1 "
                  "whatever the critic)")
+    if vp.get("ppo_updates", 0) > vp["ppo_start_batches"]:  # the whole phase says more than its first batches
+        said += (f". Over all {vp['ppo_updates']} PPO updates, pooled alike: {fmt(vp['explained_variance_ppo_phase'])} "
+                 f"and {fmt(vp['value_return_corr_ppo_phase'])} (the explained variance is against the critic's own "
+                 "targets, its lambda_critic-returns)")
     return said + "."
 
 

@@ -63,7 +63,7 @@ def test_value_pretraining_summary_reads_the_first_ppo_batch():
                    "episodes_at_ppo_start": None, "ppo_start_batches": 2, "ppo_start_episodes": None,
                    "value_return_corr_ppo_start_pooled": pytest.approx(0.3),
                    "explained_variance_ppo_start_pooled": pytest.approx(0.55),
-                   "value_return_corr_ppo_phase": pytest.approx(0.3),
+                   "ppo_updates": 2, "value_return_corr_ppo_phase": pytest.approx(0.3),
                    "explained_variance_ppo_phase": pytest.approx(0.55)}
     # a run recorded before the metric groups had unprefixed names
     old = measures.value_pretraining_summary([(1, 0, 0, {"critic_only": 0.0, "value_reward_corr": -0.3})])
@@ -506,6 +506,9 @@ def test_the_critic_at_ppo_start_is_pooled_over_its_first_batches():
     assert "at PPO's first batch (2 episodes) the critic's explained variance was -10.000" in said
     assert "over PPO's first 3 batches (11 episodes) 0.110 and 0.400 (positive" in said
     assert "failure signature" not in said  # the two-episode batch's -1 is not read as the critic's failing
+    assert said.endswith("Over all 4 PPO updates, pooled alike: 0.373 and -0.788 (the explained variance is against "
+                         "the critic's own targets, its lambda_critic-returns).")
+    assert "Over all" not in measures.critic_sentence(measures.value_pretraining_summary(rows[:4]))  # 3: the pool
     # only two-episode batches: no pooled correlation to give, and the first batch's figure stands alone
     twos = measures.value_pretraining_summary(rows[:3] + [(9, 5, 0, ppo(0.1, -1.0, 2.0, 10.0))])
     assert twos["ppo_start_batches"] == 3 and twos["value_return_corr_ppo_start_pooled"] == pytest.approx(0.5)
