@@ -180,6 +180,7 @@ def synthetic(store, n):
 
 
 def test_forward_shapes_and_a_train_step_lowers_the_loss(store):
+    torch.manual_seed(0)  # unseeded, a random init once left the loss level after 8 steps (0.6979 vs 0.6975)
     examples = synthetic(store, 8)
     batch = stack([featurize(e, store.get, 16, 64) for e in examples])
     model = VerifierNet(side=16, buckets=64)
